@@ -1,1 +1,36 @@
+//! Wire types of the Hearth HTTP API, its error bodies and request validation.
+//!
+//! Framework-free: the server crate does the HTTP; this crate says what goes
+//! over the wire.
+//!
+//! - [`error`]: [`ApiError`] with the spec's body shapes A, B and C and the
+//!   SSE error event; `EngineError -> ApiError`.
+//! - [`parse`]: [`parse_json_body`] and [`parse_query`], failing with 422.
+//! - [`de`]: lenient (pydantic-style) booleans for query structs.
+//! - [`common`], [`completions`], [`chat`], [`models`]: request and response types.
+//! - [`validate`]: `validate()` on requests, giving [`ValidCompletion`] and
+//!   [`ValidChat`] with the engine's `SamplingParams`.
 
+pub mod chat;
+pub mod common;
+pub mod completions;
+pub mod de;
+pub mod error;
+pub mod models;
+pub mod parse;
+pub mod validate;
+
+pub use chat::{
+    ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
+    ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatRequestMessage, ChatResponseMessage,
+    ChatTokenLogprob, ChatTopLogprob, ContentPart, MessageContent,
+};
+pub use common::{ProjectQuery, Stop, StreamOptions, UsageInfo, MAX_N, SERVICE_TIER};
+pub use completions::{
+    CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse,
+    Prompt, TopLogprobs,
+};
+pub use error::{ApiError, ErrorBody, Loc, ValidationItem, INVALID_REQUEST_PREFIX};
+pub use models::{ModelList, ModelObject, ModelPricing, ModelsQuery};
+pub use parse::{parse_json_body, parse_query};
+pub use validate::{PromptInput, ValidChat, ValidCompletion, DEFAULT_COMPLETION_MAX_TOKENS};

@@ -1,1 +1,23 @@
+//! Hearth's inference engine.
+//!
+//! - [`catalog`] names the models Hearth knows and [`pull`] fetches them.
+//! - [`tokenizer`] builds tokenizers (from GGUF metadata or `tokenizer.json`),
+//!   [`chat_template`] renders chat prompts, [`detok`] turns token ids back into
+//!   text incrementally and [`stop`] holds back text that may become a stop string.
+//! - [`sampler`] picks the next token from logits.
+//! - [`engine`] owns the model on its own OS thread; handlers talk to it through
+//!   an [`EngineHandle`].
 
+pub mod chat_template;
+pub mod detok;
+pub mod sampler;
+pub mod stop;
+pub mod tokenizer;
+pub mod catalog;
+pub mod pull;
+pub mod engine;
+
+pub use engine::{EngineConfig, EngineHandle, EngineParts, TokenStream};
+pub mod load;
+pub use load::ChatModel;
+pub use candle_core::Device;

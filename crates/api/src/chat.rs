@@ -1,0 +1,341 @@
+//! Wire types of `POST /v1/chat/completions`: the request (messages with
+//! string or text-part content), the response, the stream chunk and the
+//! chat log-probability object.
+//!
+//! Validation into engine parameters lives in [`crate::validate`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use hearth_core::{FinishReason, TokenCandidate, TokenLogprobs};
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::common::{
+    Stop, StreamOptions, UsageInfo, OBJECT_CHAT_CHUNK, OBJECT_CHAT_COMPLETION, SERVICE_TIER,
+};
+
+/// Body of `POST /v1/chat/completions`. Unknown fields are ignored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatCompletionRequest {
+    pub model: String,
+    pub messages: Vec<ChatRequestMessage>,
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    #[serde(default)]
+    pub n: Option<i64>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    pub stop: Option<Stop>,
+    /// Deprecated by OpenAI in favour of `max_completion_tokens`, which wins.
+    #[serde(default)]
+    pub max_tokens: Option<i64>,
+    #[serde(default)]
+    pub max_completion_tokens: Option<i64>,
+    #[serde(default)]
+    pub presence_penalty: Option<f64>,
+    #[serde(default)]
+    pub frequency_penalty: Option<f64>,
+    #[serde(default)]
+    pub logit_bias: Option<BTreeMap<String, f64>>,
+    #[serde(default)]
+    pub logprobs: Option<bool>,
+    /// 0 to 20; needs `logprobs: true` when above 0.
+    #[serde(default)]
+    pub top_logprobs: Option<i64>,
+    #[serde(default)]
+    pub seed: Option<i64>,
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Only `{"type": "text"}` is supported.
+    #[serde(default)]
+    pub response_format: Option<Value>,
+    /// Not supported: a non-empty list is rejected.
+    #[serde(default)]
+    pub tools: Option<Value>,
+    /// Only `none` and `auto` (which then means none) are accepted.
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
+    /// Extension: keep the k most likely tokens; -1 or 0 disables it.
+    #[serde(default)]
+    pub top_k: Option<i64>,
+    /// Extension: min-p sampling, 0 to 1.
+    #[serde(default)]
+    pub min_p: Option<f64>,
+    /// Extension: CTRL-style repetition penalty, > 0 (1 disables it).
+    #[serde(default)]
+    pub repetition_penalty: Option<f64>,
+    /// Extension: keep generating past end-of-sequence tokens.
+    #[serde(default)]
+    pub ignore_eos: Option<bool>,
+}
+
+/// One message of a chat request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequestMessage {
+    /// `system`, `developer` (treated as `system`), `user` or `assistant`.
+    pub role: String,
+    /// Null is allowed for `assistant` only.
+    #[serde(default)]
+    pub content: Option<MessageContent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// `content`: a string or an array of content parts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+/// One content part; only `type: "text"` is supported (checked in validation).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for MessageContent {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ContentVisitor;
+        impl<'de> Visitor<'de> for ContentVisitor {
+            type Value = MessageContent;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or an array of content parts")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<MessageContent, E> {
+                Ok(MessageContent::Text(v.to_string()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<MessageContent, E> {
+                Ok(MessageContent::Text(v))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MessageContent, A::Error> {
+                let mut parts = Vec::new();
+                while let Some(part) = seq.next_element::<ContentPart>()? {
+                    parts.push(part);
+                }
+                Ok(MessageContent::Parts(parts))
+            }
+        }
+        deserializer.deserialize_any(ContentVisitor)
+    }
+}
+
+/// Response of a non-streamed chat completion.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatCompletionResponse {
+    /// `chatcmpl-...`
+    pub id: String,
+    /// Always `chat.completion`.
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChoice>,
+    pub usage: UsageInfo,
+    /// Always `default`.
+    pub service_tier: String,
+    pub system_fingerprint: Option<String>,
+}
+
+impl ChatCompletionResponse {
+    pub fn new(
+        id: String,
+        created: u64,
+        model: String,
+        choices: Vec<ChatChoice>,
+        usage: UsageInfo,
+    ) -> Self {
+        Self {
+            id,
+            object: OBJECT_CHAT_COMPLETION.to_string(),
+            created,
+            model,
+            choices,
+            usage,
+            service_tier: SERVICE_TIER.to_string(),
+            system_fingerprint: None,
+        }
+    }
+}
+
+/// One choice of a chat completion.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatChoice {
+    pub index: usize,
+    pub message: ChatResponseMessage,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<FinishReason>,
+}
+
+/// The generated message: `role` is always `assistant`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatResponseMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatResponseMessage {
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self {
+            role: "assistant".to_string(),
+            content: content.into(),
+        }
+    }
+}
+
+/// `logprobs` of a chat choice or chunk choice.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatLogprobs {
+    pub content: Vec<ChatTokenLogprob>,
+}
+
+impl ChatLogprobs {
+    pub fn from_tokens(tokens: &[TokenLogprobs]) -> Self {
+        Self {
+            content: tokens.iter().map(ChatTokenLogprob::from).collect(),
+        }
+    }
+}
+
+/// Log-probability of one generated token, with its top alternatives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatTokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Option<Vec<u8>>,
+    pub top_logprobs: Vec<ChatTopLogprob>,
+}
+
+/// One alternative of a [`ChatTokenLogprob`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatTopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Option<Vec<u8>>,
+}
+
+impl From<&TokenCandidate> for ChatTopLogprob {
+    fn from(c: &TokenCandidate) -> Self {
+        Self {
+            token: c.text.clone(),
+            logprob: c.logprob,
+            bytes: Some(c.bytes.clone()),
+        }
+    }
+}
+
+impl From<&TokenLogprobs> for ChatTokenLogprob {
+    fn from(lp: &TokenLogprobs) -> Self {
+        Self {
+            token: lp.chosen.text.clone(),
+            logprob: lp.chosen.logprob,
+            bytes: Some(lp.chosen.bytes.clone()),
+            top_logprobs: lp.top.iter().map(ChatTopLogprob::from).collect(),
+        }
+    }
+}
+
+/// A stream chunk of a chat completion (`chat.completion.chunk`). The first
+/// chunk of each choice has `delta = {"role": "assistant", "content": ""}`;
+/// `usage` is null except in the final usage chunk, whose `choices` is empty.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatCompletionChunk {
+    pub id: String,
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub service_tier: String,
+    pub system_fingerprint: Option<String>,
+    pub choices: Vec<ChatChunkChoice>,
+    pub usage: Option<UsageInfo>,
+}
+
+impl ChatCompletionChunk {
+    /// A chunk carrying choice increments.
+    pub fn new(id: String, created: u64, model: String, choices: Vec<ChatChunkChoice>) -> Self {
+        Self {
+            id,
+            object: OBJECT_CHAT_CHUNK.to_string(),
+            created,
+            model,
+            service_tier: SERVICE_TIER.to_string(),
+            system_fingerprint: None,
+            choices,
+            usage: None,
+        }
+    }
+
+    /// The final usage chunk: no choices, `usage` set.
+    pub fn usage(id: String, created: u64, model: String, usage: UsageInfo) -> Self {
+        Self {
+            usage: Some(usage),
+            ..Self::new(id, created, model, Vec::new())
+        }
+    }
+}
+
+/// One choice's increment in a chat chunk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatChunkChoice {
+    pub index: usize,
+    pub delta: ChatDelta,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<FinishReason>,
+}
+
+impl ChatChunkChoice {
+    /// The first increment of a choice: role `assistant`, empty content.
+    pub fn role(index: usize) -> Self {
+        Self {
+            index,
+            delta: ChatDelta {
+                role: Some("assistant".to_string()),
+                content: Some(String::new()),
+            },
+            logprobs: None,
+            finish_reason: None,
+        }
+    }
+
+    /// A text increment, with the log-probabilities of its tokens if asked for.
+    pub fn content(index: usize, text: impl Into<String>, logprobs: Option<ChatLogprobs>) -> Self {
+        Self {
+            index,
+            delta: ChatDelta {
+                role: None,
+                content: Some(text.into()),
+            },
+            logprobs,
+            finish_reason: None,
+        }
+    }
+
+    /// The last increment of a choice: empty delta, `finish_reason` set.
+    pub fn finish(index: usize, reason: FinishReason) -> Self {
+        Self {
+            index,
+            delta: ChatDelta::default(),
+            logprobs: None,
+            finish_reason: Some(reason),
+        }
+    }
+}
+
+/// `delta` of a chat chunk choice; absent fields are not serialized.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatDelta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}

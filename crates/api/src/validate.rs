@@ -1,0 +1,479 @@
+//! Request validation: range checks that answer 400 (shape B, naming
+//! `param`), and the translation of a request into the engine's
+//! [`SamplingParams`] plus what the server needs to run and answer it.
+//!
+//! Limits: `temperature` in [0, 2]; `top_p` in (0, 1]; `n` in [1, 16];
+//! `max_tokens`/`max_completion_tokens` >= 1; penalties in [-2, 2];
+//! `repetition_penalty` > 0; `min_p` in [0, 1]; `top_k` >= -1 (-1 and 0 mean
+//! off); at most 4 non-empty stop strings; `logit_bias` keys are token ids,
+//! values in [-100, 100]; `logprobs`/`top_logprobs` in [0, 20].
+
+use std::collections::BTreeMap;
+
+use hearth_core::{ChatMessage, SamplingParams, MAX_STOP_SEQUENCES, MAX_TOP_LOGPROBS};
+use serde_json::Value;
+
+use crate::chat::{ChatCompletionRequest, MessageContent};
+use crate::common::{Stop, StreamOptions, MAX_N};
+use crate::completions::{CompletionRequest, Prompt};
+use crate::error::ApiError;
+
+/// `max_tokens` of a completion request that gives none (OpenAI's default).
+pub const DEFAULT_COMPLETION_MAX_TOKENS: usize = 16;
+
+/// One prompt of a completion request, as text or as token ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptInput {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+/// A validated completion request. Choice `i` of prompt `p` has index
+/// `p * n + i` (OpenAI's order); the caller varies `params.seed` per choice.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidCompletion {
+    pub model: String,
+    /// At least one.
+    pub prompts: Vec<PromptInput>,
+    /// `max_tokens` is always set (default 16); `logprobs` = `Some(k)` when asked.
+    pub params: SamplingParams,
+    /// Choices per prompt, 1 to 16.
+    pub n: usize,
+    pub stream: bool,
+    /// `stream_options.include_usage`, only when streaming.
+    pub include_usage: bool,
+    /// Prepend the prompt to each choice's text.
+    pub echo: bool,
+    /// Top candidates per token (0 to 20) when log-probabilities are asked for.
+    pub logprobs: Option<usize>,
+    pub user: Option<String>,
+}
+
+/// A validated chat request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidChat {
+    pub model: String,
+    /// At least one; roles are `system` (also for `developer`), `user` or
+    /// `assistant`; text parts joined with `\n`.
+    pub messages: Vec<ChatMessage>,
+    /// `max_tokens` from `max_completion_tokens`, else `max_tokens`, else `None`.
+    pub params: SamplingParams,
+    /// Choices, 1 to 16.
+    pub n: usize,
+    pub stream: bool,
+    /// `stream_options.include_usage`, only when streaming.
+    pub include_usage: bool,
+    /// `Some(top_logprobs)` when `logprobs: true`.
+    pub logprobs: Option<usize>,
+    pub user: Option<String>,
+}
+
+fn invalid(param: &str, message: String) -> ApiError {
+    ApiError::bad_request(Some(param), message)
+}
+
+/// The sampling fields both request kinds share.
+struct Common<'a> {
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    n: Option<i64>,
+    stop: Option<&'a Stop>,
+    presence_penalty: Option<f64>,
+    frequency_penalty: Option<f64>,
+    logit_bias: Option<&'a BTreeMap<String, f64>>,
+    seed: Option<i64>,
+    top_k: Option<i64>,
+    min_p: Option<f64>,
+    repetition_penalty: Option<f64>,
+    ignore_eos: Option<bool>,
+}
+
+/// Checks the shared fields; returns the parameters (without `max_tokens`
+/// and `logprobs`) and `n`.
+fn common_params(c: &Common) -> Result<(SamplingParams, usize), ApiError> {
+    let mut p = SamplingParams::default();
+    if let Some(t) = c.temperature {
+        if !(0.0..=2.0).contains(&t) {
+            return Err(invalid(
+                "temperature",
+                format!("`temperature` must be between 0 and 2, got {t}."),
+            ));
+        }
+        p.temperature = t as f32;
+    }
+    if let Some(top_p) = c.top_p {
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(invalid(
+                "top_p",
+                format!("`top_p` must be greater than 0 and at most 1, got {top_p}."),
+            ));
+        }
+        p.top_p = top_p as f32;
+    }
+    let n = c.n.unwrap_or(1);
+    if !(1..=MAX_N).contains(&n) {
+        return Err(invalid(
+            "n",
+            format!("`n` must be between 1 and {MAX_N}, got {n}."),
+        ));
+    }
+    for (name, value, slot) in [
+        (
+            "presence_penalty",
+            c.presence_penalty,
+            &mut p.presence_penalty,
+        ),
+        (
+            "frequency_penalty",
+            c.frequency_penalty,
+            &mut p.frequency_penalty,
+        ),
+    ] {
+        if let Some(v) = value {
+            if !(-2.0..=2.0).contains(&v) {
+                return Err(invalid(
+                    name,
+                    format!("`{name}` must be between -2 and 2, got {v}."),
+                ));
+            }
+            *slot = v as f32;
+        }
+    }
+    if let Some(r) = c.repetition_penalty {
+        if !(r > 0.0 && r.is_finite()) {
+            return Err(invalid(
+                "repetition_penalty",
+                format!("`repetition_penalty` must be greater than 0, got {r}."),
+            ));
+        }
+        p.repetition_penalty = r as f32;
+    }
+    if let Some(m) = c.min_p {
+        if !(0.0..=1.0).contains(&m) {
+            return Err(invalid(
+                "min_p",
+                format!("`min_p` must be between 0 and 1, got {m}."),
+            ));
+        }
+        p.min_p = m as f32;
+    }
+    if let Some(k) = c.top_k {
+        if k < -1 {
+            return Err(invalid(
+                "top_k",
+                format!("`top_k` must be -1 or 0 (disabled) or a positive integer, got {k}."),
+            ));
+        }
+        p.top_k = k.max(0) as usize;
+    }
+    if let Some(stop) = c.stop {
+        let stop = stop.clone().into_vec();
+        if stop.len() > MAX_STOP_SEQUENCES {
+            return Err(invalid(
+                "stop",
+                format!(
+                    "`stop` may hold at most {MAX_STOP_SEQUENCES} sequences, got {}.",
+                    stop.len()
+                ),
+            ));
+        }
+        if stop.iter().any(String::is_empty) {
+            return Err(invalid(
+                "stop",
+                "`stop` sequences must not be empty.".to_string(),
+            ));
+        }
+        p.stop = stop;
+    }
+    if let Some(bias) = c.logit_bias {
+        for (key, &value) in bias {
+            let id: u32 = key.trim().parse().map_err(|_| {
+                invalid(
+                    "logit_bias",
+                    format!(
+                        "`logit_bias` keys must be token ids (non-negative integers), got `{key}`."
+                    ),
+                )
+            })?;
+            if !(-100.0..=100.0).contains(&value) {
+                return Err(invalid(
+                    "logit_bias",
+                    format!("`logit_bias` values must be between -100 and 100, got {value} for token {id}."),
+                ));
+            }
+            p.logit_bias.push((id, value as f32));
+        }
+    }
+    p.seed = c.seed.map(|s| s as u64);
+    p.ignore_eos = c.ignore_eos.unwrap_or(false);
+    Ok((p, n as usize))
+}
+
+/// Checks a token budget (`max_tokens` or `max_completion_tokens`).
+fn max_tokens(param: &str, value: i64) -> Result<usize, ApiError> {
+    if value < 1 {
+        return Err(invalid(
+            param,
+            format!("`{param}` must be at least 1, got {value}."),
+        ));
+    }
+    Ok(value as usize)
+}
+
+/// Checks a top-candidates count (`logprobs` or `top_logprobs`).
+fn top_count(param: &str, value: i64) -> Result<usize, ApiError> {
+    if !(0..=MAX_TOP_LOGPROBS as i64).contains(&value) {
+        return Err(invalid(
+            param,
+            format!("`{param}` must be between 0 and {MAX_TOP_LOGPROBS}, got {value}."),
+        ));
+    }
+    Ok(value as usize)
+}
+
+fn include_usage(stream: bool, options: Option<&StreamOptions>) -> bool {
+    stream && options.and_then(|o| o.include_usage).unwrap_or(false)
+}
+
+fn token_ids(ids: &[i64]) -> Result<Vec<u32>, ApiError> {
+    if ids.is_empty() {
+        return Err(invalid(
+            "prompt",
+            "`prompt` must not hold an empty list of token ids.".to_string(),
+        ));
+    }
+    ids.iter()
+        .map(|&id| {
+            u32::try_from(id).map_err(|_| {
+                invalid(
+                    "prompt",
+                    format!("`prompt` holds an invalid token id {id}."),
+                )
+            })
+        })
+        .collect()
+}
+
+impl CompletionRequest {
+    /// Checks the request and builds what the engine and the server need.
+    pub fn validate(&self) -> Result<ValidCompletion, ApiError> {
+        let (mut params, n) = common_params(&Common {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            n: self.n,
+            stop: self.stop.as_ref(),
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            logit_bias: self.logit_bias.as_ref(),
+            seed: self.seed,
+            top_k: self.top_k,
+            min_p: self.min_p,
+            repetition_penalty: self.repetition_penalty,
+            ignore_eos: self.ignore_eos,
+        })?;
+        let empty = || invalid("prompt", "`prompt` must not be an empty list.".to_string());
+        let prompts = match &self.prompt {
+            Prompt::Text(text) => vec![PromptInput::Text(text.clone())],
+            Prompt::Texts(texts) if texts.is_empty() => return Err(empty()),
+            Prompt::Texts(texts) => texts.iter().cloned().map(PromptInput::Text).collect(),
+            Prompt::Tokens(ids) => vec![PromptInput::Tokens(token_ids(ids)?)],
+            Prompt::TokenBatches(batches) if batches.is_empty() => return Err(empty()),
+            Prompt::TokenBatches(batches) => batches
+                .iter()
+                .map(|ids| token_ids(ids).map(PromptInput::Tokens))
+                .collect::<Result<_, _>>()?,
+        };
+        params.max_tokens = Some(match self.max_tokens {
+            Some(v) => max_tokens("max_tokens", v)?,
+            None => DEFAULT_COMPLETION_MAX_TOKENS,
+        });
+        let logprobs = self
+            .logprobs
+            .map(|k| top_count("logprobs", k))
+            .transpose()?;
+        params.logprobs = logprobs;
+        let echo = self.echo.unwrap_or(false);
+        if echo && logprobs.is_some() {
+            return Err(invalid(
+                "echo",
+                "`echo` together with `logprobs` is not supported: log-probabilities of prompt tokens are not computed.".to_string(),
+            ));
+        }
+        if let Some(best_of) = self.best_of {
+            if best_of != 1 && best_of != n as i64 {
+                return Err(invalid(
+                    "best_of",
+                    format!("`best_of` other than 1 or `n` is not supported, got {best_of}."),
+                ));
+            }
+        }
+        let stream = self.stream.unwrap_or(false);
+        Ok(ValidCompletion {
+            model: self.model.clone(),
+            prompts,
+            params,
+            n,
+            stream,
+            include_usage: include_usage(stream, self.stream_options.as_ref()),
+            echo,
+            logprobs,
+            user: self.user.clone(),
+        })
+    }
+}
+
+impl ChatCompletionRequest {
+    /// Checks the request and builds what the engine and the server need.
+    pub fn validate(&self) -> Result<ValidChat, ApiError> {
+        let messages = self.flatten_messages()?;
+        self.check_unsupported()?;
+        let (mut params, n) = common_params(&Common {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            n: self.n,
+            stop: self.stop.as_ref(),
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            logit_bias: self.logit_bias.as_ref(),
+            seed: self.seed,
+            top_k: self.top_k,
+            min_p: self.min_p,
+            repetition_penalty: self.repetition_penalty,
+            ignore_eos: self.ignore_eos,
+        })?;
+        let max_tokens_value = self
+            .max_tokens
+            .map(|v| max_tokens("max_tokens", v))
+            .transpose()?;
+        let max_completion = self
+            .max_completion_tokens
+            .map(|v| max_tokens("max_completion_tokens", v))
+            .transpose()?;
+        params.max_tokens = max_completion.or(max_tokens_value);
+        let top = self
+            .top_logprobs
+            .map(|k| top_count("top_logprobs", k))
+            .transpose()?;
+        let logprobs = if self.logprobs.unwrap_or(false) {
+            Some(top.unwrap_or(0))
+        } else {
+            if top.unwrap_or(0) > 0 {
+                return Err(invalid(
+                    "top_logprobs",
+                    "`top_logprobs` requires `logprobs` to be true.".to_string(),
+                ));
+            }
+            None
+        };
+        params.logprobs = logprobs;
+        let stream = self.stream.unwrap_or(false);
+        Ok(ValidChat {
+            model: self.model.clone(),
+            messages,
+            params,
+            n,
+            stream,
+            include_usage: include_usage(stream, self.stream_options.as_ref()),
+            logprobs,
+            user: self.user.clone(),
+        })
+    }
+
+    /// Checks roles and content parts; flattens content to text.
+    fn flatten_messages(&self) -> Result<Vec<ChatMessage>, ApiError> {
+        if self.messages.is_empty() {
+            return Err(invalid(
+                "messages",
+                "`messages` must hold at least one message.".to_string(),
+            ));
+        }
+        let mut out = Vec::with_capacity(self.messages.len());
+        for (i, message) in self.messages.iter().enumerate() {
+            let role = match message.role.as_str() {
+                "system" | "developer" => "system",
+                "user" => "user",
+                "assistant" => "assistant",
+                other => {
+                    return Err(invalid(
+                        &format!("messages[{i}].role"),
+                        format!(
+                            "Role `{other}` is not supported; use `system`, `developer`, `user` or `assistant`."
+                        ),
+                    ))
+                }
+            };
+            let content = match &message.content {
+                Some(MessageContent::Text(text)) => text.clone(),
+                Some(MessageContent::Parts(parts)) => {
+                    let mut texts = Vec::with_capacity(parts.len());
+                    for (j, part) in parts.iter().enumerate() {
+                        if part.kind != "text" {
+                            return Err(invalid(
+                                &format!("messages[{i}].content[{j}].type"),
+                                format!(
+                                    "Content parts of type `{}` are not supported; only `text` is.",
+                                    part.kind
+                                ),
+                            ));
+                        }
+                        let text = part.text.as_ref().ok_or_else(|| {
+                            invalid(
+                                &format!("messages[{i}].content[{j}].text"),
+                                "A content part of type `text` needs a `text` string.".to_string(),
+                            )
+                        })?;
+                        texts.push(text.as_str());
+                    }
+                    texts.join("\n")
+                }
+                None if role == "assistant" => String::new(),
+                None => {
+                    return Err(invalid(
+                        &format!("messages[{i}].content"),
+                        format!("A message with role `{}` needs `content`.", message.role),
+                    ))
+                }
+            };
+            out.push(ChatMessage {
+                role: role.to_string(),
+                content,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Rejects tools, forced tool choices and structured output formats.
+    fn check_unsupported(&self) -> Result<(), ApiError> {
+        match &self.tools {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(tools)) if tools.is_empty() => {}
+            Some(_) => {
+                return Err(invalid(
+                    "tools",
+                    "Tools (function calling) are not supported.".to_string(),
+                ))
+            }
+        }
+        match &self.tool_choice {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) if s == "none" || s == "auto" => {}
+            Some(_) => {
+                return Err(invalid(
+                    "tool_choice",
+                    "Tools (function calling) are not supported; `tool_choice` may only be `none` or `auto`.".to_string(),
+                ))
+            }
+        }
+        match &self.response_format {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(o)) if o.get("type").and_then(Value::as_str) == Some("text") => {}
+            Some(_) => {
+                return Err(invalid(
+                    "response_format",
+                    "Only `{\"type\": \"text\"}` is supported for `response_format`.".to_string(),
+                ))
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,304 @@
+//! Validation rules: each out-of-range value answers 400 shape B naming its
+//! `param`; valid requests become the engine's `SamplingParams`.
+
+use hearth_api::{
+    parse_json_body, ApiError, ChatCompletionRequest, CompletionRequest, PromptInput, ValidChat,
+    ValidCompletion,
+};
+use serde_json::{json, Value};
+
+fn completion(extra: Value) -> Result<ValidCompletion, ApiError> {
+    let mut body = json!({"model": "m", "prompt": "hi"});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    parse_json_body::<CompletionRequest>(body.to_string().as_bytes())
+        .unwrap()
+        .validate()
+}
+
+fn chat(extra: Value) -> Result<ValidChat, ApiError> {
+    let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    parse_json_body::<ChatCompletionRequest>(body.to_string().as_bytes())
+        .unwrap()
+        .validate()
+}
+
+#[track_caller]
+fn rejects<T: std::fmt::Debug>(result: Result<T, ApiError>, param: &str) {
+    let err = result.unwrap_err();
+    assert_eq!(err.status(), 400, "{err}");
+    let body = err.body_json();
+    assert_eq!(body["error"]["type"], "BadRequestError");
+    assert_eq!(body["error"]["param"], param, "{body}");
+}
+
+#[test]
+fn completion_defaults() {
+    let v = completion(json!({})).unwrap();
+    assert_eq!(v.prompts, vec![PromptInput::Text("hi".into())]);
+    assert_eq!(v.params.max_tokens, Some(16));
+    assert_eq!(v.params.temperature, 1.0);
+    assert_eq!(
+        (v.n, v.stream, v.include_usage, v.echo, v.logprobs),
+        (1, false, false, false, None)
+    );
+}
+
+#[test]
+fn completion_full_request() {
+    let v = completion(json!({
+        "prompt": [[1, 2], [3]], "max_tokens": 5, "temperature": 0, "top_p": 0.5, "n": 2,
+        "stream": true, "stream_options": {"include_usage": true}, "logprobs": 3,
+        "stop": "\n", "presence_penalty": 1, "frequency_penalty": -1,
+        "logit_bias": {"50256": -100}, "seed": 42, "suffix": "x", "user": "u", "best_of": 2,
+        "top_k": -1, "min_p": 0.1, "repetition_penalty": 1.1, "ignore_eos": true
+    }))
+    .unwrap();
+    assert_eq!(
+        v.prompts,
+        vec![
+            PromptInput::Tokens(vec![1, 2]),
+            PromptInput::Tokens(vec![3])
+        ]
+    );
+    let p = &v.params;
+    assert_eq!(
+        (p.max_tokens, p.temperature, p.top_p, p.top_k),
+        (Some(5), 0.0, 0.5, 0)
+    );
+    assert_eq!(
+        (p.seed, p.logprobs, p.ignore_eos),
+        (Some(42), Some(3), true)
+    );
+    assert_eq!(p.stop, vec!["\n".to_string()]);
+    assert_eq!(p.logit_bias, vec![(50256, -100.0)]);
+    assert_eq!(
+        (v.n, v.stream, v.include_usage, v.logprobs),
+        (2, true, true, Some(3))
+    );
+}
+
+#[test]
+fn include_usage_needs_stream() {
+    let v = completion(json!({"stream_options": {"include_usage": true}})).unwrap();
+    assert!(!v.include_usage);
+}
+
+#[test]
+fn logprobs_above_20() {
+    rejects(completion(json!({"logprobs": 21})), "logprobs");
+}
+
+#[test]
+fn logprobs_negative() {
+    rejects(completion(json!({"logprobs": -1})), "logprobs");
+}
+
+#[test]
+fn logprobs_with_echo() {
+    rejects(completion(json!({"logprobs": 1, "echo": true})), "echo");
+}
+
+#[test]
+fn temperature_range() {
+    rejects(completion(json!({"temperature": 2.5})), "temperature");
+    rejects(chat(json!({"temperature": -0.1})), "temperature");
+}
+
+#[test]
+fn top_p_range() {
+    rejects(completion(json!({"top_p": 0})), "top_p");
+    rejects(chat(json!({"top_p": 1.01})), "top_p");
+}
+
+#[test]
+fn n_range_states_limit() {
+    let err = completion(json!({"n": 17})).unwrap_err();
+    assert!(err.message().contains("16"), "{err}");
+    rejects(completion(json!({"n": 17})), "n");
+    rejects(chat(json!({"n": 0})), "n");
+}
+
+#[test]
+fn max_tokens_at_least_one() {
+    rejects(completion(json!({"max_tokens": 0})), "max_tokens");
+    rejects(chat(json!({"max_tokens": -3})), "max_tokens");
+}
+
+#[test]
+fn penalties_range() {
+    rejects(
+        completion(json!({"presence_penalty": 2.1})),
+        "presence_penalty",
+    );
+    rejects(
+        chat(json!({"frequency_penalty": -2.1})),
+        "frequency_penalty",
+    );
+}
+
+#[test]
+fn repetition_penalty_positive() {
+    rejects(
+        completion(json!({"repetition_penalty": 0})),
+        "repetition_penalty",
+    );
+}
+
+#[test]
+fn min_p_range() {
+    rejects(chat(json!({"min_p": 1.5})), "min_p");
+}
+
+#[test]
+fn top_k_at_least_minus_one() {
+    rejects(completion(json!({"top_k": -2})), "top_k");
+    assert_eq!(chat(json!({"top_k": 0})).unwrap().params.top_k, 0);
+    assert_eq!(chat(json!({"top_k": 40})).unwrap().params.top_k, 40);
+}
+
+#[test]
+fn too_many_stop_strings() {
+    rejects(
+        completion(json!({"stop": ["a", "b", "c", "d", "e"]})),
+        "stop",
+    );
+}
+
+#[test]
+fn empty_stop_string() {
+    rejects(chat(json!({"stop": ["a", ""]})), "stop");
+}
+
+#[test]
+fn logit_bias_key_not_integer() {
+    rejects(completion(json!({"logit_bias": {"abc": 1}})), "logit_bias");
+}
+
+#[test]
+fn logit_bias_value_range() {
+    rejects(chat(json!({"logit_bias": {"5": 101}})), "logit_bias");
+}
+
+#[test]
+fn empty_prompt_list() {
+    rejects(completion(json!({"prompt": []})), "prompt");
+    rejects(completion(json!({"prompt": [[]]})), "prompt");
+}
+
+#[test]
+fn negative_token_id() {
+    rejects(completion(json!({"prompt": [1, -5]})), "prompt");
+}
+
+#[test]
+fn best_of_unsupported() {
+    rejects(completion(json!({"best_of": 3})), "best_of");
+    assert!(completion(json!({"best_of": 1})).is_ok());
+}
+
+#[test]
+fn empty_messages() {
+    rejects(chat(json!({"messages": []})), "messages");
+}
+
+#[test]
+fn unknown_role() {
+    rejects(
+        chat(
+            json!({"messages": [{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}]}),
+        ),
+        "messages[1].role",
+    );
+}
+
+#[test]
+fn non_text_content_part() {
+    let parts =
+        json!([{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x"}}]);
+    rejects(
+        chat(json!({"messages": [{"role": "user", "content": parts}]})),
+        "messages[0].content[1].type",
+    );
+}
+
+#[test]
+fn null_user_content() {
+    rejects(
+        chat(json!({"messages": [{"role": "user", "content": null}]})),
+        "messages[0].content",
+    );
+}
+
+#[test]
+fn developer_is_system() {
+    let v = chat(json!({"messages": [{"role": "developer", "content": "x"}, {"role": "user", "content": "y"}]})).unwrap();
+    assert_eq!(v.messages[0].role, "system");
+}
+
+#[test]
+fn top_logprobs_range() {
+    rejects(
+        chat(json!({"logprobs": true, "top_logprobs": 21})),
+        "top_logprobs",
+    );
+}
+
+#[test]
+fn top_logprobs_needs_logprobs() {
+    rejects(chat(json!({"top_logprobs": 2})), "top_logprobs");
+}
+
+#[test]
+fn chat_logprobs_mapping() {
+    let v = chat(json!({"logprobs": true, "top_logprobs": 5})).unwrap();
+    assert_eq!((v.logprobs, v.params.logprobs), (Some(5), Some(5)));
+    let v = chat(json!({"logprobs": true})).unwrap();
+    assert_eq!(v.logprobs, Some(0));
+    let v = chat(json!({})).unwrap();
+    assert_eq!((v.logprobs, v.params.max_tokens), (None, None));
+}
+
+#[test]
+fn max_completion_tokens_overrides_max_tokens() {
+    let v = chat(json!({"max_tokens": 10, "max_completion_tokens": 20})).unwrap();
+    assert_eq!(v.params.max_tokens, Some(20));
+    rejects(
+        chat(json!({"max_completion_tokens": 0})),
+        "max_completion_tokens",
+    );
+}
+
+#[test]
+fn tools_rejected() {
+    let tools = json!([{"type": "function", "function": {"name": "f"}}]);
+    let err = chat(json!({"tools": tools})).unwrap_err();
+    assert!(err.message().contains("not supported"));
+    rejects(chat(json!({"tools": tools})), "tools");
+    assert!(chat(json!({"tools": []})).is_ok());
+}
+
+#[test]
+fn tool_choice_and_response_format() {
+    rejects(chat(json!({"tool_choice": "required"})), "tool_choice");
+    assert!(chat(json!({"tool_choice": "none"})).is_ok());
+    rejects(
+        chat(json!({"response_format": {"type": "json_object"}})),
+        "response_format",
+    );
+    assert!(chat(json!({"response_format": {"type": "text"}})).is_ok());
+}
+
+#[test]
+fn bad_request_detail_has_fixed_sentence() {
+    let body = completion(json!({"logprobs": 25})).unwrap_err().body_json();
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("Invalid request. Please check the parameters and try again. Details: ")
+    );
+    assert!(detail.contains("20"));
+}

@@ -1,0 +1,210 @@
+//! Reading a llama GGUF file (as written by llama.cpp's converters) into a
+//! [`Llama`].
+//!
+//! Metadata keys (prefix `llama.`): `context_length`, `embedding_length`,
+//! `block_count`, `feed_forward_length` (checked against the tensors),
+//! `attention.head_count`, `attention.head_count_kv`, `attention.key_length`,
+//! `attention.layer_norm_rms_epsilon`, `rope.dimension_count`,
+//! `rope.freq_base`, `rope.scaling.type` / `rope.scaling.factor` (linear).
+//!
+//! Tensors: `token_embd`, `blk.N.{attn_norm, attn_q, attn_k, attn_v,
+//! attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}`, `output_norm`,
+//! optional `output` (otherwise the head is tied to `token_embd`), optional
+//! `rope_freqs` (per-frequency divisors, Llama 3.1 style) and optional
+//! `attn_{q,k,v,output}.bias`.
+//!
+//! Matrices stay quantized behind `QMatMul`. The token embedding is
+//! dequantized once to f16 for row lookups, while a tied head keeps the
+//! quantized `token_embd` tensor. GGUF Q/K rows are permuted for GGML's
+//! adjacent-pair rotary, so the model uses [`RopeLayout::Interleaved`].
+
+use std::io::{Read, Seek};
+use std::sync::Arc;
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{DType, Device, Result, Tensor};
+
+use crate::linear::Linear;
+use crate::llama::{Attention, Block, Llama, Mlp, RmsNorm};
+use crate::rotary::{inv_freq, RopeLayout, Rotary};
+use crate::ModelInfo;
+
+/// Integer metadata of any width.
+fn md_usize(c: &Content, key: &str) -> Result<Option<usize>> {
+    let v = match c.metadata.get(key) {
+        None => return Ok(None),
+        Some(v) => v,
+    };
+    let n: i128 = match v {
+        Value::U8(x) => *x as i128,
+        Value::I8(x) => *x as i128,
+        Value::U16(x) => *x as i128,
+        Value::I16(x) => *x as i128,
+        Value::U32(x) => *x as i128,
+        Value::I32(x) => *x as i128,
+        Value::U64(x) => *x as i128,
+        Value::I64(x) => *x as i128,
+        other => candle_core::bail!("gguf metadata {key} is not an integer: {other:?}"),
+    };
+    usize::try_from(n)
+        .map(Some)
+        .map_err(|_| candle_core::Error::Msg(format!("gguf metadata {key} out of range: {n}")))
+}
+
+fn md_usize_req(c: &Content, key: &str) -> Result<usize> {
+    md_usize(c, key)?.ok_or_else(|| candle_core::Error::Msg(format!("gguf metadata {key} missing")))
+}
+
+fn md_f64(c: &Content, key: &str) -> Result<Option<f64>> {
+    match c.metadata.get(key) {
+        None => Ok(None),
+        Some(Value::F32(x)) => Ok(Some(*x as f64)),
+        Some(Value::F64(x)) => Ok(Some(*x)),
+        Some(other) => candle_core::bail!("gguf metadata {key} is not a float: {other:?}"),
+    }
+}
+
+fn md_str<'a>(c: &'a Content, key: &str) -> Result<Option<&'a str>> {
+    match c.metadata.get(key) {
+        None => Ok(None),
+        Some(v) => Ok(Some(v.to_string()?.as_str())),
+    }
+}
+
+impl Llama {
+    /// From a GGUF file already parsed by candle
+    /// (`candle_core::quantized::gguf_file::Content::read`); `reader` is the
+    /// same file.
+    pub fn from_gguf<R: Read + Seek>(content: &Content, reader: &mut R, device: &Device) -> Result<Self> {
+        let c = content;
+        let arch = md_str(c, "general.architecture")?.unwrap_or("llama");
+        if arch != "llama" {
+            candle_core::bail!("gguf architecture {arch:?} is not supported by the llama loader")
+        }
+        let key = |k: &str| format!("{arch}.{k}");
+        let hidden = md_usize_req(c, &key("embedding_length"))?;
+        let num_layers = md_usize_req(c, &key("block_count"))?;
+        let num_heads = md_usize_req(c, &key("attention.head_count"))?;
+        let num_kv_heads = md_usize(c, &key("attention.head_count_kv"))?.unwrap_or(num_heads);
+        let context_length = md_usize_req(c, &key("context_length"))?;
+        let head_dim = md_usize(c, &key("attention.key_length"))?.unwrap_or(hidden / num_heads.max(1));
+        let rope_dim = md_usize(c, &key("rope.dimension_count"))?.unwrap_or(head_dim);
+        if rope_dim != head_dim {
+            candle_core::bail!("partial rotary (rope dim {rope_dim}, head dim {head_dim}) is not supported")
+        }
+        let freq_base = md_f64(c, &key("rope.freq_base"))?.unwrap_or(10000.0);
+        let eps = md_f64(c, &key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5);
+
+        let mut ld = Loader { c, reader, device };
+
+        // Rotary frequencies, with optional linear scaling and rope_freqs divisors.
+        let mut freqs = inv_freq(head_dim, freq_base);
+        match md_str(c, &key("rope.scaling.type"))? {
+            None | Some("none") => {}
+            Some("linear") => {
+                let factor = md_f64(c, &key("rope.scaling.factor"))?.unwrap_or(1.0);
+                freqs.iter_mut().for_each(|f| *f /= factor);
+            }
+            Some(other) => candle_core::bail!("unsupported gguf rope scaling {other:?}"),
+        }
+        if ld.has("rope_freqs.weight") {
+            let factors = ld.f32_vector("rope_freqs.weight")?.to_vec1::<f32>()?;
+            if factors.len() != freqs.len() {
+                candle_core::bail!("rope_freqs has {} entries, expected {}", factors.len(), freqs.len())
+            }
+            freqs.iter_mut().zip(&factors).for_each(|(f, d)| *f /= *d as f64);
+        }
+        let rotary = Rotary::new(&freqs, context_length, RopeLayout::Interleaved, device)?;
+
+        let token_embd = ld.qtensor("token_embd.weight")?;
+        let (vocab_size, embd_hidden) = token_embd.shape().dims2()?;
+        if embd_hidden != hidden {
+            candle_core::bail!("token_embd width {embd_hidden} differs from embedding_length {hidden}")
+        }
+        let embed = match token_embd.dtype() {
+            GgmlDType::F32 => token_embd.dequantize(device)?,
+            _ => token_embd.dequantize_f16(device)?,
+        };
+        let lm_head = if ld.has("output.weight") {
+            ld.linear("output")?
+        } else {
+            Linear::from_arc(Arc::new(token_embd))?
+        };
+
+        let output_norm = RmsNorm::new(ld.f32_vector("output_norm.weight")?, eps)?;
+        let mut blocks = Vec::with_capacity(num_layers);
+        for i in 0..num_layers {
+            let p = format!("blk.{i}");
+            blocks.push(Block {
+                attn_norm: RmsNorm::new(ld.f32_vector(&format!("{p}.attn_norm.weight"))?, eps)?,
+                ffn_norm: RmsNorm::new(ld.f32_vector(&format!("{p}.ffn_norm.weight"))?, eps)?,
+                attn: Attention {
+                    q: ld.linear(&format!("{p}.attn_q"))?,
+                    k: ld.linear(&format!("{p}.attn_k"))?,
+                    v: ld.linear(&format!("{p}.attn_v"))?,
+                    o: ld.linear(&format!("{p}.attn_output"))?,
+                },
+                mlp: Mlp {
+                    gate: ld.linear(&format!("{p}.ffn_gate"))?,
+                    up: ld.linear(&format!("{p}.ffn_up"))?,
+                    down: ld.linear(&format!("{p}.ffn_down"))?,
+                },
+            });
+            let a = &blocks[i].attn;
+            if a.q.out_features() != num_heads * head_dim || a.k.out_features() != num_kv_heads * head_dim {
+                candle_core::bail!("blk.{i} attention shapes do not match the head counts")
+            }
+        }
+        if let Some(ff) = md_usize(c, &key("feed_forward_length"))? {
+            if blocks.first().is_some_and(|b| b.mlp.gate.out_features() != ff) {
+                candle_core::bail!("ffn_gate width differs from feed_forward_length {ff}")
+            }
+        }
+
+        let info = ModelInfo {
+            architecture: arch.to_string(),
+            vocab_size,
+            context_length,
+            num_layers,
+            hidden_size: hidden,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+        };
+        Llama::from_parts(info, embed, blocks, output_norm, lm_head, rotary)
+    }
+}
+
+/// Reads tensors of one GGUF file onto a device.
+struct Loader<'a, R> {
+    c: &'a Content,
+    reader: &'a mut R,
+    device: &'a Device,
+}
+
+impl<R: Read + Seek> Loader<'_, R> {
+    fn has(&self, name: &str) -> bool {
+        self.c.tensor_infos.contains_key(name)
+    }
+
+    fn qtensor(&mut self, name: &str) -> Result<QTensor> {
+        self.c.tensor(self.reader, name, self.device)
+    }
+
+    /// A small tensor (norm scale, bias) as plain f32.
+    fn f32_vector(&mut self, name: &str) -> Result<Tensor> {
+        self.qtensor(name)?.dequantize(self.device)?.to_dtype(DType::F32)
+    }
+
+    /// `{prefix}.weight` as a (quantized) linear, plus `{prefix}.bias` if present.
+    fn linear(&mut self, prefix: &str) -> Result<Linear> {
+        let lin = Linear::from_qtensor(self.qtensor(&format!("{prefix}.weight"))?)?;
+        let bias = format!("{prefix}.bias");
+        if self.has(&bias) {
+            lin.with_bias(self.f32_vector(&bias)?)
+        } else {
+            Ok(lin)
+        }
+    }
+}

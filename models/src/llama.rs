@@ -1,0 +1,420 @@
+//! Llama-architecture causal language model on plain candle ops.
+//!
+//! Covers Llama 2/3, SmolLM, TinyLlama and other checkpoints with the same
+//! shape: token embedding, `N` pre-norm blocks of grouped-query attention with
+//! rotary positions and a SwiGLU MLP, final RMSNorm and an output head that
+//! may be tied to the embedding.
+//! Reference: <https://github.com/huggingface/transformers/blob/main/src/transformers/models/llama/modeling_llama.py>
+//!
+//! Loading: [`Llama::from_safetensors`] here (Hugging Face names and
+//! [`LlamaConfig`]), [`Llama::from_gguf`] in `gguf.rs`.
+//!
+//! The forward pass runs one chunk of one sequence, `[seq, hidden]` in f32;
+//! positions come from the [`KvCache`] passed in. Attention reads the cached
+//! keys/values as views without repeating them for grouped-query attention:
+//! the query heads that share a KV head are stacked into the rows of one
+//! matmul.
+
+use candle_core::{DType, Device, Module, Result, Tensor};
+use candle_nn::{Init, VarBuilder};
+use serde::Deserialize;
+
+use crate::kv_cache::KvCache;
+use crate::linear::Linear;
+use crate::rotary::{inv_freq, inv_freq_llama3, RopeLayout, Rotary};
+use crate::{CausalLM, ModelInfo};
+
+/// Hugging Face `config.json` of a Llama model (unknown fields are ignored).
+#[derive(Deserialize, Debug, Clone)]
+pub struct LlamaConfig {
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    /// Defaults to `num_attention_heads` (no grouped-query attention).
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
+    #[serde(default = "default_rms_norm_eps")]
+    pub rms_norm_eps: f64,
+    #[serde(default = "default_rope_theta")]
+    pub rope_theta: f64,
+    pub max_position_embeddings: usize,
+    pub vocab_size: usize,
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    /// Defaults to `hidden_size / num_attention_heads`.
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    #[serde(default)]
+    pub rope_scaling: Option<RopeScaling>,
+    #[serde(default)]
+    pub attention_bias: bool,
+    #[serde(default)]
+    pub mlp_bias: bool,
+    /// Only `"silu"` is supported.
+    #[serde(default = "default_hidden_act")]
+    pub hidden_act: String,
+}
+
+/// `rope_scaling` of a Hugging Face config: `"llama3"`, `"linear"` or
+/// `"default"` (none).
+#[derive(Deserialize, Debug, Clone)]
+pub struct RopeScaling {
+    #[serde(default)]
+    pub rope_type: Option<String>,
+    /// Older configs spell `rope_type` as `type`.
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+    #[serde(default = "one")]
+    pub factor: f64,
+    #[serde(default = "one")]
+    pub low_freq_factor: f64,
+    #[serde(default = "four")]
+    pub high_freq_factor: f64,
+    #[serde(default)]
+    pub original_max_position_embeddings: Option<usize>,
+}
+
+fn default_rms_norm_eps() -> f64 {
+    1e-6
+}
+fn default_rope_theta() -> f64 {
+    10000.0
+}
+fn default_hidden_act() -> String {
+    "silu".to_string()
+}
+fn one() -> f64 {
+    1.0
+}
+fn four() -> f64 {
+    4.0
+}
+
+impl LlamaConfig {
+    pub fn num_kv_heads(&self) -> usize {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// RoPE inverse frequencies after `rope_scaling`.
+    fn inv_freq(&self) -> Result<Vec<f64>> {
+        let base = inv_freq(self.head_dim(), self.rope_theta);
+        let Some(s) = &self.rope_scaling else {
+            return Ok(base);
+        };
+        match s.rope_type.as_deref().or(s.kind.as_deref()).unwrap_or("default") {
+            "default" => Ok(base),
+            "linear" => Ok(base.iter().map(|f| f / s.factor).collect()),
+            "llama3" => Ok(inv_freq_llama3(
+                &base,
+                s.factor,
+                s.low_freq_factor,
+                s.high_freq_factor,
+                s.original_max_position_embeddings
+                    .unwrap_or(self.max_position_embeddings),
+            )),
+            other => candle_core::bail!("unsupported rope_scaling type {other:?}"),
+        }
+    }
+}
+
+/// Root-mean-square layer norm with an f32 scale.
+#[derive(Debug, Clone)]
+pub(crate) struct RmsNorm {
+    weight: Tensor,
+    eps: f32,
+}
+
+impl RmsNorm {
+    pub(crate) fn new(weight: Tensor, eps: f64) -> Result<Self> {
+        Ok(Self {
+            weight: weight.to_dtype(DType::F32)?,
+            eps: eps as f32,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps)
+    }
+}
+
+/// Grouped-query self-attention of one block.
+pub(crate) struct Attention {
+    pub(crate) q: Linear,
+    pub(crate) k: Linear,
+    pub(crate) v: Linear,
+    pub(crate) o: Linear,
+}
+
+/// SwiGLU feed-forward: `down(silu(gate(x)) * up(x))`.
+pub(crate) struct Mlp {
+    pub(crate) gate: Linear,
+    pub(crate) up: Linear,
+    pub(crate) down: Linear,
+}
+
+/// One pre-norm transformer block.
+pub(crate) struct Block {
+    pub(crate) attn_norm: RmsNorm,
+    pub(crate) attn: Attention,
+    pub(crate) ffn_norm: RmsNorm,
+    pub(crate) mlp: Mlp,
+}
+
+/// A Llama model: weights and RoPE tables only; sequences live in [`KvCache`].
+pub struct Llama {
+    info: ModelInfo,
+    /// `[vocab, hidden]`, any float dtype; looked-up rows are cast to f32.
+    embed: Tensor,
+    blocks: Vec<Block>,
+    norm: RmsNorm,
+    lm_head: Linear,
+    rotary: Rotary,
+    device: Device,
+}
+
+/// Additive causal mask `[seq, pos + seq]`: query `i` (at position `pos + i`)
+/// sees keys `0..=pos + i`.
+fn causal_mask(seq: usize, pos: usize, device: &Device) -> Result<Tensor> {
+    let total = pos + seq;
+    let mask: Vec<f32> = (0..seq)
+        .flat_map(|i| (0..total).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 }))
+        .collect();
+    Tensor::from_vec(mask, (seq, total), device)
+}
+
+impl Llama {
+    /// Assembles a model from loaded parts (used by both loaders).
+    pub(crate) fn from_parts(
+        info: ModelInfo,
+        embed: Tensor,
+        blocks: Vec<Block>,
+        norm: RmsNorm,
+        lm_head: Linear,
+        rotary: Rotary,
+    ) -> Result<Self> {
+        let i = &info;
+        if i.num_heads == 0 || i.num_kv_heads == 0 || i.num_heads % i.num_kv_heads != 0 {
+            candle_core::bail!("{} query heads do not group over {} kv heads", i.num_heads, i.num_kv_heads)
+        }
+        if i.head_dim % 2 != 0 {
+            candle_core::bail!("odd head_dim {}", i.head_dim)
+        }
+        if blocks.len() != i.num_layers {
+            candle_core::bail!("{} blocks for {} layers", blocks.len(), i.num_layers)
+        }
+        if embed.dims2()? != (i.vocab_size, i.hidden_size) {
+            candle_core::bail!("token embedding {:?} is not [{}, {}]", embed.shape(), i.vocab_size, i.hidden_size)
+        }
+        if lm_head.out_features() != i.vocab_size || lm_head.in_features() != i.hidden_size {
+            candle_core::bail!("output head is {}x{}", lm_head.out_features(), lm_head.in_features())
+        }
+        let device = embed.device().clone();
+        Ok(Self {
+            info,
+            embed,
+            blocks,
+            norm,
+            lm_head,
+            rotary,
+            device,
+        })
+    }
+
+    /// From Hugging Face safetensors + config.json (f32/f16/bf16 weights),
+    /// names like `model.layers.0.self_attn.q_proj.weight`.
+    ///
+    /// Weights keep the `VarBuilder`'s dtype, except bf16 on CPU, which is
+    /// widened to f32 (candle's CPU matmul has no bf16). Activations and the
+    /// KV cache are f32. With a `VarMap`-backed builder, missing weights are
+    /// created with random init (embeddings N(0,1), linears Kaiming normal,
+    /// norms 1), which is how tests build tiny models.
+    pub fn from_safetensors(config: &LlamaConfig, vb: VarBuilder) -> Result<Self> {
+        let cfg = config;
+        if cfg.hidden_act != "silu" {
+            candle_core::bail!("unsupported hidden_act {:?}", cfg.hidden_act)
+        }
+        let (h, d) = (cfg.hidden_size, cfg.head_dim());
+        let (nh, nkv, ff) = (cfg.num_attention_heads, cfg.num_kv_heads(), cfg.intermediate_size);
+        let widen = vb.device().is_cpu() && vb.dtype() == DType::BF16;
+        let get = |vb: &VarBuilder, shape: (usize, usize), name: &str, init: Init| -> Result<Tensor> {
+            let w = vb.get_with_hints(shape, name, init)?;
+            if widen {
+                w.to_dtype(DType::F32)
+            } else {
+                Ok(w)
+            }
+        };
+        let linear = |vb: &VarBuilder, out: usize, inp: usize, bias: bool| -> Result<Linear> {
+            let lin = Linear::dense(get(vb, (out, inp), "weight", candle_nn::init::DEFAULT_KAIMING_NORMAL)?)?;
+            if bias {
+                lin.with_bias(vb.get_with_hints(out, "bias", Init::Const(0.0))?)
+            } else {
+                Ok(lin)
+            }
+        };
+        let norm = |vb: &VarBuilder| RmsNorm::new(vb.get_with_hints(h, "weight", Init::Const(1.0))?, cfg.rms_norm_eps);
+
+        let vm = vb.pp("model");
+        let embed = get(&vm, (cfg.vocab_size, h), "embed_tokens.weight", Init::Randn { mean: 0.0, stdev: 1.0 })?;
+        let mut blocks = Vec::with_capacity(cfg.num_hidden_layers);
+        for i in 0..cfg.num_hidden_layers {
+            let vl = vm.pp(format!("layers.{i}"));
+            let (va, vf) = (vl.pp("self_attn"), vl.pp("mlp"));
+            let ab = cfg.attention_bias;
+            blocks.push(Block {
+                attn_norm: norm(&vl.pp("input_layernorm"))?,
+                attn: Attention {
+                    q: linear(&va.pp("q_proj"), nh * d, h, ab)?,
+                    k: linear(&va.pp("k_proj"), nkv * d, h, ab)?,
+                    v: linear(&va.pp("v_proj"), nkv * d, h, ab)?,
+                    o: linear(&va.pp("o_proj"), h, nh * d, ab)?,
+                },
+                ffn_norm: norm(&vl.pp("post_attention_layernorm"))?,
+                mlp: Mlp {
+                    gate: linear(&vf.pp("gate_proj"), ff, h, cfg.mlp_bias)?,
+                    up: linear(&vf.pp("up_proj"), ff, h, cfg.mlp_bias)?,
+                    down: linear(&vf.pp("down_proj"), h, ff, cfg.mlp_bias)?,
+                },
+            });
+        }
+        let final_norm = norm(&vm.pp("norm"))?;
+        let lm_head = if cfg.tie_word_embeddings || !vb.contains_tensor("lm_head.weight") {
+            Linear::dense(embed.clone())?
+        } else {
+            linear(&vb.pp("lm_head"), cfg.vocab_size, h, false)?
+        };
+        let rotary = Rotary::new(&cfg.inv_freq()?, cfg.max_position_embeddings, RopeLayout::Halves, vb.device())?;
+        let info = ModelInfo {
+            architecture: "llama".to_string(),
+            vocab_size: cfg.vocab_size,
+            context_length: cfg.max_position_embeddings,
+            num_layers: cfg.num_hidden_layers,
+            hidden_size: h,
+            num_heads: nh,
+            num_kv_heads: nkv,
+            head_dim: d,
+        };
+        Self::from_parts(info, embed, blocks, final_norm, lm_head, rotary)
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Self-attention of block `layer` over `x` (`[seq, hidden]`, normed).
+    fn attention(&self, layer: usize, x: &Tensor, pos: usize, mask: Option<&Tensor>, cache: &mut KvCache) -> Result<Tensor> {
+        let a = &self.blocks[layer].attn;
+        let (nh, nkv, d) = (self.info.num_heads, self.info.num_kv_heads, self.info.head_dim);
+        let seq = x.dim(0)?;
+        let heads = |y: Tensor, n: usize| y.reshape((seq, n, d))?.transpose(0, 1);
+        let q = self.rotary.apply(&heads(a.q.forward(x)?, nh)?, pos)?;
+        let k = self.rotary.apply(&heads(a.k.forward(x)?, nkv)?, pos)?;
+        let v = heads(a.v.forward(x)?, nkv)?.contiguous()?;
+        let (k_all, v_all) = cache.append(layer, &k, &v)?; // [nkv, total, d]
+        let total = pos + seq;
+
+        // Query head h uses kv head h / n_rep: stack each group's rows.
+        let n_rep = nh / nkv;
+        let q = (q * (1.0 / (d as f64).sqrt()))?.reshape((nkv, n_rep * seq, d))?;
+        let att = q.matmul(&k_all.t()?)?.to_dtype(DType::F32)?; // [nkv, n_rep*seq, total]
+        let att = match mask {
+            Some(m) => att
+                .reshape((nkv, n_rep, seq, total))?
+                .broadcast_add(m)?
+                .reshape((nkv, n_rep * seq, total))?,
+            None => att,
+        };
+        let att = candle_nn::ops::softmax_last_dim(&att)?;
+        let y = att.to_dtype(v_all.dtype())?.matmul(&v_all)?; // [nkv, n_rep*seq, d]
+        let y = y
+            .reshape((nh, seq, d))?
+            .transpose(0, 1)?
+            .reshape((seq, nh * d))?
+            .to_dtype(DType::F32)?;
+        a.o.forward(&y)
+    }
+}
+
+impl CausalLM for Llama {
+    fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        let info = &self.info;
+        let seq = tokens.len();
+        if seq == 0 {
+            candle_core::bail!("forward called with no tokens")
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= info.vocab_size) {
+            candle_core::bail!("token id {bad} out of range for vocabulary of {}", info.vocab_size)
+        }
+        let pos = cache.len();
+        if pos + seq > info.context_length {
+            candle_core::bail!(
+                "sequence of {} tokens exceeds the context length {}",
+                pos + seq,
+                info.context_length
+            )
+        }
+        if cache.num_layers() != info.num_layers {
+            candle_core::bail!("kv cache has {} layers, model {}", cache.num_layers(), info.num_layers)
+        }
+        cache.reserve(seq)?;
+
+        let ids = Tensor::new(tokens, &self.device)?;
+        let mut x = self.embed.index_select(&ids, 0)?.to_dtype(DType::F32)?;
+        let mask = if seq > 1 { Some(causal_mask(seq, pos, &self.device)?) } else { None };
+        for (i, block) in self.blocks.iter().enumerate() {
+            let h = self.attention(i, &block.attn_norm.forward(&x)?, pos, mask.as_ref(), cache)?;
+            x = (x + h)?;
+            let n = block.ffn_norm.forward(&x)?;
+            let m = &block.mlp;
+            let g = candle_nn::ops::silu(&m.gate.forward(&n)?)?;
+            x = (x + m.down.forward(&(g * m.up.forward(&n)?)?)?)?;
+        }
+        cache.advance(seq);
+
+        let last = self.norm.forward(&x.narrow(0, seq - 1, 1)?)?;
+        self.lm_head.forward(&last)?.squeeze(0)?.to_dtype(DType::F32)
+    }
+
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn new_cache(&self) -> KvCache {
+        let i = &self.info;
+        KvCache::new(i.num_layers, i.num_kv_heads, i.head_dim, i.context_length, DType::F32, &self.device)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causal_mask_offsets_by_cached_len() -> Result<()> {
+        let m = causal_mask(2, 3, &Device::Cpu)?.to_vec2::<f32>()?;
+        let inf = f32::NEG_INFINITY;
+        assert_eq!(m, vec![vec![0., 0., 0., 0., inf], vec![0., 0., 0., 0., 0.]]);
+        Ok(())
+    }
+
+    #[test]
+    fn config_defaults_from_json() {
+        let cfg: LlamaConfig = serde_json::from_str(
+            r#"{"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "max_position_embeddings": 32, "vocab_size": 100,
+                "head_dim": null, "architectures": ["LlamaForCausalLM"]}"#,
+        )
+        .unwrap();
+        assert_eq!(cfg.num_kv_heads(), 4);
+        assert_eq!(cfg.head_dim(), 16);
+        assert_eq!(cfg.rope_theta, 10000.0);
+        assert!(!cfg.tie_word_embeddings);
+        assert_eq!(cfg.hidden_act, "silu");
+    }
+}

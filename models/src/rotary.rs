@@ -1,0 +1,142 @@
+//! Rotary position embedding (RoPE) tables and their application.
+//!
+//! The cos/sin tables cover the model's full context length and are computed
+//! once at load time. Two pairings of the head dimension exist:
+//! - [`RopeLayout::Interleaved`]: dimensions `(2i, 2i+1)` rotate together
+//!   (GGML's `rope` and GGUF llama files, whose Q/K rows are permuted for it);
+//!   applied with `candle_nn::rotary_emb::rope_i`.
+//! - [`RopeLayout::Halves`]: dimensions `(i, i + d/2)` rotate together (the
+//!   Hugging Face / NeoX layout of safetensors checkpoints); applied with
+//!   `candle_nn::rotary_emb::rope`.
+//!
+//! Frequencies are `theta^(-2i/d)`, optionally divided by per-frequency
+//! factors (GGUF `rope_freqs.weight`, Hugging Face `llama3` and `linear`
+//! scaling, see [`inv_freq_llama3`]).
+
+use candle_core::{Device, Result, Tensor};
+
+/// Which head dimensions form a rotating pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RopeLayout {
+    Interleaved,
+    Halves,
+}
+
+/// Precomputed cos/sin tables, `[max_len, head_dim / 2]` each.
+#[derive(Debug, Clone)]
+pub(crate) struct Rotary {
+    cos: Tensor,
+    sin: Tensor,
+    layout: RopeLayout,
+    max_len: usize,
+}
+
+/// Plain RoPE inverse frequencies `theta^(-2i/d)` for `i < d/2`.
+pub(crate) fn inv_freq(head_dim: usize, theta: f64) -> Vec<f64> {
+    (0..head_dim / 2)
+        .map(|i| 1.0 / theta.powf(2.0 * i as f64 / head_dim as f64))
+        .collect()
+}
+
+/// Llama 3.1 frequency scaling (Hugging Face `rope_type: "llama3"`): long
+/// wavelengths are divided by `factor`, short ones kept, and the band between
+/// is interpolated smoothly.
+pub(crate) fn inv_freq_llama3(
+    inv_freq: &[f64],
+    factor: f64,
+    low_freq_factor: f64,
+    high_freq_factor: f64,
+    original_max_position_embeddings: usize,
+) -> Vec<f64> {
+    let old_len = original_max_position_embeddings as f64;
+    let low_freq_wavelen = old_len / low_freq_factor;
+    let high_freq_wavelen = old_len / high_freq_factor;
+    inv_freq
+        .iter()
+        .map(|&f| {
+            let wavelen = 2.0 * std::f64::consts::PI / f;
+            if wavelen < high_freq_wavelen {
+                f
+            } else if wavelen > low_freq_wavelen {
+                f / factor
+            } else {
+                let smooth = (old_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                (1.0 - smooth) * f / factor + smooth * f
+            }
+        })
+        .collect()
+}
+
+impl Rotary {
+    /// Tables for positions `0..max_len` from `head_dim / 2` inverse
+    /// frequencies.
+    pub(crate) fn new(inv_freq: &[f64], max_len: usize, layout: RopeLayout, device: &Device) -> Result<Self> {
+        let half = inv_freq.len();
+        let mut cos = Vec::with_capacity(max_len * half);
+        let mut sin = Vec::with_capacity(max_len * half);
+        for pos in 0..max_len {
+            for &f in inv_freq {
+                let angle = pos as f64 * f;
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
+            }
+        }
+        Ok(Self {
+            cos: Tensor::from_vec(cos, (max_len, half), device)?,
+            sin: Tensor::from_vec(sin, (max_len, half), device)?,
+            layout,
+            max_len,
+        })
+    }
+
+    /// Rotates `x` of shape `[heads, seq, head_dim]` whose tokens sit at
+    /// positions `pos..pos+seq`.
+    pub(crate) fn apply(&self, x: &Tensor, pos: usize) -> Result<Tensor> {
+        let seq = x.dim(1)?;
+        if pos + seq > self.max_len {
+            candle_core::bail!("position {} past the RoPE table of {}", pos + seq, self.max_len)
+        }
+        let cos = self.cos.narrow(0, pos, seq)?;
+        let sin = self.sin.narrow(0, pos, seq)?;
+        let x = x.contiguous()?.unsqueeze(0)?;
+        let y = match self.layout {
+            RopeLayout::Interleaved => candle_nn::rotary_emb::rope_i(&x, &cos, &sin)?,
+            RopeLayout::Halves => candle_nn::rotary_emb::rope(&x, &cos, &sin)?,
+        };
+        y.squeeze(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Position 0 is the identity; adjacent pairs vs halves differ as expected.
+    #[test]
+    fn layouts_rotate_the_right_pairs() -> Result<()> {
+        let dev = Device::Cpu;
+        let freqs = inv_freq(4, 10000.0);
+        let x = Tensor::new(&[[[1f32, 2., 3., 4.], [1., 2., 3., 4.]]], &dev)?; // [1, 2, 4]
+        for layout in [RopeLayout::Interleaved, RopeLayout::Halves] {
+            let r = Rotary::new(&freqs, 8, layout, &dev)?;
+            let y = r.apply(&x, 0)?.to_vec3::<f32>()?;
+            assert_eq!(y[0][0], vec![1., 2., 3., 4.]);
+            let (c, s) = (1f32.cos(), 1f32.sin()); // pos 1, freq 0 = 1.0
+            let y1 = &y[0][1];
+            match layout {
+                // pair (x0, x1) rotates by angle 1
+                RopeLayout::Interleaved => {
+                    assert!((y1[0] - (c - 2. * s)).abs() < 1e-5);
+                    assert!((y1[1] - (s + 2. * c)).abs() < 1e-5);
+                }
+                // pair (x0, x2) rotates by angle 1
+                RopeLayout::Halves => {
+                    assert!((y1[0] - (c - 3. * s)).abs() < 1e-5);
+                    assert!((y1[2] - (s + 3. * c)).abs() < 1e-5);
+                }
+            }
+            assert!(r.apply(&x, 7).is_err());
+        }
+        Ok(())
+    }
+}

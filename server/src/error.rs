@@ -1,0 +1,83 @@
+//! The HTTP edge of errors: [`HttpError`] turns the API layer's errors into
+//! responses, and the extractors here make sure axum's own plain-text
+//! rejections never reach a client.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use hearth_api::ApiError;
+use serde::de::DeserializeOwned;
+
+/// An [`ApiError`] on its way out as an HTTP response.
+#[derive(Debug)]
+pub struct HttpError(pub ApiError);
+
+impl From<ApiError> for HttpError {
+    fn from(e: ApiError) -> Self {
+        Self(e)
+    }
+}
+
+impl From<hearth_core::EngineError> for HttpError {
+    fn from(e: hearth_core::EngineError) -> Self {
+        Self(ApiError::from(e))
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.0.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if status.is_server_error() {
+            tracing::warn!(status = status.as_u16(), body = %self.0.body_json(), "request failed");
+        }
+        (status, axum::Json(self.0.body_json())).into_response()
+    }
+}
+
+/// A JSON body parsed into the API's own error shapes (422 shape C).
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = HttpError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            let status = rejection.status();
+            if status == StatusCode::PAYLOAD_TOO_LARGE {
+                HttpError(ApiError::payload_too_large(crate::app::MAX_BODY_BYTES))
+            } else {
+                HttpError(ApiError::bad_request(None, format!("cannot read the request body: {rejection}")))
+            }
+        })?;
+        hearth_api::parse_json_body(&bytes).map(ApiJson).map_err(HttpError)
+    }
+}
+
+/// A query string parsed into the API's own error shapes (422 shape C).
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        hearth_api::parse_query(parts.uri.query())
+            .map(ApiQuery)
+            .map_err(HttpError)
+    }
+}
+
+/// 404 for unknown routes, in shape A.
+pub async fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, axum::Json(serde_json::json!({"detail": "Not Found"}))).into_response()
+}
+
+/// 405 for a known route with the wrong method, in shape A.
+pub async fn method_not_allowed() -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        axum::Json(serde_json::json!({"detail": "Method Not Allowed"})),
+    )
+        .into_response()
+}

@@ -1,0 +1,13 @@
+//! The Hearth server: CLI configuration, the axum app and its routes.
+
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod models_cli;
+pub mod routes;
+pub mod serve;
+pub mod state;
+
+pub use app::app;
+pub use state::AppState;

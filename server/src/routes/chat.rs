@@ -1,0 +1,135 @@
+//! `POST /v1/chat/completions`: chat, whole or streamed.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::StreamExt;
+use hearth_api::{
+    ApiError, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse,
+    ChatLogprobs, ChatResponseMessage, ProjectQuery, UsageInfo,
+};
+use hearth_core::{ChatMessage, TokenEvent};
+use hearth_engine::ChatModel;
+
+use super::generate::{chat_model, collect, merge, response_id, submit, tokenize, total_usage, ChoiceSlot};
+use super::sse::{sse_response, SseSender};
+use crate::error::{ApiJson, ApiQuery, HttpError};
+use crate::state::{now_secs, AppState};
+
+pub async fn create(
+    State(state): State<AppState>,
+    ApiQuery(_project): ApiQuery<ProjectQuery>,
+    ApiJson(request): ApiJson<ChatCompletionRequest>,
+) -> Result<Response, HttpError> {
+    let valid = request.validate()?;
+    let model = chat_model(&state, &valid.model)?;
+    let prompt = render(&model, &valid.messages).await?;
+    let prompts = tokenize(model.tokenizer.clone(), vec![prompt], false).await?;
+    let id = response_id("chatcmpl");
+    let streams = submit(&model, &id, &prompts, &valid.params, valid.n)?;
+    let created = now_secs();
+    if valid.stream {
+        let include_usage = valid.include_usage;
+        let model_id = valid.model.clone();
+        return Ok(sse_response(move |tx| async move {
+            stream_chat(tx, streams, id, created, model_id, prompts, include_usage).await
+        }));
+    }
+    let outputs = collect(streams).await?;
+    let completion_tokens = outputs.iter().map(|o| o.usage.completion_tokens).sum();
+    let choices = outputs
+        .into_iter()
+        .map(|o| ChatChoice {
+            index: o.slot.index,
+            logprobs: valid.logprobs.map(|_| ChatLogprobs::from_tokens(&o.logprobs)),
+            message: ChatResponseMessage::assistant(o.text),
+            finish_reason: Some(o.finish_reason),
+        })
+        .collect();
+    let usage = total_usage(&prompts, completion_tokens);
+    let body = ChatCompletionResponse::new(
+        id,
+        created,
+        valid.model,
+        choices,
+        UsageInfo::new(usage.prompt_tokens, usage.completion_tokens),
+    );
+    Ok(Json(body).into_response())
+}
+
+/// Renders the conversation with the model's chat template; a template error
+/// (e.g. a role order the template refuses) is the client's: 400.
+async fn render(model: &ChatModel, messages: &[ChatMessage]) -> Result<String, HttpError> {
+    let template = model.template.clone();
+    let messages = messages.to_vec();
+    tokio::task::spawn_blocking(move || template.render(&messages, true))
+        .await
+        .map_err(|_| HttpError(ApiError::internal()))?
+        .map_err(|e| HttpError(ApiError::bad_request(Some("messages"), e.to_string())))
+}
+
+async fn stream_chat(
+    tx: SseSender,
+    streams: Vec<(ChoiceSlot, hearth_engine::TokenStream)>,
+    id: String,
+    created: u64,
+    model: String,
+    prompts: Vec<Vec<u32>>,
+    include_usage: bool,
+) {
+    let chunk = |choice: ChatChunkChoice| ChatCompletionChunk::new(id.clone(), created, model.clone(), vec![choice]);
+    for (slot, _) in &streams {
+        if !tx.json(&chunk(ChatChunkChoice::role(slot.index))).await {
+            return;
+        }
+    }
+    let mut remaining = streams.len();
+    let mut completion_tokens = 0;
+    let mut events = merge(streams);
+    while let Some((slot, event)) = events.next().await {
+        let choices = match event {
+            TokenEvent::Token { text, logprobs, .. } => {
+                let logprobs = logprobs.map(|lp| ChatLogprobs::from_tokens(std::slice::from_ref(&lp)));
+                if text.is_empty() && logprobs.is_none() {
+                    continue;
+                }
+                vec![ChatChunkChoice::content(slot.index, text, logprobs)]
+            }
+            TokenEvent::Finished { reason, usage, text } => {
+                remaining -= 1;
+                completion_tokens += usage.completion_tokens;
+                let mut out = Vec::new();
+                if !text.is_empty() {
+                    out.push(ChatChunkChoice::content(slot.index, text, None));
+                }
+                out.push(ChatChunkChoice::finish(slot.index, reason));
+                out
+            }
+            TokenEvent::Error(e) => {
+                tx.error(&ApiError::from(e)).await;
+                tx.done().await;
+                return;
+            }
+        };
+        for choice in choices {
+            if !tx.json(&chunk(choice)).await {
+                return;
+            }
+        }
+    }
+    if remaining > 0 {
+        tx.error(&ApiError::from(hearth_core::EngineError::Stopped)).await;
+    } else if include_usage {
+        let usage = total_usage(&prompts, completion_tokens);
+        let body = ChatCompletionChunk::usage(
+            id.clone(),
+            created,
+            model.clone(),
+            UsageInfo::new(usage.prompt_tokens, usage.completion_tokens),
+        );
+        if !tx.json(&body).await {
+            return;
+        }
+    }
+    tx.done().await;
+}

@@ -1,0 +1,176 @@
+//! `POST /v1/completions`: text completion, whole or streamed.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::StreamExt;
+use hearth_api::{
+    ApiError, CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse,
+    ProjectQuery, PromptInput, UsageInfo, ValidCompletion,
+};
+use hearth_core::TokenEvent;
+
+use super::generate::{chat_model, collect, merge, response_id, submit, tokenize, total_usage};
+use super::sse::{sse_response, SseSender};
+use crate::error::{ApiJson, ApiQuery, HttpError};
+use crate::state::{now_secs, AppState};
+
+pub async fn create(
+    State(state): State<AppState>,
+    ApiQuery(_project): ApiQuery<ProjectQuery>,
+    ApiJson(request): ApiJson<CompletionRequest>,
+) -> Result<Response, HttpError> {
+    let valid = request.validate()?;
+    let model = chat_model(&state, &valid.model)?;
+    let prompts = prompt_ids(&model, &valid).await?;
+    let echoes = if valid.echo {
+        decode_all(&model, &prompts).await?
+    } else {
+        vec![String::new(); prompts.len()]
+    };
+    let id = response_id("cmpl");
+    let streams = submit(&model, &id, &prompts, &valid.params, valid.n)?;
+    let created = now_secs();
+    if valid.stream {
+        let want_logprobs = valid.logprobs.is_some();
+        let (n, include_usage, model_id) = (valid.n, valid.include_usage, valid.model.clone());
+        return Ok(sse_response(move |tx| async move {
+            stream_completion(tx, streams, id, created, model_id, prompts, echoes, n, include_usage, want_logprobs)
+                .await
+        }));
+    }
+    let outputs = collect(streams).await?;
+    let completion_tokens = outputs.iter().map(|o| o.usage.completion_tokens).sum();
+    let choices = outputs
+        .into_iter()
+        .map(|o| {
+            let echo = &echoes[o.slot.prompt];
+            CompletionChoice {
+                index: o.slot.index,
+                logprobs: valid
+                    .logprobs
+                    .map(|_| CompletionLogprobs::from_tokens(&o.logprobs, echo.len())),
+                text: format!("{echo}{}", o.text),
+                finish_reason: Some(o.finish_reason),
+            }
+        })
+        .collect();
+    let usage = total_usage(&prompts, completion_tokens);
+    let body = CompletionResponse::new(
+        id,
+        created,
+        valid.model,
+        choices,
+        UsageInfo::new(usage.prompt_tokens, usage.completion_tokens),
+    );
+    Ok(Json(body).into_response())
+}
+
+/// Token ids of each prompt: text is tokenized (with the model's BOS rule),
+/// token prompts are taken as they are.
+async fn prompt_ids(model: &hearth_engine::ChatModel, valid: &ValidCompletion) -> Result<Vec<Vec<u32>>, HttpError> {
+    let texts: Vec<String> = valid
+        .prompts
+        .iter()
+        .filter_map(|p| match p {
+            PromptInput::Text(t) => Some(t.clone()),
+            PromptInput::Tokens(_) => None,
+        })
+        .collect();
+    let mut encoded = tokenize(model.tokenizer.clone(), texts, true).await?.into_iter();
+    Ok(valid
+        .prompts
+        .iter()
+        .map(|p| match p {
+            PromptInput::Text(_) => encoded.next().unwrap_or_default(),
+            PromptInput::Tokens(ids) => ids.clone(),
+        })
+        .collect())
+}
+
+async fn decode_all(model: &hearth_engine::ChatModel, prompts: &[Vec<u32>]) -> Result<Vec<String>, HttpError> {
+    let tokenizer = model.tokenizer.clone();
+    let prompts = prompts.to_vec();
+    tokio::task::spawn_blocking(move || {
+        prompts
+            .iter()
+            .map(|ids| tokenizer.decode(ids, false).unwrap_or_default())
+            .collect()
+    })
+    .await
+    .map_err(|_| HttpError(ApiError::internal()))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn stream_completion(
+    tx: SseSender,
+    streams: Vec<(super::generate::ChoiceSlot, hearth_engine::TokenStream)>,
+    id: String,
+    created: u64,
+    model: String,
+    prompts: Vec<Vec<u32>>,
+    echoes: Vec<String>,
+    n: usize,
+    include_usage: bool,
+    want_logprobs: bool,
+) {
+    let chunk = |choice: CompletionChoice| CompletionChunk::new(id.clone(), created, model.clone(), vec![choice]);
+    let mut offsets = vec![0usize; streams.len()];
+    for (slot, _) in &streams {
+        let echo = &echoes[slot.prompt];
+        if !echo.is_empty() {
+            offsets[slot.index] = echo.len();
+            let choice = CompletionChoice { index: slot.index, text: echo.clone(), logprobs: None, finish_reason: None };
+            if !tx.json(&chunk(choice)).await {
+                return;
+            }
+        }
+    }
+    let mut remaining = streams.len();
+    let mut completion_tokens = 0;
+    let mut events = merge(streams);
+    while let Some((slot, event)) = events.next().await {
+        let choice = match event {
+            TokenEvent::Token { text, logprobs, .. } => {
+                let logprobs = match (&logprobs, want_logprobs) {
+                    (Some(lp), true) => Some(CompletionLogprobs::from_tokens(std::slice::from_ref(lp), offsets[slot.index])),
+                    _ => None,
+                };
+                if text.is_empty() && logprobs.is_none() {
+                    continue;
+                }
+                offsets[slot.index] += text.len();
+                CompletionChoice { index: slot.index, text, logprobs, finish_reason: None }
+            }
+            TokenEvent::Finished { reason, usage, text } => {
+                remaining -= 1;
+                completion_tokens += usage.completion_tokens;
+                CompletionChoice { index: slot.index, text, logprobs: None, finish_reason: Some(reason) }
+            }
+            TokenEvent::Error(e) => {
+                tx.error(&ApiError::from(e)).await;
+                tx.done().await;
+                return;
+            }
+        };
+        if !tx.json(&chunk(choice)).await {
+            return;
+        }
+    }
+    if remaining > 0 {
+        tx.error(&ApiError::from(hearth_core::EngineError::Stopped)).await;
+    } else if include_usage {
+        let usage = total_usage(&prompts, completion_tokens);
+        let _ = n;
+        let body = CompletionChunk::usage(
+            id.clone(),
+            created,
+            model.clone(),
+            UsageInfo::new(usage.prompt_tokens, usage.completion_tokens),
+        );
+        if !tx.json(&body).await {
+            return;
+        }
+    }
+    tx.done().await;
+}

@@ -1,0 +1,147 @@
+//! What the completion and chat routes share: tokenizing off the async
+//! threads, submitting one sequence per choice, merging the choices' event
+//! streams, and collecting them into whole results.
+
+use std::sync::Arc;
+
+use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
+use hearth_api::ApiError;
+use hearth_core::{EngineError, FinishReason, GenerateRequest, SamplingParams, TokenEvent, TokenLogprobs, Usage};
+use hearth_engine::{ChatModel, TokenStream};
+use tokenizers::Tokenizer;
+
+use crate::error::HttpError;
+use crate::state::AppState;
+
+/// Finds a served chat model, or 404 shape A.
+pub fn chat_model(state: &AppState, id: &str) -> Result<ChatModel, HttpError> {
+    state
+        .chat
+        .get(id)
+        .cloned()
+        .ok_or_else(|| HttpError(ApiError::model_not_found(id)))
+}
+
+/// Tokenizes `texts` on the blocking pool.
+pub async fn tokenize(tokenizer: Arc<Tokenizer>, texts: Vec<String>, add_special: bool) -> Result<Vec<Vec<u32>>, HttpError> {
+    tokio::task::spawn_blocking(move || {
+        texts
+            .into_iter()
+            .map(|t| tokenizer.encode(t, add_special).map(|e| e.get_ids().to_vec()))
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await
+    .map_err(|_| HttpError(ApiError::internal()))?
+    .map_err(|e| HttpError(ApiError::bad_request(Some("prompt"), format!("cannot tokenize the prompt: {e}"))))
+}
+
+/// One choice's place: which prompt it answers and its index in `choices`.
+#[derive(Debug, Clone, Copy)]
+pub struct ChoiceSlot {
+    pub index: usize,
+    pub prompt: usize,
+}
+
+/// Submits `n` sequences for each prompt. Choice `i` of a seeded request uses
+/// seed `seed + i`, so choices differ but the whole request is reproducible.
+pub fn submit(
+    model: &ChatModel,
+    request_id: &str,
+    prompts: &[Vec<u32>],
+    params: &SamplingParams,
+    n: usize,
+) -> Result<Vec<(ChoiceSlot, TokenStream)>, HttpError> {
+    let mut streams = Vec::with_capacity(prompts.len() * n);
+    for (p, ids) in prompts.iter().enumerate() {
+        for c in 0..n {
+            let index = p * n + c;
+            let mut params = params.clone();
+            params.seed = params.seed.map(|s| s.wrapping_add(index as u64));
+            let stream = model.engine.submit(GenerateRequest {
+                id: format!("{request_id}-{index}"),
+                prompt_ids: ids.clone(),
+                params,
+            })?;
+            streams.push((ChoiceSlot { index, prompt: p }, stream));
+        }
+    }
+    Ok(streams)
+}
+
+/// All choices' events as one stream, each tagged with its choice.
+pub fn merge(streams: Vec<(ChoiceSlot, TokenStream)>) -> SelectAll<BoxStream<'static, (ChoiceSlot, TokenEvent)>> {
+    stream::select_all(streams.into_iter().map(|(slot, rx)| {
+        stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|ev| (ev, rx)) })
+            .map(move |ev| (slot, ev))
+            .boxed()
+    }))
+}
+
+/// A finished choice.
+#[derive(Debug, Clone)]
+pub struct ChoiceOutput {
+    pub slot: ChoiceSlot,
+    pub text: String,
+    pub token_ids: Vec<u32>,
+    pub logprobs: Vec<TokenLogprobs>,
+    pub finish_reason: FinishReason,
+    pub usage: Usage,
+}
+
+/// Waits for every choice to finish; the first engine error fails the whole request.
+pub async fn collect(streams: Vec<(ChoiceSlot, TokenStream)>) -> Result<Vec<ChoiceOutput>, EngineError> {
+    let mut outputs: Vec<ChoiceOutput> = streams
+        .iter()
+        .map(|(slot, _)| ChoiceOutput {
+            slot: *slot,
+            text: String::new(),
+            token_ids: Vec::new(),
+            logprobs: Vec::new(),
+            finish_reason: FinishReason::Stop,
+            usage: Usage::default(),
+        })
+        .collect();
+    let mut finished = 0;
+    let total = outputs.len();
+    let mut events = merge(streams);
+    while let Some((slot, event)) = events.next().await {
+        let out = outputs
+            .iter_mut()
+            .find(|o| o.slot.index == slot.index)
+            .expect("every event belongs to a submitted choice");
+        match event {
+            TokenEvent::Token { id, text, logprobs } => {
+                out.text.push_str(&text);
+                out.token_ids.push(id);
+                out.logprobs.extend(logprobs);
+            }
+            TokenEvent::Finished { reason, usage, text } => {
+                out.text.push_str(&text);
+                out.finish_reason = reason;
+                out.usage = usage;
+                finished += 1;
+            }
+            TokenEvent::Error(e) => return Err(e),
+        }
+    }
+    if finished < total {
+        return Err(EngineError::Stopped);
+    }
+    outputs.sort_by_key(|o| o.slot.index);
+    Ok(outputs)
+}
+
+/// Usage of a whole request: each prompt counted once, every choice's completion.
+pub fn total_usage(prompts: &[Vec<u32>], completion_tokens: usize) -> Usage {
+    Usage {
+        prompt_tokens: prompts.iter().map(Vec::len).sum(),
+        completion_tokens,
+    }
+}
+
+/// A fresh response id with the given prefix.
+pub fn response_id(prefix: &str) -> String {
+    use rand::Rng;
+    let n: u128 = rand::rng().random();
+    format!("{prefix}-{n:032x}")
+}

@@ -1,0 +1,15 @@
+//! HTTP routes, one module per endpoint family.
+
+pub mod chat;
+pub mod completions;
+pub mod generate;
+pub mod models;
+pub mod sse;
+
+use axum::Json;
+use serde_json::{json, Value};
+
+/// `GET /health`: no key needed; 200 while the server runs.
+pub async fn health() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}

@@ -1,0 +1,23 @@
+//! Shared, read-only state of the HTTP app.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hearth_engine::ChatModel;
+
+#[derive(Clone)]
+pub struct AppState {
+    /// Chat models served, by catalogue id.
+    pub chat: Arc<BTreeMap<String, ChatModel>>,
+    /// Keys accepted as `Authorization: Bearer KEY`.
+    pub api_keys: Arc<Vec<String>>,
+    /// When the server started (seconds since the epoch), shown as `created` of models.
+    pub started_at: u64,
+}
+
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}

