@@ -41,7 +41,11 @@ fn floats(v: &Value) -> Result<Vec<f64>> {
 
 /// Natural-log softmax of a logits vector, in f64.
 fn log_softmax(logits: &Tensor) -> Result<Vec<f64>> {
-    let l: Vec<f64> = logits.to_vec1::<f32>()?.into_iter().map(f64::from).collect();
+    let l: Vec<f64> = logits
+        .to_vec1::<f32>()?
+        .into_iter()
+        .map(f64::from)
+        .collect();
     let max = l.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
     let lse = max + l.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
     Ok(l.into_iter().map(|x| x - lse).collect())
@@ -68,7 +72,11 @@ fn main() -> Result<()> {
     let mut file = std::fs::File::open(model_path).with_context(|| format!("open {model_path}"))?;
     let content = gguf_file::Content::read(&mut file)?;
     let model = Llama::from_gguf(&content, &mut file, &device)?;
-    println!("loaded in {:.2}s: {:?}", t0.elapsed().as_secs_f64(), model.info());
+    println!(
+        "loaded in {:.2}s: {:?}",
+        t0.elapsed().as_secs_f64(),
+        model.info()
+    );
 
     let fixture: Value = serde_json::from_str(&std::fs::read_to_string(fixture_path)?)?;
     let cases = fixture["cases"].as_array().context("no cases")?;
@@ -82,8 +90,13 @@ fn main() -> Result<()> {
         let generated = ids(&case["generated_token_ids"])?;
         let chosen = floats(&case["chosen_logprobs"])?;
         let margins = floats(&case["top2_margin_per_step"])?;
-        let strict = case["strict_prefix_len"].as_u64().context("strict_prefix_len")? as usize;
-        let tops = case["top_candidates_first_steps"].as_array().cloned().unwrap_or_default();
+        let strict = case["strict_prefix_len"]
+            .as_u64()
+            .context("strict_prefix_len")? as usize;
+        let tops = case["top_candidates_first_steps"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
 
         // Teacher-forced pass.
         let mut cache = model.new_cache();
@@ -119,7 +132,12 @@ fn main() -> Result<()> {
                         top5_bad.push(format!("step {i} id {id} |d|={d:.3}"));
                     }
                 }
-                let top3: Vec<u32> = top5.iter().take(3).filter_map(|c| c["id"].as_u64()).map(|x| x as u32).collect();
+                let top3: Vec<u32> = top5
+                    .iter()
+                    .take(3)
+                    .filter_map(|c| c["id"].as_u64())
+                    .map(|x| x as u32)
+                    .collect();
                 if !top3.contains(&got) {
                     top5_bad.push(format!("step {i} top-1 {got} not in reference top-3"));
                 }
@@ -148,7 +166,10 @@ fn main() -> Result<()> {
             }
         }
 
-        let ok = max_d <= MAX_DLOGPROB && mismatches.is_empty() && top5_bad.is_empty() && common >= strict;
+        let ok = max_d <= MAX_DLOGPROB
+            && mismatches.is_empty()
+            && top5_bad.is_empty()
+            && common >= strict;
         if !ok {
             failures += 1;
         }
@@ -161,7 +182,10 @@ fn main() -> Result<()> {
             generated.len(),
             top5_bad,
         );
-        println!("        first greedy tokens {:?}", &ours[..ours.len().min(8)]);
+        println!(
+            "        first greedy tokens {:?}",
+            &ours[..ours.len().min(8)]
+        );
     }
     println!(
         "prefill {:.1} tok/s ({prefill_tokens} tokens), decode {:.1} tok/s ({decode_tokens} tokens)",

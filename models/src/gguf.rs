@@ -76,7 +76,11 @@ impl Llama {
     /// From a GGUF file already parsed by candle
     /// (`candle_core::quantized::gguf_file::Content::read`); `reader` is the
     /// same file.
-    pub fn from_gguf<R: Read + Seek>(content: &Content, reader: &mut R, device: &Device) -> Result<Self> {
+    pub fn from_gguf<R: Read + Seek>(
+        content: &Content,
+        reader: &mut R,
+        device: &Device,
+    ) -> Result<Self> {
         let c = content;
         let arch = md_str(c, "general.architecture")?.unwrap_or("llama");
         if arch != "llama" {
@@ -88,10 +92,13 @@ impl Llama {
         let num_heads = md_usize_req(c, &key("attention.head_count"))?;
         let num_kv_heads = md_usize(c, &key("attention.head_count_kv"))?.unwrap_or(num_heads);
         let context_length = md_usize_req(c, &key("context_length"))?;
-        let head_dim = md_usize(c, &key("attention.key_length"))?.unwrap_or(hidden / num_heads.max(1));
+        let head_dim =
+            md_usize(c, &key("attention.key_length"))?.unwrap_or(hidden / num_heads.max(1));
         let rope_dim = md_usize(c, &key("rope.dimension_count"))?.unwrap_or(head_dim);
         if rope_dim != head_dim {
-            candle_core::bail!("partial rotary (rope dim {rope_dim}, head dim {head_dim}) is not supported")
+            candle_core::bail!(
+                "partial rotary (rope dim {rope_dim}, head dim {head_dim}) is not supported"
+            )
         }
         let freq_base = md_f64(c, &key("rope.freq_base"))?.unwrap_or(10000.0);
         let eps = md_f64(c, &key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5);
@@ -111,16 +118,25 @@ impl Llama {
         if ld.has("rope_freqs.weight") {
             let factors = ld.f32_vector("rope_freqs.weight")?.to_vec1::<f32>()?;
             if factors.len() != freqs.len() {
-                candle_core::bail!("rope_freqs has {} entries, expected {}", factors.len(), freqs.len())
+                candle_core::bail!(
+                    "rope_freqs has {} entries, expected {}",
+                    factors.len(),
+                    freqs.len()
+                )
             }
-            freqs.iter_mut().zip(&factors).for_each(|(f, d)| *f /= *d as f64);
+            freqs
+                .iter_mut()
+                .zip(&factors)
+                .for_each(|(f, d)| *f /= *d as f64);
         }
         let rotary = Rotary::new(&freqs, context_length, RopeLayout::Interleaved, device)?;
 
         let token_embd = ld.qtensor("token_embd.weight")?;
         let (vocab_size, embd_hidden) = token_embd.shape().dims2()?;
         if embd_hidden != hidden {
-            candle_core::bail!("token_embd width {embd_hidden} differs from embedding_length {hidden}")
+            candle_core::bail!(
+                "token_embd width {embd_hidden} differs from embedding_length {hidden}"
+            )
         }
         let embed = match token_embd.dtype() {
             GgmlDType::F32 => token_embd.dequantize(device)?,
@@ -152,12 +168,17 @@ impl Llama {
                 },
             });
             let a = &blocks[i].attn;
-            if a.q.out_features() != num_heads * head_dim || a.k.out_features() != num_kv_heads * head_dim {
+            if a.q.out_features() != num_heads * head_dim
+                || a.k.out_features() != num_kv_heads * head_dim
+            {
                 candle_core::bail!("blk.{i} attention shapes do not match the head counts")
             }
         }
         if let Some(ff) = md_usize(c, &key("feed_forward_length"))? {
-            if blocks.first().is_some_and(|b| b.mlp.gate.out_features() != ff) {
+            if blocks
+                .first()
+                .is_some_and(|b| b.mlp.gate.out_features() != ff)
+            {
                 candle_core::bail!("ffn_gate width differs from feed_forward_length {ff}")
             }
         }
@@ -194,7 +215,9 @@ impl<R: Read + Seek> Loader<'_, R> {
 
     /// A small tensor (norm scale, bias) as plain f32.
     fn f32_vector(&mut self, name: &str) -> Result<Tensor> {
-        self.qtensor(name)?.dequantize(self.device)?.to_dtype(DType::F32)
+        self.qtensor(name)?
+            .dequantize(self.device)?
+            .to_dtype(DType::F32)
     }
 
     /// `{prefix}.weight` as a (quantized) linear, plus `{prefix}.bias` if present.

@@ -82,6 +82,11 @@ impl KvCache {
         self.max_len
     }
 
+    /// Storage dtype of the keys and values.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
     pub fn num_layers(&self) -> usize {
         self.layers.len()
     }
@@ -129,7 +134,12 @@ impl KvCache {
     /// Writes `k`, `v` (`[num_kv_heads, n, head_dim]`) of layer `layer` at
     /// positions `len()..len()+n` and returns views of all `len()+n` cached
     /// keys and values. Call [`KvCache::reserve`] first.
-    pub(crate) fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+    pub(crate) fn append(
+        &mut self,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
         let n = k.dim(1)?;
         let Some((kb, vb)) = self.layers.get(layer).and_then(Option::as_ref) else {
             candle_core::bail!("kv cache has no buffers for layer {layer}")

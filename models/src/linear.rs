@@ -61,7 +61,10 @@ impl Linear {
     pub fn with_bias(mut self, bias: Tensor) -> Result<Self> {
         let n = bias.dims1()?;
         if n != self.out_features {
-            candle_core::bail!("bias of {n} for a linear with {} outputs", self.out_features)
+            candle_core::bail!(
+                "bias of {n} for a linear with {} outputs",
+                self.out_features
+            )
         }
         self.bias = Some(bias.to_dtype(DType::F32)?);
         Ok(self)
@@ -144,9 +147,15 @@ mod tests {
                 .map(|b| b.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0)
                 .collect();
             for o in 0..out_f {
-                let bound: f32 = (0..in_f).map(|j| ws[o][j].abs() * 0.57 * d[j / 32]).sum::<f32>() + 1e-3;
+                let bound: f32 = (0..in_f)
+                    .map(|j| ws[o][j].abs() * 0.57 * d[j / 32])
+                    .sum::<f32>()
+                    + 1e-3;
                 let diff = (gs[r][o] - wants[r][o]).abs();
-                assert!(diff <= bound, "row {r} out {o}: |diff| {diff} > bound {bound}");
+                assert!(
+                    diff <= bound,
+                    "row {r} out {o}: |diff| {diff} > bound {bound}"
+                );
             }
         }
         let rel_rms = ((&got - &want)?.sqr()?.mean_all()?.to_scalar::<f32>()?
@@ -157,7 +166,10 @@ mod tests {
         // A 3-D input goes through the same path.
         let got3 = lin.forward(&x.unsqueeze(0)?)?;
         assert_eq!(got3.dims(), &[1, rows, out_f]);
-        let d = (got3.squeeze(0)? - &got)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        let d = (got3.squeeze(0)? - &got)?
+            .abs()?
+            .max_all()?
+            .to_scalar::<f32>()?;
         assert!(d < 1e-6, "3-D input differs by {d}");
         Ok(())
     }
@@ -172,7 +184,10 @@ mod tests {
 
         let lin = Linear::dense(w.clone())?.with_bias(b.clone())?;
         assert!(!lin.is_quantized());
-        let d = (lin.forward(&x)? - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        let d = (lin.forward(&x)? - &want)?
+            .abs()?
+            .max_all()?
+            .to_scalar::<f32>()?;
         assert!(d < 1e-5, "f32 dense differs by {d}");
 
         let lin16 = Linear::dense(w.to_dtype(DType::F16)?)?.with_bias(b)?;
@@ -180,7 +195,9 @@ mod tests {
         assert_eq!(got.dtype(), DType::F32);
         let d = (got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
         assert!(d < 0.05, "f16 dense differs by {d}");
-        assert!(Linear::dense(w)?.forward(&Tensor::zeros((2, 5), DType::F32, &dev)?).is_err());
+        assert!(Linear::dense(w)?
+            .forward(&Tensor::zeros((2, 5), DType::F32, &dev)?)
+            .is_err());
         Ok(())
     }
 }

@@ -10,7 +10,8 @@
 //! [`LlamaConfig`]), [`Llama::from_gguf`] in `gguf.rs`.
 //!
 //! The forward pass runs one chunk of one sequence, `[seq, hidden]` in f32;
-//! positions come from the [`KvCache`] passed in. Attention reads the cached
+//! positions come from the [`KvCache`] passed in. The cache stores keys and
+//! values in f16 by default ([`Llama::with_kv_dtype`]); attention math is f32. Attention reads the cached
 //! keys/values as views without repeating them for grouped-query attention:
 //! the query heads that share a KV head are stacked into the rows of one
 //! matmul.
@@ -107,7 +108,12 @@ impl LlamaConfig {
         let Some(s) = &self.rope_scaling else {
             return Ok(base);
         };
-        match s.rope_type.as_deref().or(s.kind.as_deref()).unwrap_or("default") {
+        match s
+            .rope_type
+            .as_deref()
+            .or(s.kind.as_deref())
+            .unwrap_or("default")
+        {
             "default" => Ok(base),
             "linear" => Ok(base.iter().map(|f| f / s.factor).collect()),
             "llama3" => Ok(inv_freq_llama3(
@@ -176,6 +182,8 @@ pub struct Llama {
     lm_head: Linear,
     rotary: Rotary,
     device: Device,
+    /// Storage dtype of caches made by `new_cache` (f16 unless changed).
+    kv_dtype: DType,
 }
 
 /// Additive causal mask `[seq, pos + seq]`: query `i` (at position `pos + i`)
@@ -200,7 +208,11 @@ impl Llama {
     ) -> Result<Self> {
         let i = &info;
         if i.num_heads == 0 || i.num_kv_heads == 0 || i.num_heads % i.num_kv_heads != 0 {
-            candle_core::bail!("{} query heads do not group over {} kv heads", i.num_heads, i.num_kv_heads)
+            candle_core::bail!(
+                "{} query heads do not group over {} kv heads",
+                i.num_heads,
+                i.num_kv_heads
+            )
         }
         if i.head_dim % 2 != 0 {
             candle_core::bail!("odd head_dim {}", i.head_dim)
@@ -209,10 +221,19 @@ impl Llama {
             candle_core::bail!("{} blocks for {} layers", blocks.len(), i.num_layers)
         }
         if embed.dims2()? != (i.vocab_size, i.hidden_size) {
-            candle_core::bail!("token embedding {:?} is not [{}, {}]", embed.shape(), i.vocab_size, i.hidden_size)
+            candle_core::bail!(
+                "token embedding {:?} is not [{}, {}]",
+                embed.shape(),
+                i.vocab_size,
+                i.hidden_size
+            )
         }
         if lm_head.out_features() != i.vocab_size || lm_head.in_features() != i.hidden_size {
-            candle_core::bail!("output head is {}x{}", lm_head.out_features(), lm_head.in_features())
+            candle_core::bail!(
+                "output head is {}x{}",
+                lm_head.out_features(),
+                lm_head.in_features()
+            )
         }
         let device = embed.device().clone();
         Ok(Self {
@@ -223,7 +244,20 @@ impl Llama {
             lm_head,
             rotary,
             device,
+            kv_dtype: DType::F16,
         })
+    }
+
+    /// Sets the storage dtype of caches made by [`CausalLM::new_cache`]
+    /// afterwards. The default, f16, halves the cache memory and matches
+    /// llama.cpp's default KV cache; f32 makes attention exact in f32.
+    pub fn with_kv_dtype(mut self, dtype: DType) -> Self {
+        self.kv_dtype = dtype;
+        self
+    }
+
+    pub fn kv_dtype(&self) -> DType {
+        self.kv_dtype
     }
 
     /// From Hugging Face safetensors + config.json (f32/f16/bf16 weights),
@@ -240,28 +274,51 @@ impl Llama {
             candle_core::bail!("unsupported hidden_act {:?}", cfg.hidden_act)
         }
         let (h, d) = (cfg.hidden_size, cfg.head_dim());
-        let (nh, nkv, ff) = (cfg.num_attention_heads, cfg.num_kv_heads(), cfg.intermediate_size);
+        let (nh, nkv, ff) = (
+            cfg.num_attention_heads,
+            cfg.num_kv_heads(),
+            cfg.intermediate_size,
+        );
         let widen = vb.device().is_cpu() && vb.dtype() == DType::BF16;
-        let get = |vb: &VarBuilder, shape: (usize, usize), name: &str, init: Init| -> Result<Tensor> {
-            let w = vb.get_with_hints(shape, name, init)?;
-            if widen {
-                w.to_dtype(DType::F32)
-            } else {
-                Ok(w)
-            }
-        };
+        let get =
+            |vb: &VarBuilder, shape: (usize, usize), name: &str, init: Init| -> Result<Tensor> {
+                let w = vb.get_with_hints(shape, name, init)?;
+                if widen {
+                    w.to_dtype(DType::F32)
+                } else {
+                    Ok(w)
+                }
+            };
         let linear = |vb: &VarBuilder, out: usize, inp: usize, bias: bool| -> Result<Linear> {
-            let lin = Linear::dense(get(vb, (out, inp), "weight", candle_nn::init::DEFAULT_KAIMING_NORMAL)?)?;
+            let lin = Linear::dense(get(
+                vb,
+                (out, inp),
+                "weight",
+                candle_nn::init::DEFAULT_KAIMING_NORMAL,
+            )?)?;
             if bias {
                 lin.with_bias(vb.get_with_hints(out, "bias", Init::Const(0.0))?)
             } else {
                 Ok(lin)
             }
         };
-        let norm = |vb: &VarBuilder| RmsNorm::new(vb.get_with_hints(h, "weight", Init::Const(1.0))?, cfg.rms_norm_eps);
+        let norm = |vb: &VarBuilder| {
+            RmsNorm::new(
+                vb.get_with_hints(h, "weight", Init::Const(1.0))?,
+                cfg.rms_norm_eps,
+            )
+        };
 
         let vm = vb.pp("model");
-        let embed = get(&vm, (cfg.vocab_size, h), "embed_tokens.weight", Init::Randn { mean: 0.0, stdev: 1.0 })?;
+        let embed = get(
+            &vm,
+            (cfg.vocab_size, h),
+            "embed_tokens.weight",
+            Init::Randn {
+                mean: 0.0,
+                stdev: 1.0,
+            },
+        )?;
         let mut blocks = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
             let vl = vm.pp(format!("layers.{i}"));
@@ -289,7 +346,12 @@ impl Llama {
         } else {
             linear(&vb.pp("lm_head"), cfg.vocab_size, h, false)?
         };
-        let rotary = Rotary::new(&cfg.inv_freq()?, cfg.max_position_embeddings, RopeLayout::Halves, vb.device())?;
+        let rotary = Rotary::new(
+            &cfg.inv_freq()?,
+            cfg.max_position_embeddings,
+            RopeLayout::Halves,
+            vb.device(),
+        )?;
         let info = ModelInfo {
             architecture: "llama".to_string(),
             vocab_size: cfg.vocab_size,
@@ -308,15 +370,32 @@ impl Llama {
     }
 
     /// Self-attention of block `layer` over `x` (`[seq, hidden]`, normed).
-    fn attention(&self, layer: usize, x: &Tensor, pos: usize, mask: Option<&Tensor>, cache: &mut KvCache) -> Result<Tensor> {
+    fn attention(
+        &self,
+        layer: usize,
+        x: &Tensor,
+        pos: usize,
+        mask: Option<&Tensor>,
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
         let a = &self.blocks[layer].attn;
-        let (nh, nkv, d) = (self.info.num_heads, self.info.num_kv_heads, self.info.head_dim);
+        let (nh, nkv, d) = (
+            self.info.num_heads,
+            self.info.num_kv_heads,
+            self.info.head_dim,
+        );
         let seq = x.dim(0)?;
         let heads = |y: Tensor, n: usize| y.reshape((seq, n, d))?.transpose(0, 1);
         let q = self.rotary.apply(&heads(a.q.forward(x)?, nh)?, pos)?;
         let k = self.rotary.apply(&heads(a.k.forward(x)?, nkv)?, pos)?;
         let v = heads(a.v.forward(x)?, nkv)?.contiguous()?;
         let (k_all, v_all) = cache.append(layer, &k, &v)?; // [nkv, total, d]
+
+        // Scores and weighted sum in f32 over the cache's (f16) values, with
+        // the queries rounded to the cache dtype as a half-precision attention
+        // kernel would (llama.cpp's default); no-op for an f32 cache.
+        let (k_all, v_all) = (k_all.to_dtype(DType::F32)?, v_all.to_dtype(DType::F32)?);
+        let q = q.to_dtype(cache.dtype())?.to_dtype(DType::F32)?;
         let total = pos + seq;
 
         // Query head h uses kv head h / n_rep: stack each group's rows.
@@ -331,7 +410,7 @@ impl Llama {
             None => att,
         };
         let att = candle_nn::ops::softmax_last_dim(&att)?;
-        let y = att.to_dtype(v_all.dtype())?.matmul(&v_all)?; // [nkv, n_rep*seq, d]
+        let y = att.matmul(&v_all)?; // [nkv, n_rep*seq, d]
         let y = y
             .reshape((nh, seq, d))?
             .transpose(0, 1)?
@@ -349,7 +428,10 @@ impl CausalLM for Llama {
             candle_core::bail!("forward called with no tokens")
         }
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= info.vocab_size) {
-            candle_core::bail!("token id {bad} out of range for vocabulary of {}", info.vocab_size)
+            candle_core::bail!(
+                "token id {bad} out of range for vocabulary of {}",
+                info.vocab_size
+            )
         }
         let pos = cache.len();
         if pos + seq > info.context_length {
@@ -360,13 +442,21 @@ impl CausalLM for Llama {
             )
         }
         if cache.num_layers() != info.num_layers {
-            candle_core::bail!("kv cache has {} layers, model {}", cache.num_layers(), info.num_layers)
+            candle_core::bail!(
+                "kv cache has {} layers, model {}",
+                cache.num_layers(),
+                info.num_layers
+            )
         }
         cache.reserve(seq)?;
 
         let ids = Tensor::new(tokens, &self.device)?;
         let mut x = self.embed.index_select(&ids, 0)?.to_dtype(DType::F32)?;
-        let mask = if seq > 1 { Some(causal_mask(seq, pos, &self.device)?) } else { None };
+        let mask = if seq > 1 {
+            Some(causal_mask(seq, pos, &self.device)?)
+        } else {
+            None
+        };
         for (i, block) in self.blocks.iter().enumerate() {
             let h = self.attention(i, &block.attn_norm.forward(&x)?, pos, mask.as_ref(), cache)?;
             x = (x + h)?;
@@ -378,7 +468,10 @@ impl CausalLM for Llama {
         cache.advance(seq);
 
         let last = self.norm.forward(&x.narrow(0, seq - 1, 1)?)?;
-        self.lm_head.forward(&last)?.squeeze(0)?.to_dtype(DType::F32)
+        self.lm_head
+            .forward(&last)?
+            .squeeze(0)?
+            .to_dtype(DType::F32)
     }
 
     fn info(&self) -> &ModelInfo {
@@ -387,7 +480,14 @@ impl CausalLM for Llama {
 
     fn new_cache(&self) -> KvCache {
         let i = &self.info;
-        KvCache::new(i.num_layers, i.num_kv_heads, i.head_dim, i.context_length, DType::F32, &self.device)
+        KvCache::new(
+            i.num_layers,
+            i.num_kv_heads,
+            i.head_dim,
+            i.context_length,
+            self.kv_dtype,
+            &self.device,
+        )
     }
 }
 

@@ -60,7 +60,8 @@ pub(crate) fn inv_freq_llama3(
             } else if wavelen > low_freq_wavelen {
                 f / factor
             } else {
-                let smooth = (old_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                let smooth =
+                    (old_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
                 (1.0 - smooth) * f / factor + smooth * f
             }
         })
@@ -70,7 +71,12 @@ pub(crate) fn inv_freq_llama3(
 impl Rotary {
     /// Tables for positions `0..max_len` from `head_dim / 2` inverse
     /// frequencies.
-    pub(crate) fn new(inv_freq: &[f64], max_len: usize, layout: RopeLayout, device: &Device) -> Result<Self> {
+    pub(crate) fn new(
+        inv_freq: &[f64],
+        max_len: usize,
+        layout: RopeLayout,
+        device: &Device,
+    ) -> Result<Self> {
         let half = inv_freq.len();
         let mut cos = Vec::with_capacity(max_len * half);
         let mut sin = Vec::with_capacity(max_len * half);
@@ -94,7 +100,11 @@ impl Rotary {
     pub(crate) fn apply(&self, x: &Tensor, pos: usize) -> Result<Tensor> {
         let seq = x.dim(1)?;
         if pos + seq > self.max_len {
-            candle_core::bail!("position {} past the RoPE table of {}", pos + seq, self.max_len)
+            candle_core::bail!(
+                "position {} past the RoPE table of {}",
+                pos + seq,
+                self.max_len
+            )
         }
         let cos = self.cos.narrow(0, pos, seq)?;
         let sin = self.sin.narrow(0, pos, seq)?;

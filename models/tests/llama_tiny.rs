@@ -29,7 +29,11 @@ fn tiny_model(tie: bool) -> Result<Llama> {
     let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
     if !tie {
         // VarMap only knows names once they are requested: create the head.
-        vb.get_with_hints((100, 64), "lm_head.weight", candle_nn::init::DEFAULT_KAIMING_NORMAL)?;
+        vb.get_with_hints(
+            (100, 64),
+            "lm_head.weight",
+            candle_nn::init::DEFAULT_KAIMING_NORMAL,
+        )?;
     }
     Llama::from_safetensors(&tiny_config(tie), vb)
 }
@@ -37,7 +41,14 @@ fn tiny_model(tie: bool) -> Result<Llama> {
 const SEQ: [u32; 10] = [3, 17, 42, 99, 0, 56, 8, 23, 71, 5];
 
 fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap()
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
 }
 
 #[test]
@@ -49,7 +60,10 @@ fn full_chunked_and_token_by_token_agree() -> Result<()> {
         assert_eq!(full.dims(), &[100]);
         assert_eq!(full.dtype(), DType::F32);
         assert_eq!(cache.len(), 10);
-        assert!(full.abs()?.max_all()?.to_scalar::<f32>()? > 1e-2, "logits are not trivial");
+        assert!(
+            full.abs()?.max_all()?.to_scalar::<f32>()? > 1e-2,
+            "logits are not trivial"
+        );
 
         // 6-token prompt, then 4 single tokens through the cache.
         let mut cache = model.new_cache();
@@ -116,7 +130,11 @@ fn bad_inputs_are_errors() -> Result<()> {
     assert!(model.forward(&[1, 100], &mut cache).is_err());
     assert!(model.forward(&[u32::MAX], &mut cache).is_err());
     assert!(model.forward(&[], &mut cache).is_err());
-    assert_eq!(cache.len(), 0, "a failed forward must not advance the cache");
+    assert_eq!(
+        cache.len(),
+        0,
+        "a failed forward must not advance the cache"
+    );
 
     // Context length is 32: 30 + 2 fits, one more does not.
     let ids: Vec<u32> = (0..30).collect();
@@ -142,7 +160,10 @@ fn causal_mask_hides_later_tokens() -> Result<()> {
     altered[9] = 77;
     let full_a = model.forward(&SEQ, &mut model.new_cache())?;
     let full_b = model.forward(&altered, &mut model.new_cache())?;
-    assert!(max_diff(&full_a, &full_b) > 1e-3, "later tokens should change the last logits");
+    assert!(
+        max_diff(&full_a, &full_b) > 1e-3,
+        "later tokens should change the last logits"
+    );
 
     // Prefill all 10 tokens in one chunk, then truncate to 4 and re-decode
     // token 4. Its logits read the layer-1 keys/values of positions 0..4,
@@ -154,7 +175,10 @@ fn causal_mask_hides_later_tokens() -> Result<()> {
         cache.truncate(4);
         let at4 = model.forward(&seq[4..5], &mut cache)?;
         let d = max_diff(&prefix, &at4);
-        assert!(d < TOL, "prefix logits changed by {d} when later tokens changed");
+        assert!(
+            d < TOL,
+            "prefix logits changed by {d} when later tokens changed"
+        );
     }
     Ok(())
 }

@@ -75,7 +75,7 @@ pub fn load_gguf(path: &Path, device: &Device) -> anyhow::Result<LoadedLm> {
 /// tokenizer_config.json (chat template), *.safetensors.
 pub fn load_safetensors(dir: &Path, device: &Device) -> anyhow::Result<LoadedLm> {
     let config: LlamaConfig = serde_json::from_slice(&std::fs::read(dir.join("config.json"))?)?;
-    let tokenizer = tokenizer_from_file(&dir.join("tokenizer.json"))?;
+    let tokenizer = tokenizer_from_file(dir.join("tokenizer.json"))?;
     let tok_config: serde_json::Value = std::fs::read(dir.join("tokenizer_config.json"))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())

@@ -207,6 +207,12 @@ fn write_checked(reader: &mut dyn Read, file: &ModelFile, dir: &Path, bar: &Prog
     }
     check_hash(file, hex::encode(hasher.finalize()))?;
     tmp.as_file().sync_all().map_err(io_err(&dest))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let readable = std::fs::Permissions::from_mode(0o644);
+        tmp.as_file().set_permissions(readable).map_err(io_err(&dest))?;
+    }
     tmp.persist(&dest).map_err(|e| PullError::Io {
         path: dest.clone(),
         source: e.error,

@@ -225,11 +225,11 @@ pub fn tokenizer_from_gguf(content: &Content) -> anyhow::Result<Tokenizer> {
     let mut special = Vec::new();
     let mut user_defined = Vec::new();
     for (id, ty) in types.iter().enumerate() {
-        let Some(content) = tokens.get(id) else { break };
+        let Some(text) = tokens.get(id) else { break };
         match *ty {
-            TOKEN_TYPE_CONTROL => special.push(AddedToken::from(content.clone(), true)),
+            TOKEN_TYPE_CONTROL => special.push(AddedToken::from(text.clone(), true)),
             TOKEN_TYPE_USER_DEFINED => {
-                user_defined.push(AddedToken::from(content.clone(), false).normalized(false))
+                user_defined.push(AddedToken::from(text.clone(), false).normalized(false))
             }
             _ => {}
         }

