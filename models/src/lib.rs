@@ -7,13 +7,18 @@
 //!
 //! Architectures:
 //! - [`Llama`] (`llama.rs`): loaded from a llama GGUF file (quantized matrices
-//!   through candle's `QMatMul`, see `gguf.rs`) or from Hugging Face
-//!   safetensors + `config.json` ([`LlamaConfig`]).
+//!   through candle's `QMatMul`, or `q4_1.rs` for Q4_1 on the CPU; see
+//!   `gguf.rs`) or from Hugging Face safetensors + `config.json`
+//!   ([`LlamaConfig`]).
+//!
+//! Other files: `kv_cache.rs` ([`KvCache`]), `linear.rs` ([`Linear`]),
+//! `rotary.rs` (RoPE tables).
 
 mod gguf;
 mod kv_cache;
 mod linear;
 mod llama;
+mod q4_1;
 mod rotary;
 
 pub use candle_core::quantized::gguf_file;

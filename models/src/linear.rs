@@ -1,22 +1,28 @@
 //! A linear layer `y = x W^T (+ b)` over either a quantized GGUF weight or a
 //! plain float weight.
 //!
-//! - Quantized: a candle [`QMatMul`] over a [`QTensor`] (Q4_1, Q8_0, K-quants,
+//! - Quantized: a candle [`QMatMul`] over a [`QTensor`] (Q8_0, K-quants,
 //!   ...). candle dequantizes F32/F16/BF16 `QTensor`s into a plain tensor on
 //!   its own, so any GGUF matrix can go through [`Linear::from_qtensor`].
+//!   Q4_1 on the CPU uses this crate's SIMD op instead (`q4_1.rs`), same
+//!   arithmetic as llama.cpp, since candle's Q4_1 path is scalar.
 //! - Dense: a `[out, in]` tensor in f32, f16 or bf16. The input is cast to the
 //!   weight's dtype for the matmul and the result cast back, so callers always
 //!   work in their own activation dtype (f32 in this crate).
 
 use std::sync::Arc;
 
+use candle_core::quantized::GgmlDType;
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Module, Result, Tensor, D};
+
+use crate::q4_1::Q4_1Matrix;
 
 /// Weight of a [`Linear`].
 #[derive(Debug, Clone)]
 enum Weight {
     Quantized(QMatMul),
+    Q4_1(Arc<Q4_1Matrix>),
     Dense(Tensor),
 }
 
@@ -38,8 +44,13 @@ impl Linear {
     /// Like [`Linear::from_qtensor`], sharing the tensor.
     pub fn from_arc(qtensor: Arc<QTensor>) -> Result<Self> {
         let (out_features, in_features) = qtensor.shape().dims2()?;
+        let weight = if qtensor.dtype() == GgmlDType::Q4_1 && qtensor.device().is_cpu() {
+            Weight::Q4_1(Arc::new(Q4_1Matrix::from_qtensor(&qtensor)?))
+        } else {
+            Weight::Quantized(QMatMul::from_arc(qtensor)?)
+        };
         Ok(Self {
-            weight: Weight::Quantized(QMatMul::from_arc(qtensor)?),
+            weight,
             bias: None,
             in_features,
             out_features,
@@ -80,7 +91,10 @@ impl Linear {
 
     /// True when the weight stays quantized (matmul through `QMatMul`).
     pub fn is_quantized(&self) -> bool {
-        matches!(self.weight, Weight::Quantized(QMatMul::QTensor(_)))
+        matches!(
+            self.weight,
+            Weight::Quantized(QMatMul::QTensor(_)) | Weight::Q4_1(_)
+        )
     }
 }
 
@@ -97,6 +111,10 @@ impl Module for Linear {
         let x2 = x.reshape((rows, k))?;
         let y = match &self.weight {
             Weight::Quantized(w) => w.forward(&x2.to_dtype(DType::F32)?.contiguous()?)?,
+            Weight::Q4_1(w) => x2
+                .to_dtype(DType::F32)?
+                .contiguous()?
+                .apply_op1_no_bwd(w.as_ref())?,
             Weight::Dense(w) => x2.to_dtype(w.dtype())?.matmul(&w.t()?)?,
         };
         let y = match &self.bias {

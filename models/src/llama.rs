@@ -207,14 +207,14 @@ impl Llama {
         rotary: Rotary,
     ) -> Result<Self> {
         let i = &info;
-        if i.num_heads == 0 || i.num_kv_heads == 0 || i.num_heads % i.num_kv_heads != 0 {
+        if i.num_heads == 0 || i.num_kv_heads == 0 || !i.num_heads.is_multiple_of(i.num_kv_heads) {
             candle_core::bail!(
                 "{} query heads do not group over {} kv heads",
                 i.num_heads,
                 i.num_kv_heads
             )
         }
-        if i.head_dim % 2 != 0 {
+        if !i.head_dim.is_multiple_of(2) {
             candle_core::bail!("odd head_dim {}", i.head_dim)
         }
         if blocks.len() != i.num_layers {
@@ -249,8 +249,9 @@ impl Llama {
     }
 
     /// Sets the storage dtype of caches made by [`CausalLM::new_cache`]
-    /// afterwards. The default, f16, halves the cache memory and matches
-    /// llama.cpp's default KV cache; f32 makes attention exact in f32.
+    /// afterwards: f16 (the default) halves the cache memory and matches
+    /// llama.cpp's default KV cache; f32 keeps attention exact in f32; bf16
+    /// also works.
     pub fn with_kv_dtype(mut self, dtype: DType) -> Self {
         self.kv_dtype = dtype;
         self
@@ -264,8 +265,8 @@ impl Llama {
     /// names like `model.layers.0.self_attn.q_proj.weight`.
     ///
     /// Weights keep the `VarBuilder`'s dtype, except bf16 on CPU, which is
-    /// widened to f32 (candle's CPU matmul has no bf16). Activations and the
-    /// KV cache are f32. With a `VarMap`-backed builder, missing weights are
+    /// widened to f32 (candle's CPU matmul has no bf16). Activations are f32,
+    /// the KV cache f16 ([`Llama::with_kv_dtype`]). With a `VarMap`-backed builder, missing weights are
     /// created with random init (embeddings N(0,1), linears Kaiming normal,
     /// norms 1), which is how tests build tiny models.
     pub fn from_safetensors(config: &LlamaConfig, vb: VarBuilder) -> Result<Self> {
