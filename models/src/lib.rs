@@ -11,9 +11,15 @@
 //!   `gguf.rs`) or from Hugging Face safetensors + `config.json`
 //!   ([`LlamaConfig`]).
 //!
+//! - [`Bert`] (`bert.rs`): a BERT encoder over packed (unpadded) batches,
+//!   [`pool`]ing into sentence vectors, and [`BertCrossEncoder`] (the
+//!   sequence-classification head) for reranking; configs through
+//!   [`EncoderConfig`], tagged on `model_type`.
+//!
 //! Other files: `kv_cache.rs` ([`KvCache`]), `linear.rs` ([`Linear`]),
 //! `rotary.rs` (RoPE tables).
 
+mod bert;
 mod gguf;
 mod kv_cache;
 mod linear;
@@ -21,6 +27,9 @@ mod llama;
 mod q4_1;
 mod rotary;
 
+pub use bert::{
+    l2_normalize, pool, Bert, BertConfig, BertCrossEncoder, EncoderConfig, EncoderInput, Pooling,
+};
 pub use candle_core::quantized::gguf_file;
 pub use candle_core::{DType, Device, Tensor};
 pub use kv_cache::KvCache;

@@ -1,0 +1,375 @@
+//! BERT encoder (and its sequence-classification head) on plain candle ops.
+//!
+//! - Paper: <https://arxiv.org/abs/1810.04805>; weights and names follow
+//!   Hugging Face `BertModel` / `BertForSequenceClassification`
+//!   (<https://github.com/huggingface/transformers/blob/main/src/transformers/models/bert/modeling_bert.py>).
+//! - Post-LayerNorm blocks, absolute learned positions, exact (erf) GELU,
+//!   LayerNorm eps from `config.json`.
+//!
+//! No padding waste: [`Bert::forward_packed`] takes a batch of sequences of any
+//! lengths, concatenates their tokens into one `[total_tokens, hidden]` matrix
+//! for every dense layer (embeddings, QKV, output, FFN), and runs attention
+//! per sequence on its own rows, so no token ever attends to (or pays for) a
+//! padding position. The result is packed the same way; [`pool`] turns it into
+//! one vector per sequence.
+
+use candle_core::{DType, Device, Module, Result, Tensor, D};
+use candle_nn::{LayerNorm, VarBuilder};
+use serde::Deserialize;
+
+use crate::Linear;
+
+/// `config.json` of an encoder, dispatched on `model_type`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "model_type", rename_all = "lowercase")]
+pub enum EncoderConfig {
+    Bert(BertConfig),
+}
+
+/// The fields of a BERT `config.json` that matter here (others are ignored).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct BertConfig {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    #[serde(default = "default_max_positions")]
+    pub max_position_embeddings: usize,
+    #[serde(default = "default_type_vocab")]
+    pub type_vocab_size: usize,
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+    #[serde(default = "default_position_type")]
+    pub position_embedding_type: String,
+    /// Labels of a classification head; their count sizes the classifier.
+    #[serde(default)]
+    pub id2label: Option<std::collections::BTreeMap<String, String>>,
+}
+
+fn default_act() -> String {
+    "gelu".into()
+}
+fn default_max_positions() -> usize {
+    512
+}
+fn default_type_vocab() -> usize {
+    2
+}
+fn default_eps() -> f64 {
+    1e-12
+}
+fn default_position_type() -> String {
+    "absolute".into()
+}
+
+impl BertConfig {
+    /// Outputs of a sequence-classification head (1 when no labels are named).
+    pub fn num_labels(&self) -> usize {
+        self.id2label.as_ref().map_or(1, |m| m.len().max(1))
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.hidden_act != "gelu" {
+            candle_core::bail!(
+                "unsupported hidden_act `{}` (only exact gelu)",
+                self.hidden_act
+            )
+        }
+        if self.position_embedding_type != "absolute" {
+            candle_core::bail!(
+                "unsupported position_embedding_type `{}`",
+                self.position_embedding_type
+            )
+        }
+        if self.num_attention_heads == 0
+            || !self.hidden_size.is_multiple_of(self.num_attention_heads)
+        {
+            candle_core::bail!("hidden_size must be a multiple of num_attention_heads")
+        }
+        Ok(())
+    }
+}
+
+/// One sequence of a batch: token ids and, for sentence pairs, segment ids.
+#[derive(Debug, Clone, Copy)]
+pub struct EncoderInput<'a> {
+    pub ids: &'a [u32],
+    /// `None` means segment 0 everywhere.
+    pub type_ids: Option<&'a [u32]>,
+}
+
+impl<'a> EncoderInput<'a> {
+    pub fn new(ids: &'a [u32]) -> Self {
+        Self {
+            ids,
+            type_ids: None,
+        }
+    }
+}
+
+fn linear(vb: VarBuilder, inp: usize, out: usize) -> Result<Linear> {
+    Linear::dense(vb.get((out, inp), "weight")?)?.with_bias(vb.get(out, "bias")?)
+}
+
+fn layer_norm(vb: VarBuilder, size: usize, eps: f64) -> Result<LayerNorm> {
+    candle_nn::layer_norm(size, eps, vb)
+}
+
+struct Layer {
+    qkv: Linear,
+    attn_out: Linear,
+    attn_norm: LayerNorm,
+    ffn_in: Linear,
+    ffn_out: Linear,
+    ffn_norm: LayerNorm,
+}
+
+impl Layer {
+    fn new(cfg: &BertConfig, vb: VarBuilder) -> Result<Self> {
+        let h = cfg.hidden_size;
+        let eps = cfg.layer_norm_eps;
+        let sa = vb.pp("attention.self");
+        // Q, K and V as one [3h, h] matmul.
+        let w = Tensor::cat(
+            &[
+                sa.get((h, h), "query.weight")?,
+                sa.get((h, h), "key.weight")?,
+                sa.get((h, h), "value.weight")?,
+            ],
+            0,
+        )?;
+        let b = Tensor::cat(
+            &[
+                sa.get(h, "query.bias")?,
+                sa.get(h, "key.bias")?,
+                sa.get(h, "value.bias")?,
+            ],
+            0,
+        )?;
+        Ok(Self {
+            qkv: Linear::dense(w)?.with_bias(b)?,
+            attn_out: linear(vb.pp("attention.output.dense"), h, h)?,
+            attn_norm: layer_norm(vb.pp("attention.output.LayerNorm"), h, eps)?,
+            ffn_in: linear(vb.pp("intermediate.dense"), h, cfg.intermediate_size)?,
+            ffn_out: linear(vb.pp("output.dense"), cfg.intermediate_size, h)?,
+            ffn_norm: layer_norm(vb.pp("output.LayerNorm"), h, eps)?,
+        })
+    }
+
+    /// `x`: packed `[total, h]`; `lens`: the sequences' lengths, in order.
+    fn forward(&self, x: &Tensor, lens: &[usize], heads: usize) -> Result<Tensor> {
+        let (_, h) = x.dims2()?;
+        let hd = h / heads;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let qkv = self.qkv.forward(x)?;
+        let mut outs = Vec::with_capacity(lens.len());
+        let mut offset = 0;
+        for &len in lens {
+            let rows = qkv.narrow(0, offset, len)?;
+            offset += len;
+            let split = |i: usize| -> Result<Tensor> {
+                rows.narrow(1, i * h, h)?
+                    .reshape((len, heads, hd))?
+                    .transpose(0, 1)?
+                    .contiguous()
+            };
+            let (q, k, v) = (split(0)?, split(1)?, split(2)?);
+            let scores = (q.matmul(&k.t()?)? * scale)?;
+            let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+            let ctx = probs.matmul(&v)?.transpose(0, 1)?.reshape((len, h))?;
+            outs.push(ctx);
+        }
+        let ctx = Tensor::cat(&outs, 0)?;
+        let x = self
+            .attn_norm
+            .forward(&(self.attn_out.forward(&ctx)? + x)?)?;
+        let ff = self.ffn_in.forward(&x)?.gelu_erf()?;
+        self.ffn_norm.forward(&(self.ffn_out.forward(&ff)? + x)?)
+    }
+}
+
+/// A BERT encoder (`BertModel` without its pooler).
+pub struct Bert {
+    word: Tensor,
+    position: Tensor,
+    token_type: Tensor,
+    embed_norm: LayerNorm,
+    layers: Vec<Layer>,
+    cfg: BertConfig,
+    device: Device,
+}
+
+impl Bert {
+    /// Loads the weights under `vb` (the root of a `BertModel` checkpoint, or
+    /// its `bert.` prefix for task checkpoints: see [`Bert::load`]).
+    pub fn new(cfg: &BertConfig, vb: VarBuilder) -> Result<Self> {
+        cfg.check()?;
+        let h = cfg.hidden_size;
+        let e = vb.pp("embeddings");
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| Layer::new(cfg, vb.pp(format!("encoder.layer.{i}"))))
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            word: e.get((cfg.vocab_size, h), "word_embeddings.weight")?,
+            position: e.get(
+                (cfg.max_position_embeddings, h),
+                "position_embeddings.weight",
+            )?,
+            token_type: e.get((cfg.type_vocab_size, h), "token_type_embeddings.weight")?,
+            embed_norm: layer_norm(e.pp("LayerNorm"), h, cfg.layer_norm_eps)?,
+            layers,
+            cfg: cfg.clone(),
+            device: vb.device().clone(),
+        })
+    }
+
+    /// Loads from a checkpoint root, looking under `bert.` when the weights
+    /// are stored there (as in `BertForSequenceClassification`).
+    pub fn load(cfg: &BertConfig, vb: VarBuilder) -> Result<Self> {
+        if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
+            Self::new(cfg, vb.pp("bert"))
+        } else {
+            Self::new(cfg, vb)
+        }
+    }
+
+    pub fn config(&self) -> &BertConfig {
+        &self.cfg
+    }
+
+    /// Longest sequence the position table allows.
+    pub fn max_positions(&self) -> usize {
+        self.cfg.max_position_embeddings
+    }
+
+    pub fn hidden_size(&self) -> usize {
+        self.cfg.hidden_size
+    }
+
+    /// Encodes a batch; returns the last hidden states packed as
+    /// `[sum of lengths, hidden]` (f32), sequence after sequence.
+    ///
+    /// Errors when a sequence is empty or longer than the position table, or
+    /// a token or segment id is out of range.
+    pub fn forward_packed(&self, batch: &[EncoderInput]) -> Result<Tensor> {
+        let mut ids = Vec::new();
+        let mut positions = Vec::new();
+        let mut types = Vec::new();
+        let mut lens = Vec::with_capacity(batch.len());
+        for input in batch {
+            let n = input.ids.len();
+            if n == 0 || n > self.cfg.max_position_embeddings {
+                candle_core::bail!(
+                    "sequence of {n} tokens (1 to {} allowed)",
+                    self.cfg.max_position_embeddings
+                )
+            }
+            if let Some(&bad) = input
+                .ids
+                .iter()
+                .find(|&&t| t as usize >= self.cfg.vocab_size)
+            {
+                candle_core::bail!("token id {bad} is out of the vocabulary")
+            }
+            match input.type_ids {
+                Some(t) if t.len() != n => candle_core::bail!("type ids do not match the ids"),
+                Some(t) if t.iter().any(|&x| x as usize >= self.cfg.type_vocab_size) => {
+                    candle_core::bail!("segment id out of range")
+                }
+                Some(t) => types.extend_from_slice(t),
+                None => types.extend(std::iter::repeat_n(0u32, n)),
+            }
+            ids.extend_from_slice(input.ids);
+            positions.extend(0..n as u32);
+            lens.push(n);
+        }
+        if lens.is_empty() {
+            candle_core::bail!("empty batch")
+        }
+        let total = ids.len();
+        let ids = Tensor::from_vec(ids, total, &self.device)?;
+        let positions = Tensor::from_vec(positions, total, &self.device)?;
+        let types = Tensor::from_vec(types, total, &self.device)?;
+        let x = (self.word.index_select(&ids, 0)? + self.position.index_select(&positions, 0)?)?
+            .add(&self.token_type.index_select(&types, 0)?)?;
+        let mut x = self.embed_norm.forward(&x.to_dtype(DType::F32)?)?;
+        for layer in &self.layers {
+            x = layer.forward(&x, &lens, self.cfg.num_attention_heads)?;
+        }
+        Ok(x)
+    }
+}
+
+/// How a sentence vector is made from the token vectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pooling {
+    /// Mean over every token of the sequence (its attention mask is all ones).
+    Mean,
+    /// The first token ([CLS]).
+    Cls,
+    /// The last token.
+    LastToken,
+}
+
+/// Pools packed hidden states `[sum of lens, hidden]` into `[lens.len(), hidden]`.
+pub fn pool(hidden: &Tensor, lens: &[usize], pooling: Pooling) -> Result<Tensor> {
+    let mut rows = Vec::with_capacity(lens.len());
+    let mut offset = 0;
+    for &len in lens {
+        if len == 0 {
+            candle_core::bail!("cannot pool an empty sequence")
+        }
+        let seq = hidden.narrow(0, offset, len)?;
+        rows.push(match pooling {
+            Pooling::Mean => seq.mean_keepdim(0)?,
+            Pooling::Cls => seq.narrow(0, 0, 1)?,
+            Pooling::LastToken => seq.narrow(0, len - 1, 1)?,
+        });
+        offset += len;
+    }
+    Tensor::cat(&rows, 0)
+}
+
+/// Scales each row to unit L2 norm (a zero row stays zero).
+pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {
+    let norm = x.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?.maximum(1e-12)?;
+    x.broadcast_div(&norm)
+}
+
+/// `BertForSequenceClassification`: the encoder, the pooler (dense + tanh over
+/// the [CLS] vector) and a linear classifier; a cross-encoder for reranking.
+pub struct BertCrossEncoder {
+    bert: Bert,
+    pooler: Linear,
+    classifier: Linear,
+}
+
+impl BertCrossEncoder {
+    /// Loads a `BertForSequenceClassification` checkpoint (`bert.*`,
+    /// `bert.pooler.dense`, `classifier`).
+    pub fn load(cfg: &BertConfig, vb: VarBuilder) -> Result<Self> {
+        let h = cfg.hidden_size;
+        let bert = Bert::new(cfg, vb.pp("bert"))?;
+        Ok(Self {
+            bert,
+            pooler: linear(vb.pp("bert.pooler.dense"), h, h)?,
+            classifier: linear(vb.pp("classifier"), h, cfg.num_labels())?,
+        })
+    }
+
+    pub fn encoder(&self) -> &Bert {
+        &self.bert
+    }
+
+    /// Logits `[batch, num_labels]` for a packed batch of sentence pairs.
+    pub fn forward(&self, batch: &[EncoderInput]) -> Result<Tensor> {
+        let hidden = self.bert.forward_packed(batch)?;
+        let lens: Vec<usize> = batch.iter().map(|b| b.ids.len()).collect();
+        let cls = pool(&hidden, &lens, Pooling::Cls)?;
+        let pooled = self.pooler.forward(&cls)?.tanh()?;
+        self.classifier.forward(&pooled)
+    }
+}

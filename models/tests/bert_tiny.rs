@@ -1,0 +1,291 @@
+//! Tiny random-weight BERT: the packed (unpadded) encoder against a plain
+//! candle reference that pads to the longest sequence and masks; a packed
+//! batch against one sequence at a time; the cross-encoder head against the
+//! reference pooler + classifier; pooling and normalisation; bad inputs.
+
+use std::collections::HashMap;
+
+use candle_core::{DType, Device, Module, Result, Tensor, D};
+use candle_nn::VarBuilder;
+use hearth_models::{
+    l2_normalize, pool, Bert, BertConfig, BertCrossEncoder, EncoderConfig, EncoderInput, Pooling,
+};
+
+const H: usize = 32;
+const HEADS: usize = 4;
+const FF: usize = 64;
+const LAYERS: usize = 2;
+const VOCAB: usize = 50;
+const POS: usize = 40;
+
+fn config(labels: usize) -> BertConfig {
+    let id2label: serde_json::Map<String, serde_json::Value> = (0..labels)
+        .map(|i| (i.to_string(), format!("L{i}").into()))
+        .collect();
+    let cfg: EncoderConfig = serde_json::from_value(serde_json::json!({
+        "model_type": "bert",
+        "vocab_size": VOCAB,
+        "hidden_size": H,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "intermediate_size": FF,
+        "hidden_act": "gelu",
+        "max_position_embeddings": POS,
+        "type_vocab_size": 2,
+        "layer_norm_eps": 1e-12,
+        "id2label": id2label,
+        "architectures": ["BertForSequenceClassification"],
+    }))
+    .expect("valid config");
+    let EncoderConfig::Bert(cfg) = cfg;
+    cfg
+}
+
+/// Random weights for every tensor of a `BertForSequenceClassification`.
+fn weights(labels: usize) -> HashMap<String, Tensor> {
+    let dev = Device::Cpu;
+    let mut w = HashMap::new();
+    let mut put = |name: String, shape: &[usize], scale: f64| {
+        let t = (Tensor::randn(0f32, 1f32, shape, &dev).unwrap() * scale).unwrap();
+        w.insert(name, t);
+    };
+    let b = "bert.";
+    put(
+        format!("{b}embeddings.word_embeddings.weight"),
+        &[VOCAB, H],
+        1.0,
+    );
+    put(
+        format!("{b}embeddings.position_embeddings.weight"),
+        &[POS, H],
+        1.0,
+    );
+    put(
+        format!("{b}embeddings.token_type_embeddings.weight"),
+        &[2, H],
+        1.0,
+    );
+    put(format!("{b}embeddings.LayerNorm.weight"), &[H], 1.0);
+    put(format!("{b}embeddings.LayerNorm.bias"), &[H], 0.1);
+    for l in 0..LAYERS {
+        let p = format!("{b}encoder.layer.{l}.");
+        for (name, o, i) in [
+            ("attention.self.query", H, H),
+            ("attention.self.key", H, H),
+            ("attention.self.value", H, H),
+            ("attention.output.dense", H, H),
+            ("intermediate.dense", FF, H),
+            ("output.dense", H, FF),
+        ] {
+            put(format!("{p}{name}.weight"), &[o, i], 0.3);
+            put(format!("{p}{name}.bias"), &[o], 0.1);
+        }
+        for ln in ["attention.output.LayerNorm", "output.LayerNorm"] {
+            put(format!("{p}{ln}.weight"), &[H], 1.0);
+            put(format!("{p}{ln}.bias"), &[H], 0.1);
+        }
+    }
+    put(format!("{b}pooler.dense.weight"), &[H, H], 0.3);
+    put(format!("{b}pooler.dense.bias"), &[H], 0.1);
+    put("classifier.weight".into(), &[labels, H], 0.3);
+    put("classifier.bias".into(), &[labels], 0.1);
+    w
+}
+
+fn vb(w: &HashMap<String, Tensor>) -> VarBuilder<'static> {
+    VarBuilder::from_tensors(w.clone(), DType::F32, &Device::Cpu)
+}
+
+/// Plain reference: pad to the longest, additive mask, separate Q/K/V.
+/// Returns hidden states `[batch, longest, H]`.
+fn reference(
+    w: &HashMap<String, Tensor>,
+    seqs: &[Vec<u32>],
+    types: Option<&[Vec<u32>]>,
+) -> Result<Tensor> {
+    let dev = Device::Cpu;
+    let g = |n: &str| w[&format!("bert.{n}")].clone();
+    let lin = |x: &Tensor, n: &str| -> Result<Tensor> {
+        candle_nn::Linear::new(g(&format!("{n}.weight")), Some(g(&format!("{n}.bias")))).forward(x)
+    };
+    let ln = |x: &Tensor, n: &str| -> Result<Tensor> {
+        candle_nn::LayerNorm::new(g(&format!("{n}.weight")), g(&format!("{n}.bias")), 1e-12)
+            .forward(x)
+    };
+    let b = seqs.len();
+    let l = seqs.iter().map(Vec::len).max().unwrap();
+    let mut ids = vec![0u32; b * l];
+    let mut tys = vec![0u32; b * l];
+    let mut mask = vec![f32::NEG_INFINITY; b * l];
+    for (i, s) in seqs.iter().enumerate() {
+        for (j, &t) in s.iter().enumerate() {
+            ids[i * l + j] = t;
+            mask[i * l + j] = 0.0;
+            if let Some(types) = types {
+                tys[i * l + j] = types[i][j];
+            }
+        }
+    }
+    let ids = Tensor::from_vec(ids, (b, l), &dev)?;
+    let tys = Tensor::from_vec(tys, (b, l), &dev)?;
+    let pos = Tensor::arange(0u32, l as u32, &dev)?;
+    let emb = candle_nn::Embedding::new(g("embeddings.word_embeddings.weight"), H).forward(&ids)?;
+    let pemb =
+        candle_nn::Embedding::new(g("embeddings.position_embeddings.weight"), H).forward(&pos)?;
+    let temb =
+        candle_nn::Embedding::new(g("embeddings.token_type_embeddings.weight"), H).forward(&tys)?;
+    let mut x = ln(&(emb.broadcast_add(&pemb)? + temb)?, "embeddings.LayerNorm")?;
+    let mask = Tensor::from_vec(mask, (b, 1, 1, l), &dev)?;
+    let hd = H / HEADS;
+    for layer in 0..LAYERS {
+        let p = format!("encoder.layer.{layer}.");
+        let heads = |t: Tensor| -> Result<Tensor> {
+            t.reshape((b, l, HEADS, hd))?.transpose(1, 2)?.contiguous()
+        };
+        let q = heads(lin(&x, &format!("{p}attention.self.query"))?)?;
+        let k = heads(lin(&x, &format!("{p}attention.self.key"))?)?;
+        let v = heads(lin(&x, &format!("{p}attention.self.value"))?)?;
+        let att = (q.matmul(&k.t()?)? / (hd as f64).sqrt())?.broadcast_add(&mask)?;
+        let att = candle_nn::ops::softmax(&att, D::Minus1)?;
+        let ctx = att.matmul(&v)?.transpose(1, 2)?.reshape((b, l, H))?;
+        let a = lin(&ctx, &format!("{p}attention.output.dense"))?;
+        x = ln(&(a + &x)?, &format!("{p}attention.output.LayerNorm"))?;
+        let f = lin(&x, &format!("{p}intermediate.dense"))?.gelu_erf()?;
+        let f = lin(&f, &format!("{p}output.dense"))?;
+        x = ln(&(f + &x)?, &format!("{p}output.LayerNorm"))?;
+    }
+    Ok(x)
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
+fn seqs() -> Vec<Vec<u32>> {
+    vec![
+        vec![1, 5, 9, 2],
+        (0..37).map(|i| (i * 7 % VOCAB) as u32).collect(),
+        vec![3],
+        vec![1, 20, 30, 40, 49, 2],
+    ]
+}
+
+#[test]
+fn packed_batch_equals_padded_reference_and_single_runs() -> Result<()> {
+    let w = weights(1);
+    let bert = Bert::load(&config(1), vb(&w))?;
+    let seqs = seqs();
+    let inputs: Vec<EncoderInput> = seqs.iter().map(|s| EncoderInput::new(s)).collect();
+    let packed = bert.forward_packed(&inputs)?;
+    let reference = reference(&w, &seqs, None)?;
+    let mut offset = 0;
+    for (i, s) in seqs.iter().enumerate() {
+        let ours = packed.narrow(0, offset, s.len())?;
+        offset += s.len();
+        let want = reference.get(i)?.narrow(0, 0, s.len())?;
+        assert!(max_diff(&ours, &want) < 1e-4, "sequence {i} vs reference");
+        let alone = bert.forward_packed(&[EncoderInput::new(s)])?;
+        assert!(
+            max_diff(&ours, &alone) < 1e-5,
+            "sequence {i} batched vs alone"
+        );
+    }
+    // Mean pooling over the unpadded rows equals the masked mean of the reference.
+    let lens: Vec<usize> = seqs.iter().map(Vec::len).collect();
+    let pooled = pool(&packed, &lens, Pooling::Mean)?;
+    for (i, s) in seqs.iter().enumerate() {
+        let want = reference.get(i)?.narrow(0, 0, s.len())?.mean(0)?;
+        assert!(max_diff(&pooled.get(i)?, &want) < 1e-4);
+    }
+    Ok(())
+}
+
+#[test]
+fn cross_encoder_matches_reference_head() -> Result<()> {
+    let labels = 1;
+    let w = weights(labels);
+    let model = BertCrossEncoder::load(&config(labels), vb(&w))?;
+    let pairs: Vec<(Vec<u32>, Vec<u32>)> = vec![
+        (vec![1, 4, 5, 2, 7, 8, 9, 2], vec![0, 0, 0, 0, 1, 1, 1, 1]),
+        (vec![1, 4, 2, 11, 2], vec![0, 0, 0, 1, 1]),
+        (
+            (0..30).map(|i| (i % 49 + 1) as u32).collect(),
+            (0..30).map(|i| u32::from(i >= 12)).collect(),
+        ),
+    ];
+    let inputs: Vec<EncoderInput> = pairs
+        .iter()
+        .map(|(ids, tys)| EncoderInput {
+            ids,
+            type_ids: Some(tys),
+        })
+        .collect();
+    let logits = model.forward(&inputs)?;
+    assert_eq!(logits.dims(), &[3, labels]);
+    let seqs: Vec<Vec<u32>> = pairs.iter().map(|p| p.0.clone()).collect();
+    let types: Vec<Vec<u32>> = pairs.iter().map(|p| p.1.clone()).collect();
+    let hidden = reference(&w, &seqs, Some(&types))?;
+    let cls = hidden.narrow(1, 0, 1)?.squeeze(1)?;
+    let pooler = candle_nn::Linear::new(
+        w["bert.pooler.dense.weight"].clone(),
+        Some(w["bert.pooler.dense.bias"].clone()),
+    );
+    let classifier = candle_nn::Linear::new(
+        w["classifier.weight"].clone(),
+        Some(w["classifier.bias"].clone()),
+    );
+    let want = classifier.forward(&pooler.forward(&cls)?.tanh()?)?;
+    assert!(max_diff(&logits, &want) < 1e-4, "{logits} vs {want}");
+    // Segment ids matter: the same ids as one segment score differently.
+    let plain = model.forward(&[EncoderInput::new(&pairs[0].0)])?;
+    assert!(max_diff(&plain, &logits.narrow(0, 0, 1)?) > 1e-6);
+    Ok(())
+}
+
+#[test]
+fn pooling_modes_and_normalisation() -> Result<()> {
+    let dev = Device::Cpu;
+    let hidden = Tensor::new(&[[1f32, 2.], [3., 4.], [5., 6.], [10., 0.], [0., 0.]], &dev)?;
+    let lens = [3, 2];
+    let mean = pool(&hidden, &lens, Pooling::Mean)?.to_vec2::<f32>()?;
+    assert_eq!(mean, vec![vec![3., 4.], vec![5., 0.]]);
+    let cls = pool(&hidden, &lens, Pooling::Cls)?.to_vec2::<f32>()?;
+    assert_eq!(cls, vec![vec![1., 2.], vec![10., 0.]]);
+    let last = pool(&hidden, &lens, Pooling::LastToken)?.to_vec2::<f32>()?;
+    assert_eq!(last, vec![vec![5., 6.], vec![0., 0.]]);
+    let normed = l2_normalize(&Tensor::new(&[[3f32, 4.], [0., 0.]], &dev)?)?.to_vec2::<f32>()?;
+    assert_eq!(normed, vec![vec![0.6, 0.8], vec![0., 0.]]);
+    assert!(pool(&hidden, &[3, 0], Pooling::Mean).is_err());
+    Ok(())
+}
+
+#[test]
+fn bad_inputs_fail_cleanly() -> Result<()> {
+    let w = weights(1);
+    let bert = Bert::load(&config(1), vb(&w))?;
+    assert!(bert.forward_packed(&[]).is_err());
+    assert!(bert.forward_packed(&[EncoderInput::new(&[])]).is_err());
+    assert!(bert
+        .forward_packed(&[EncoderInput::new(&[VOCAB as u32])])
+        .is_err());
+    let long = vec![1u32; POS + 1];
+    assert!(bert.forward_packed(&[EncoderInput::new(&long)]).is_err());
+    let bad_types = EncoderInput {
+        ids: &[1, 2],
+        type_ids: Some(&[0, 2]),
+    };
+    assert!(bert.forward_packed(&[bad_types]).is_err());
+    let mut cfg = config(1);
+    cfg.hidden_act = "gelu_new".into();
+    assert!(Bert::load(&cfg, vb(&w)).is_err());
+    Ok(())
+}
