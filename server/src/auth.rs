@@ -28,7 +28,11 @@ fn check(state: &AppState, header: Option<&axum::http::HeaderValue>) -> Result<(
         return Err("Not authenticated: the Authorization header must be `Bearer <API key>`.");
     }
     let key = key.trim().as_bytes();
-    if state.api_keys.iter().any(|k| constant_time_eq(k.as_bytes(), key)) {
+    if state
+        .api_keys
+        .iter()
+        .any(|k| constant_time_eq(k.as_bytes(), key))
+    {
         Ok(())
     } else {
         Err("Invalid API key: the key sent is not valid for this server.")

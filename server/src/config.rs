@@ -7,7 +7,11 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "hearth", version, about = "Self-hosted inference engine with an OpenAI-compatible API")]
+#[command(
+    name = "hearth",
+    version,
+    about = "Self-hosted inference engine with an OpenAI-compatible API"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -28,7 +28,8 @@ impl From<hearth_core::EngineError> for HttpError {
 
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.0.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status =
+            StatusCode::from_u16(self.0.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if status.is_server_error() {
             tracing::warn!(status = status.as_u16(), body = %self.0.body_json(), "request failed");
         }
@@ -48,10 +49,15 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
             if status == StatusCode::PAYLOAD_TOO_LARGE {
                 HttpError(ApiError::payload_too_large(crate::app::MAX_BODY_BYTES))
             } else {
-                HttpError(ApiError::bad_request(None, format!("cannot read the request body: {rejection}")))
+                HttpError(ApiError::bad_request(
+                    None,
+                    format!("cannot read the request body: {rejection}"),
+                ))
             }
         })?;
-        hearth_api::parse_json_body(&bytes).map(ApiJson).map_err(HttpError)
+        hearth_api::parse_json_body(&bytes)
+            .map(ApiJson)
+            .map_err(HttpError)
     }
 }
 
@@ -70,7 +76,11 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
 
 /// 404 for unknown routes, in shape A.
 pub async fn not_found() -> Response {
-    (StatusCode::NOT_FOUND, axum::Json(serde_json::json!({"detail": "Not Found"}))).into_response()
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(serde_json::json!({"detail": "Not Found"})),
+    )
+        .into_response()
 }
 
 /// 405 for a known route with the wrong method, in shape A.

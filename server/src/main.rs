@@ -14,16 +14,22 @@ fn main() -> anyhow::Result<()> {
         std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
     }
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_env("HEARTH_LOG").unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_env_filter(
+            EnvFilter::try_from_env("HEARTH_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
             runtime.block_on(hearth_server::serve::run(args))
         }
         Command::Models(ModelsCommand::List(store)) => hearth_server::models_cli::list(&store),
-        Command::Models(ModelsCommand::Pull { id, store }) => hearth_server::models_cli::pull(id.as_deref(), &store),
+        Command::Models(ModelsCommand::Pull { id, store }) => {
+            hearth_server::models_cli::pull(id.as_deref(), &store)
+        }
     }
 }

@@ -13,13 +13,20 @@ pub fn catalog(store: &StoreArgs) -> anyhow::Result<Catalog> {
 pub fn list(store: &StoreArgs) -> anyhow::Result<()> {
     let catalog = catalog(store)?;
     let models_dir = store.models_dir();
-    println!("{:<45} {:<7} {:<6} {:>8}  {}", "ID", "KIND", "PULLED", "CONTEXT", "DESCRIPTION");
+    println!(
+        "{:<45} {:<7} {:<6} {:>8}  {}",
+        "ID", "KIND", "PULLED", "CONTEXT", "DESCRIPTION"
+    );
     for e in catalog.entries() {
         println!(
             "{:<45} {:<7} {:<6} {:>8}  {}{}",
             e.id,
             e.kind.as_str(),
-            if e.is_present(&models_dir) { "yes" } else { "no" },
+            if e.is_present(&models_dir) {
+                "yes"
+            } else {
+                "no"
+            },
             e.context_length,
             e.description.as_deref().unwrap_or(""),
             if e.default { " (default)" } else { "" },
@@ -31,9 +38,9 @@ pub fn list(store: &StoreArgs) -> anyhow::Result<()> {
 pub fn pull(id: Option<&str>, store: &StoreArgs) -> anyhow::Result<()> {
     let catalog = catalog(store)?;
     let entries: Vec<&CatalogEntry> = match id {
-        Some(id) => vec![catalog
-            .get(id)
-            .with_context(|| format!("`{id}` is not in the catalogue (see `hearth models list`)"))?],
+        Some(id) => vec![catalog.get(id).with_context(|| {
+            format!("`{id}` is not in the catalogue (see `hearth models list`)")
+        })?],
         None => catalog.defaults().collect(),
     };
     for entry in entries {

@@ -21,10 +21,9 @@ pub fn build_state(args: &ServeArgs, api_keys: Vec<String>) -> anyhow::Result<Ap
         args.models
             .iter()
             .map(|id| {
-                catalog
-                    .get(id)
-                    .cloned()
-                    .with_context(|| format!("`{id}` is not in the catalogue (see `hearth models list`)"))
+                catalog.get(id).cloned().with_context(|| {
+                    format!("`{id}` is not in the catalogue (see `hearth models list`)")
+                })
             })
             .collect::<anyhow::Result<_>>()?
     };
@@ -37,11 +36,16 @@ pub fn build_state(args: &ServeArgs, api_keys: Vec<String>) -> anyhow::Result<Ap
     };
     let mut chat = BTreeMap::new();
     for entry in &entries {
-        let progress = if std::io::IsTerminal::is_terminal(&std::io::stderr()) { Progress::Bars } else { Progress::Quiet };
+        let progress = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            Progress::Bars
+        } else {
+            Progress::Quiet
+        };
         if !entry.is_present(&models_dir) {
             tracing::info!(model = %entry.id, "pulling");
         }
-        pull::ensure(entry, &models_dir, progress).with_context(|| format!("pulling {}", entry.id))?;
+        pull::ensure(entry, &models_dir, progress)
+            .with_context(|| format!("pulling {}", entry.id))?;
         match entry.kind {
             ModelKind::Chat => {
                 tracing::info!(model = %entry.id, "loading");
@@ -49,7 +53,9 @@ pub fn build_state(args: &ServeArgs, api_keys: Vec<String>) -> anyhow::Result<Ap
                     .with_context(|| format!("loading {}", entry.id))?;
                 chat.insert(entry.id.clone(), model);
             }
-            other => tracing::warn!(model = %entry.id, kind = other.as_str(), "this kind of model is not served yet; skipped"),
+            other => {
+                tracing::warn!(model = %entry.id, kind = other.as_str(), "this kind of model is not served yet; skipped")
+            }
         }
     }
     Ok(AppState {
@@ -71,7 +77,12 @@ pub fn generate_key() -> String {
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let mut keys: Vec<String> = args.api_keys.iter().map(|k| k.trim().to_string()).filter(|k| !k.is_empty()).collect();
+    let mut keys: Vec<String> = args
+        .api_keys
+        .iter()
+        .map(|k| k.trim().to_string())
+        .filter(|k| !k.is_empty())
+        .collect();
     if keys.is_empty() {
         let key = generate_key();
         println!("No API key configured; generated one for this run (shown once):\n\n    {key}\n");

@@ -24,14 +24,24 @@ fn user(content: &str) -> Value {
 #[tokio::test]
 async fn models_lists_the_default_model_and_verbose_details() {
     let state = with_model();
-    let body = send(&state, "GET", "/v1/models", Some(KEY), None).await.json();
+    let body = send(&state, "GET", "/v1/models", Some(KEY), None)
+        .await
+        .json();
     assert_eq!(body["object"], "list");
     let model = &body["data"][0];
     assert_eq!(model["id"], MODEL);
     assert_eq!(model["object"], "model");
     assert!(model["created"].is_u64() && model["owned_by"].is_string());
     assert!(model.get("context_length").is_none());
-    let body = send(&state, "GET", "/v1/models?verbose=true&ai_project_id=p1", Some(KEY), None).await.json();
+    let body = send(
+        &state,
+        "GET",
+        "/v1/models?verbose=true&ai_project_id=p1",
+        Some(KEY),
+        None,
+    )
+    .await
+    .json();
     assert_eq!(body["data"][0]["kind"], "chat");
     assert_eq!(body["data"][0]["context_length"], 8192);
 }
@@ -60,7 +70,10 @@ async fn chat_answers_with_every_field() {
     assert_eq!(choice["message"]["role"], "assistant");
     let content = choice["message"]["content"].as_str().unwrap();
     let lower = content.to_lowercase();
-    let colours = ["red", "blue", "yellow"].iter().filter(|c| lower.contains(*c)).count();
+    let colours = ["red", "blue", "yellow"]
+        .iter()
+        .filter(|c| lower.contains(*c))
+        .count();
     assert!(colours >= 2, "{content:?}");
     assert!(["stop", "length"].contains(&choice["finish_reason"].as_str().unwrap()));
     assert!(body["usage"]["prompt_tokens"].as_u64().unwrap() > 10);
@@ -71,15 +84,25 @@ async fn chat_answers_with_every_field() {
 
 #[tokio::test]
 async fn chat_content_parts_equal_plain_content() {
-    let plain = chat(json!({"model": MODEL, "messages": user("Say hi"), "temperature": 0, "max_tokens": 8})).await;
+    let plain = chat(
+        json!({"model": MODEL, "messages": user("Say hi"), "temperature": 0, "max_tokens": 8}),
+    )
+    .await;
     let parts = chat(json!({"model": MODEL, "temperature": 0, "max_tokens": 8,
-        "messages": [{"role": "user", "content": [{"type": "text", "text": "Say hi"}]}]})).await;
-    assert_eq!(plain["choices"][0]["message"], parts["choices"][0]["message"]);
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Say hi"}]}]}))
+    .await;
+    assert_eq!(
+        plain["choices"][0]["message"],
+        parts["choices"][0]["message"]
+    );
 }
 
 #[tokio::test]
 async fn stop_strings_end_generation_and_are_not_returned() {
-    let free = complete(json!({"model": MODEL, "prompt": "1, 2, 3, 4,", "max_tokens": 12, "temperature": 0})).await;
+    let free = complete(
+        json!({"model": MODEL, "prompt": "1, 2, 3, 4,", "max_tokens": 12, "temperature": 0}),
+    )
+    .await;
     let free_text = free["choices"][0]["text"].as_str().unwrap().to_string();
     assert!(free_text.contains(" 6"), "{free_text:?}");
     let body = complete(json!({"model": MODEL, "prompt": "1, 2, 3, 4,", "max_tokens": 12, "temperature": 0, "stop": [" 6"]})).await;
@@ -98,7 +121,10 @@ async fn same_seed_same_text_and_n_choices() {
     assert_eq!(a["choices"].as_array().unwrap().len(), 2);
     assert_eq!(a["choices"][1]["index"], 1);
     let other = complete(json!({"model": MODEL, "prompt": "My favourite animal is", "max_tokens": 12, "temperature": 1.0, "seed": 7})).await;
-    assert_eq!(a["usage"]["prompt_tokens"], other["usage"]["prompt_tokens"], "the prompt is counted once");
+    assert_eq!(
+        a["usage"]["prompt_tokens"], other["usage"]["prompt_tokens"],
+        "the prompt is counted once"
+    );
     assert_ne!(other["choices"][0]["text"], a["choices"][0]["text"]);
 }
 
@@ -118,7 +144,9 @@ async fn completion_logprobs_have_top_candidates() {
 #[tokio::test]
 async fn chat_logprobs_have_top_candidates() {
     let body = chat(json!({"model": MODEL, "messages": user("Hi"), "max_tokens": 3, "temperature": 0, "logprobs": true, "top_logprobs": 2})).await;
-    let content = body["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    let content = body["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap();
     assert!(!content.is_empty());
     assert_eq!(content[0]["top_logprobs"].as_array().unwrap().len(), 2);
     assert!(content[0]["logprob"].as_f64().unwrap() <= 0.0);
@@ -129,7 +157,10 @@ async fn chat_logprobs_have_top_candidates() {
 async fn echo_prepends_the_prompt() {
     let body = complete(json!({"model": MODEL, "prompt": "The capital of France is", "max_tokens": 2, "temperature": 0, "echo": true})).await;
     let text = body["choices"][0]["text"].as_str().unwrap();
-    assert!(text.starts_with("The capital of France is Paris"), "{text:?}");
+    assert!(
+        text.starts_with("The capital of France is Paris"),
+        "{text:?}"
+    );
 }
 
 #[tokio::test]
@@ -141,10 +172,17 @@ async fn completion_stream_is_framed_and_matches_the_whole_answer() {
     stream_req["stream_options"] = json!({"include_usage": true});
     let reply = post(&with_model(), "/v1/completions", &stream_req.to_string()).await;
     assert_eq!(reply.status.as_u16(), 200);
-    assert!(reply.content_type.starts_with("text/event-stream"), "{}", reply.content_type);
+    assert!(
+        reply.content_type.starts_with("text/event-stream"),
+        "{}",
+        reply.content_type
+    );
     let events = sse_events(&reply.text);
     assert_eq!(events.last().unwrap(), "[DONE]");
-    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
     let mut text = String::new();
     for chunk in &chunks {
         assert_eq!(chunk["object"], "text_completion");
@@ -166,16 +204,27 @@ async fn chat_stream_starts_with_the_role_and_ends_with_done() {
     let whole = chat(req.clone()).await;
     let mut stream_req = req;
     stream_req["stream"] = json!(true);
-    let reply = post(&with_model(), "/v1/chat/completions", &stream_req.to_string()).await;
+    let reply = post(
+        &with_model(),
+        "/v1/chat/completions",
+        &stream_req.to_string(),
+    )
+    .await;
     let events = sse_events(&reply.text);
     assert_eq!(events.last().unwrap(), "[DONE]");
-    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
     assert_eq!(chunks[0]["object"], "chat.completion.chunk");
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
     let text: String = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
         .collect();
-    assert_eq!(text, whole["choices"][0]["message"]["content"].as_str().unwrap());
+    assert_eq!(
+        text,
+        whole["choices"][0]["message"]["content"].as_str().unwrap()
+    );
     assert!(chunks.last().unwrap()["choices"][0]["finish_reason"].is_string());
 }

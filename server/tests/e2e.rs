@@ -22,7 +22,15 @@ impl Drop for Server {
 
 fn start() -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
-        .args(["serve", "--port", "0", "--api-key", KEY, "--catalog", "/nonexistent/catalog.toml"])
+        .args([
+            "serve",
+            "--port",
+            "0",
+            "--api-key",
+            KEY,
+            "--catalog",
+            "/nonexistent/catalog.toml",
+        ])
         .arg("--data-dir")
         .arg(data_dir())
         .stdout(Stdio::piped())
@@ -32,7 +40,10 @@ fn start() -> Server {
     let stdout = child.stdout.take().unwrap();
     let mut lines = BufReader::new(stdout).lines();
     let base = loop {
-        let line = lines.next().expect("hearth exited before listening").unwrap();
+        let line = lines
+            .next()
+            .expect("hearth exited before listening")
+            .unwrap();
         if let Some(addr) = line.strip_prefix("Hearth is listening on ") {
             break addr.trim().to_string();
         }
@@ -42,7 +53,9 @@ fn start() -> Server {
 }
 
 fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new().timeout(std::time::Duration::from_secs(120)).build()
+    ureq::AgentBuilder::new()
+        .timeout(std::time::Duration::from_secs(120))
+        .build()
 }
 
 #[test]
@@ -50,7 +63,10 @@ fn serves_chat_and_streams_over_http() {
     let server = start();
     let agent = agent();
 
-    let health = agent.get(&format!("{}/health", server.base)).call().unwrap();
+    let health = agent
+        .get(&format!("{}/health", server.base))
+        .call()
+        .unwrap();
     assert_eq!(health.status(), 200);
 
     match agent.get(&format!("{}/v1/models", server.base)).call() {
@@ -69,8 +85,14 @@ fn serves_chat_and_streams_over_http() {
         .unwrap()
         .into_json()
         .unwrap();
-    let content = body["choices"][0]["message"]["content"].as_str().unwrap().to_lowercase();
-    assert!(content.contains("red") && content.contains("blue"), "{body}");
+    let content = body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_lowercase();
+    assert!(
+        content.contains("red") && content.contains("blue"),
+        "{body}"
+    );
 
     let response = agent
         .post(&format!("{}/v1/chat/completions", server.base))
@@ -111,5 +133,11 @@ fn a_client_that_leaves_mid_stream_does_not_hurt_the_next() {
         .unwrap()
         .into_json()
         .unwrap();
-    assert!(body["choices"][0]["text"].as_str().unwrap().starts_with(" Paris"), "{body}");
+    assert!(
+        body["choices"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with(" Paris"),
+        "{body}"
+    );
 }

@@ -20,11 +20,18 @@ fn build_empty() -> AppState {
 
 fn assert_shape_a(reply: &Reply, status: u16) -> String {
     assert_eq!(reply.status.as_u16(), status, "{}", reply.text);
-    assert!(reply.content_type.starts_with("application/json"), "{}", reply.content_type);
+    assert!(
+        reply.content_type.starts_with("application/json"),
+        "{}",
+        reply.content_type
+    );
     let body = reply.json();
     let obj = body.as_object().unwrap();
     assert_eq!(obj.len(), 1, "shape A has only `detail`: {body}");
-    body["detail"].as_str().expect("detail is a string").to_string()
+    body["detail"]
+        .as_str()
+        .expect("detail is a string")
+        .to_string()
 }
 
 fn assert_shape_b(reply: &Reply, status: u16, param: Option<&str>) -> Value {
@@ -45,7 +52,10 @@ fn assert_shape_c(reply: &Reply) -> Vec<Value> {
     let items = body["detail"].as_array().expect("detail is a list").clone();
     assert!(!items.is_empty());
     for item in &items {
-        assert!(item["type"].is_string() && item["loc"].is_array() && item["msg"].is_string(), "{item}");
+        assert!(
+            item["type"].is_string() && item["loc"].is_array() && item["msg"].is_string(),
+            "{item}"
+        );
         assert!(item.get("input").is_some(), "{item}");
     }
     items
@@ -63,7 +73,14 @@ async fn wrong_key_is_401_saying_so() {
     let reply = send(&empty_state(), "GET", "/v1/models", Some("nope"), None).await;
     let detail = assert_shape_a(&reply, 401);
     assert!(detail.contains("Invalid API key"), "{detail}");
-    let reply = send(&empty_state(), "POST", "/v1/chat/completions", Some("nope"), Some("{}")).await;
+    let reply = send(
+        &empty_state(),
+        "POST",
+        "/v1/chat/completions",
+        Some("nope"),
+        Some("{}"),
+    )
+    .await;
     assert_shape_a(&reply, 401);
 }
 
@@ -76,7 +93,10 @@ async fn health_needs_no_key() {
 #[tokio::test]
 async fn unknown_model_is_404() {
     let body = r#"{"model": "no/such-model", "messages": [{"role": "user", "content": "hi"}]}"#;
-    let detail = assert_shape_a(&post(&empty_state(), "/v1/chat/completions", body).await, 404);
+    let detail = assert_shape_a(
+        &post(&empty_state(), "/v1/chat/completions", body).await,
+        404,
+    );
     assert!(detail.contains("no/such-model"), "{detail}");
     let body = r#"{"model": "no/such-model", "prompt": "hi"}"#;
     assert_shape_a(&post(&empty_state(), "/v1/completions", body).await, 404);
@@ -84,8 +104,21 @@ async fn unknown_model_is_404() {
 
 #[tokio::test]
 async fn unknown_route_and_wrong_method_answer_json() {
-    assert_shape_a(&send(&empty_state(), "GET", "/v1/nothing", Some(KEY), None).await, 404);
-    assert_shape_a(&send(&empty_state(), "GET", "/v1/chat/completions", Some(KEY), None).await, 405);
+    assert_shape_a(
+        &send(&empty_state(), "GET", "/v1/nothing", Some(KEY), None).await,
+        404,
+    );
+    assert_shape_a(
+        &send(
+            &empty_state(),
+            "GET",
+            "/v1/chat/completions",
+            Some(KEY),
+            None,
+        )
+        .await,
+        405,
+    );
 }
 
 #[tokio::test]
@@ -98,7 +131,14 @@ async fn malformed_json_is_422() {
 
 #[tokio::test]
 async fn missing_field_is_422_with_its_location() {
-    let items = assert_shape_c(&post(&empty_state(), "/v1/chat/completions", r#"{"messages": []}"#).await);
+    let items = assert_shape_c(
+        &post(
+            &empty_state(),
+            "/v1/chat/completions",
+            r#"{"messages": []}"#,
+        )
+        .await,
+    );
     assert_eq!(items[0]["type"], "missing");
     assert_eq!(items[0]["loc"], serde_json::json!(["body", "model"]));
 }
@@ -115,7 +155,14 @@ async fn wrong_type_is_422() {
 
 #[tokio::test]
 async fn unparsable_query_value_is_422() {
-    let reply = send(&empty_state(), "GET", "/v1/models?verbose=notabool", Some(KEY), None).await;
+    let reply = send(
+        &empty_state(),
+        "GET",
+        "/v1/models?verbose=notabool",
+        Some(KEY),
+        None,
+    )
+    .await;
     let items = assert_shape_c(&reply);
     assert_eq!(items[0]["loc"], serde_json::json!(["query", "verbose"]));
     assert_eq!(items[0]["input"], "notabool");
@@ -124,19 +171,42 @@ async fn unparsable_query_value_is_422() {
 #[tokio::test]
 async fn logprobs_above_20_is_400_shape_b() {
     let body = r#"{"model": "m", "prompt": "hi", "logprobs": 21}"#;
-    let body = assert_shape_b(&post(&empty_state(), "/v1/completions", body).await, 400, Some("logprobs"));
+    let body = assert_shape_b(
+        &post(&empty_state(), "/v1/completions", body).await,
+        400,
+        Some("logprobs"),
+    );
     assert_eq!(body["error"]["type"], "BadRequestError");
-    assert!(body["detail"].as_str().unwrap().starts_with(hearth_api::INVALID_REQUEST_PREFIX));
+    assert!(body["detail"]
+        .as_str()
+        .unwrap()
+        .starts_with(hearth_api::INVALID_REQUEST_PREFIX));
     let body = r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 21}"#;
-    assert_shape_b(&post(&empty_state(), "/v1/chat/completions", body).await, 400, Some("top_logprobs"));
+    assert_shape_b(
+        &post(&empty_state(), "/v1/chat/completions", body).await,
+        400,
+        Some("top_logprobs"),
+    );
 }
 
 #[tokio::test]
 async fn out_of_range_parameters_are_400() {
     let state = empty_state();
-    for (field, value) in [("temperature", "3"), ("top_p", "0"), ("n", "0"), ("max_tokens", "0"), ("presence_penalty", "5")] {
-        let body = format!(r#"{{"model": "m", "messages": [{{"role": "user", "content": "hi"}}], "{field}": {value}}}"#);
-        assert_shape_b(&post(&state, "/v1/chat/completions", &body).await, 400, Some(field));
+    for (field, value) in [
+        ("temperature", "3"),
+        ("top_p", "0"),
+        ("n", "0"),
+        ("max_tokens", "0"),
+        ("presence_penalty", "5"),
+    ] {
+        let body = format!(
+            r#"{{"model": "m", "messages": [{{"role": "user", "content": "hi"}}], "{field}": {value}}}"#
+        );
+        assert_shape_b(
+            &post(&state, "/v1/chat/completions", &body).await,
+            400,
+            Some(field),
+        );
     }
 }
 
@@ -146,16 +216,29 @@ async fn prompt_longer_than_the_context_is_400() {
     let prompt = "hello ".repeat(9000);
     let body = serde_json::json!({"model": MODEL, "prompt": prompt, "max_tokens": 4}).to_string();
     let body = assert_shape_b(&post(&state, "/v1/completions", &body).await, 400, None);
-    assert!(body["error"]["message"].as_str().unwrap().contains("context"), "{body}");
-    let body = serde_json::json!({"model": MODEL, "messages": [{"role": "user", "content": prompt}]}).to_string();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("context"),
+        "{body}"
+    );
+    let body =
+        serde_json::json!({"model": MODEL, "messages": [{"role": "user", "content": prompt}]})
+            .to_string();
     let reply = post(&state, "/v1/chat/completions", &body).await;
     assert_eq!(reply.status.as_u16(), 400, "{}", reply.text);
 }
 
 #[tokio::test]
 async fn out_of_vocabulary_token_prompt_is_400() {
-    let body = serde_json::json!({"model": MODEL, "prompt": [1, 2, 999999], "max_tokens": 1}).to_string();
-    assert_shape_b(&post(&with_model(), "/v1/completions", &body).await, 400, Some("prompt"));
+    let body =
+        serde_json::json!({"model": MODEL, "prompt": [1, 2, 999999], "max_tokens": 1}).to_string();
+    assert_shape_b(
+        &post(&with_model(), "/v1/completions", &body).await,
+        400,
+        Some("prompt"),
+    );
 }
 
 #[tokio::test]

@@ -198,7 +198,10 @@ impl Catalog {
             if let Some(bad) = entry.files.iter().find(|f| !is_safe_relative(&f.path)) {
                 return Err(CatalogError::Invalid {
                     origin: origin.to_string(),
-                    message: format!("model `{}`: file path `{}` must be relative", entry.id, bad.path),
+                    message: format!(
+                        "model `{}`: file path `{}` must be relative",
+                        entry.id, bad.path
+                    ),
                 });
             }
         }
@@ -248,7 +251,11 @@ mod tests {
         let chat = catalog.get("HuggingFaceTB/SmolLM2-135M-Instruct").unwrap();
         assert_eq!(chat.kind, ModelKind::Chat);
         assert!(chat.default);
-        assert!(chat.files[0].sha256.as_deref().unwrap().starts_with("b179c952"));
+        assert!(chat.files[0]
+            .sha256
+            .as_deref()
+            .unwrap()
+            .starts_with("b179c952"));
         let dir = chat.dir(Path::new("/d"));
         assert_eq!(dir, Path::new("/d/HuggingFaceTB--SmolLM2-135M-Instruct"));
         assert!(chat

@@ -150,13 +150,24 @@ impl EngineHandle {
         if let Some(bad) = prompt.iter().find(|&&id| id as usize >= self.vocab_size) {
             return Err(EngineError::InvalidParameter {
                 param: "prompt".into(),
-                message: format!("token id {bad} is outside the vocabulary of {} tokens", self.vocab_size),
+                message: format!(
+                    "token id {bad} is outside the vocabulary of {} tokens",
+                    self.vocab_size
+                ),
             });
         }
-        if let Some((bad, _)) = request.params.logit_bias.iter().find(|(id, _)| *id as usize >= self.vocab_size) {
+        if let Some((bad, _)) = request
+            .params
+            .logit_bias
+            .iter()
+            .find(|(id, _)| *id as usize >= self.vocab_size)
+        {
             return Err(EngineError::InvalidParameter {
                 param: "logit_bias".into(),
-                message: format!("token id {bad} is outside the vocabulary of {} tokens", self.vocab_size),
+                message: format!(
+                    "token id {bad} is outside the vocabulary of {} tokens",
+                    self.vocab_size
+                ),
             });
         }
         Ok(())
@@ -194,7 +205,12 @@ struct EngineLoop {
 }
 
 impl EngineLoop {
-    fn new(parts: EngineParts, config: EngineConfig, rx: mpsc::Receiver<Job>, gauge: Arc<AtomicUsize>) -> Self {
+    fn new(
+        parts: EngineParts,
+        config: EngineConfig,
+        rx: mpsc::Receiver<Job>,
+        gauge: Arc<AtomicUsize>,
+    ) -> Self {
         let context_length = parts.context_length.min(parts.model.info().context_length);
         Self {
             parts,
@@ -278,7 +294,9 @@ impl EngineLoop {
                 }
                 Err(message) => {
                     tracing::error!(request = %seq.request.id, "{message}");
-                    let _ = seq.events.send(TokenEvent::Error(EngineError::Model(message)));
+                    let _ = seq
+                        .events
+                        .send(TokenEvent::Error(EngineError::Model(message)));
                     self.active.swap_remove(i);
                 }
             }
@@ -299,7 +317,11 @@ fn advance(parts: &EngineParts, chunk: usize, seq: &mut Sequence) -> Result<Step
     let prompt_len = seq.request.prompt_ids.len();
     if seq.prefilled < prompt_len {
         let end = (seq.prefilled + chunk).min(prompt_len);
-        let logits = forward(parts, &seq.request.prompt_ids[seq.prefilled..end], &mut seq.cache)?;
+        let logits = forward(
+            parts,
+            &seq.request.prompt_ids[seq.prefilled..end],
+            &mut seq.cache,
+        )?;
         seq.prefilled = end;
         if end == prompt_len {
             seq.pending_logits = Some(logits);
@@ -310,7 +332,9 @@ fn advance(parts: &EngineParts, chunk: usize, seq: &mut Sequence) -> Result<Step
         Some(logits) => logits,
         None => return Err("sequence has no logits to sample from".into()),
     };
-    let sampled = seq.sampler.sample(&logits, &seq.request.prompt_ids, &seq.generated);
+    let sampled = seq
+        .sampler
+        .sample(&logits, &seq.request.prompt_ids, &seq.generated);
     seq.generated.push(sampled.id);
     let usage = Usage {
         prompt_tokens: prompt_len,
@@ -320,7 +344,11 @@ fn advance(parts: &EngineParts, chunk: usize, seq: &mut Sequence) -> Result<Step
     if is_eos {
         return Ok(finish(seq, FinishReason::Stop, usage));
     }
-    let logprobs = seq.request.params.logprobs.map(|_| logprobs_of(&parts.tokenizer, &sampled));
+    let logprobs = seq
+        .request
+        .params
+        .logprobs
+        .map(|_| logprobs_of(&parts.tokenizer, &sampled));
     let piece = seq.decoder.push(sampled.id);
     let (text, stopped) = match seq.stop.push(&piece) {
         StopOutcome::Continue(text) => (text, false),
@@ -367,7 +395,11 @@ fn finish(seq: &mut Sequence, reason: FinishReason, usage: Usage) -> StepResult 
         }
     };
     text.push_str(&seq.stop.flush());
-    let _ = seq.events.send(TokenEvent::Finished { reason, usage, text });
+    let _ = seq.events.send(TokenEvent::Finished {
+        reason,
+        usage,
+        text,
+    });
     StepResult::Done
 }
 

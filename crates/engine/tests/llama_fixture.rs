@@ -11,7 +11,11 @@ use hearth_engine::load::load_gguf;
 use serde_json::Value;
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 fn log_softmax(logits: &[f32]) -> Vec<f32> {
@@ -24,7 +28,13 @@ fn log_softmax(logits: &[f32]) -> Vec<f32> {
 fn argmax(v: &[f32]) -> u32 {
     v.iter()
         .enumerate()
-        .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &x)| if x > bv { (i, x) } else { (bi, bv) })
+        .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &x)| {
+            if x > bv {
+                (i, x)
+            } else {
+                (bi, bv)
+            }
+        })
         .0 as u32
 }
 
@@ -36,18 +46,37 @@ fn teacher_forced_logprobs_match_llama_cpp() {
         let name = case["name"].as_str().unwrap();
         let prompt = ids(&case["prompt_token_ids"]);
         let generated = ids(&case["generated_token_ids"]);
-        let chosen: Vec<f64> = case["chosen_logprobs"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-        let margins: Vec<f64> = case["top2_margin_per_step"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let chosen: Vec<f64> = case["chosen_logprobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        let margins: Vec<f64> = case["top2_margin_per_step"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
         let tops = case["top_candidates_first_steps"].as_array().unwrap();
 
         let mut cache = lm.model.new_cache();
-        let mut logits = lm.model.forward(&prompt, &mut cache).unwrap().to_vec1::<f32>().unwrap();
+        let mut logits = lm
+            .model
+            .forward(&prompt, &mut cache)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
         let mut worst = 0f64;
         for (i, &reference) in generated.iter().enumerate() {
             let lp = log_softmax(&logits);
             let top1 = argmax(&lp);
             if margins[i] >= 0.5 {
-                assert_eq!(top1, reference, "{name} step {i}: argmax differs where the reference margin is {}", margins[i]);
+                assert_eq!(
+                    top1, reference,
+                    "{name} step {i}: argmax differs where the reference margin is {}",
+                    margins[i]
+                );
             }
             let delta = (lp[reference as usize] as f64 - chosen[i]).abs();
             worst = worst.max(delta);
@@ -57,13 +86,31 @@ fn teacher_forced_logprobs_match_llama_cpp() {
                 for c in candidates {
                     let id = c["id"].as_u64().unwrap() as usize;
                     let d = (lp[id] as f64 - c["logprob"].as_f64().unwrap()).abs();
-                    assert!(d <= 0.75, "{name} step {i}: top-5 candidate {id} off by {d}");
+                    assert!(
+                        d <= 0.75,
+                        "{name} step {i}: top-5 candidate {id} off by {d}"
+                    );
                 }
-                let top3: Vec<u64> = candidates.iter().take(3).map(|c| c["id"].as_u64().unwrap()).collect();
-                assert!(top3.contains(&(top1 as u64)), "{name} step {i}: our top-1 {top1} not in reference top-3 {top3:?}");
+                let top3: Vec<u64> = candidates
+                    .iter()
+                    .take(3)
+                    .map(|c| c["id"].as_u64().unwrap())
+                    .collect();
+                assert!(
+                    top3.contains(&(top1 as u64)),
+                    "{name} step {i}: our top-1 {top1} not in reference top-3 {top3:?}"
+                );
             }
-            logits = lm.model.forward(&[reference], &mut cache).unwrap().to_vec1::<f32>().unwrap();
+            logits = lm
+                .model
+                .forward(&[reference], &mut cache)
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap();
         }
-        eprintln!("{name}: worst |Δlogprob| {worst:.3} over {} steps", generated.len());
+        eprintln!(
+            "{name}: worst |Δlogprob| {worst:.3} over {} steps",
+            generated.len()
+        );
     }
 }

@@ -5,13 +5,15 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::StreamExt;
 use hearth_api::{
-    ApiError, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse,
-    ChatLogprobs, ChatResponseMessage, ProjectQuery, UsageInfo,
+    ApiError, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
+    ChatCompletionResponse, ChatLogprobs, ChatResponseMessage, ProjectQuery, UsageInfo,
 };
 use hearth_core::{ChatMessage, TokenEvent};
 use hearth_engine::ChatModel;
 
-use super::generate::{chat_model, collect, merge, response_id, submit, tokenize, total_usage, ChoiceSlot};
+use super::generate::{
+    chat_model, collect, merge, response_id, submit, tokenize, total_usage, ChoiceSlot,
+};
 use super::sse::{sse_response, SseSender};
 use crate::error::{ApiJson, ApiQuery, HttpError};
 use crate::state::{now_secs, AppState};
@@ -41,7 +43,9 @@ pub async fn create(
         .into_iter()
         .map(|o| ChatChoice {
             index: o.slot.index,
-            logprobs: valid.logprobs.map(|_| ChatLogprobs::from_tokens(&o.logprobs)),
+            logprobs: valid
+                .logprobs
+                .map(|_| ChatLogprobs::from_tokens(&o.logprobs)),
             message: ChatResponseMessage::assistant(o.text),
             finish_reason: Some(o.finish_reason),
         })
@@ -77,7 +81,9 @@ async fn stream_chat(
     prompts: Vec<Vec<u32>>,
     include_usage: bool,
 ) {
-    let chunk = |choice: ChatChunkChoice| ChatCompletionChunk::new(id.clone(), created, model.clone(), vec![choice]);
+    let chunk = |choice: ChatChunkChoice| {
+        ChatCompletionChunk::new(id.clone(), created, model.clone(), vec![choice])
+    };
     for (slot, _) in &streams {
         if !tx.json(&chunk(ChatChunkChoice::role(slot.index))).await {
             return;
@@ -89,13 +95,18 @@ async fn stream_chat(
     while let Some((slot, event)) = events.next().await {
         let choices = match event {
             TokenEvent::Token { text, logprobs, .. } => {
-                let logprobs = logprobs.map(|lp| ChatLogprobs::from_tokens(std::slice::from_ref(&lp)));
+                let logprobs =
+                    logprobs.map(|lp| ChatLogprobs::from_tokens(std::slice::from_ref(&lp)));
                 if text.is_empty() && logprobs.is_none() {
                     continue;
                 }
                 vec![ChatChunkChoice::content(slot.index, text, logprobs)]
             }
-            TokenEvent::Finished { reason, usage, text } => {
+            TokenEvent::Finished {
+                reason,
+                usage,
+                text,
+            } => {
                 remaining -= 1;
                 completion_tokens += usage.completion_tokens;
                 let mut out = Vec::new();
@@ -118,7 +129,8 @@ async fn stream_chat(
         }
     }
     if remaining > 0 {
-        tx.error(&ApiError::from(hearth_core::EngineError::Stopped)).await;
+        tx.error(&ApiError::from(hearth_core::EngineError::Stopped))
+            .await;
     } else if include_usage {
         let usage = total_usage(&prompts, completion_tokens);
         let body = ChatCompletionChunk::usage(

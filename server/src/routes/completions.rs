@@ -5,8 +5,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::StreamExt;
 use hearth_api::{
-    ApiError, CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse,
-    ProjectQuery, PromptInput, UsageInfo, ValidCompletion,
+    ApiError, CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest,
+    CompletionResponse, ProjectQuery, PromptInput, UsageInfo, ValidCompletion,
 };
 use hearth_core::TokenEvent;
 
@@ -35,8 +35,19 @@ pub async fn create(
         let want_logprobs = valid.logprobs.is_some();
         let (n, include_usage, model_id) = (valid.n, valid.include_usage, valid.model.clone());
         return Ok(sse_response(move |tx| async move {
-            stream_completion(tx, streams, id, created, model_id, prompts, echoes, n, include_usage, want_logprobs)
-                .await
+            stream_completion(
+                tx,
+                streams,
+                id,
+                created,
+                model_id,
+                prompts,
+                echoes,
+                n,
+                include_usage,
+                want_logprobs,
+            )
+            .await
         }));
     }
     let outputs = collect(streams).await?;
@@ -68,7 +79,10 @@ pub async fn create(
 
 /// Token ids of each prompt: text is tokenized (with the model's BOS rule),
 /// token prompts are taken as they are.
-async fn prompt_ids(model: &hearth_engine::ChatModel, valid: &ValidCompletion) -> Result<Vec<Vec<u32>>, HttpError> {
+async fn prompt_ids(
+    model: &hearth_engine::ChatModel,
+    valid: &ValidCompletion,
+) -> Result<Vec<Vec<u32>>, HttpError> {
     let texts: Vec<String> = valid
         .prompts
         .iter()
@@ -77,7 +91,9 @@ async fn prompt_ids(model: &hearth_engine::ChatModel, valid: &ValidCompletion) -
             PromptInput::Tokens(_) => None,
         })
         .collect();
-    let mut encoded = tokenize(model.tokenizer.clone(), texts, true).await?.into_iter();
+    let mut encoded = tokenize(model.tokenizer.clone(), texts, true)
+        .await?
+        .into_iter();
     Ok(valid
         .prompts
         .iter()
@@ -88,7 +104,10 @@ async fn prompt_ids(model: &hearth_engine::ChatModel, valid: &ValidCompletion) -
         .collect())
 }
 
-async fn decode_all(model: &hearth_engine::ChatModel, prompts: &[Vec<u32>]) -> Result<Vec<String>, HttpError> {
+async fn decode_all(
+    model: &hearth_engine::ChatModel,
+    prompts: &[Vec<u32>],
+) -> Result<Vec<String>, HttpError> {
     let tokenizer = model.tokenizer.clone();
     let prompts = prompts.to_vec();
     tokio::task::spawn_blocking(move || {
@@ -114,13 +133,20 @@ async fn stream_completion(
     include_usage: bool,
     want_logprobs: bool,
 ) {
-    let chunk = |choice: CompletionChoice| CompletionChunk::new(id.clone(), created, model.clone(), vec![choice]);
+    let chunk = |choice: CompletionChoice| {
+        CompletionChunk::new(id.clone(), created, model.clone(), vec![choice])
+    };
     let mut offsets = vec![0usize; streams.len()];
     for (slot, _) in &streams {
         let echo = &echoes[slot.prompt];
         if !echo.is_empty() {
             offsets[slot.index] = echo.len();
-            let choice = CompletionChoice { index: slot.index, text: echo.clone(), logprobs: None, finish_reason: None };
+            let choice = CompletionChoice {
+                index: slot.index,
+                text: echo.clone(),
+                logprobs: None,
+                finish_reason: None,
+            };
             if !tx.json(&chunk(choice)).await {
                 return;
             }
@@ -133,19 +159,36 @@ async fn stream_completion(
         let choice = match event {
             TokenEvent::Token { text, logprobs, .. } => {
                 let logprobs = match (&logprobs, want_logprobs) {
-                    (Some(lp), true) => Some(CompletionLogprobs::from_tokens(std::slice::from_ref(lp), offsets[slot.index])),
+                    (Some(lp), true) => Some(CompletionLogprobs::from_tokens(
+                        std::slice::from_ref(lp),
+                        offsets[slot.index],
+                    )),
                     _ => None,
                 };
                 if text.is_empty() && logprobs.is_none() {
                     continue;
                 }
                 offsets[slot.index] += text.len();
-                CompletionChoice { index: slot.index, text, logprobs, finish_reason: None }
+                CompletionChoice {
+                    index: slot.index,
+                    text,
+                    logprobs,
+                    finish_reason: None,
+                }
             }
-            TokenEvent::Finished { reason, usage, text } => {
+            TokenEvent::Finished {
+                reason,
+                usage,
+                text,
+            } => {
                 remaining -= 1;
                 completion_tokens += usage.completion_tokens;
-                CompletionChoice { index: slot.index, text, logprobs: None, finish_reason: Some(reason) }
+                CompletionChoice {
+                    index: slot.index,
+                    text,
+                    logprobs: None,
+                    finish_reason: Some(reason),
+                }
             }
             TokenEvent::Error(e) => {
                 tx.error(&ApiError::from(e)).await;
@@ -158,7 +201,8 @@ async fn stream_completion(
         }
     }
     if remaining > 0 {
-        tx.error(&ApiError::from(hearth_core::EngineError::Stopped)).await;
+        tx.error(&ApiError::from(hearth_core::EngineError::Stopped))
+            .await;
     } else if include_usage {
         let usage = total_usage(&prompts, completion_tokens);
         let _ = n;

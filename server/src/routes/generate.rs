@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 use hearth_api::ApiError;
-use hearth_core::{EngineError, FinishReason, GenerateRequest, SamplingParams, TokenEvent, TokenLogprobs, Usage};
+use hearth_core::{
+    EngineError, FinishReason, GenerateRequest, SamplingParams, TokenEvent, TokenLogprobs, Usage,
+};
 use hearth_engine::{ChatModel, TokenStream};
 use tokenizers::Tokenizer;
 
@@ -23,16 +25,29 @@ pub fn chat_model(state: &AppState, id: &str) -> Result<ChatModel, HttpError> {
 }
 
 /// Tokenizes `texts` on the blocking pool.
-pub async fn tokenize(tokenizer: Arc<Tokenizer>, texts: Vec<String>, add_special: bool) -> Result<Vec<Vec<u32>>, HttpError> {
+pub async fn tokenize(
+    tokenizer: Arc<Tokenizer>,
+    texts: Vec<String>,
+    add_special: bool,
+) -> Result<Vec<Vec<u32>>, HttpError> {
     tokio::task::spawn_blocking(move || {
         texts
             .into_iter()
-            .map(|t| tokenizer.encode(t, add_special).map(|e| e.get_ids().to_vec()))
+            .map(|t| {
+                tokenizer
+                    .encode(t, add_special)
+                    .map(|e| e.get_ids().to_vec())
+            })
             .collect::<Result<Vec<_>, _>>()
     })
     .await
     .map_err(|_| HttpError(ApiError::internal()))?
-    .map_err(|e| HttpError(ApiError::bad_request(Some("prompt"), format!("cannot tokenize the prompt: {e}"))))
+    .map_err(|e| {
+        HttpError(ApiError::bad_request(
+            Some("prompt"),
+            format!("cannot tokenize the prompt: {e}"),
+        ))
+    })
 }
 
 /// One choice's place: which prompt it answers and its index in `choices`.
@@ -69,11 +84,16 @@ pub fn submit(
 }
 
 /// All choices' events as one stream, each tagged with its choice.
-pub fn merge(streams: Vec<(ChoiceSlot, TokenStream)>) -> SelectAll<BoxStream<'static, (ChoiceSlot, TokenEvent)>> {
+pub fn merge(
+    streams: Vec<(ChoiceSlot, TokenStream)>,
+) -> SelectAll<BoxStream<'static, (ChoiceSlot, TokenEvent)>> {
     stream::select_all(streams.into_iter().map(|(slot, rx)| {
-        stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|ev| (ev, rx)) })
-            .map(move |ev| (slot, ev))
-            .boxed()
+        stream::unfold(
+            rx,
+            |mut rx| async move { rx.recv().await.map(|ev| (ev, rx)) },
+        )
+        .map(move |ev| (slot, ev))
+        .boxed()
     }))
 }
 
@@ -89,7 +109,9 @@ pub struct ChoiceOutput {
 }
 
 /// Waits for every choice to finish; the first engine error fails the whole request.
-pub async fn collect(streams: Vec<(ChoiceSlot, TokenStream)>) -> Result<Vec<ChoiceOutput>, EngineError> {
+pub async fn collect(
+    streams: Vec<(ChoiceSlot, TokenStream)>,
+) -> Result<Vec<ChoiceOutput>, EngineError> {
     let mut outputs: Vec<ChoiceOutput> = streams
         .iter()
         .map(|(slot, _)| ChoiceOutput {
@@ -115,7 +137,11 @@ pub async fn collect(streams: Vec<(ChoiceSlot, TokenStream)>) -> Result<Vec<Choi
                 out.token_ids.push(id);
                 out.logprobs.extend(logprobs);
             }
-            TokenEvent::Finished { reason, usage, text } => {
+            TokenEvent::Finished {
+                reason,
+                usage,
+                text,
+            } => {
                 out.text.push_str(&text);
                 out.finish_reason = reason;
                 out.usage = usage;

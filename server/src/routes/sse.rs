@@ -55,6 +55,8 @@ where
 {
     let (tx, rx) = mpsc::channel::<Event>(64);
     tokio::spawn(producer(SseSender { tx }));
-    let events = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|ev| (Ok::<_, Infallible>(ev), rx)) });
+    let events = stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|ev| (Ok::<_, Infallible>(ev), rx))
+    });
     Sse::new(events).into_response()
 }

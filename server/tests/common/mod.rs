@@ -44,13 +44,20 @@ pub fn serve_args(models: Vec<String>, max_waiting: usize, max_active: usize) ->
 pub fn with_model() -> AppState {
     static STATE: OnceLock<AppState> = OnceLock::new();
     STATE
-        .get_or_init(|| build_state(&serve_args(vec![], 64, 8), vec![KEY.to_string()]).expect("loading the default model"))
+        .get_or_init(|| {
+            build_state(&serve_args(vec![], 64, 8), vec![KEY.to_string()])
+                .expect("loading the default model")
+        })
         .clone()
 }
 
 /// A state with a fresh engine that admits one sequence and queues one more.
 pub fn with_tiny_queue() -> AppState {
-    build_state(&serve_args(vec![MODEL.to_string()], 1, 1), vec![KEY.to_string()]).expect("loading the default model")
+    build_state(
+        &serve_args(vec![MODEL.to_string()], 1, 1),
+        vec![KEY.to_string()],
+    )
+    .expect("loading the default model")
 }
 
 pub struct Reply {
@@ -66,7 +73,13 @@ impl Reply {
 }
 
 /// Sends one request through the in-process router.
-pub async fn send(state: &AppState, method: &str, uri: &str, key: Option<&str>, body: Option<&str>) -> Reply {
+pub async fn send(
+    state: &AppState,
+    method: &str,
+    uri: &str,
+    key: Option<&str>,
+    body: Option<&str>,
+) -> Reply {
     let mut builder = Request::builder().method(method).uri(uri);
     if let Some(key) = key {
         builder = builder.header("authorization", format!("Bearer {key}"));
@@ -74,8 +87,13 @@ pub async fn send(state: &AppState, method: &str, uri: &str, key: Option<&str>, 
     if body.is_some() {
         builder = builder.header("content-type", "application/json");
     }
-    let request = builder.body(Body::from(body.unwrap_or("").to_string())).unwrap();
-    let response = hearth_server::app(state.clone()).oneshot(request).await.unwrap();
+    let request = builder
+        .body(Body::from(body.unwrap_or("").to_string()))
+        .unwrap();
+    let response = hearth_server::app(state.clone())
+        .oneshot(request)
+        .await
+        .unwrap();
     let status = response.status();
     let content_type = response
         .headers()
@@ -98,7 +116,10 @@ pub async fn post(state: &AppState, uri: &str, body: &str) -> Reply {
 /// Parses an SSE body into its `data:` payloads, checking the framing:
 /// every event is exactly one `data: ...` line followed by a blank line.
 pub fn sse_events(text: &str) -> Vec<String> {
-    assert!(text.ends_with("\n\n"), "stream must end with a blank line: {text:?}");
+    assert!(
+        text.ends_with("\n\n"),
+        "stream must end with a blank line: {text:?}"
+    );
     text.trim_end_matches("\n\n")
         .split("\n\n")
         .map(|event| {
