@@ -7,16 +7,23 @@
 //! - [`sampler`] picks the next token from logits.
 //! - [`engine`] owns the model on its own OS thread; handlers talk to it through
 //!   an [`EngineHandle`].
+//! - [`embed`] loads sentence-transformers embedding models; [`batcher`] packs
+//!   concurrent embedding requests into forward passes under a token budget
+//!   on the encoder's own thread ([`EncoderHandle`]).
 
+pub mod batcher;
 pub mod catalog;
 pub mod chat_template;
 pub mod detok;
+pub mod embed;
 pub mod engine;
 pub mod pull;
 pub mod sampler;
 pub mod stop;
 pub mod tokenizer;
 
+pub use batcher::{BatcherConfig, EncoderHandle};
+pub use embed::EmbedModel;
 pub use engine::{EngineConfig, EngineHandle, EngineParts, TokenStream};
 pub mod load;
 pub use candle_core::Device;

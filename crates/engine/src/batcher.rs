@@ -1,0 +1,375 @@
+//! The encoder batcher: embedding and rerank requests from many clients,
+//! packed into forward passes under a token budget, on the model's own thread.
+//!
+//! Handlers call [`EncoderHandle::encode`] with the token ids of one request's
+//! inputs. The job waits on a bounded queue (a full queue is refused at once
+//! with [`EngineError::Overloaded`]). The loop keeps a few jobs in hand and
+//! builds each batch from them in arrival order, input after input, until the
+//! next input would pass `max_batch_tokens` (a batch always takes at least one
+//! input). A request's inputs may thus be split across batches; the vectors
+//! are put back at their input's index and sent once all are done. A job
+//! whose client has gone (its reply receiver dropped) is dropped before its
+//! next batch.
+
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use hearth_core::EngineError;
+use tokio::sync::{mpsc, oneshot};
+
+/// Something that turns a batch of token sequences into one vector each.
+pub trait Encoder: Send + 'static {
+    /// One vector per sequence, in order.
+    fn encode(&mut self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>, String>;
+}
+
+/// Tunables of the batcher.
+#[derive(Debug, Clone)]
+pub struct BatcherConfig {
+    /// Most tokens in one forward pass (one input longer than this runs alone).
+    pub max_batch_tokens: usize,
+    /// Requests that may wait before new ones are refused.
+    pub max_waiting: usize,
+}
+
+impl Default for BatcherConfig {
+    fn default() -> Self {
+        Self {
+            max_batch_tokens: 8192,
+            max_waiting: 256,
+        }
+    }
+}
+
+type Reply = oneshot::Sender<Result<Vec<Vec<f32>>, EngineError>>;
+
+struct Job {
+    inputs: Vec<Vec<u32>>,
+    reply: Reply,
+}
+
+/// A cheap, cloneable handle to a running batcher.
+#[derive(Clone)]
+pub struct EncoderHandle {
+    tx: mpsc::Sender<Job>,
+    max_waiting: usize,
+    _thread: Arc<std::thread::JoinHandle<()>>,
+}
+
+impl EncoderHandle {
+    /// Starts the batcher loop on its own OS thread.
+    pub fn start<E: Encoder>(encoder: E, config: BatcherConfig) -> Self {
+        let max_waiting = config.max_waiting.max(1);
+        let (tx, rx) = mpsc::channel(max_waiting);
+        let thread = std::thread::Builder::new()
+            .name("hearth-encoder".into())
+            .spawn(move || run(encoder, config, rx))
+            .expect("spawning the encoder thread");
+        Self {
+            tx,
+            max_waiting,
+            _thread: Arc::new(thread),
+        }
+    }
+
+    /// Queues one request's inputs; resolves to one vector per input, in order.
+    /// Refused at once when the queue is full. Dropping the future abandons
+    /// the work.
+    pub async fn encode(&self, inputs: Vec<Vec<u32>>) -> Result<Vec<Vec<f32>>, EngineError> {
+        if inputs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .try_send(Job { inputs, reply })
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => EngineError::Overloaded(self.max_waiting),
+                mpsc::error::TrySendError::Closed(_) => EngineError::Stopped,
+            })?;
+        rx.await.map_err(|_| EngineError::Stopped)?
+    }
+}
+
+/// A job being worked on: its inputs, the vectors done so far, and the next
+/// input to schedule.
+struct Active {
+    job: Job,
+    done: Vec<Option<Vec<f32>>>,
+    next: usize,
+    remaining: usize,
+}
+
+impl Active {
+    fn new(job: Job) -> Self {
+        let n = job.inputs.len();
+        Self {
+            job,
+            done: vec![None; n],
+            next: 0,
+            remaining: n,
+        }
+    }
+
+    fn unscheduled_tokens(&self) -> usize {
+        self.job.inputs[self.next..].iter().map(Vec::len).sum()
+    }
+}
+
+/// One input of a batch: which active job and which of its inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    pub job: usize,
+    pub input: usize,
+}
+
+/// Picks the next batch from jobs' input lengths (`jobs[j][i]`: tokens of
+/// input `i` of job `j`, starting at `next[j]`), in order, under `budget`
+/// tokens; always at least one input when any is left. Advances `next`.
+pub fn plan_batch(jobs: &[&[usize]], next: &mut [usize], budget: usize) -> Vec<Slot> {
+    let mut slots = Vec::new();
+    let mut tokens = 0;
+    for (j, lens) in jobs.iter().enumerate() {
+        while next[j] < lens.len() {
+            let len = lens[next[j]];
+            if !slots.is_empty() && tokens + len > budget {
+                return slots;
+            }
+            tokens += len;
+            slots.push(Slot {
+                job: j,
+                input: next[j],
+            });
+            next[j] += 1;
+        }
+    }
+    slots
+}
+
+fn run<E: Encoder>(mut encoder: E, config: BatcherConfig, mut rx: mpsc::Receiver<Job>) {
+    let budget = config.max_batch_tokens.max(1);
+    let mut active: VecDeque<Active> = VecDeque::new();
+    loop {
+        // Drop the work of clients that left.
+        active.retain(|a| !a.job.reply.is_closed());
+        // Take queued jobs while the ones in hand cannot fill a batch.
+        let mut in_hand: usize = active.iter().map(Active::unscheduled_tokens).sum();
+        while in_hand < budget {
+            let job = if active.is_empty() {
+                match rx.blocking_recv() {
+                    Some(job) => job,
+                    None => return,
+                }
+            } else {
+                match rx.try_recv() {
+                    Ok(job) => job,
+                    Err(_) => break,
+                }
+            };
+            if job.reply.is_closed() {
+                continue;
+            }
+            let a = Active::new(job);
+            in_hand += a.unscheduled_tokens();
+            active.push_back(a);
+        }
+        let lens: Vec<Vec<usize>> = active
+            .iter()
+            .map(|a| a.job.inputs.iter().map(Vec::len).collect())
+            .collect();
+        let lens_ref: Vec<&[usize]> = lens.iter().map(Vec::as_slice).collect();
+        let mut next: Vec<usize> = active.iter().map(|a| a.next).collect();
+        let slots = plan_batch(&lens_ref, &mut next, budget);
+        if slots.is_empty() {
+            continue;
+        }
+        for (a, n) in active.iter_mut().zip(&next) {
+            a.next = *n;
+        }
+        let batch: Vec<&[u32]> = slots
+            .iter()
+            .map(|s| active[s.job].job.inputs[s.input].as_slice())
+            .collect();
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| encoder.encode(&batch)))
+            .unwrap_or_else(|_| Err("the encoder panicked".to_string()))
+            .and_then(|v| {
+                if v.len() == batch.len() {
+                    Ok(v)
+                } else {
+                    Err(format!("{} vectors for {} inputs", v.len(), batch.len()))
+                }
+            });
+        match result {
+            Ok(vectors) => {
+                for (slot, vector) in slots.iter().zip(vectors) {
+                    let a = &mut active[slot.job];
+                    a.done[slot.input] = Some(vector);
+                    a.remaining -= 1;
+                }
+            }
+            Err(message) => {
+                tracing::error!(%message, "encoder batch failed");
+                let mut failed: Vec<usize> = slots.iter().map(|s| s.job).collect();
+                failed.dedup();
+                for j in failed.into_iter().rev() {
+                    if let Some(a) = active.remove(j) {
+                        let _ = a.job.reply.send(Err(EngineError::Model(message.clone())));
+                    }
+                }
+                continue;
+            }
+        }
+        // Answer finished jobs (they are at the front: jobs are scheduled in order).
+        while active.front().is_some_and(|a| a.remaining == 0) {
+            let a = active.pop_front().expect("checked");
+            let vectors = a.done.into_iter().map(Option::unwrap_or_default).collect();
+            let _ = a.job.reply.send(Ok(vectors));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_packs_in_order_under_budget_and_splits_jobs() {
+        let a = [3, 4, 5];
+        let b = [2, 9];
+        let jobs: Vec<&[usize]> = vec![&a, &b];
+        let mut next = vec![0, 0];
+        let s1 = plan_batch(&jobs, &mut next, 10);
+        assert_eq!(
+            s1,
+            vec![Slot { job: 0, input: 0 }, Slot { job: 0, input: 1 }]
+        );
+        let s2 = plan_batch(&jobs, &mut next, 10);
+        assert_eq!(
+            s2,
+            vec![Slot { job: 0, input: 2 }, Slot { job: 1, input: 0 }]
+        );
+        // An input over the budget runs alone.
+        let s3 = plan_batch(&jobs, &mut next, 5);
+        assert_eq!(s3, vec![Slot { job: 1, input: 1 }]);
+        assert!(plan_batch(&jobs, &mut next, 5).is_empty());
+    }
+
+    /// Encodes a sequence as [first id, length, batch size] and records batches.
+    struct Fake {
+        batches: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+    }
+
+    impl Encoder for Fake {
+        fn encode(&mut self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>, String> {
+            self.batches.lock().unwrap().push(batch.len());
+            if batch.iter().any(|s| s.first() == Some(&666)) {
+                return Err("bad input".into());
+            }
+            Ok(batch
+                .iter()
+                .map(|s| vec![s[0] as f32, s.len() as f32, batch.len() as f32])
+                .collect())
+        }
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn inputs_split_across_batches_come_back_in_order() {
+        let batches = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let handle = EncoderHandle::start(
+            Fake {
+                batches: batches.clone(),
+            },
+            BatcherConfig {
+                max_batch_tokens: 8,
+                max_waiting: 16,
+            },
+        );
+        let inputs: Vec<Vec<u32>> = (0..10).map(|i| vec![i; (i % 3 + 1) as usize]).collect();
+        let out = rt().block_on(handle.encode(inputs.clone())).unwrap();
+        assert_eq!(out.len(), 10);
+        for (i, v) in out.iter().enumerate() {
+            assert_eq!(v[0], i as f32);
+            assert_eq!(v[1], inputs[i].len() as f32);
+        }
+        let batches = batches.lock().unwrap();
+        assert!(batches.len() > 1, "split into several batches: {batches:?}");
+    }
+
+    #[test]
+    fn concurrent_requests_share_batches_and_errors_stay_per_batch() {
+        let batches = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let handle = EncoderHandle::start(
+            Fake {
+                batches: batches.clone(),
+            },
+            BatcherConfig {
+                max_batch_tokens: 1000,
+                max_waiting: 64,
+            },
+        );
+        let results = rt().block_on(async {
+            let tasks: Vec<_> = (0..16u32)
+                .map(|r| {
+                    let h = handle.clone();
+                    tokio::spawn(async move { h.encode(vec![vec![r, 1], vec![r + 100]]).await })
+                })
+                .collect();
+            let mut out = Vec::new();
+            for t in tasks {
+                out.push(t.await.unwrap().unwrap());
+            }
+            out
+        });
+        for (r, v) in results.iter().enumerate() {
+            assert_eq!(v[0][..2], [r as f32, 2.0]);
+            assert_eq!(v[1][..2], [r as f32 + 100.0, 1.0]);
+        }
+        let failed = rt().block_on(handle.encode(vec![vec![666]]));
+        assert!(matches!(failed, Err(EngineError::Model(_))));
+        let ok = rt().block_on(handle.encode(vec![vec![7]])).unwrap();
+        assert_eq!(ok[0][0], 7.0);
+    }
+
+    #[test]
+    fn full_queue_is_refused() {
+        struct Slow;
+        impl Encoder for Slow {
+            fn encode(&mut self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>, String> {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                Ok(vec![vec![0.0]; batch.len()])
+            }
+        }
+        let handle = EncoderHandle::start(
+            Slow,
+            BatcherConfig {
+                max_batch_tokens: 1,
+                max_waiting: 1,
+            },
+        );
+        let outcomes = rt().block_on(async {
+            let tasks: Vec<_> = (0..6)
+                .map(|_| {
+                    let h = handle.clone();
+                    tokio::spawn(async move { h.encode(vec![vec![1]]).await })
+                })
+                .collect();
+            let mut out = Vec::new();
+            for t in tasks {
+                out.push(t.await.unwrap());
+            }
+            out
+        });
+        assert!(outcomes
+            .iter()
+            .any(|o| matches!(o, Err(EngineError::Overloaded(1)))));
+        assert!(outcomes.iter().any(|o| o.is_ok()));
+    }
+}
