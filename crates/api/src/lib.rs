@@ -8,6 +8,8 @@
 //! - [`parse`]: [`parse_json_body`] and [`parse_query`], failing with 422.
 //! - [`de`]: lenient (pydantic-style) booleans for query structs.
 //! - [`common`], [`completions`], [`chat`], [`models`]: request and response types.
+//! - [`embeddings`], [`rerank`]: `/v1/embeddings` and `/v1/rerank` types,
+//!   their validation, base64 vectors and `dimensions`.
 //! - [`validate`]: `validate()` on requests, giving [`ValidCompletion`] and
 //!   [`ValidChat`] with the engine's `SamplingParams`.
 
@@ -15,9 +17,11 @@ pub mod chat;
 pub mod common;
 pub mod completions;
 pub mod de;
+pub mod embeddings;
 pub mod error;
 pub mod models;
 pub mod parse;
+pub mod rerank;
 pub mod validate;
 
 pub use chat::{
@@ -30,7 +34,16 @@ pub use completions::{
     CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse,
     Prompt, TopLogprobs,
 };
+pub use embeddings::{
+    apply_dimensions, decode_base64, dimensions_too_large, encode_base64, EmbeddingList,
+    EmbeddingObject, EmbeddingRequest, EmbeddingUsage, EmbeddingVector, EncodingFormat,
+    ValidEmbedding, MAX_EMBEDDING_INPUTS,
+};
 pub use error::{ApiError, ErrorBody, Loc, ValidationItem, INVALID_REQUEST_PREFIX};
 pub use models::{ModelList, ModelObject, ModelPricing, ModelsQuery};
 pub use parse::{parse_json_body, parse_query};
+pub use rerank::{
+    RerankDocument, RerankRequest, RerankResponse, RerankResult, RerankResultDocument, ValidRerank,
+    MAX_RERANK_DOCUMENTS,
+};
 pub use validate::{PromptInput, ValidChat, ValidCompletion, DEFAULT_COMPLETION_MAX_TOKENS};
