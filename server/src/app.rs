@@ -23,6 +23,8 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/models", get(routes::models::list))
         .route("/v1/completions", post(routes::completions::create))
         .route("/v1/chat/completions", post(routes::chat::create))
+        .route("/v1/embeddings", post(routes::embeddings::create))
+        .route("/v1/rerank", post(routes::rerank::create))
         .method_not_allowed_fallback(method_not_allowed)
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     Router::new()

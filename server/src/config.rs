@@ -84,6 +84,10 @@ pub struct ServeArgs {
     /// Sequences a model advances together.
     #[arg(long, env = "HEARTH_MAX_ACTIVE", default_value_t = 8)]
     pub max_active: usize,
+    /// Most tokens an embedding model encodes in one forward pass; concurrent
+    /// embedding and rerank requests are packed into batches under it.
+    #[arg(long, env = "HEARTH_MAX_BATCH_TOKENS", default_value_t = 8192)]
+    pub max_batch_tokens: usize,
     #[command(flatten)]
     pub store: StoreArgs,
 }

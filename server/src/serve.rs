@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use hearth_engine::catalog::{CatalogEntry, ModelKind};
 use hearth_engine::pull::{self, Progress};
-use hearth_engine::{ChatModel, EngineConfig};
+use hearth_engine::{BatcherConfig, ChatModel, EmbedModel, EngineConfig};
 use rand::RngCore;
 
 use crate::config::ServeArgs;
@@ -34,7 +34,12 @@ pub fn build_state(args: &ServeArgs, api_keys: Vec<String>) -> anyhow::Result<Ap
         max_active: args.max_active,
         ..EngineConfig::default()
     };
+    let encoder_config = BatcherConfig {
+        max_batch_tokens: args.max_batch_tokens,
+        max_waiting: args.max_waiting,
+    };
     let mut chat = BTreeMap::new();
+    let mut embed = BTreeMap::new();
     for entry in &entries {
         let progress = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             Progress::Bars
@@ -53,6 +58,12 @@ pub fn build_state(args: &ServeArgs, api_keys: Vec<String>) -> anyhow::Result<Ap
                     .with_context(|| format!("loading {}", entry.id))?;
                 chat.insert(entry.id.clone(), model);
             }
+            ModelKind::Embed => {
+                tracing::info!(model = %entry.id, "loading");
+                let model = EmbedModel::start(entry, &models_dir, &device, encoder_config.clone())
+                    .with_context(|| format!("loading {}", entry.id))?;
+                embed.insert(entry.id.clone(), model);
+            }
             other => {
                 tracing::warn!(model = %entry.id, kind = other.as_str(), "this kind of model is not served yet; skipped")
             }
@@ -60,6 +71,7 @@ pub fn build_state(args: &ServeArgs, api_keys: Vec<String>) -> anyhow::Result<Ap
     }
     Ok(AppState {
         chat: Arc::new(chat),
+        embed: Arc::new(embed),
         api_keys: Arc::new(api_keys),
         started_at: now_secs(),
     })

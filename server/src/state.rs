@@ -3,12 +3,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use hearth_engine::ChatModel;
+use hearth_engine::{ChatModel, EmbedModel};
 
 #[derive(Clone)]
 pub struct AppState {
     /// Chat models served, by catalogue id.
     pub chat: Arc<BTreeMap<String, ChatModel>>,
+    /// Embedding models served (embeddings, and rerank as bi-encoders), by catalogue id.
+    pub embed: Arc<BTreeMap<String, EmbedModel>>,
     /// Keys accepted as `Authorization: Bearer KEY`.
     pub api_keys: Arc<Vec<String>>,
     /// When the server started (seconds since the epoch), shown as `created` of models.

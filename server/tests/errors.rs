@@ -13,6 +13,7 @@ fn empty_state() -> AppState {
 fn build_empty() -> AppState {
     AppState {
         chat: Default::default(),
+        embed: Default::default(),
         api_keys: std::sync::Arc::new(vec![KEY.to_string()]),
         started_at: 0,
     }

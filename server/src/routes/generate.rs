@@ -15,13 +15,19 @@ use tokenizers::Tokenizer;
 use crate::error::HttpError;
 use crate::state::AppState;
 
-/// Finds a served chat model, or 404 shape A.
+/// Finds a served chat model: 400 shape B for a served embedding model, else
+/// 404 shape A.
 pub fn chat_model(state: &AppState, id: &str) -> Result<ChatModel, HttpError> {
-    state
-        .chat
-        .get(id)
-        .cloned()
-        .ok_or_else(|| HttpError(ApiError::model_not_found(id)))
+    if let Some(model) = state.chat.get(id) {
+        return Ok(model.clone());
+    }
+    if state.embed.contains_key(id) {
+        return Err(HttpError(ApiError::bad_request(
+            Some("model"),
+            format!("`{id}` is not a chat model: it serves /v1/embeddings and /v1/rerank."),
+        )));
+    }
+    Err(HttpError(ApiError::model_not_found(id)))
 }
 
 /// Tokenizes `texts` on the blocking pool.

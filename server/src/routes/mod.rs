@@ -2,8 +2,10 @@
 
 pub mod chat;
 pub mod completions;
+pub mod embeddings;
 pub mod generate;
 pub mod models;
+pub mod rerank;
 pub mod sse;
 
 use axum::Json;

@@ -1,0 +1,116 @@
+//! `POST /v1/embeddings`, and what rerank shares with it: finding the
+//! embedding model and turning inputs into token ids within its limits.
+
+use axum::extract::State;
+use axum::Json;
+use hearth_api::{
+    apply_dimensions, dimensions_too_large, ApiError, EmbeddingList, EmbeddingRequest,
+    ProjectQuery, PromptInput,
+};
+use hearth_engine::EmbedModel;
+
+use crate::error::{ApiJson, ApiQuery, HttpError};
+use crate::state::AppState;
+
+pub async fn create(
+    State(state): State<AppState>,
+    ApiQuery(_project): ApiQuery<ProjectQuery>,
+    ApiJson(request): ApiJson<EmbeddingRequest>,
+) -> Result<Json<EmbeddingList>, HttpError> {
+    let valid = request.validate()?;
+    let model = embed_model(&state, &valid.model)?;
+    if let Some(d) = valid.dimensions {
+        if d > model.dimensions {
+            return Err(HttpError(dimensions_too_large(d, model.dimensions)));
+        }
+    }
+    let ids = token_inputs(&model, valid.inputs, valid.truncate).await?;
+    let prompt_tokens = ids.iter().map(Vec::len).sum();
+    let mut vectors = model.encoder.encode(ids).await?;
+    if let Some(d) = valid.dimensions.filter(|&d| d < model.dimensions) {
+        vectors = vectors.iter().map(|v| apply_dimensions(v, d)).collect();
+    }
+    Ok(Json(EmbeddingList::new(
+        valid.model,
+        &vectors,
+        valid.encoding_format,
+        prompt_tokens,
+    )))
+}
+
+/// Finds a served embedding model: 400 shape B for a chat model, else 404 shape A.
+pub fn embed_model(state: &AppState, id: &str) -> Result<EmbedModel, HttpError> {
+    if let Some(model) = state.embed.get(id) {
+        return Ok(model.clone());
+    }
+    if state.chat.contains_key(id) {
+        return Err(HttpError(ApiError::bad_request(
+            Some("model"),
+            format!("`{id}` is not an embedding model: it serves chat and completions."),
+        )));
+    }
+    Err(HttpError(ApiError::model_not_found(id)))
+}
+
+/// Token ids of each input: texts tokenized (with the model's special
+/// tokens) on the blocking pool, id lists checked against the vocabulary.
+/// An input over the model's maximum is cut when `truncate` (a text keeps its
+/// closing special token), else 400 naming the input's index.
+pub async fn token_inputs(
+    model: &EmbedModel,
+    inputs: Vec<PromptInput>,
+    truncate: bool,
+) -> Result<Vec<Vec<u32>>, HttpError> {
+    let tokenizer = model.tokenizer.clone();
+    let max = model.max_tokens;
+    tokio::task::spawn_blocking(move || {
+        let vocab = tokenizer.get_vocab_size(true);
+        inputs
+            .into_iter()
+            .enumerate()
+            .map(|(i, input)| {
+                let (mut ids, is_text) = match input {
+                    PromptInput::Text(text) => {
+                        let encoding = tokenizer.encode(text, true).map_err(|e| {
+                            ApiError::bad_request(
+                                Some("input"),
+                                format!("Input {i} cannot be tokenized: {e}"),
+                            )
+                        })?;
+                        (encoding.get_ids().to_vec(), true)
+                    }
+                    PromptInput::Tokens(ids) => {
+                        if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+                            return Err(ApiError::bad_request(
+                                Some("input"),
+                                format!("Input {i} holds token id {bad}, outside the model's vocabulary of {vocab}."),
+                            ));
+                        }
+                        (ids, false)
+                    }
+                };
+                if ids.len() > max {
+                    if !truncate {
+                        return Err(ApiError::bad_request(
+                            Some("input"),
+                            format!(
+                                "Input {i} has {} tokens, more than the model's maximum of {max}. \
+                                 Shorten it, or pass `truncate: true` to cut it.",
+                                ids.len()
+                            ),
+                        ));
+                    }
+                    let last = ids[ids.len() - 1];
+                    ids.truncate(max);
+                    if is_text {
+                        ids[max - 1] = last;
+                    }
+                }
+                Ok(ids)
+            })
+            .collect::<Result<Vec<_>, ApiError>>()
+    })
+    .await
+    .map_err(|_| HttpError(ApiError::internal()))?
+    .map_err(HttpError)
+}
