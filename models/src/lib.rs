@@ -47,11 +47,86 @@ pub trait CausalLM: Send + Sync {
     /// `context_length`.
     fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> candle_core::Result<Tensor>;
 
+    /// Runs every sequence's new tokens in ONE pass and returns the f32
+    /// logits of each sequence's last new token, shape `[batch, vocab]`, in
+    /// input order. Each step's tokens go at positions `cache.len()..` of its
+    /// own cache, exactly as [`CausalLM::forward`] would run them alone.
+    ///
+    /// Errors when `steps` is empty or any step would fail in `forward`
+    /// (empty tokens, a token id `>= vocab_size`, past `context_length`); the
+    /// inputs are all checked first, and on error no cache's `len()` changes.
+    ///
+    /// The default runs `forward` once per step (after checking every step)
+    /// and stacks the results; [`Llama`] overrides it with one flattened pass
+    /// whose linear layers see all tokens of all sequences as one matrix.
+    fn forward_batch(&self, steps: &mut [SeqStep<'_>]) -> candle_core::Result<Tensor> {
+        validate_steps(self.info(), steps)?;
+        let mut logits = Vec::with_capacity(steps.len());
+        for (i, step) in steps.iter_mut().enumerate() {
+            match self.forward(step.tokens, step.cache) {
+                Ok(l) => logits.push(l),
+                Err(e) => {
+                    // Undo the sequences already advanced: their entries past
+                    // the old length are stale and overwritten later.
+                    for s in steps[..i].iter_mut() {
+                        let len = s.cache.len() - s.tokens.len();
+                        s.cache.truncate(len);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Tensor::stack(&logits, 0)
+    }
+
     /// Static facts about the model (sizes, context length).
     fn info(&self) -> &ModelInfo;
 
     /// An empty cache sized for this model (buffers grow on demand).
     fn new_cache(&self) -> KvCache;
+}
+
+/// One sequence's part of a batched step ([`CausalLM::forward_batch`]): new
+/// `tokens` appended at positions `cache.len()..cache.len() + tokens.len()`
+/// of the sequence's own `cache`.
+pub struct SeqStep<'a> {
+    pub tokens: &'a [u32],
+    pub cache: &'a mut KvCache,
+}
+
+/// Checks every step of a batch against the model's limits before anything
+/// runs: a non-empty batch, non-empty chunks, token ids below `vocab_size`,
+/// no sequence past `context_length`, caches with the model's layer count.
+pub fn validate_steps(info: &ModelInfo, steps: &[SeqStep<'_>]) -> candle_core::Result<()> {
+    if steps.is_empty() {
+        candle_core::bail!("forward_batch called with no sequences")
+    }
+    for (i, s) in steps.iter().enumerate() {
+        if s.tokens.is_empty() {
+            candle_core::bail!("sequence {i} of the batch has no tokens")
+        }
+        if let Some(&bad) = s.tokens.iter().find(|&&t| t as usize >= info.vocab_size) {
+            candle_core::bail!(
+                "sequence {i}: token id {bad} out of range for vocabulary of {}",
+                info.vocab_size
+            )
+        }
+        let total = s.cache.len() + s.tokens.len();
+        if total > info.context_length {
+            candle_core::bail!(
+                "sequence {i}: {total} tokens exceed the context length {}",
+                info.context_length
+            )
+        }
+        if s.cache.num_layers() != info.num_layers {
+            candle_core::bail!(
+                "sequence {i}: kv cache has {} layers, model {}",
+                s.cache.num_layers(),
+                info.num_layers
+            )
+        }
+    }
+    Ok(())
 }
 
 /// Static description of a loaded model.

@@ -23,7 +23,7 @@ use serde::Deserialize;
 use crate::kv_cache::KvCache;
 use crate::linear::Linear;
 use crate::rotary::{inv_freq, inv_freq_llama3, RopeLayout, Rotary};
-use crate::{CausalLM, ModelInfo};
+use crate::{validate_steps, CausalLM, ModelInfo, SeqStep};
 
 /// Hugging Face `config.json` of a Llama model (unknown fields are ignored).
 #[derive(Deserialize, Debug, Clone)]
@@ -370,14 +370,16 @@ impl Llama {
         &self.device
     }
 
-    /// Self-attention of block `layer` over `x` (`[seq, hidden]`, normed).
+    /// Self-attention of block `layer` over `x` (`[tokens, hidden]`, normed),
+    /// the flattened new tokens of every sequence of `batch`: the q/k/v and
+    /// output projections run once over all rows, RoPE once at every token's
+    /// own position, and attention per sequence over its own cache.
     fn attention(
         &self,
         layer: usize,
         x: &Tensor,
-        pos: usize,
-        mask: Option<&Tensor>,
-        cache: &mut KvCache,
+        batch: &mut [BatchSeq<'_>],
+        positions: &Tensor,
     ) -> Result<Tensor> {
         let a = &self.blocks[layer].attn;
         let (nh, nkv, d) = (
@@ -385,25 +387,68 @@ impl Llama {
             self.info.num_kv_heads,
             self.info.head_dim,
         );
-        let seq = x.dim(0)?;
-        let heads = |y: Tensor, n: usize| y.reshape((seq, n, d))?.transpose(0, 1);
-        let q = self.rotary.apply(&heads(a.q.forward(x)?, nh)?, pos)?;
-        let k = self.rotary.apply(&heads(a.k.forward(x)?, nkv)?, pos)?;
+        let t = x.dim(0)?;
+        let heads = |y: Tensor, n: usize| y.reshape((t, n, d))?.transpose(0, 1);
+        let q = self
+            .rotary
+            .apply_at(&heads(a.q.forward(x)?, nh)?, positions)?; // [nh, T, d]
+        let k = self
+            .rotary
+            .apply_at(&heads(a.k.forward(x)?, nkv)?, positions)?; // [nkv, T, d]
         let v = heads(a.v.forward(x)?, nkv)?.contiguous()?;
-        let (k_all, v_all) = cache.append(layer, &k, &v)?; // [nkv, total, d]
+
+        let mut ys = Vec::with_capacity(batch.len());
+        for s in batch.iter_mut() {
+            let (q, k, v) = if s.len == t {
+                (q.clone(), k.clone(), v.clone())
+            } else {
+                (
+                    q.narrow(1, s.offset, s.len)?,
+                    k.narrow(1, s.offset, s.len)?,
+                    v.narrow(1, s.offset, s.len)?,
+                )
+            };
+            ys.push(self.attend(layer, &q, &k, &v, s)?);
+        }
+        let y = if ys.len() == 1 {
+            ys.pop().expect("one sequence")
+        } else {
+            Tensor::cat(&ys, 0)?
+        };
+        a.o.forward(&y)
+    }
+
+    /// Attention of one sequence: `q` `[nh, seq, d]`, `k`/`v` `[nkv, seq, d]`
+    /// (rotated) at positions `pos..pos+seq`; appends `k`/`v` to the cache and
+    /// returns `[seq, nh * d]`.
+    fn attend(
+        &self,
+        layer: usize,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        s: &mut BatchSeq<'_>,
+    ) -> Result<Tensor> {
+        let (nh, nkv, d) = (
+            self.info.num_heads,
+            self.info.num_kv_heads,
+            self.info.head_dim,
+        );
+        let (seq, pos) = (s.len, s.pos);
+        let (k_all, v_all) = s.cache.append(layer, k, v)?; // [nkv, total, d]
 
         // Scores and weighted sum in f32 over the cache's (f16) values, with
         // the queries rounded to the cache dtype as a half-precision attention
         // kernel would (llama.cpp's default); no-op for an f32 cache.
         let (k_all, v_all) = (k_all.to_dtype(DType::F32)?, v_all.to_dtype(DType::F32)?);
-        let q = q.to_dtype(cache.dtype())?.to_dtype(DType::F32)?;
+        let q = q.to_dtype(s.cache.dtype())?.to_dtype(DType::F32)?;
         let total = pos + seq;
 
         // Query head h uses kv head h / n_rep: stack each group's rows.
         let n_rep = nh / nkv;
         let q = (q * (1.0 / (d as f64).sqrt()))?.reshape((nkv, n_rep * seq, d))?;
         let att = q.matmul(&k_all.t()?)?.to_dtype(DType::F32)?; // [nkv, n_rep*seq, total]
-        let att = match mask {
+        let att = match &s.mask {
             Some(m) => att
                 .reshape((nkv, n_rep, seq, total))?
                 .broadcast_add(m)?
@@ -412,13 +457,89 @@ impl Llama {
         };
         let att = candle_nn::ops::softmax_last_dim(&att)?;
         let y = att.matmul(&v_all)?; // [nkv, n_rep*seq, d]
-        let y = y
-            .reshape((nh, seq, d))?
+        y.reshape((nh, seq, d))?
             .transpose(0, 1)?
             .reshape((seq, nh * d))?
-            .to_dtype(DType::F32)?;
-        a.o.forward(&y)
+            .to_dtype(DType::F32)
     }
+
+    /// The flattened pass behind both `forward` and `forward_batch`, on
+    /// steps already validated: logits `[batch, vocab]` of each step's last
+    /// token. Caches advance only once every layer has run.
+    fn run_batch(&self, steps: &mut [SeqStep<'_>]) -> Result<Tensor> {
+        let mut tokens = Vec::new();
+        let mut positions = Vec::new();
+        let mut last_rows = Vec::with_capacity(steps.len());
+        for s in steps.iter() {
+            let pos = s.cache.len();
+            tokens.extend_from_slice(s.tokens);
+            positions.extend((pos..pos + s.tokens.len()).map(|p| p as u32));
+            last_rows.push((tokens.len() - 1) as u32);
+        }
+        let max_pos = positions.iter().copied().max().unwrap_or(0) as usize;
+        if max_pos >= self.rotary.max_len() {
+            candle_core::bail!(
+                "position {max_pos} past the RoPE table of {}",
+                self.rotary.max_len()
+            )
+        }
+        for s in steps.iter_mut() {
+            s.cache.reserve(s.tokens.len())?;
+        }
+        let mut batch = Vec::with_capacity(steps.len());
+        let mut offset = 0;
+        for s in steps.iter_mut() {
+            let (len, pos) = (s.tokens.len(), s.cache.len());
+            let mask = if len > 1 {
+                Some(causal_mask(len, pos, &self.device)?)
+            } else {
+                None
+            };
+            batch.push(BatchSeq {
+                cache: &mut *s.cache,
+                offset,
+                len,
+                pos,
+                mask,
+            });
+            offset += len;
+        }
+
+        let ids = Tensor::new(tokens.as_slice(), &self.device)?;
+        let positions = Tensor::new(positions.as_slice(), &self.device)?;
+        let mut x = self.embed.index_select(&ids, 0)?.to_dtype(DType::F32)?;
+        for (i, block) in self.blocks.iter().enumerate() {
+            let h = self.attention(i, &block.attn_norm.forward(&x)?, &mut batch, &positions)?;
+            x = (x + h)?;
+            let n = block.ffn_norm.forward(&x)?;
+            let m = &block.mlp;
+            let g = candle_nn::ops::silu(&m.gate.forward(&n)?)?;
+            x = (x + m.down.forward(&(g * m.up.forward(&n)?)?)?)?;
+        }
+        for s in batch.iter_mut() {
+            s.cache.advance(s.len);
+        }
+
+        let last = if last_rows.len() == 1 {
+            x.narrow(0, last_rows[0] as usize, 1)?
+        } else {
+            x.index_select(&Tensor::new(last_rows.as_slice(), &self.device)?, 0)?
+        };
+        self.lm_head
+            .forward(&self.norm.forward(&last)?)?
+            .to_dtype(DType::F32)
+    }
+}
+
+/// One sequence of a flattened batch: its rows `offset..offset+len` of the
+/// `[tokens, hidden]` activations, at positions `pos..pos+len` of `cache`.
+struct BatchSeq<'c> {
+    cache: &'c mut KvCache,
+    offset: usize,
+    len: usize,
+    pos: usize,
+    /// Causal mask within the chunk (`None` for a single token).
+    mask: Option<Tensor>,
 }
 
 impl CausalLM for Llama {
@@ -449,30 +570,16 @@ impl CausalLM for Llama {
                 info.num_layers
             )
         }
-        cache.reserve(seq)?;
+        let mut steps = [SeqStep {
+            tokens,
+            cache: &mut *cache,
+        }];
+        self.run_batch(&mut steps)?.squeeze(0)
+    }
 
-        let ids = Tensor::new(tokens, &self.device)?;
-        let mut x = self.embed.index_select(&ids, 0)?.to_dtype(DType::F32)?;
-        let mask = if seq > 1 {
-            Some(causal_mask(seq, pos, &self.device)?)
-        } else {
-            None
-        };
-        for (i, block) in self.blocks.iter().enumerate() {
-            let h = self.attention(i, &block.attn_norm.forward(&x)?, pos, mask.as_ref(), cache)?;
-            x = (x + h)?;
-            let n = block.ffn_norm.forward(&x)?;
-            let m = &block.mlp;
-            let g = candle_nn::ops::silu(&m.gate.forward(&n)?)?;
-            x = (x + m.down.forward(&(g * m.up.forward(&n)?)?)?)?;
-        }
-        cache.advance(seq);
-
-        let last = self.norm.forward(&x.narrow(0, seq - 1, 1)?)?;
-        self.lm_head
-            .forward(&last)?
-            .squeeze(0)?
-            .to_dtype(DType::F32)
+    fn forward_batch(&self, steps: &mut [SeqStep<'_>]) -> Result<Tensor> {
+        validate_steps(&self.info, steps)?;
+        self.run_batch(steps)
     }
 
     fn info(&self) -> &ModelInfo {

@@ -96,7 +96,8 @@ impl Rotary {
     }
 
     /// Rotates `x` of shape `[heads, seq, head_dim]` whose tokens sit at
-    /// positions `pos..pos+seq`.
+    /// positions `pos..pos+seq` (the model uses [`Rotary::apply_at`]).
+    #[cfg(test)]
     pub(crate) fn apply(&self, x: &Tensor, pos: usize) -> Result<Tensor> {
         let seq = x.dim(1)?;
         if pos + seq > self.max_len {
@@ -114,6 +115,25 @@ impl Rotary {
             RopeLayout::Halves => candle_nn::rotary_emb::rope(&x, &cos, &sin)?,
         };
         y.squeeze(0)
+    }
+
+    /// Rotates `x` of shape `[heads, tokens, head_dim]` whose token `t` sits
+    /// at position `positions[t]` (u32, `[tokens]`): the tokens of several
+    /// sequences, each at its own offset, in one call.
+    pub(crate) fn apply_at(&self, x: &Tensor, positions: &Tensor) -> Result<Tensor> {
+        let cos = self.cos.index_select(positions, 0)?;
+        let sin = self.sin.index_select(positions, 0)?;
+        let x = x.contiguous()?.unsqueeze(0)?;
+        let y = match self.layout {
+            RopeLayout::Interleaved => candle_nn::rotary_emb::rope_i(&x, &cos, &sin)?,
+            RopeLayout::Halves => candle_nn::rotary_emb::rope(&x, &cos, &sin)?,
+        };
+        y.squeeze(0)
+    }
+
+    /// Table length (most positions this table covers).
+    pub(crate) fn max_len(&self) -> usize {
+        self.max_len
     }
 }
 

@@ -1,0 +1,146 @@
+//! Lockstep decode throughput: one `forward_batch` per step over B sequences
+//! against B separate `forward` calls per step.
+//!
+//! Usage: `batch_throughput MODEL.gguf [STEPS]` (default 32 decode steps).
+//!
+//! For each B in 1, 4, 8, 16 and each mode, B fresh sequences of 20 prompt
+//! tokens (different per sequence) are prefilled, then decoded greedily for
+//! STEPS steps; the figure is aggregate decode tokens per second, B over the
+//! median step time (the median rides out other load on a shared machine). Prefill is timed too: the B prompts in one
+//! `forward_batch` versus one `forward` each. Greedy tokens of the two modes
+//! are compared (the f16 cache may flip a near tie, rarely).
+//! `BATCH_SIZES=1,16` picks other batch sizes.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use hearth_models::{gguf_file, CausalLM, Device, KvCache, Llama, SeqStep, Tensor};
+
+const PROMPT_LEN: usize = 20;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Batched,
+    Separate,
+}
+
+fn prompt(seq: usize, vocab: usize) -> Vec<u32> {
+    (0..PROMPT_LEN)
+        .map(|j| ((seq * 7919 + j * 104_729 + 17) % (vocab - 1)) as u32)
+        .collect()
+}
+
+/// Greedy next token of each row of `[B, vocab]` logits.
+fn argmax_rows(logits: &Tensor) -> Result<Vec<u32>> {
+    Ok(logits.argmax(1)?.to_vec1::<u32>()?)
+}
+
+/// One step over all sequences in `mode`: logits `[B, vocab]`.
+fn step(model: &Llama, mode: Mode, tokens: &[Vec<u32>], caches: &mut [KvCache]) -> Result<Tensor> {
+    Ok(match mode {
+        Mode::Batched => {
+            let mut steps: Vec<SeqStep<'_>> = tokens
+                .iter()
+                .zip(caches.iter_mut())
+                .map(|(t, cache)| SeqStep { tokens: t, cache })
+                .collect();
+            model.forward_batch(&mut steps)?
+        }
+        Mode::Separate => {
+            let rows = tokens
+                .iter()
+                .zip(caches.iter_mut())
+                .map(|(t, c)| model.forward(t, c))
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            Tensor::stack(&rows, 0)?
+        }
+    })
+}
+
+/// (prefill seconds, median decode step seconds, greedy tokens).
+fn run(model: &Llama, mode: Mode, b: usize, steps: usize) -> Result<(f64, f64, Vec<Vec<u32>>)> {
+    let vocab = model.info().vocab_size;
+    let mut caches: Vec<KvCache> = (0..b).map(|_| model.new_cache()).collect();
+    let prompts: Vec<Vec<u32>> = (0..b).map(|i| prompt(i, vocab)).collect();
+    let t0 = Instant::now();
+    let logits = step(model, mode, &prompts, &mut caches)?;
+    let mut next = argmax_rows(&logits)?;
+    let prefill = t0.elapsed().as_secs_f64();
+
+    let mut out: Vec<Vec<u32>> = next.iter().map(|&t| vec![t]).collect();
+    let mut times = Vec::with_capacity(steps);
+    for _ in 0..steps {
+        let t0 = Instant::now();
+        let tokens: Vec<Vec<u32>> = next.iter().map(|&t| vec![t]).collect();
+        next = argmax_rows(&step(model, mode, &tokens, &mut caches)?)?;
+        times.push(t0.elapsed().as_secs_f64());
+        for (o, &t) in out.iter_mut().zip(&next) {
+            o.push(t);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    Ok((prefill, times[times.len() / 2], out))
+}
+
+fn main() -> Result<()> {
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+    }
+    let args: Vec<String> = std::env::args().collect();
+    let (model_path, steps) = match args.as_slice() {
+        [_, m] => (m, 32),
+        [_, m, s] => (m, s.parse().context("STEPS must be a number")?),
+        _ => anyhow::bail!("usage: batch_throughput MODEL.gguf [STEPS]"),
+    };
+    let device = Device::Cpu;
+    let mut file = std::fs::File::open(model_path).with_context(|| format!("open {model_path}"))?;
+    let content = gguf_file::Content::read(&mut file)?;
+    let model = Llama::from_gguf(&content, &mut file, &device)?;
+    println!(
+        "threads {}, {} decode steps after {PROMPT_LEN}-token prompts",
+        rayon_threads(),
+        steps
+    );
+    // Warm up (page in the weights, allocate).
+    run(&model, Mode::Batched, 2, 2)?;
+
+    println!(
+        "{:>3} | {:>14} {:>14} {:>6} | {:>15} {:>15} {:>6} | greedy",
+        "B", "batched tok/s", "separate tok/s", "ratio", "batched pf tok/s", "separate pf", "ratio"
+    );
+    let sizes: Vec<usize> = match std::env::var("BATCH_SIZES") {
+        Ok(v) => v
+            .split(',')
+            .map(|x| x.trim().parse())
+            .collect::<Result<_, _>>()
+            .context("BATCH_SIZES: comma-separated numbers")?,
+        Err(_) => vec![1, 4, 8, 16],
+    };
+    for b in sizes {
+        let (pb, db, tb) = run(&model, Mode::Batched, b, steps)?;
+        let (ps, ds, ts) = run(&model, Mode::Separate, b, steps)?;
+        let dec = |d: f64| b as f64 / d;
+        let pf = |p: f64| (b * PROMPT_LEN) as f64 / p;
+        let same = tb
+            .iter()
+            .zip(&ts)
+            .map(|(x, y)| x.iter().zip(y).take_while(|(a, b)| a == b).count())
+            .sum::<usize>();
+        println!(
+            "{b:>3} | {:>14.1} {:>14.1} {:>5.2}x | {:>15.1} {:>15.1} {:>5.2}x | {same}/{} tokens agree",
+            dec(db),
+            dec(ds),
+            ds / db,
+            pf(pb),
+            pf(ps),
+            ps / pb,
+            b * (steps + 1)
+        );
+    }
+    Ok(())
+}
+
+fn rayon_threads() -> String {
+    std::env::var("RAYON_NUM_THREADS").unwrap_or_default()
+}
