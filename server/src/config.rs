@@ -88,6 +88,11 @@ pub struct ServeArgs {
     /// embedding and rerank requests are packed into batches under it.
     #[arg(long, env = "HEARTH_MAX_BATCH_TOKENS", default_value_t = 8192)]
     pub max_batch_tokens: usize,
+    /// Most tokens a chat model runs in one step over all its sequences:
+    /// each decoding sequence takes one, prompts share the rest (a long
+    /// prompt is split over several steps so running streams keep flowing).
+    #[arg(long, env = "HEARTH_MAX_STEP_TOKENS", default_value_t = 512)]
+    pub max_step_tokens: usize,
     #[command(flatten)]
     pub store: StoreArgs,
 }

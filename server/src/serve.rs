@@ -32,7 +32,7 @@ pub fn build_state(args: &ServeArgs, api_keys: Vec<String>) -> anyhow::Result<Ap
     let config = EngineConfig {
         max_waiting: args.max_waiting,
         max_active: args.max_active,
-        ..EngineConfig::default()
+        max_batch_tokens: args.max_step_tokens,
     };
     let encoder_config = BatcherConfig {
         max_batch_tokens: args.max_batch_tokens,

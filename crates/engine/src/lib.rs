@@ -17,6 +17,7 @@ pub mod chat_template;
 pub mod detok;
 pub mod embed;
 pub mod engine;
+mod engine_loop;
 pub mod pull;
 pub mod sampler;
 pub mod stop;

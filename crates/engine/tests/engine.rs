@@ -105,22 +105,35 @@ fn greedy_generation_matches_llama_cpp_up_to_the_strict_prefix() {
 }
 
 #[test]
-fn concurrent_sequences_give_the_same_greedy_output_as_one_at_a_time() {
+fn eight_prompts_joining_at_different_steps_match_one_at_a_time() {
     let engine = start(EngineConfig {
-        max_active: 4,
+        max_active: 8,
+        max_batch_tokens: 64,
         ..EngineConfig::default()
     });
+    let tokenizer = load_gguf(&common::smollm_gguf(), &Device::Cpu).unwrap().tokenizer;
     let fixture = common::fixture("smollm2_greedy.json");
-    let prompts: Vec<Vec<u32>> = fixture["cases"]
+    // chat_1 is left out: its first step is a near-tie (reference top-2 margin
+    // 0.001), which a different split of the prefill may flip through float
+    // summation order alone. Every other prompt must match token for token.
+    let mut prompts: Vec<Vec<u32>> = fixture["cases"]
         .as_array()
         .unwrap()
         .iter()
+        .filter(|c| c["name"] != "chat_1")
         .map(|c| ids(&c["prompt_token_ids"]))
         .collect();
-    let alone: Vec<_> = prompts
-        .iter()
-        .map(|p| run(&engine, p.clone(), greedy(12)).0)
-        .collect();
+    for text in [
+        "Water boils at",
+        "The three laws of motion were written by",
+        "A recipe for pancakes:",
+    ] {
+        prompts.push(tokenizer.encode(text, true).unwrap().get_ids().to_vec());
+    }
+    assert_eq!(prompts.len(), 8);
+    let alone: Vec<_> = prompts.iter().map(|p| run(&engine, p.clone(), greedy(12)).0).collect();
+    // Staggered starts: later prompts join while earlier ones prefill or decode,
+    // and the 64-token budget splits the longer chat prompts over several steps.
     let together: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = prompts
             .iter()
@@ -128,7 +141,7 @@ fn concurrent_sequences_give_the_same_greedy_output_as_one_at_a_time() {
             .map(|(i, p)| {
                 let engine = engine.clone();
                 s.spawn(move || {
-                    std::thread::sleep(Duration::from_millis(30 * i as u64));
+                    std::thread::sleep(Duration::from_millis(40 * i as u64));
                     run(&engine, p.clone(), greedy(12)).0
                 })
             })
