@@ -255,23 +255,27 @@ unsafe fn block_avx2(
     out: &mut [f32],
 ) {
     let m = acts.len();
-    for (ri, r) in rows.enumerate() {
-        let out_r = &mut out[ri * m..(ri + 1) * m];
-        let mut j = 0;
-        while j < m {
-            macro_rules! tile {
-                ($a:literal) => {{
-                    out_r[j..j + $a].copy_from_slice(&tile_avx2::<$a>(w, r, &acts[j..j + $a]));
-                    j += $a;
-                }};
-            }
-            match m - j {
-                8.. => tile!(8),
-                4.. => tile!(4),
-                2.. => tile!(2),
-                _ => tile!(1),
+    // Activation tiles outside, weight rows inside: the tile's rows (8 x k
+    // bytes) and the chunk's weight rows both stay in L1 however large `m`.
+    let mut j = 0;
+    while j < m {
+        let a = match m - j {
+            8.. => 8,
+            4.. => 4,
+            2.. => 2,
+            _ => 1,
+        };
+        for (ri, r) in rows.clone().enumerate() {
+            let o = &mut out[ri * m + j..ri * m + j + a];
+            let tile = &acts[j..j + a];
+            match a {
+                8 => o.copy_from_slice(&tile_avx2::<8>(w, r, tile)),
+                4 => o.copy_from_slice(&tile_avx2::<4>(w, r, tile)),
+                2 => o.copy_from_slice(&tile_avx2::<2>(w, r, tile)),
+                _ => o.copy_from_slice(&tile_avx2::<1>(w, r, tile)),
             }
         }
+        j += a;
     }
 }
 
