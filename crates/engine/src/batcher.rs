@@ -339,6 +339,40 @@ mod tests {
     }
 
     #[test]
+    fn work_of_a_departed_client_is_dropped() {
+        struct Recording(Arc<std::sync::Mutex<Vec<u32>>>);
+        impl Encoder for Recording {
+            fn encode(&mut self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>, String> {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                self.0.lock().unwrap().extend(batch.iter().map(|s| s[0]));
+                Ok(vec![vec![0.0]; batch.len()])
+            }
+        }
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let handle = EncoderHandle::start(
+            Recording(seen.clone()),
+            BatcherConfig {
+                max_batch_tokens: 1,
+                max_waiting: 8,
+            },
+        );
+        rt().block_on(async {
+            let h = handle.clone();
+            let first = tokio::spawn(async move { h.encode(vec![vec![1]]).await });
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            // Queued behind the first, then abandoned before its turn.
+            let h = handle.clone();
+            let gone = tokio::spawn(async move { h.encode(vec![vec![2], vec![2]]).await });
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            gone.abort();
+            let _ = gone.await;
+            first.await.unwrap().unwrap();
+            handle.encode(vec![vec![3]]).await.unwrap();
+        });
+        assert_eq!(*seen.lock().unwrap(), vec![1, 3]);
+    }
+
+    #[test]
     fn full_queue_is_refused() {
         struct Slow;
         impl Encoder for Slow {
