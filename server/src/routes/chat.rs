@@ -3,16 +3,16 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::StreamExt;
 use hearth_api::{
     ApiError, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatLogprobs, ChatResponseMessage, ProjectQuery, UsageInfo,
 };
-use hearth_core::{ChatMessage, TokenEvent};
+use hearth_core::ChatMessage;
 use hearth_engine::ChatModel;
 
 use super::generate::{
-    chat_model, collect, merge, response_id, submit, tokenize, total_usage, ChoiceSlot,
+    chat_model, collect, response_id, stream_choices, submit, tokenize, total_usage, ChoiceSlot,
+    Piece,
 };
 use super::sse::{sse_response, SseSender};
 use crate::error::{ApiJson, ApiQuery, HttpError};
@@ -89,59 +89,24 @@ async fn stream_chat(
             return;
         }
     }
-    let mut remaining = streams.len();
-    let mut completion_tokens = 0;
-    let mut events = merge(streams);
-    while let Some((slot, event)) = events.next().await {
-        let choices = match event {
-            TokenEvent::Token { text, logprobs, .. } => {
-                let logprobs =
-                    logprobs.map(|lp| ChatLogprobs::from_tokens(std::slice::from_ref(&lp)));
-                if text.is_empty() && logprobs.is_none() {
-                    continue;
-                }
-                vec![ChatChunkChoice::content(slot.index, text, logprobs)]
+    let render = |slot: ChoiceSlot, piece: Piece| match piece {
+        Piece::Token { text, logprobs } => {
+            let logprobs = logprobs.map(|lp| ChatLogprobs::from_tokens(std::slice::from_ref(&lp)));
+            if text.is_empty() && logprobs.is_none() {
+                return vec![];
             }
-            TokenEvent::Finished {
-                reason,
-                usage,
-                text,
-            } => {
-                remaining -= 1;
-                completion_tokens += usage.completion_tokens;
-                let mut out = Vec::new();
-                if !text.is_empty() {
-                    out.push(ChatChunkChoice::content(slot.index, text, None));
-                }
-                out.push(ChatChunkChoice::finish(slot.index, reason));
-                out
-            }
-            TokenEvent::Error(e) => {
-                tx.error(&ApiError::from(e)).await;
-                tx.done().await;
-                return;
-            }
-        };
-        for choice in choices {
-            if !tx.json(&chunk(choice)).await {
-                return;
-            }
+            vec![chunk(ChatChunkChoice::content(slot.index, text, logprobs))]
         }
-    }
-    if remaining > 0 {
-        tx.error(&ApiError::from(hearth_core::EngineError::Stopped))
-            .await;
-    } else if include_usage {
-        let usage = total_usage(&prompts, completion_tokens);
-        let body = ChatCompletionChunk::usage(
-            id.clone(),
-            created,
-            model.clone(),
-            UsageInfo::new(usage.prompt_tokens, usage.completion_tokens),
-        );
-        if !tx.json(&body).await {
-            return;
+        Piece::Finished { reason, text } => {
+            let mut out = Vec::new();
+            if !text.is_empty() {
+                out.push(chunk(ChatChunkChoice::content(slot.index, text, None)));
+            }
+            out.push(chunk(ChatChunkChoice::finish(slot.index, reason)));
+            out
         }
-    }
-    tx.done().await;
+    };
+    let usage = include_usage
+        .then_some(|usage| ChatCompletionChunk::usage(id.clone(), created, model.clone(), usage));
+    stream_choices(&tx, streams, &prompts, render, usage).await;
 }

@@ -3,14 +3,15 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::StreamExt;
 use hearth_api::{
     ApiError, CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest,
     CompletionResponse, ProjectQuery, PromptInput, UsageInfo, ValidCompletion,
 };
-use hearth_core::TokenEvent;
 
-use super::generate::{chat_model, collect, merge, response_id, submit, tokenize, total_usage};
+use super::generate::{
+    chat_model, collect, response_id, stream_choices, submit, tokenize, total_usage, ChoiceSlot,
+    Piece,
+};
 use super::sse::{sse_response, SseSender};
 use crate::error::{ApiJson, ApiQuery, HttpError};
 use crate::state::{now_secs, AppState};
@@ -33,7 +34,7 @@ pub async fn create(
     let created = now_secs();
     if valid.stream {
         let want_logprobs = valid.logprobs.is_some();
-        let (n, include_usage, model_id) = (valid.n, valid.include_usage, valid.model.clone());
+        let (include_usage, model_id) = (valid.include_usage, valid.model.clone());
         return Ok(sse_response(move |tx| async move {
             stream_completion(
                 tx,
@@ -43,7 +44,6 @@ pub async fn create(
                 model_id,
                 prompts,
                 echoes,
-                n,
                 include_usage,
                 want_logprobs,
             )
@@ -123,24 +123,24 @@ async fn decode_all(
 #[allow(clippy::too_many_arguments)]
 async fn stream_completion(
     tx: SseSender,
-    streams: Vec<(super::generate::ChoiceSlot, hearth_engine::TokenStream)>,
+    streams: Vec<(ChoiceSlot, hearth_engine::TokenStream)>,
     id: String,
     created: u64,
     model: String,
     prompts: Vec<Vec<u32>>,
     echoes: Vec<String>,
-    n: usize,
     include_usage: bool,
     want_logprobs: bool,
 ) {
     let chunk = |choice: CompletionChoice| {
         CompletionChunk::new(id.clone(), created, model.clone(), vec![choice])
     };
+    // Character offset of the next text in each choice (for `text_offset`).
     let mut offsets = vec![0usize; streams.len()];
     for (slot, _) in &streams {
         let echo = &echoes[slot.prompt];
         if !echo.is_empty() {
-            offsets[slot.index] = echo.len();
+            offsets[slot.index] = echo.chars().count();
             let choice = CompletionChoice {
                 index: slot.index,
                 text: echo.clone(),
@@ -152,23 +152,16 @@ async fn stream_completion(
             }
         }
     }
-    let mut remaining = streams.len();
-    let mut completion_tokens = 0;
-    let mut events = merge(streams);
-    while let Some((slot, event)) = events.next().await {
-        let choice = match event {
-            TokenEvent::Token { text, logprobs, .. } => {
-                let logprobs = match (&logprobs, want_logprobs) {
-                    (Some(lp), true) => Some(CompletionLogprobs::from_tokens(
-                        std::slice::from_ref(lp),
-                        offsets[slot.index],
-                    )),
-                    _ => None,
-                };
+    let render = |slot: ChoiceSlot, piece: Piece| {
+        let choice = match piece {
+            Piece::Token { text, logprobs } => {
+                let logprobs = logprobs.filter(|_| want_logprobs).map(|lp| {
+                    CompletionLogprobs::from_tokens(std::slice::from_ref(&lp), offsets[slot.index])
+                });
                 if text.is_empty() && logprobs.is_none() {
-                    continue;
+                    return vec![];
                 }
-                offsets[slot.index] += text.len();
+                offsets[slot.index] += text.chars().count();
                 CompletionChoice {
                     index: slot.index,
                     text,
@@ -176,45 +169,16 @@ async fn stream_completion(
                     finish_reason: None,
                 }
             }
-            TokenEvent::Finished {
-                reason,
-                usage,
+            Piece::Finished { reason, text } => CompletionChoice {
+                index: slot.index,
                 text,
-            } => {
-                remaining -= 1;
-                completion_tokens += usage.completion_tokens;
-                CompletionChoice {
-                    index: slot.index,
-                    text,
-                    logprobs: None,
-                    finish_reason: Some(reason),
-                }
-            }
-            TokenEvent::Error(e) => {
-                tx.error(&ApiError::from(e)).await;
-                tx.done().await;
-                return;
-            }
+                logprobs: None,
+                finish_reason: Some(reason),
+            },
         };
-        if !tx.json(&chunk(choice)).await {
-            return;
-        }
-    }
-    if remaining > 0 {
-        tx.error(&ApiError::from(hearth_core::EngineError::Stopped))
-            .await;
-    } else if include_usage {
-        let usage = total_usage(&prompts, completion_tokens);
-        let _ = n;
-        let body = CompletionChunk::usage(
-            id.clone(),
-            created,
-            model.clone(),
-            UsageInfo::new(usage.prompt_tokens, usage.completion_tokens),
-        );
-        if !tx.json(&body).await {
-            return;
-        }
-    }
-    tx.done().await;
+        vec![chunk(choice)]
+    };
+    let usage = include_usage
+        .then_some(|usage| CompletionChunk::usage(id.clone(), created, model.clone(), usage));
+    stream_choices(&tx, streams, &prompts, render, usage).await;
 }

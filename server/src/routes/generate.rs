@@ -5,13 +5,15 @@
 use std::sync::Arc;
 
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
-use hearth_api::ApiError;
+use hearth_api::{ApiError, UsageInfo};
 use hearth_core::{
     EngineError, FinishReason, GenerateRequest, SamplingParams, TokenEvent, TokenLogprobs, Usage,
 };
 use hearth_engine::{ChatModel, TokenStream};
+use serde::Serialize;
 use tokenizers::Tokenizer;
 
+use super::sse::SseSender;
 use crate::error::HttpError;
 use crate::state::AppState;
 
@@ -176,4 +178,67 @@ pub fn response_id(prefix: &str) -> String {
     use rand::Rng;
     let n: u128 = rand::rng().random();
     format!("{prefix}-{n:032x}")
+}
+
+/// One piece of a choice's stream, handed to a route's renderer.
+pub enum Piece {
+    Token {
+        text: String,
+        logprobs: Option<TokenLogprobs>,
+    },
+    Finished {
+        reason: FinishReason,
+        text: String,
+    },
+}
+
+/// Streams every choice's events as SSE chunks: `render` turns each piece
+/// into the chunks to send (none, to skip it). An engine failure is sent as
+/// the spec's error event. When every choice has finished, `usage_chunk`
+/// (if given) is sent with the request's usage. `[DONE]` ends the stream
+/// unless the client has gone.
+pub async fn stream_choices<T: Serialize>(
+    tx: &SseSender,
+    streams: Vec<(ChoiceSlot, TokenStream)>,
+    prompts: &[Vec<u32>],
+    mut render: impl FnMut(ChoiceSlot, Piece) -> Vec<T>,
+    usage_chunk: Option<impl FnOnce(UsageInfo) -> T>,
+) {
+    let mut remaining = streams.len();
+    let mut completion_tokens = 0;
+    let mut events = merge(streams);
+    while let Some((slot, event)) = events.next().await {
+        let piece = match event {
+            TokenEvent::Token { text, logprobs, .. } => Piece::Token { text, logprobs },
+            TokenEvent::Finished {
+                reason,
+                usage,
+                text,
+            } => {
+                remaining -= 1;
+                completion_tokens += usage.completion_tokens;
+                Piece::Finished { reason, text }
+            }
+            TokenEvent::Error(e) => {
+                tx.error(&ApiError::from(e)).await;
+                tx.done().await;
+                return;
+            }
+        };
+        for chunk in render(slot, piece) {
+            if !tx.json(&chunk).await {
+                return;
+            }
+        }
+    }
+    if remaining > 0 {
+        tx.error(&ApiError::from(EngineError::Stopped)).await;
+    } else if let Some(usage_chunk) = usage_chunk {
+        let usage = total_usage(prompts, completion_tokens);
+        let chunk = usage_chunk(UsageInfo::new(usage.prompt_tokens, usage.completion_tokens));
+        if !tx.json(&chunk).await {
+            return;
+        }
+    }
+    tx.done().await;
 }
