@@ -5,15 +5,15 @@
 //! Validation into engine parameters lives in [`crate::validate`].
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use hearth_core::{FinishReason, TokenCandidate, TokenLogprobs};
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::de::Deserializer;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::common::{
-    Stop, StreamOptions, UsageInfo, OBJECT_CHAT_CHUNK, OBJECT_CHAT_COMPLETION, SERVICE_TIER,
+    string_or_seq, Completion, Stop, StreamOptions, StringOrSeq, UsageInfo, OBJECT_CHAT_CHUNK,
+    OBJECT_CHAT_COMPLETION, SERVICE_TIER,
 };
 
 /// Body of `POST /v1/chat/completions`. Unknown fields are ignored.
@@ -107,45 +107,18 @@ pub struct ContentPart {
 
 impl<'de> Deserialize<'de> for MessageContent {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ContentVisitor;
-        impl<'de> Visitor<'de> for ContentVisitor {
-            type Value = MessageContent;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string or an array of content parts")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<MessageContent, E> {
-                Ok(MessageContent::Text(v.to_string()))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<MessageContent, E> {
-                Ok(MessageContent::Text(v))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MessageContent, A::Error> {
-                let mut parts = Vec::new();
-                while let Some(part) = seq.next_element::<ContentPart>()? {
-                    parts.push(part);
-                }
-                Ok(MessageContent::Parts(parts))
-            }
-        }
-        deserializer.deserialize_any(ContentVisitor)
+        Ok(
+            match string_or_seq(deserializer, "a string or an array of content parts")? {
+                StringOrSeq::One(text) => MessageContent::Text(text),
+                StringOrSeq::Many(parts) => MessageContent::Parts(parts),
+            },
+        )
     }
 }
 
-/// Response of a non-streamed chat completion.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChatCompletionResponse {
-    /// `chatcmpl-...`
-    pub id: String,
-    /// Always `chat.completion`.
-    pub object: String,
-    pub created: u64,
-    pub model: String,
-    pub choices: Vec<ChatChoice>,
-    pub usage: UsageInfo,
-    /// Always `default`.
-    pub service_tier: String,
-    pub system_fingerprint: Option<String>,
-}
+/// Response of a non-streamed chat completion: `id` is `chatcmpl-...`,
+/// `object` always `chat.completion`.
+pub type ChatCompletionResponse = Completion<ChatChoice, UsageInfo>;
 
 impl ChatCompletionResponse {
     pub fn new(
@@ -155,16 +128,7 @@ impl ChatCompletionResponse {
         choices: Vec<ChatChoice>,
         usage: UsageInfo,
     ) -> Self {
-        Self {
-            id,
-            object: OBJECT_CHAT_COMPLETION.to_string(),
-            created,
-            model,
-            choices,
-            usage,
-            service_tier: SERVICE_TIER.to_string(),
-            system_fingerprint: None,
-        }
+        Self::build(OBJECT_CHAT_COMPLETION, id, created, model, choices, usage)
     }
 }
 

@@ -2,6 +2,7 @@
 //! the `ai_project_id` query and the object-name constants.
 
 use std::fmt;
+use std::marker::PhantomData;
 
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
@@ -63,27 +64,97 @@ impl Stop {
 
 impl<'de> Deserialize<'de> for Stop {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct StopVisitor;
-        impl<'de> Visitor<'de> for StopVisitor {
-            type Value = Stop;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string or an array of strings")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Stop, E> {
-                Ok(Stop::One(v.to_string()))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Stop, E> {
-                Ok(Stop::One(v))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Stop, A::Error> {
-                let mut out = Vec::new();
-                while let Some(s) = seq.next_element::<String>()? {
-                    out.push(s);
-                }
-                Ok(Stop::Many(out))
-            }
+        Ok(
+            match string_or_seq(deserializer, "a string or an array of strings")? {
+                StringOrSeq::One(s) => Stop::One(s),
+                StringOrSeq::Many(v) => Stop::Many(v),
+            },
+        )
+    }
+}
+
+/// One string or an array of `T`, as [`string_or_seq`] reads it.
+pub(crate) enum StringOrSeq<T> {
+    One(String),
+    Many(Vec<T>),
+}
+
+/// Reads one string or an array of `T`; `expecting` describes the value in
+/// serde's errors.
+pub(crate) fn string_or_seq<'de, D, T>(
+    deserializer: D,
+    expecting: &'static str,
+) -> Result<StringOrSeq<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct StringOrSeqVisitor<T> {
+        expecting: &'static str,
+        items: PhantomData<T>,
+    }
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for StringOrSeqVisitor<T> {
+        type Value = StringOrSeq<T>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str(self.expecting)
         }
-        deserializer.deserialize_any(StopVisitor)
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(StringOrSeq::One(v.to_string()))
+        }
+        fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+            Ok(StringOrSeq::One(v))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(item) = seq.next_element::<T>()? {
+                out.push(item);
+            }
+            Ok(StringOrSeq::Many(out))
+        }
+    }
+    deserializer.deserialize_any(StringOrSeqVisitor {
+        expecting,
+        items: PhantomData,
+    })
+}
+
+/// The envelope of completion and chat responses and of completion stream
+/// chunks: `id`, `object`, `created`, `model`, `choices`, `usage`,
+/// `service_tier` (always `default`) and `system_fingerprint` (null), in that
+/// order on the wire. `U` is [`UsageInfo`] in responses and
+/// `Option<UsageInfo>` in chunks (null except in the final usage chunk).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Completion<C, U> {
+    pub id: String,
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<C>,
+    pub usage: U,
+    pub service_tier: String,
+    pub system_fingerprint: Option<String>,
+}
+
+impl<C, U> Completion<C, U> {
+    /// An envelope of `object` with the fixed `service_tier` and no fingerprint.
+    pub(crate) fn build(
+        object: &str,
+        id: String,
+        created: u64,
+        model: String,
+        choices: Vec<C>,
+        usage: U,
+    ) -> Self {
+        Self {
+            id,
+            object: object.to_string(),
+            created,
+            model,
+            choices,
+            usage,
+            service_tier: SERVICE_TIER.to_string(),
+            system_fingerprint: None,
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Unexpected, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
-use crate::common::{Stop, StreamOptions, UsageInfo, OBJECT_TEXT_COMPLETION, SERVICE_TIER};
+use crate::common::{Completion, Stop, StreamOptions, UsageInfo, OBJECT_TEXT_COMPLETION};
 
 /// Body of `POST /v1/completions`. Unknown fields are ignored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -121,6 +121,25 @@ impl<'de> Deserialize<'de> for PromptItem {
     }
 }
 
+/// The items of a prompt array, all of the kind `pick` takes, or the error
+/// of a mixed array.
+fn uniform<T, E: de::Error>(
+    items: Vec<PromptItem>,
+    pick: fn(PromptItem) -> Option<T>,
+) -> Result<Vec<T>, E> {
+    items
+        .into_iter()
+        .map(|i| {
+            pick(i).ok_or_else(|| {
+                E::custom(
+                    "a prompt array must hold only strings, only token ids \
+                     or only arrays of token ids",
+                )
+            })
+        })
+        .collect()
+}
+
 impl<'de> Deserialize<'de> for Prompt {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct PromptVisitor;
@@ -143,37 +162,22 @@ impl<'de> Deserialize<'de> for Prompt {
                 while let Some(item) = seq.next_element::<PromptItem>()? {
                     items.push(item);
                 }
-                let mixed = || {
-                    de::Error::custom(
-                        "a prompt array must hold only strings, only token ids \
-                         or only arrays of token ids",
-                    )
-                };
                 match items.first() {
-                    None | Some(PromptItem::Text(_)) => items
-                        .into_iter()
-                        .map(|i| match i {
-                            PromptItem::Text(s) => Ok(s),
-                            _ => Err(mixed()),
-                        })
-                        .collect::<Result<_, _>>()
-                        .map(Prompt::Texts),
-                    Some(PromptItem::Token(_)) => items
-                        .into_iter()
-                        .map(|i| match i {
-                            PromptItem::Token(t) => Ok(t),
-                            _ => Err(mixed()),
-                        })
-                        .collect::<Result<_, _>>()
-                        .map(Prompt::Tokens),
-                    Some(PromptItem::Tokens(_)) => items
-                        .into_iter()
-                        .map(|i| match i {
-                            PromptItem::Tokens(t) => Ok(t),
-                            _ => Err(mixed()),
-                        })
-                        .collect::<Result<_, _>>()
-                        .map(Prompt::TokenBatches),
+                    None | Some(PromptItem::Text(_)) => uniform(items, |i| match i {
+                        PromptItem::Text(s) => Some(s),
+                        _ => None,
+                    })
+                    .map(Prompt::Texts),
+                    Some(PromptItem::Token(_)) => uniform(items, |i| match i {
+                        PromptItem::Token(t) => Some(t),
+                        _ => None,
+                    })
+                    .map(Prompt::Tokens),
+                    Some(PromptItem::Tokens(_)) => uniform(items, |i| match i {
+                        PromptItem::Tokens(t) => Some(t),
+                        _ => None,
+                    })
+                    .map(Prompt::TokenBatches),
                 }
             }
         }
@@ -181,21 +185,9 @@ impl<'de> Deserialize<'de> for Prompt {
     }
 }
 
-/// Response of a non-streamed completion.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CompletionResponse {
-    /// `cmpl-...`
-    pub id: String,
-    /// Always `text_completion`.
-    pub object: String,
-    pub created: u64,
-    pub model: String,
-    pub choices: Vec<CompletionChoice>,
-    pub usage: UsageInfo,
-    /// Always `default`.
-    pub service_tier: String,
-    pub system_fingerprint: Option<String>,
-}
+/// Response of a non-streamed completion: `id` is `cmpl-...`, `object`
+/// always `text_completion`.
+pub type CompletionResponse = Completion<CompletionChoice, UsageInfo>;
 
 impl CompletionResponse {
     pub fn new(
@@ -205,16 +197,7 @@ impl CompletionResponse {
         choices: Vec<CompletionChoice>,
         usage: UsageInfo,
     ) -> Self {
-        Self {
-            id,
-            object: OBJECT_TEXT_COMPLETION.to_string(),
-            created,
-            model,
-            choices,
-            usage,
-            service_tier: SERVICE_TIER.to_string(),
-            system_fingerprint: None,
-        }
+        Self::build(OBJECT_TEXT_COMPLETION, id, created, model, choices, usage)
     }
 }
 
@@ -231,39 +214,24 @@ pub struct CompletionChoice {
 /// A stream chunk of a completion: `object` = `text_completion`; `usage` is
 /// null except in the final usage chunk (`stream_options.include_usage`),
 /// whose `choices` is empty.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CompletionChunk {
-    pub id: String,
-    pub object: String,
-    pub created: u64,
-    pub model: String,
-    pub choices: Vec<CompletionChoice>,
-    pub usage: Option<UsageInfo>,
-    pub service_tier: String,
-    pub system_fingerprint: Option<String>,
-}
+pub type CompletionChunk = Completion<CompletionChoice, Option<UsageInfo>>;
 
 impl CompletionChunk {
     /// A chunk carrying choice increments.
     pub fn new(id: String, created: u64, model: String, choices: Vec<CompletionChoice>) -> Self {
-        Self {
-            id,
-            object: OBJECT_TEXT_COMPLETION.to_string(),
-            created,
-            model,
-            choices,
-            usage: None,
-            service_tier: SERVICE_TIER.to_string(),
-            system_fingerprint: None,
-        }
+        Self::build(OBJECT_TEXT_COMPLETION, id, created, model, choices, None)
     }
 
     /// The final usage chunk: no choices, `usage` set.
     pub fn usage(id: String, created: u64, model: String, usage: UsageInfo) -> Self {
-        Self {
-            usage: Some(usage),
-            ..Self::new(id, created, model, Vec::new())
-        }
+        Self::build(
+            OBJECT_TEXT_COMPLETION,
+            id,
+            created,
+            model,
+            Vec::new(),
+            Some(usage),
+        )
     }
 }
 

@@ -75,6 +75,24 @@ pub(crate) fn item(kind: &str, loc: Vec<Loc>, msg: String, input: Value, ctx: Va
     }])
 }
 
+/// An optional count that must be at least 1 when given (422 otherwise).
+pub(crate) fn optional_positive(
+    field: &str,
+    value: Option<i64>,
+) -> Result<Option<usize>, ApiError> {
+    match value {
+        None => Ok(None),
+        Some(v) if v >= 1 => Ok(Some(v as usize)),
+        Some(v) => Err(item(
+            "greater_than_equal",
+            vec![Loc::from("body"), Loc::from(field)],
+            "Input should be greater than or equal to 1".into(),
+            json!(v),
+            json!({"ge": 1}),
+        )),
+    }
+}
+
 /// 422 for a list with fewer than `min` or more than `max` items.
 pub(crate) fn check_list_len(
     field: &str,
@@ -177,19 +195,7 @@ impl EmbeddingRequest {
                     .collect::<Result<_, _>>()?
             }
         };
-        let dimensions = match self.dimensions {
-            None => None,
-            Some(d) if d >= 1 => Some(d as usize),
-            Some(d) => {
-                return Err(item(
-                    "greater_than_equal",
-                    vec!["body".into(), "dimensions".into()],
-                    "Input should be greater than or equal to 1".into(),
-                    json!(d),
-                    json!({"ge": 1}),
-                ))
-            }
-        };
+        let dimensions = optional_positive("dimensions", self.dimensions)?;
         Ok(ValidEmbedding {
             model: self.model.clone(),
             inputs,

@@ -29,7 +29,7 @@ pub use chat::{
     ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatRequestMessage, ChatResponseMessage,
     ChatTokenLogprob, ChatTopLogprob, ContentPart, MessageContent,
 };
-pub use common::{ProjectQuery, Stop, StreamOptions, UsageInfo, MAX_N, SERVICE_TIER};
+pub use common::{Completion, ProjectQuery, Stop, StreamOptions, UsageInfo, MAX_N, SERVICE_TIER};
 pub use completions::{
     CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse,
     Prompt, TopLogprobs,

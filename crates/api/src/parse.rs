@@ -24,23 +24,16 @@ use crate::error::{ApiError, Loc, ValidationItem};
 ///   `dict_type`, `model_type`, `enum` or `value_error` at the field's path, `input` = the value.
 pub fn parse_json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.is_empty() {
-        return Err(ApiError::validation(vec![ValidationItem {
-            kind: "missing".into(),
-            loc: vec!["body".into()],
-            msg: "Field required".into(),
-            input: Value::Null,
-            ctx: None,
-        }]));
+        return Err(Classified::new("missing", "Field required")
+            .into_error(vec!["body".into()], Value::Null));
     }
     let value: Value = serde_json::from_slice(bytes).map_err(|e| json_invalid(bytes, &e))?;
     if !value.is_object() {
-        return Err(ApiError::validation(vec![ValidationItem {
-            kind: "model_attributes_type".into(),
-            loc: vec!["body".into()],
-            msg: "Input should be a valid dictionary or object to extract fields from".into(),
-            input: value,
-            ctx: None,
-        }]));
+        return Err(Classified::new(
+            "model_attributes_type",
+            "Input should be a valid dictionary or object to extract fields from",
+        )
+        .into_error(vec!["body".into()], value));
     }
     serde_path_to_error::deserialize::<_, T>(&value).map_err(|err| {
         let path = path_locs(err.path());
@@ -56,13 +49,7 @@ pub fn parse_json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError>
         };
         let mut loc = vec![Loc::from("body")];
         loc.extend(loc_tail);
-        ApiError::validation(vec![ValidationItem {
-            kind: item.kind,
-            loc,
-            msg: item.msg,
-            input,
-            ctx: item.ctx,
-        }])
+        item.into_error(loc, input)
     })
 }
 
@@ -96,13 +83,7 @@ pub fn parse_query<T: DeserializeOwned>(query: Option<&str>) -> Result<T, ApiErr
                 }
             }
         };
-        ApiError::validation(vec![ValidationItem {
-            kind: item.kind,
-            loc,
-            msg: item.msg,
-            input,
-            ctx: item.ctx,
-        }])
+        item.into_error(loc, input)
     })
 }
 
@@ -184,6 +165,17 @@ impl Classified {
             missing_field: None,
             ctx: None,
         }
+    }
+
+    /// The 422 error of this item at `loc`.
+    fn into_error(self, loc: Vec<Loc>, input: Value) -> ApiError {
+        ApiError::validation(vec![ValidationItem {
+            kind: self.kind,
+            loc,
+            msg: self.msg,
+            input,
+            ctx: self.ctx,
+        }])
     }
 }
 

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::embeddings::{check_list_len, empty_string, item, EmbeddingUsage};
+use crate::embeddings::{check_list_len, empty_string, optional_positive, EmbeddingUsage};
 use crate::error::{ApiError, Loc};
 
 /// Most documents in one rerank request.
@@ -67,19 +67,7 @@ impl RerankRequest {
             MAX_RERANK_DOCUMENTS,
             || json!(self.documents),
         )?;
-        let top_n = match self.top_n {
-            None => None,
-            Some(n) if n >= 1 => Some(n as usize),
-            Some(n) => {
-                return Err(item(
-                    "greater_than_equal",
-                    vec!["body".into(), "top_n".into()],
-                    "Input should be greater than or equal to 1".into(),
-                    json!(n),
-                    json!({"ge": 1}),
-                ))
-            }
-        };
+        let top_n = optional_positive("top_n", self.top_n)?;
         Ok(ValidRerank {
             model: self.model.clone(),
             query: self.query.clone(),

@@ -88,28 +88,44 @@ struct Common<'a> {
     ignore_eos: Option<bool>,
 }
 
+/// The [`Common`] fields of a request: both request kinds name them alike.
+macro_rules! common {
+    ($request:expr) => {
+        Common {
+            temperature: $request.temperature,
+            top_p: $request.top_p,
+            n: $request.n,
+            stop: $request.stop.as_ref(),
+            presence_penalty: $request.presence_penalty,
+            frequency_penalty: $request.frequency_penalty,
+            logit_bias: $request.logit_bias.as_ref(),
+            seed: $request.seed,
+            top_k: $request.top_k,
+            min_p: $request.min_p,
+            repetition_penalty: $request.repetition_penalty,
+            ignore_eos: $request.ignore_eos,
+        }
+    };
+}
+
 /// Checks the shared fields; returns the parameters (without `max_tokens`
 /// and `logprobs`) and `n`.
 fn common_params(c: &Common) -> Result<(SamplingParams, usize), ApiError> {
     let mut p = SamplingParams::default();
-    if let Some(t) = c.temperature {
-        if !(0.0..=2.0).contains(&t) {
-            return Err(invalid(
-                "temperature",
-                format!("`temperature` must be between 0 and 2, got {t}."),
-            ));
-        }
-        p.temperature = t as f32;
-    }
-    if let Some(top_p) = c.top_p {
-        if !(top_p > 0.0 && top_p <= 1.0) {
-            return Err(invalid(
-                "top_p",
-                format!("`top_p` must be greater than 0 and at most 1, got {top_p}."),
-            ));
-        }
-        p.top_p = top_p as f32;
-    }
+    float_param(
+        "temperature",
+        c.temperature,
+        |t| (0.0..=2.0).contains(&t),
+        "between 0 and 2",
+        &mut p.temperature,
+    )?;
+    float_param(
+        "top_p",
+        c.top_p,
+        |t| t > 0.0 && t <= 1.0,
+        "greater than 0 and at most 1",
+        &mut p.top_p,
+    )?;
     let n = c.n.unwrap_or(1);
     if !(1..=MAX_N).contains(&n) {
         return Err(invalid(
@@ -117,46 +133,35 @@ fn common_params(c: &Common) -> Result<(SamplingParams, usize), ApiError> {
             format!("`n` must be between 1 and {MAX_N}, got {n}."),
         ));
     }
-    for (name, value, slot) in [
-        (
-            "presence_penalty",
-            c.presence_penalty,
-            &mut p.presence_penalty,
-        ),
-        (
-            "frequency_penalty",
-            c.frequency_penalty,
-            &mut p.frequency_penalty,
-        ),
-    ] {
-        if let Some(v) = value {
-            if !(-2.0..=2.0).contains(&v) {
-                return Err(invalid(
-                    name,
-                    format!("`{name}` must be between -2 and 2, got {v}."),
-                ));
-            }
-            *slot = v as f32;
-        }
-    }
-    if let Some(r) = c.repetition_penalty {
-        if !(r > 0.0 && r.is_finite()) {
-            return Err(invalid(
-                "repetition_penalty",
-                format!("`repetition_penalty` must be greater than 0, got {r}."),
-            ));
-        }
-        p.repetition_penalty = r as f32;
-    }
-    if let Some(m) = c.min_p {
-        if !(0.0..=1.0).contains(&m) {
-            return Err(invalid(
-                "min_p",
-                format!("`min_p` must be between 0 and 1, got {m}."),
-            ));
-        }
-        p.min_p = m as f32;
-    }
+    let penalty = |v: f64| (-2.0..=2.0).contains(&v);
+    float_param(
+        "presence_penalty",
+        c.presence_penalty,
+        penalty,
+        "between -2 and 2",
+        &mut p.presence_penalty,
+    )?;
+    float_param(
+        "frequency_penalty",
+        c.frequency_penalty,
+        penalty,
+        "between -2 and 2",
+        &mut p.frequency_penalty,
+    )?;
+    float_param(
+        "repetition_penalty",
+        c.repetition_penalty,
+        |r| r > 0.0 && r.is_finite(),
+        "greater than 0",
+        &mut p.repetition_penalty,
+    )?;
+    float_param(
+        "min_p",
+        c.min_p,
+        |m| (0.0..=1.0).contains(&m),
+        "between 0 and 1",
+        &mut p.min_p,
+    )?;
     if let Some(k) = c.top_k {
         if k < -1 {
             return Err(invalid(
@@ -209,6 +214,24 @@ fn common_params(c: &Common) -> Result<(SamplingParams, usize), ApiError> {
     Ok((p, n as usize))
 }
 
+/// Checks an optional float parameter: when given it must pass `ok` (else
+/// 400 "`name` must be {must}, got {value}.") and goes into `slot`.
+fn float_param(
+    name: &str,
+    value: Option<f64>,
+    ok: impl Fn(f64) -> bool,
+    must: &str,
+    slot: &mut f32,
+) -> Result<(), ApiError> {
+    if let Some(v) = value {
+        if !ok(v) {
+            return Err(invalid(name, format!("`{name}` must be {must}, got {v}.")));
+        }
+        *slot = v as f32;
+    }
+    Ok(())
+}
+
 /// Checks a token budget (`max_tokens` or `max_completion_tokens`).
 fn max_tokens(param: &str, value: i64) -> Result<usize, ApiError> {
     if value < 1 {
@@ -257,20 +280,7 @@ fn token_ids(ids: &[i64]) -> Result<Vec<u32>, ApiError> {
 impl CompletionRequest {
     /// Checks the request and builds what the engine and the server need.
     pub fn validate(&self) -> Result<ValidCompletion, ApiError> {
-        let (mut params, n) = common_params(&Common {
-            temperature: self.temperature,
-            top_p: self.top_p,
-            n: self.n,
-            stop: self.stop.as_ref(),
-            presence_penalty: self.presence_penalty,
-            frequency_penalty: self.frequency_penalty,
-            logit_bias: self.logit_bias.as_ref(),
-            seed: self.seed,
-            top_k: self.top_k,
-            min_p: self.min_p,
-            repetition_penalty: self.repetition_penalty,
-            ignore_eos: self.ignore_eos,
-        })?;
+        let (mut params, n) = common_params(&common!(self))?;
         let empty = || invalid("prompt", "`prompt` must not be an empty list.".to_string());
         let prompts = match &self.prompt {
             Prompt::Text(text) => vec![PromptInput::Text(text.clone())],
@@ -327,20 +337,7 @@ impl ChatCompletionRequest {
     pub fn validate(&self) -> Result<ValidChat, ApiError> {
         let messages = self.flatten_messages()?;
         self.check_unsupported()?;
-        let (mut params, n) = common_params(&Common {
-            temperature: self.temperature,
-            top_p: self.top_p,
-            n: self.n,
-            stop: self.stop.as_ref(),
-            presence_penalty: self.presence_penalty,
-            frequency_penalty: self.frequency_penalty,
-            logit_bias: self.logit_bias.as_ref(),
-            seed: self.seed,
-            top_k: self.top_k,
-            min_p: self.min_p,
-            repetition_penalty: self.repetition_penalty,
-            ignore_eos: self.ignore_eos,
-        })?;
+        let (mut params, n) = common_params(&common!(self))?;
         let max_tokens_value = self
             .max_tokens
             .map(|v| max_tokens("max_tokens", v))
