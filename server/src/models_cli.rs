@@ -13,7 +13,10 @@ pub fn catalog(store: &StoreArgs) -> anyhow::Result<Catalog> {
 pub fn list(store: &StoreArgs) -> anyhow::Result<()> {
     let catalog = catalog(store)?;
     let models_dir = store.models_dir();
-    println!("{:<45} {:<7} {:<6} {:>8}  DESCRIPTION", "ID", "KIND", "PULLED", "CONTEXT");
+    println!(
+        "{:<45} {:<7} {:<6} {:>8}  DESCRIPTION",
+        "ID", "KIND", "PULLED", "CONTEXT"
+    );
     for e in catalog.entries() {
         println!(
             "{:<45} {:<7} {:<6} {:>8}  {}{}",
