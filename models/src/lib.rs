@@ -2,8 +2,10 @@
 //!
 //! The boundary with the engine is the small [`CausalLM`] trait: the engine
 //! owns one [`KvCache`] per sequence and hands it to [`CausalLM::forward`]
-//! together with the new tokens; the model holds only weights and constant
-//! tables (RoPE), never per-sequence state.
+//! together with the new tokens, or many sequences' chunks at once to
+//! [`CausalLM::forward_batch`] as [`SeqStep`]s (one pass, logits
+//! `[batch, vocab]`); the model holds only weights and constant tables
+//! (RoPE), never per-sequence state.
 //!
 //! Architectures:
 //! - [`Llama`] (`llama.rs`): loaded from a llama GGUF file (quantized matrices

@@ -9,8 +9,14 @@
 //! Loading: [`Llama::from_safetensors`] here (Hugging Face names and
 //! [`LlamaConfig`]), [`Llama::from_gguf`] in `gguf.rs`.
 //!
-//! The forward pass runs one chunk of one sequence, `[seq, hidden]` in f32;
-//! positions come from the [`KvCache`] passed in. The cache stores keys and
+//! The forward pass runs the chunks of one or more sequences flattened into
+//! one `[tokens, hidden]` f32 matrix with no padding: embeddings, norms and
+//! every linear layer see all rows at once (one matmul per weight, so a
+//! quantized block is unpacked once for many rows); RoPE rotates each token
+//! at its own position, taken from its sequence's [`KvCache`]; attention runs
+//! per sequence over its own cache, with a causal mask inside its chunk; the
+//! output head sees only each sequence's last token. `forward` is the batch
+//! of one. The cache stores keys and
 //! values in f16 by default ([`Llama::with_kv_dtype`]); attention math is f32. Attention reads the cached
 //! keys/values as views without repeating them for grouped-query attention:
 //! the query heads that share a KV head are stacked into the rows of one
