@@ -135,6 +135,13 @@ async fn error_cases() {
     let reply = embed(json!({"model": EMBED, "input": ["ok", long], "truncate": true})).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     assert_eq!(reply.json()["usage"]["prompt_tokens"], 3 + 256);
+    // Truncation keeps [CLS], the first 254 word pieces and the closing [SEP].
+    let cut = floats(&reply.json()["data"][1]["embedding"]);
+    let mut ids = vec![101u32];
+    ids.extend(std::iter::repeat_n(2773u32, 254));
+    ids.push(102);
+    let by_ids = vectors(json!([ids])).await;
+    assert!(max_diff(&cut, &by_ids[0]) < 1e-6);
     let reply = embed(json!({"model": EMBED, "input": [[101, 99999, 102]]})).await;
     assert!(shape_b(&reply, 400).contains("vocabulary"));
     let reply = embed(json!({"model": MODEL, "input": "hi"})).await;

@@ -55,7 +55,7 @@ pub fn embed_model(state: &AppState, id: &str) -> Result<EmbedModel, HttpError> 
 /// Token ids of each input: texts tokenized (with the model's special
 /// tokens) on the blocking pool, id lists checked against the vocabulary.
 /// An input over the model's maximum is cut when `truncate` (a text keeps its
-/// closing special token), else 400 naming the input's index.
+/// closing special token, e.g. [SEP]), else 400 naming the input's index.
 pub async fn token_inputs(
     model: &EmbedModel,
     inputs: Vec<PromptInput>,
@@ -69,7 +69,7 @@ pub async fn token_inputs(
             .into_iter()
             .enumerate()
             .map(|(i, input)| {
-                let (mut ids, is_text) = match input {
+                let (mut ids, keep_last) = match input {
                     PromptInput::Text(text) => {
                         let encoding = tokenizer.encode(text, true).map_err(|e| {
                             ApiError::bad_request(
@@ -77,7 +77,9 @@ pub async fn token_inputs(
                                 format!("Input {i} cannot be tokenized: {e}"),
                             )
                         })?;
-                        (encoding.get_ids().to_vec(), true)
+                        let closing_special =
+                            encoding.get_special_tokens_mask().last() == Some(&1);
+                        (encoding.get_ids().to_vec(), closing_special)
                     }
                     PromptInput::Tokens(ids) => {
                         if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
@@ -102,7 +104,7 @@ pub async fn token_inputs(
                     }
                     let last = ids[ids.len() - 1];
                     ids.truncate(max);
-                    if is_text {
+                    if keep_last {
                         ids[max - 1] = last;
                     }
                 }
