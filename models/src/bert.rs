@@ -186,9 +186,28 @@ impl Layer {
         let x = self
             .attn_norm
             .forward(&(self.attn_out.forward(&ctx)? + x)?)?;
-        let ff = self.ffn_in.forward(&x)?.gelu_erf()?;
+        let ff = gelu_erf(&self.ffn_in.forward(&x)?)?;
         self.ffn_norm.forward(&(self.ffn_out.forward(&ff)? + x)?)
     }
+}
+
+/// Exact GELU, `x * (1 + erf(x / sqrt 2)) / 2`: candle's own `gelu_erf`
+/// (same scalar function, so the same bits) spread over the rayon pool for
+/// contiguous f32 CPU tensors, where candle runs it on one thread.
+fn gelu_erf(x: &Tensor) -> Result<Tensor> {
+    use rayon::prelude::*;
+    if !x.device().is_cpu() || x.dtype() != DType::F32 || !x.is_contiguous() {
+        return x.gelu_erf();
+    }
+    let mut v = x.flatten_all()?.to_vec1::<f32>()?;
+    v.par_chunks_mut(8192).for_each(|chunk| {
+        for y in chunk {
+            *y = (candle_core::cpu::erf::erf_f32(*y * std::f32::consts::FRAC_1_SQRT_2) + 1.)
+                * 0.5
+                * *y;
+        }
+    });
+    Tensor::from_vec(v, x.shape(), x.device())
 }
 
 /// A BERT encoder (`BertModel` without its pooler).
