@@ -165,4 +165,3 @@ impl EngineHandle {
         Ok(())
     }
 }
-

@@ -13,7 +13,9 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use hearth_core::{EngineError, FinishReason, GenerateRequest, TokenCandidate, TokenEvent, TokenLogprobs, Usage};
+use hearth_core::{
+    EngineError, FinishReason, GenerateRequest, TokenCandidate, TokenEvent, TokenLogprobs, Usage,
+};
 use hearth_models::{KvCache, SeqStep};
 use tokenizers::Tokenizer;
 use tokio::sync::mpsc;
@@ -42,12 +44,16 @@ impl Sequence {
     fn prompt_len(&self) -> usize {
         self.request.prompt_ids.len()
     }
-
 }
 
 /// The tokens a sequence runs this step, within `budget`: the next prompt
 /// chunk, or the last sampled token (not yet in the cache).
-fn next_input<'a>(prompt: &'a [u32], prefilled: usize, generated: &'a [u32], budget: usize) -> &'a [u32] {
+fn next_input<'a>(
+    prompt: &'a [u32],
+    prefilled: usize,
+    generated: &'a [u32],
+    budget: usize,
+) -> &'a [u32] {
     if prefilled < prompt.len() {
         &prompt[prefilled..(prefilled + budget).min(prompt.len())]
     } else {
@@ -65,7 +71,12 @@ pub(crate) struct EngineLoop {
 }
 
 impl EngineLoop {
-    pub(crate) fn new(parts: EngineParts, config: EngineConfig, rx: mpsc::Receiver<Job>, gauge: Arc<AtomicUsize>) -> Self {
+    pub(crate) fn new(
+        parts: EngineParts,
+        config: EngineConfig,
+        rx: mpsc::Receiver<Job>,
+        gauge: Arc<AtomicUsize>,
+    ) -> Self {
         let context_length = parts.context_length.min(parts.model.info().context_length);
         Self {
             parts,
@@ -172,7 +183,9 @@ impl EngineLoop {
                 }
                 Err(message) => {
                     tracing::error!(request = %seq.request.id, "{message}");
-                    let _ = seq.events.send(TokenEvent::Error(EngineError::Model(message.clone())));
+                    let _ = seq
+                        .events
+                        .send(TokenEvent::Error(EngineError::Model(message.clone())));
                     true
                 }
             };
@@ -193,7 +206,9 @@ impl EngineLoop {
         let mut offset = 0;
         for &(i, n) in plan {
             let (head, tail) = std::mem::take(&mut rest).split_at_mut(i - offset + 1);
-            let seq = head.last_mut().expect("plan indices are in range and sorted");
+            let seq = head
+                .last_mut()
+                .expect("plan indices are in range and sorted");
             rest = tail;
             offset = i + 1;
             let Sequence {
@@ -232,7 +247,9 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 /// Samples the next token from `logits` and sends it. Returns true when the
 /// sequence is finished (or its client has gone).
 fn emit_next(parts: &EngineParts, seq: &mut Sequence, logits: &[f32]) -> bool {
-    let sampled = seq.sampler.sample(logits, &seq.request.prompt_ids, &seq.generated);
+    let sampled = seq
+        .sampler
+        .sample(logits, &seq.request.prompt_ids, &seq.generated);
     seq.generated.push(sampled.id);
     let usage = Usage {
         prompt_tokens: seq.prompt_len(),
@@ -241,7 +258,11 @@ fn emit_next(parts: &EngineParts, seq: &mut Sequence, logits: &[f32]) -> bool {
     if !seq.request.params.ignore_eos && parts.eos_ids.contains(&sampled.id) {
         return finish(seq, FinishReason::Stop, usage);
     }
-    let logprobs = seq.request.params.logprobs.map(|_| logprobs_of(&parts.tokenizer, &sampled));
+    let logprobs = seq
+        .request
+        .params
+        .logprobs
+        .map(|_| logprobs_of(&parts.tokenizer, &sampled));
     let piece = seq.decoder.push(sampled.id);
     let (text, stopped) = match seq.stop.push(&piece) {
         StopOutcome::Continue(text) => (text, false),
@@ -279,7 +300,11 @@ fn finish(seq: &mut Sequence, reason: FinishReason, usage: Usage) -> bool {
         }
         StopOutcome::Stopped(text) => (text, FinishReason::Stop),
     };
-    let _ = seq.events.send(TokenEvent::Finished { reason, usage, text });
+    let _ = seq.events.send(TokenEvent::Finished {
+        reason,
+        usage,
+        text,
+    });
     true
 }
 
@@ -296,6 +321,10 @@ fn candidate(tokenizer: &Tokenizer, id: u32, logprob: f32) -> TokenCandidate {
 fn logprobs_of(tokenizer: &Tokenizer, sampled: &Sampled) -> TokenLogprobs {
     TokenLogprobs {
         chosen: candidate(tokenizer, sampled.id, sampled.logprob),
-        top: sampled.top.iter().map(|&(id, lp)| candidate(tokenizer, id, lp)).collect(),
+        top: sampled
+            .top
+            .iter()
+            .map(|&(id, lp)| candidate(tokenizer, id, lp))
+            .collect(),
     }
 }

@@ -111,7 +111,9 @@ fn eight_prompts_joining_at_different_steps_match_one_at_a_time() {
         max_batch_tokens: 64,
         ..EngineConfig::default()
     });
-    let tokenizer = load_gguf(&common::smollm_gguf(), &Device::Cpu).unwrap().tokenizer;
+    let tokenizer = load_gguf(&common::smollm_gguf(), &Device::Cpu)
+        .unwrap()
+        .tokenizer;
     let fixture = common::fixture("smollm2_greedy.json");
     // chat_1 is left out: its first step is a near-tie (reference top-2 margin
     // 0.001), which a different split of the prefill may flip through float
@@ -131,7 +133,10 @@ fn eight_prompts_joining_at_different_steps_match_one_at_a_time() {
         prompts.push(tokenizer.encode(text, true).unwrap().get_ids().to_vec());
     }
     assert_eq!(prompts.len(), 8);
-    let alone: Vec<_> = prompts.iter().map(|p| run(&engine, p.clone(), greedy(12)).0).collect();
+    let alone: Vec<_> = prompts
+        .iter()
+        .map(|p| run(&engine, p.clone(), greedy(12)).0)
+        .collect();
     // Staggered starts: later prompts join while earlier ones prefill or decode,
     // and the 64-token budget splits the longer chat prompts over several steps.
     let together: Vec<_> = std::thread::scope(|s| {
