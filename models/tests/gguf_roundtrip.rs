@@ -5,12 +5,15 @@
 //! `Llama::from_gguf`, and both models must give the same logits. This checks
 //! tensor names, metadata keys, the RoPE layouts and the tied head.
 
+mod common;
+
 use std::io::Cursor;
 
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::{Init, VarBuilder, VarMap};
+use common::max_diff;
 use hearth_models::{CausalLM, Llama, LlamaConfig};
 
 const HIDDEN: usize = 64;
@@ -152,17 +155,6 @@ fn both_models(tie: bool, matrix_dtype: GgmlDType) -> Result<(Llama, Llama)> {
 }
 
 const SEQ: [u32; 9] = [5, 61, 2, 99, 40, 17, 0, 33, 8];
-
-fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
-}
 
 #[test]
 fn f32_gguf_matches_safetensors() -> Result<()> {

@@ -4,48 +4,11 @@
 //! bad inputs fail before any cache moves. Tiny random-weight Llama with an
 //! f32 KV cache (exact to f32 rounding), as in `llama_tiny.rs`.
 
-use candle_core::{DType, Device, Result, Tensor};
-use candle_nn::{VarBuilder, VarMap};
-use hearth_models::{CausalLM, KvCache, Llama, LlamaConfig, ModelInfo, SeqStep};
+mod common;
 
-const TOL: f32 = 1e-4;
-
-fn tiny_model(tie: bool) -> Result<Llama> {
-    let cfg: LlamaConfig = serde_json::from_value(serde_json::json!({
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0,
-        "max_position_embeddings": 32,
-        "vocab_size": 100,
-        "tie_word_embeddings": tie,
-    }))
-    .expect("valid config");
-    let varmap = VarMap::new();
-    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
-    if !tie {
-        vb.get_with_hints(
-            (100, 64),
-            "lm_head.weight",
-            candle_nn::init::DEFAULT_KAIMING_NORMAL,
-        )?;
-    }
-    Ok(Llama::from_safetensors(&cfg, vb)?.with_kv_dtype(DType::F32))
-}
-
-fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
-}
+use candle_core::{DType, Result, Tensor};
+use common::{max_diff, tiny_model, TOL};
+use hearth_models::{CausalLM, KvCache, Llama, ModelInfo, SeqStep};
 
 /// Prefixes already in the caches, and the chunk each sequence runs next:
 /// a 1-token decode after 7 cached tokens, a 5-token prefill chunk after 4,

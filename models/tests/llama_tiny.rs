@@ -2,61 +2,13 @@
 //! prefill, decoding through the cache and a full-sequence forward agree, that
 //! the causal mask holds, and that bad inputs fail cleanly.
 
-use candle_core::{DType, Device, Result, Tensor};
-use candle_nn::{VarBuilder, VarMap};
-use hearth_models::{CausalLM, Llama, LlamaConfig};
+mod common;
 
-const TOL: f32 = 1e-4;
-
-fn tiny_config(tie: bool) -> LlamaConfig {
-    serde_json::from_value(serde_json::json!({
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0,
-        "max_position_embeddings": 32,
-        "vocab_size": 100,
-        "tie_word_embeddings": tie,
-    }))
-    .expect("valid config")
-}
-
-/// With the default (f16) KV cache.
-fn tiny_model_f16_cache(tie: bool) -> Result<Llama> {
-    let varmap = VarMap::new();
-    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
-    if !tie {
-        // VarMap only knows names once they are requested: create the head.
-        vb.get_with_hints(
-            (100, 64),
-            "lm_head.weight",
-            candle_nn::init::DEFAULT_KAIMING_NORMAL,
-        )?;
-    }
-    Llama::from_safetensors(&tiny_config(tie), vb)
-}
-
-/// With an f32 KV cache, which keeps every path exact to f32 rounding, so
-/// the 1e-4 tolerance is meaningful.
-fn tiny_model(tie: bool) -> Result<Llama> {
-    Ok(tiny_model_f16_cache(tie)?.with_kv_dtype(DType::F32))
-}
+use candle_core::{DType, Result};
+use common::{max_diff, tiny_model, tiny_model_f16_cache, TOL};
+use hearth_models::CausalLM;
 
 const SEQ: [u32; 10] = [3, 17, 42, 99, 0, 56, 8, 23, 71, 5];
-
-fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
-}
 
 #[test]
 fn full_chunked_and_token_by_token_agree() -> Result<()> {

@@ -8,7 +8,6 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use hearth_core::{EngineError, GenerateRequest, TokenEvent};
 use hearth_models::CausalLM;
@@ -62,20 +61,11 @@ pub struct EngineHandle {
     context_length: usize,
     vocab_size: usize,
     active: Arc<AtomicUsize>,
-    _thread: Arc<ThreadGuard>,
-}
-
-struct ThreadGuard(Option<JoinHandle<()>>);
-
-impl Drop for ThreadGuard {
-    fn drop(&mut self) {
-        // The loop ends by itself once every sender is gone; don't block here.
-        self.0.take();
-    }
 }
 
 impl EngineHandle {
-    /// Starts the engine loop on its own thread.
+    /// Starts the engine loop on its own thread. The thread ends by itself
+    /// once every handle is dropped and its sequences are done.
     pub fn start(parts: EngineParts, config: EngineConfig) -> Self {
         let (tx, rx) = mpsc::channel(config.max_waiting.max(1));
         let context_length = parts.context_length.min(parts.model.info().context_length);
@@ -83,7 +73,7 @@ impl EngineHandle {
         let max_waiting = config.max_waiting;
         let active = Arc::new(AtomicUsize::new(0));
         let gauge = active.clone();
-        let thread = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("hearth-engine".into())
             .spawn(move || crate::engine_loop::EngineLoop::new(parts, config, rx, gauge).run())
             .expect("spawning the engine thread");
@@ -93,7 +83,6 @@ impl EngineHandle {
             context_length,
             vocab_size,
             active,
-            _thread: Arc::new(ThreadGuard(Some(thread))),
         }
     }
 
