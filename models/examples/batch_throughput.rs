@@ -1,4 +1,5 @@
-//! Lockstep decode throughput: one `forward_batch` per step over B sequences
+//! Lockstep decode throughput: one `forward_paged` per step over B sequences
+//! sharing one KV pool
 //! against B separate `forward` calls per step.
 //!
 //! Usage: `batch_throughput MODEL.gguf [STEPS]` (default 32 decode steps).
@@ -10,14 +11,16 @@
 //! and decode tokens per CPU-second of the process (all threads, from
 //! `/proc/self/task/*/schedstat`), less sensitive to other processes' load.
 //! Prefill is timed too (best of three): the B prompts in one
-//! `forward_batch` versus one `forward` each. Greedy tokens of the two modes
+//! `forward_paged` versus one `forward` each. Greedy tokens of the two modes
 //! are compared (the f16 cache may flip a near tie, rarely).
 //! `BATCH_SIZES=1,16` picks other batch sizes.
 
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use hearth_models::{gguf_file, CausalLM, Device, KvCache, Llama, SeqStep, Tensor};
+use hearth_models::{
+    gguf_file, CausalLM, Device, KvCache, KvPool, Llama, PagedSeq, Tensor, BLOCK_SIZE,
+};
 
 const PROMPT_LEN: usize = 20;
 
@@ -38,21 +41,53 @@ fn argmax_rows(logits: &Tensor) -> Result<Vec<u32>> {
     Ok(logits.argmax(1)?.to_vec1::<u32>()?)
 }
 
+/// The KV state of B sequences: one shared pool with a block table each
+/// (batched mode), or one cache each (separate mode).
+struct Caches {
+    pool: KvPool,
+    tables: Vec<Vec<u32>>,
+    pos: Vec<usize>,
+    caches: Vec<KvCache>,
+}
+
+impl Caches {
+    fn new(model: &Llama, b: usize, max_tokens: usize) -> Result<Self> {
+        let per_seq = max_tokens.div_ceil(BLOCK_SIZE);
+        Ok(Self {
+            pool: model.new_pool(b * per_seq)?,
+            tables: (0..b)
+                .map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect())
+                .collect(),
+            pos: vec![0; b],
+            caches: (0..b).map(|_| model.new_cache()).collect(),
+        })
+    }
+}
+
 /// One step over all sequences in `mode`: logits `[B, vocab]`.
-fn step(model: &Llama, mode: Mode, tokens: &[Vec<u32>], caches: &mut [KvCache]) -> Result<Tensor> {
+fn step(model: &Llama, mode: Mode, tokens: &[Vec<u32>], kv: &mut Caches) -> Result<Tensor> {
     Ok(match mode {
         Mode::Batched => {
-            let mut steps: Vec<SeqStep<'_>> = tokens
+            let seqs: Vec<PagedSeq<'_>> = tokens
                 .iter()
-                .zip(caches.iter_mut())
-                .map(|(t, cache)| SeqStep { tokens: t, cache })
+                .zip(&kv.tables)
+                .zip(&kv.pos)
+                .map(|((t, blocks), &pos)| PagedSeq {
+                    tokens: t,
+                    pos,
+                    blocks,
+                })
                 .collect();
-            model.forward_batch(&mut steps)?
+            let logits = model.forward_paged(&seqs, &mut kv.pool)?;
+            for (p, t) in kv.pos.iter_mut().zip(tokens) {
+                *p += t.len();
+            }
+            logits
         }
         Mode::Separate => {
             let rows = tokens
                 .iter()
-                .zip(caches.iter_mut())
+                .zip(kv.caches.iter_mut())
                 .map(|(t, c)| model.forward(t, c))
                 .collect::<candle_core::Result<Vec<_>>>()?;
             Tensor::stack(&rows, 0)?
@@ -77,10 +112,10 @@ fn cpu_seconds() -> f64 {
 /// Seconds to prefill `b` fresh prompts in `mode`.
 fn prefill_time(model: &Llama, mode: Mode, b: usize) -> Result<f64> {
     let vocab = model.info().vocab_size;
-    let mut caches: Vec<KvCache> = (0..b).map(|_| model.new_cache()).collect();
+    let mut kv = Caches::new(model, b, PROMPT_LEN)?;
     let prompts: Vec<Vec<u32>> = (0..b).map(|i| prompt(i, vocab)).collect();
     let t0 = Instant::now();
-    step(model, mode, &prompts, &mut caches)?;
+    step(model, mode, &prompts, &mut kv)?;
     Ok(t0.elapsed().as_secs_f64())
 }
 
@@ -94,10 +129,10 @@ struct Timing {
 
 fn run(model: &Llama, mode: Mode, b: usize, steps: usize) -> Result<(Timing, Vec<Vec<u32>>)> {
     let vocab = model.info().vocab_size;
-    let mut caches: Vec<KvCache> = (0..b).map(|_| model.new_cache()).collect();
+    let mut kv = Caches::new(model, b, PROMPT_LEN + steps + 1)?;
     let prompts: Vec<Vec<u32>> = (0..b).map(|i| prompt(i, vocab)).collect();
     let t0 = Instant::now();
-    let logits = step(model, mode, &prompts, &mut caches)?;
+    let logits = step(model, mode, &prompts, &mut kv)?;
     let mut next = argmax_rows(&logits)?;
     let prefill = t0.elapsed().as_secs_f64();
 
@@ -107,7 +142,7 @@ fn run(model: &Llama, mode: Mode, b: usize, steps: usize) -> Result<(Timing, Vec
     for _ in 0..steps {
         let t0 = Instant::now();
         let tokens: Vec<Vec<u32>> = next.iter().map(|&t| vec![t]).collect();
-        next = argmax_rows(&step(model, mode, &tokens, &mut caches)?)?;
+        next = argmax_rows(&step(model, mode, &tokens, &mut kv)?)?;
         times.push(t0.elapsed().as_secs_f64());
         for (o, &t) in out.iter_mut().zip(&next) {
             o.push(t);

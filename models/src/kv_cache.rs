@@ -1,34 +1,29 @@
-//! Per-sequence key/value cache for decoder models.
+//! Single-sequence key/value cache: a private [`KvPool`] that grows on
+//! demand, with a block table that is simply `0, 1, 2, ...`.
 //!
-//! One [`KvCache`] belongs to one sequence. For every layer it keeps a key and
-//! a value buffer of shape `[num_kv_heads, capacity, head_dim]`; new entries
-//! are written in place with `slice_set` and read back as a `narrow` view, so a
-//! decode step copies only its own token. When a chunk does not fit, every
-//! buffer is reallocated at twice the capacity (at most `max_len`), which keeps
-//! the total copying linear in the sequence length.
+//! This is what [`crate::CausalLM::forward`] uses (tests, tools, one-off
+//! runs). The engine instead shares one fixed pool between all sequences and
+//! hands the model block tables through [`crate::CausalLM::forward_paged`];
+//! both paths run the same attention op.
 //!
-//! The model writes a chunk into all layers through [`KvCache::append`] and
-//! only then calls [`KvCache::advance`]; a forward pass that fails half way
-//! leaves `len()` unchanged, and the stale entries past `len()` are simply
-//! overwritten by the next chunk.
+//! The model writes a chunk's keys and values and only then advances
+//! `len()`; a forward pass that fails half way leaves `len()` unchanged, and
+//! the stale entries past `len()` are overwritten by the next chunk.
 
-use candle_core::{DType, Device, Result, Tensor};
+use candle_core::{DType, Result};
 
-/// Smallest capacity allocated on first use (tokens).
-const MIN_CAPACITY: usize = 64;
+use crate::paged::{KvPool, BLOCK_SIZE};
+
+/// Blocks allocated on first use.
+const MIN_BLOCKS: usize = 4;
 
 /// Keys and values of every layer for one sequence.
 pub struct KvCache {
-    /// Per layer `(keys, values)`, each `[num_kv_heads, capacity, head_dim]`;
-    /// `None` until the first chunk arrives.
-    layers: Vec<Option<(Tensor, Tensor)>>,
+    pub(crate) pool: KvPool,
+    /// `0..pool.num_blocks()`, kept as a table for the paged op.
+    pub(crate) blocks: Vec<u32>,
     len: usize,
-    capacity: usize,
     max_len: usize,
-    num_kv_heads: usize,
-    head_dim: usize,
-    dtype: DType,
-    device: Device,
 }
 
 impl KvCache {
@@ -39,18 +34,13 @@ impl KvCache {
         head_dim: usize,
         max_len: usize,
         dtype: DType,
-        device: &Device,
-    ) -> Self {
-        Self {
-            layers: (0..num_layers).map(|_| None).collect(),
+    ) -> Result<Self> {
+        Ok(Self {
+            pool: KvPool::new(num_layers, num_kv_heads, head_dim, 0, dtype)?,
+            blocks: Vec::new(),
             len: 0,
-            capacity: 0,
             max_len,
-            num_kv_heads,
-            head_dim,
-            dtype,
-            device: device.clone(),
-        }
+        })
     }
 
     /// Number of tokens cached (the position of the next token).
@@ -72,9 +62,9 @@ impl KvCache {
         self.len = self.len.min(len);
     }
 
-    /// Tokens that fit without reallocating.
+    /// Tokens that fit without growing.
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.blocks.len() * BLOCK_SIZE
     }
 
     /// Most tokens this cache will ever hold (the model's context length).
@@ -84,20 +74,19 @@ impl KvCache {
 
     /// Storage dtype of the keys and values.
     pub fn dtype(&self) -> DType {
-        self.dtype
+        self.pool.dtype()
     }
 
     pub fn num_layers(&self) -> usize {
-        self.layers.len()
+        self.pool.num_layers()
     }
 
     /// Bytes held by the key/value buffers.
     pub fn size_in_bytes(&self) -> usize {
-        let per_layer = 2 * self.num_kv_heads * self.capacity * self.head_dim;
-        self.layers.iter().flatten().count() * per_layer * self.dtype.size_in_bytes()
+        self.pool.size_in_bytes()
     }
 
-    /// Makes room for `extra` more tokens, growing every layer's buffers.
+    /// Makes room for `extra` more tokens, doubling the block count as needed.
     pub(crate) fn reserve(&mut self, extra: usize) -> Result<()> {
         let needed = self.len + extra;
         if needed > self.max_len {
@@ -106,54 +95,21 @@ impl KvCache {
                 self.max_len
             )
         }
-        if needed <= self.capacity && self.layers.iter().all(Option::is_some) {
+        if needed <= self.capacity() {
             return Ok(());
         }
-        let new_cap = needed
-            .max(2 * self.capacity)
-            .max(MIN_CAPACITY)
-            .min(self.max_len);
-        let shape = (self.num_kv_heads, new_cap, self.head_dim);
-        for layer in self.layers.iter_mut() {
-            let (k, v) = (
-                Tensor::zeros(shape, self.dtype, &self.device)?,
-                Tensor::zeros(shape, self.dtype, &self.device)?,
-            );
-            if let Some((old_k, old_v)) = layer.take() {
-                if self.len > 0 {
-                    k.slice_set(&old_k.narrow(1, 0, self.len)?.contiguous()?, 1, 0)?;
-                    v.slice_set(&old_v.narrow(1, 0, self.len)?.contiguous()?, 1, 0)?;
-                }
-            }
-            *layer = Some((k, v));
-        }
-        self.capacity = new_cap;
+        let want = needed.div_ceil(BLOCK_SIZE);
+        let max_blocks = self.max_len.div_ceil(BLOCK_SIZE);
+        let blocks = want
+            .max(2 * self.blocks.len())
+            .max(MIN_BLOCKS)
+            .min(max_blocks);
+        self.pool.grow(blocks);
+        self.blocks = (0..blocks as u32).collect();
         Ok(())
     }
 
-    /// Writes `k`, `v` (`[num_kv_heads, n, head_dim]`) of layer `layer` at
-    /// positions `len()..len()+n` and returns views of all `len()+n` cached
-    /// keys and values. Call [`KvCache::reserve`] first.
-    pub(crate) fn append(
-        &mut self,
-        layer: usize,
-        k: &Tensor,
-        v: &Tensor,
-    ) -> Result<(Tensor, Tensor)> {
-        let n = k.dim(1)?;
-        let Some((kb, vb)) = self.layers.get(layer).and_then(Option::as_ref) else {
-            candle_core::bail!("kv cache has no buffers for layer {layer}")
-        };
-        if self.len + n > self.capacity {
-            candle_core::bail!("kv cache append past its capacity, reserve first")
-        }
-        kb.slice_set(&k.to_dtype(self.dtype)?.contiguous()?, 1, self.len)?;
-        vb.slice_set(&v.to_dtype(self.dtype)?.contiguous()?, 1, self.len)?;
-        let total = self.len + n;
-        Ok((kb.narrow(1, 0, total)?, vb.narrow(1, 0, total)?))
-    }
-
-    /// Marks `n` more tokens as cached, after every layer has appended them.
+    /// Marks `n` more tokens as cached, after every layer has written them.
     pub(crate) fn advance(&mut self, n: usize) {
         self.len += n;
     }

@@ -1,11 +1,12 @@
 //! Model architectures of Hearth, written on plain candle ops.
 //!
 //! The boundary with the engine is the small [`CausalLM`] trait: the engine
-//! owns one [`KvCache`] per sequence and hands it to [`CausalLM::forward`]
-//! together with the new tokens, or many sequences' chunks at once to
-//! [`CausalLM::forward_batch`] as [`SeqStep`]s (one pass, logits
-//! `[batch, vocab]`); the model holds only weights and constant tables
-//! (RoPE), never per-sequence state.
+//! owns a [`KvPool`] of 16-token blocks and hands the model each step's
+//! sequences as [`PagedSeq`]s (new tokens, position, block table) through
+//! [`CausalLM::forward_paged`] (one flattened pass, logits `[batch,
+//! vocab]`); [`CausalLM::forward`] runs one sequence over its own growable
+//! [`KvCache`]. The model holds only weights and constant tables (RoPE),
+//! never per-sequence state or block ownership.
 //!
 //! Architectures:
 //! - [`Llama`] (`llama.rs`): loaded from a llama GGUF file (quantized matrices
@@ -18,14 +19,16 @@
 //!   sequence-classification head) for reranking; configs through
 //!   [`EncoderConfig`], tagged on `model_type`.
 //!
-//! Other files: `kv_cache.rs` ([`KvCache`]), `linear.rs` ([`Linear`]),
-//! `rotary.rs` (RoPE tables).
+//! Other files: `paged.rs` ([`KvPool`] and the paged attention op),
+//! `kv_cache.rs` ([`KvCache`]), `linear.rs` ([`Linear`]), `rotary.rs` (RoPE
+//! tables).
 
 mod bert;
 mod gguf;
 mod kv_cache;
 mod linear;
 mod llama;
+mod paged;
 mod q4_1;
 mod rotary;
 
@@ -37,8 +40,14 @@ pub use candle_core::{DType, Device, Tensor};
 pub use kv_cache::KvCache;
 pub use linear::Linear;
 pub use llama::{Llama, LlamaConfig, RopeScaling};
+pub use paged::{KvPool, BLOCK_SIZE};
 
-/// A decoder-only language model that runs one sequence chunk at a time.
+/// A decoder-only language model.
+///
+/// Two ways to run it: [`CausalLM::forward`] for one sequence over its own
+/// growable [`KvCache`], and [`CausalLM::forward_paged`] for many sequences
+/// at once over a shared [`KvPool`], each through its own block table (the
+/// engine's path). Both run the same code.
 pub trait CausalLM: Send + Sync {
     /// Runs `tokens` at positions cache.len() .. cache.len()+tokens.len(),
     /// appends their keys/values to `cache`, and returns the f32 logits of the
@@ -49,61 +58,75 @@ pub trait CausalLM: Send + Sync {
     /// `context_length`.
     fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> candle_core::Result<Tensor>;
 
-    /// Runs every sequence's new tokens in ONE pass and returns the f32
-    /// logits of each sequence's last new token, shape `[batch, vocab]`, in
-    /// input order. Each step's tokens go at positions `cache.len()..` of its
-    /// own cache, exactly as [`CausalLM::forward`] would run them alone.
+    /// Runs every sequence's new tokens in ONE pass, flattened with no
+    /// padding (each linear layer sees all tokens of all sequences as one
+    /// matrix), and returns the f32 logits of each sequence's last new token,
+    /// shape `[batch, vocab]`, in input order. Sequence `i`'s tokens go at
+    /// positions `seqs[i].pos..`; their keys and values are written to
+    /// `pool` in the blocks of `seqs[i].blocks`, and attention reads
+    /// positions `0..pos` from the same blocks.
     ///
-    /// Errors when `steps` is empty or any step would fail in `forward`
-    /// (empty tokens, a token id `>= vocab_size`, past `context_length`); the
-    /// inputs are all checked first, and on error no cache's `len()` changes.
-    ///
-    /// The default runs `forward` once per step (after checking every step)
-    /// and stacks the results; [`Llama`] overrides it with one flattened pass
-    /// whose linear layers see all tokens of all sequences as one matrix.
-    fn forward_batch(&self, steps: &mut [SeqStep<'_>]) -> candle_core::Result<Tensor> {
-        validate_steps(self.info(), steps)?;
-        let mut logits = Vec::with_capacity(steps.len());
-        for (i, step) in steps.iter_mut().enumerate() {
-            match self.forward(step.tokens, step.cache) {
-                Ok(l) => logits.push(l),
-                Err(e) => {
-                    // Undo the sequences already advanced: their entries past
-                    // the old length are stale and overwritten later.
-                    for s in steps[..i].iter_mut() {
-                        let len = s.cache.len() - s.tokens.len();
-                        s.cache.truncate(len);
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        Tensor::stack(&logits, 0)
-    }
+    /// Errors, before anything runs, when `seqs` is empty, a chunk is empty,
+    /// a token id is `>= vocab_size`, a sequence would pass
+    /// `context_length`, a block table is too short or names a block outside
+    /// the pool, or the pool does not match the model.
+    fn forward_paged(
+        &self,
+        seqs: &[PagedSeq<'_>],
+        pool: &mut KvPool,
+    ) -> candle_core::Result<Tensor>;
 
     /// Static facts about the model (sizes, context length).
     fn info(&self) -> &ModelInfo;
 
-    /// An empty cache sized for this model (buffers grow on demand).
+    /// An empty single-sequence cache (buffers grow on demand).
     fn new_cache(&self) -> KvCache;
-}
 
-/// One sequence's part of a batched step ([`CausalLM::forward_batch`]): new
-/// `tokens` appended at positions `cache.len()..cache.len() + tokens.len()`
-/// of the sequence's own `cache`.
-pub struct SeqStep<'a> {
-    pub tokens: &'a [u32],
-    pub cache: &'a mut KvCache,
-}
+    /// A shared pool of `num_blocks` blocks of [`BLOCK_SIZE`] tokens.
+    fn new_pool(&self, num_blocks: usize) -> candle_core::Result<KvPool>;
 
-/// Checks every step of a batch against the model's limits before anything
-/// runs: a non-empty batch, non-empty chunks, token ids below `vocab_size`,
-/// no sequence past `context_length`, caches with the model's layer count.
-pub fn validate_steps(info: &ModelInfo, steps: &[SeqStep<'_>]) -> candle_core::Result<()> {
-    if steps.is_empty() {
-        candle_core::bail!("forward_batch called with no sequences")
+    /// Storage dtype of the KV cache.
+    fn kv_dtype(&self) -> DType;
+
+    /// Bytes of KV cache one block takes over all layers.
+    fn block_bytes(&self) -> usize {
+        let i = self.info();
+        KvPool::block_bytes(i.num_layers, i.num_kv_heads, i.head_dim, self.kv_dtype())
     }
-    for (i, s) in steps.iter().enumerate() {
+}
+
+/// One sequence's part of a paged batch ([`CausalLM::forward_paged`]): new
+/// `tokens` at positions `pos..pos + tokens.len()`, with every position's
+/// key/value in block `blocks[position / BLOCK_SIZE]` of the pool.
+#[derive(Debug, Clone, Copy)]
+pub struct PagedSeq<'a> {
+    pub tokens: &'a [u32],
+    pub pos: usize,
+    pub blocks: &'a [u32],
+}
+
+/// Checks every sequence of a paged batch against the model and the pool
+/// before anything runs (see [`CausalLM::forward_paged`]).
+pub fn validate_paged(
+    info: &ModelInfo,
+    seqs: &[PagedSeq<'_>],
+    pool: &KvPool,
+) -> candle_core::Result<()> {
+    if seqs.is_empty() {
+        candle_core::bail!("forward_paged called with no sequences")
+    }
+    if pool.num_layers() != info.num_layers
+        || pool.num_kv_heads() != info.num_kv_heads
+        || pool.head_dim() != info.head_dim
+    {
+        candle_core::bail!(
+            "kv pool of {} layers x {} heads x {} does not match the model",
+            pool.num_layers(),
+            pool.num_kv_heads(),
+            pool.head_dim()
+        )
+    }
+    for (i, s) in seqs.iter().enumerate() {
         if s.tokens.is_empty() {
             candle_core::bail!("sequence {i} of the batch has no tokens")
         }
@@ -113,18 +136,23 @@ pub fn validate_steps(info: &ModelInfo, steps: &[SeqStep<'_>]) -> candle_core::R
                 info.vocab_size
             )
         }
-        let total = s.cache.len() + s.tokens.len();
+        let total = s.pos + s.tokens.len();
         if total > info.context_length {
             candle_core::bail!(
                 "sequence {i}: {total} tokens exceed the context length {}",
                 info.context_length
             )
         }
-        if s.cache.num_layers() != info.num_layers {
+        if s.blocks.len() * BLOCK_SIZE < total {
             candle_core::bail!(
-                "sequence {i}: kv cache has {} layers, model {}",
-                s.cache.num_layers(),
-                info.num_layers
+                "sequence {i}: {} blocks cannot hold {total} tokens",
+                s.blocks.len()
+            )
+        }
+        if let Some(&bad) = s.blocks.iter().find(|&&b| b as usize >= pool.num_blocks()) {
+            candle_core::bail!(
+                "sequence {i}: block {bad} outside the pool of {}",
+                pool.num_blocks()
             )
         }
     }

@@ -28,8 +28,9 @@ use serde::Deserialize;
 
 use crate::kv_cache::KvCache;
 use crate::linear::Linear;
+use crate::paged::{paged_attention, AttnShape, KvPool, SeqView};
 use crate::rotary::{inv_freq, inv_freq_llama3, RopeLayout, Rotary};
-use crate::{validate_steps, CausalLM, ModelInfo, SeqStep};
+use crate::{validate_paged, CausalLM, ModelInfo, PagedSeq};
 
 /// Hugging Face `config.json` of a Llama model (unknown fields are ignored).
 #[derive(Deserialize, Debug, Clone)]
@@ -192,16 +193,6 @@ pub struct Llama {
     kv_dtype: DType,
 }
 
-/// Additive causal mask `[seq, pos + seq]`: query `i` (at position `pos + i`)
-/// sees keys `0..=pos + i`.
-fn causal_mask(seq: usize, pos: usize, device: &Device) -> Result<Tensor> {
-    let total = pos + seq;
-    let mask: Vec<f32> = (0..seq)
-        .flat_map(|i| (0..total).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 }))
-        .collect();
-    Tensor::from_vec(mask, (seq, total), device)
-}
-
 impl Llama {
     /// Assembles a model from loaded parts (used by both loaders).
     pub(crate) fn from_parts(
@@ -258,13 +249,13 @@ impl Llama {
     /// afterwards: f16 (the default) halves the cache memory and matches
     /// llama.cpp's default KV cache; f32 keeps attention exact in f32; bf16
     /// also works.
-    pub fn with_kv_dtype(mut self, dtype: DType) -> Self {
+    /// f16, bf16 and f32 are supported; other dtypes are refused.
+    pub fn with_kv_dtype(mut self, dtype: DType) -> Result<Self> {
+        if !matches!(dtype, DType::F16 | DType::BF16 | DType::F32) {
+            candle_core::bail!("unsupported kv cache dtype {dtype:?}")
+        }
         self.kv_dtype = dtype;
-        self
-    }
-
-    pub fn kv_dtype(&self) -> DType {
-        self.kv_dtype
+        Ok(self)
     }
 
     /// From Hugging Face safetensors + config.json (f32/f16/bf16 weights),
@@ -377,14 +368,16 @@ impl Llama {
     }
 
     /// Self-attention of block `layer` over `x` (`[tokens, hidden]`, normed),
-    /// the flattened new tokens of every sequence of `batch`: the q/k/v and
+    /// the flattened new tokens of every sequence of the batch: the q/k/v and
     /// output projections run once over all rows, RoPE once at every token's
-    /// own position, and attention per sequence over its own cache.
+    /// own position; the new keys/values go into `pool` at each sequence's
+    /// positions and attention runs through the block tables.
     fn attention(
         &self,
         layer: usize,
         x: &Tensor,
-        batch: &mut [BatchSeq<'_>],
+        seqs: &[SeqView<'_>],
+        pool: &mut KvPool,
         positions: &Tensor,
     ) -> Result<Tensor> {
         let a = &self.blocks[layer].attn;
@@ -395,91 +388,45 @@ impl Llama {
         );
         let t = x.dim(0)?;
         let heads = |y: Tensor, n: usize| y.reshape((t, n, d))?.transpose(0, 1);
-        let q = self
-            .rotary
-            .apply_at(&heads(a.q.forward(x)?, nh)?, positions)?; // [nh, T, d]
-        let k = self
-            .rotary
-            .apply_at(&heads(a.k.forward(x)?, nkv)?, positions)?; // [nkv, T, d]
-        let v = heads(a.v.forward(x)?, nkv)?.contiguous()?;
-
-        let mut ys = Vec::with_capacity(batch.len());
-        for s in batch.iter_mut() {
-            let (q, k, v) = if s.len == t {
-                (q.clone(), k.clone(), v.clone())
-            } else {
-                (
-                    q.narrow(1, s.offset, s.len)?,
-                    k.narrow(1, s.offset, s.len)?,
-                    v.narrow(1, s.offset, s.len)?,
-                )
-            };
-            ys.push(self.attend(layer, &q, &k, &v, s)?);
+        let flat = |y: Tensor| -> Result<Vec<f32>> { y.flatten_all()?.to_vec1::<f32>() };
+        let q = flat(
+            self.rotary
+                .apply_at(&heads(a.q.forward(x)?, nh)?, positions)?,
+        )?; // [nh, T, d]
+        let k = flat(
+            self.rotary
+                .apply_at(&heads(a.k.forward(x)?, nkv)?, positions)?,
+        )?; // [nkv, T, d]
+        let v = flat(heads(a.v.forward(x)?, nkv)?.contiguous()?)?;
+        for s in seqs {
+            pool.write(layer, s, &k, &v, t);
         }
-        let y = if ys.len() == 1 {
-            ys.pop().expect("one sequence")
-        } else {
-            Tensor::cat(&ys, 0)?
+        let shape = AttnShape {
+            num_heads: nh,
+            tokens: t,
         };
+        let y = paged_attention(pool, layer, &q, shape, seqs);
+        let y = Tensor::from_vec(y, (t, nh * d), &Device::Cpu)?.to_device(&self.device)?;
         a.o.forward(&y)
     }
 
-    /// Attention of one sequence: `q` `[nh, seq, d]`, `k`/`v` `[nkv, seq, d]`
-    /// (rotated) at positions `pos..pos+seq`; appends `k`/`v` to the cache and
-    /// returns `[seq, nh * d]`.
-    fn attend(
-        &self,
-        layer: usize,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        s: &mut BatchSeq<'_>,
-    ) -> Result<Tensor> {
-        let (nh, nkv, d) = (
-            self.info.num_heads,
-            self.info.num_kv_heads,
-            self.info.head_dim,
-        );
-        let (seq, pos) = (s.len, s.pos);
-        let (k_all, v_all) = s.cache.append(layer, k, v)?; // [nkv, total, d]
-
-        // Scores and weighted sum in f32 over the cache's (f16) values, with
-        // the queries rounded to the cache dtype as a half-precision attention
-        // kernel would (llama.cpp's default); no-op for an f32 cache.
-        let (k_all, v_all) = (k_all.to_dtype(DType::F32)?, v_all.to_dtype(DType::F32)?);
-        let q = q.to_dtype(s.cache.dtype())?.to_dtype(DType::F32)?;
-        let total = pos + seq;
-
-        // Query head h uses kv head h / n_rep: stack each group's rows.
-        let n_rep = nh / nkv;
-        let q = (q * (1.0 / (d as f64).sqrt()))?.reshape((nkv, n_rep * seq, d))?;
-        let att = q.matmul(&k_all.t()?)?.to_dtype(DType::F32)?; // [nkv, n_rep*seq, total]
-        let att = match &s.mask {
-            Some(m) => att
-                .reshape((nkv, n_rep, seq, total))?
-                .broadcast_add(m)?
-                .reshape((nkv, n_rep * seq, total))?,
-            None => att,
-        };
-        let att = candle_nn::ops::softmax_last_dim(&att)?;
-        let y = att.matmul(&v_all)?; // [nkv, n_rep*seq, d]
-        y.reshape((nh, seq, d))?
-            .transpose(0, 1)?
-            .reshape((seq, nh * d))?
-            .to_dtype(DType::F32)
-    }
-
-    /// The flattened pass behind both `forward` and `forward_batch`, on
-    /// steps already validated: logits `[batch, vocab]` of each step's last
-    /// token. Caches advance only once every layer has run.
-    fn run_batch(&self, steps: &mut [SeqStep<'_>]) -> Result<Tensor> {
+    /// The flattened pass behind `forward` and `forward_paged`, on inputs
+    /// already validated: logits `[batch, vocab]` of each sequence's last
+    /// token.
+    fn run_paged(&self, seqs: &[PagedSeq<'_>], pool: &mut KvPool) -> Result<Tensor> {
         let mut tokens = Vec::new();
         let mut positions = Vec::new();
-        let mut last_rows = Vec::with_capacity(steps.len());
-        for s in steps.iter() {
-            let pos = s.cache.len();
+        let mut last_rows = Vec::with_capacity(seqs.len());
+        let mut views = Vec::with_capacity(seqs.len());
+        for s in seqs {
+            views.push(SeqView {
+                blocks: s.blocks,
+                pos: s.pos,
+                offset: tokens.len(),
+                len: s.tokens.len(),
+            });
             tokens.extend_from_slice(s.tokens);
-            positions.extend((pos..pos + s.tokens.len()).map(|p| p as u32));
+            positions.extend((s.pos..s.pos + s.tokens.len()).map(|p| p as u32));
             last_rows.push((tokens.len() - 1) as u32);
         }
         let max_pos = positions.iter().copied().max().unwrap_or(0) as usize;
@@ -489,43 +436,17 @@ impl Llama {
                 self.rotary.max_len()
             )
         }
-        for s in steps.iter_mut() {
-            s.cache.reserve(s.tokens.len())?;
-        }
-        let mut batch = Vec::with_capacity(steps.len());
-        let mut offset = 0;
-        for s in steps.iter_mut() {
-            let (len, pos) = (s.tokens.len(), s.cache.len());
-            let mask = if len > 1 {
-                Some(causal_mask(len, pos, &self.device)?)
-            } else {
-                None
-            };
-            batch.push(BatchSeq {
-                cache: &mut *s.cache,
-                offset,
-                len,
-                pos,
-                mask,
-            });
-            offset += len;
-        }
-
         let ids = Tensor::new(tokens.as_slice(), &self.device)?;
         let positions = Tensor::new(positions.as_slice(), &self.device)?;
         let mut x = self.embed.index_select(&ids, 0)?.to_dtype(DType::F32)?;
         for (i, block) in self.blocks.iter().enumerate() {
-            let h = self.attention(i, &block.attn_norm.forward(&x)?, &mut batch, &positions)?;
+            let h = self.attention(i, &block.attn_norm.forward(&x)?, &views, pool, &positions)?;
             x = (x + h)?;
             let n = block.ffn_norm.forward(&x)?;
             let m = &block.mlp;
             let g = candle_nn::ops::silu(&m.gate.forward(&n)?)?;
             x = (x + m.down.forward(&(g * m.up.forward(&n)?)?)?)?;
         }
-        for s in batch.iter_mut() {
-            s.cache.advance(s.len);
-        }
-
         let last = if last_rows.len() == 1 {
             x.narrow(0, last_rows[0] as usize, 1)?
         } else {
@@ -537,38 +458,9 @@ impl Llama {
     }
 }
 
-/// One sequence of a flattened batch: its rows `offset..offset+len` of the
-/// `[tokens, hidden]` activations, at positions `pos..pos+len` of `cache`.
-struct BatchSeq<'c> {
-    cache: &'c mut KvCache,
-    offset: usize,
-    len: usize,
-    pos: usize,
-    /// Causal mask within the chunk (`None` for a single token).
-    mask: Option<Tensor>,
-}
-
 impl CausalLM for Llama {
     fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
         let info = &self.info;
-        let seq = tokens.len();
-        if seq == 0 {
-            candle_core::bail!("forward called with no tokens")
-        }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= info.vocab_size) {
-            candle_core::bail!(
-                "token id {bad} out of range for vocabulary of {}",
-                info.vocab_size
-            )
-        }
-        let pos = cache.len();
-        if pos + seq > info.context_length {
-            candle_core::bail!(
-                "sequence of {} tokens exceeds the context length {}",
-                pos + seq,
-                info.context_length
-            )
-        }
         if cache.num_layers() != info.num_layers {
             candle_core::bail!(
                 "kv cache has {} layers, model {}",
@@ -576,16 +468,29 @@ impl CausalLM for Llama {
                 info.num_layers
             )
         }
-        let mut steps = [SeqStep {
+        let pos = cache.len();
+        if pos + tokens.len() > info.context_length {
+            candle_core::bail!(
+                "sequence of {} tokens exceeds the context length {}",
+                pos + tokens.len(),
+                info.context_length
+            )
+        }
+        cache.reserve(tokens.len())?;
+        let seqs = [PagedSeq {
             tokens,
-            cache: &mut *cache,
+            pos,
+            blocks: &cache.blocks,
         }];
-        self.run_batch(&mut steps)?.squeeze(0)
+        validate_paged(info, &seqs, &cache.pool)?;
+        let logits = self.run_paged(&seqs, &mut cache.pool)?.squeeze(0)?;
+        cache.advance(tokens.len());
+        Ok(logits)
     }
 
-    fn forward_batch(&self, steps: &mut [SeqStep<'_>]) -> Result<Tensor> {
-        validate_steps(&self.info, steps)?;
-        self.run_batch(steps)
+    fn forward_paged(&self, seqs: &[PagedSeq<'_>], pool: &mut KvPool) -> Result<Tensor> {
+        validate_paged(&self.info, seqs, pool)?;
+        self.run_paged(seqs, pool)
     }
 
     fn info(&self) -> &ModelInfo {
@@ -600,22 +505,29 @@ impl CausalLM for Llama {
             i.head_dim,
             i.context_length,
             self.kv_dtype,
-            &self.device,
         )
+        .expect("kv dtype checked by with_kv_dtype")
+    }
+
+    fn new_pool(&self, num_blocks: usize) -> Result<KvPool> {
+        let i = &self.info;
+        KvPool::new(
+            i.num_layers,
+            i.num_kv_heads,
+            i.head_dim,
+            num_blocks,
+            self.kv_dtype,
+        )
+    }
+
+    fn kv_dtype(&self) -> DType {
+        self.kv_dtype
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn causal_mask_offsets_by_cached_len() -> Result<()> {
-        let m = causal_mask(2, 3, &Device::Cpu)?.to_vec2::<f32>()?;
-        let inf = f32::NEG_INFINITY;
-        assert_eq!(m, vec![vec![0., 0., 0., 0., inf], vec![0., 0., 0., 0., 0.]]);
-        Ok(())
-    }
 
     #[test]
     fn config_defaults_from_json() {

@@ -128,7 +128,7 @@ fn both_models(tie: bool, matrix_dtype: GgmlDType) -> Result<(Llama, Llama)> {
         tensors.push((gname, QTensor::quantize(&stored, dtype)?));
         var.set(&QTensor::quantize(&t, dtype)?.dequantize(&dev)?)?;
     }
-    let hf = Llama::from_safetensors(&config(tie), vb)?.with_kv_dtype(DType::F32);
+    let hf = Llama::from_safetensors(&config(tie), vb)?.with_kv_dtype(DType::F32)?;
 
     let u32v = |v: usize| Value::U32(v as u32);
     let metadata = [
@@ -150,7 +150,7 @@ fn both_models(tie: bool, matrix_dtype: GgmlDType) -> Result<(Llama, Llama)> {
 
     file.set_position(0);
     let content = gguf_file::Content::read(&mut file)?;
-    let gguf = Llama::from_gguf(&content, &mut file, &dev)?.with_kv_dtype(DType::F32);
+    let gguf = Llama::from_gguf(&content, &mut file, &dev)?.with_kv_dtype(DType::F32)?;
     Ok((hf, gguf))
 }
 

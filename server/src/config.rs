@@ -81,9 +81,15 @@ pub struct ServeArgs {
     /// Requests that may wait per model before new ones get 529.
     #[arg(long, env = "HEARTH_MAX_WAITING", default_value_t = 256)]
     pub max_waiting: usize,
-    /// Sequences a model advances together.
-    #[arg(long, env = "HEARTH_MAX_ACTIVE", default_value_t = 8)]
+    /// Most sequences a chat model advances together (admission also waits
+    /// for free KV cache blocks).
+    #[arg(long, env = "HEARTH_MAX_ACTIVE", default_value_t = 64)]
     pub max_active: usize,
+    /// Size of each chat model's paged KV cache pool in MiB. Default: the
+    /// larger of 256 MiB and twice the model's weights, and always at least
+    /// one full context.
+    #[arg(long, env = "HEARTH_KV_CACHE_MB")]
+    pub kv_cache_mb: Option<usize>,
     /// Most tokens an embedding model encodes in one forward pass; concurrent
     /// embedding and rerank requests are packed into batches under it.
     #[arg(long, env = "HEARTH_MAX_BATCH_TOKENS", default_value_t = 8192)]

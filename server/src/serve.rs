@@ -33,6 +33,7 @@ pub fn build_state(args: &ServeArgs, api_keys: Vec<String>) -> anyhow::Result<Ap
         max_waiting: args.max_waiting,
         max_active: args.max_active,
         max_batch_tokens: args.max_step_tokens,
+        kv_cache_bytes: args.kv_cache_mb.map(|mb| mb << 20),
     };
     let encoder_config = BatcherConfig {
         max_batch_tokens: args.max_batch_tokens,

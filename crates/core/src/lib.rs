@@ -73,6 +73,16 @@ pub struct GenerateRequest {
     pub id: String,
     pub prompt_ids: Vec<u32>,
     pub params: SamplingParams,
+    pub priority: Priority,
+}
+
+/// Scheduling class of a request: interactive requests are admitted before
+/// batch work, and batch work is preempted first when the KV cache runs out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Priority {
+    #[default]
+    Interactive,
+    Batch,
 }
 
 /// What the engine sends back for a sequence, in order: any number of

@@ -1,16 +1,16 @@
 //! The handle the server talks to the engine through.
 //!
 //! The engine loop ([`crate::engine_loop`]) runs on its own OS thread and owns
-//! the model and every sequence's KV cache. Handlers call
-//! [`EngineHandle::submit`], which checks the request against the model, puts
-//! it on a bounded queue (a full queue is refused at once) and returns the
+//! the model and the paged KV pool. Handlers call [`EngineHandle::submit`],
+//! which checks the request against the model, counts it against the
+//! waiting limit (a full queue is refused at once) and returns the
 //! sequence's stream of [`TokenEvent`]s.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hearth_core::{EngineError, GenerateRequest, TokenEvent};
-use hearth_models::CausalLM;
+use hearth_models::{CausalLM, BLOCK_SIZE};
 use tokenizers::Tokenizer;
 use tokio::sync::mpsc;
 
@@ -24,16 +24,38 @@ pub struct EngineConfig {
     /// Most tokens run in one step, over all sequences: decoding sequences
     /// take one each, prefills share the rest (a long prompt is split).
     pub max_batch_tokens: usize,
+    /// Bytes of the KV pool; `None` picks [`default_kv_cache_bytes`]. The
+    /// pool always holds at least one full context.
+    pub kv_cache_bytes: Option<usize>,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             max_waiting: 256,
-            max_active: 8,
+            max_active: 64,
             max_batch_tokens: 512,
+            kv_cache_bytes: None,
         }
     }
+}
+
+/// Default KV pool size for a model whose weights take `model_bytes`: the
+/// larger of 256 MiB and twice the weights (room for many streams of a
+/// small model, proportionate for a large one).
+pub fn default_kv_cache_bytes(model_bytes: usize) -> usize {
+    (256 << 20).max(2 * model_bytes)
+}
+
+/// Live counters of an engine, shared with its handles.
+#[derive(Debug, Default)]
+pub struct EngineStats {
+    pub(crate) active: AtomicUsize,
+    pub(crate) waiting: AtomicUsize,
+    pub(crate) blocks_in_use: AtomicUsize,
+    pub(crate) blocks_total: AtomicUsize,
+    pub(crate) preemptions: AtomicUsize,
+    pub(crate) prefix_hit_blocks: AtomicUsize,
 }
 
 /// What the engine needs besides the model: the tokenizer and stop tokens.
@@ -56,34 +78,62 @@ pub(crate) struct Job {
 /// A cheap, cloneable handle to a running engine.
 #[derive(Clone)]
 pub struct EngineHandle {
-    tx: mpsc::Sender<Job>,
+    tx: mpsc::UnboundedSender<Job>,
     max_waiting: usize,
     context_length: usize,
     vocab_size: usize,
-    active: Arc<AtomicUsize>,
+    stats: Arc<EngineStats>,
 }
 
 impl EngineHandle {
     /// Starts the engine loop on its own thread. The thread ends by itself
-    /// once every handle is dropped and its sequences are done.
-    pub fn start(parts: EngineParts, config: EngineConfig) -> Self {
-        let (tx, rx) = mpsc::channel(config.max_waiting.max(1));
-        let context_length = parts.context_length.min(parts.model.info().context_length);
-        let vocab_size = parts.model.info().vocab_size;
+    /// once every handle is dropped and its sequences are done. Fails when
+    /// the KV pool cannot be created.
+    pub fn start(parts: EngineParts, config: EngineConfig) -> candle_core::Result<Self> {
+        let model = &parts.model;
+        let block_bytes = model.block_bytes().max(1);
+        let model_ctx = parts.context_length.min(model.info().context_length);
+        let bytes = config
+            .kv_cache_bytes
+            .unwrap_or_else(|| default_kv_cache_bytes(0));
+        // Always room for one sequence of the full context.
+        let min_blocks = (model_ctx + 1).div_ceil(BLOCK_SIZE);
+        let num_blocks = (bytes / block_bytes).max(min_blocks);
+        let pool = model.new_pool(num_blocks)?;
+        let context_length = model_ctx;
+        tracing::info!(
+            blocks = num_blocks,
+            mib = pool.size_in_bytes() >> 20,
+            tokens = num_blocks * BLOCK_SIZE,
+            "kv cache pool"
+        );
+        let vocab_size = model.info().vocab_size;
         let max_waiting = config.max_waiting;
-        let active = Arc::new(AtomicUsize::new(0));
-        let gauge = active.clone();
+        let stats = Arc::new(EngineStats::default());
+        stats.blocks_total.store(num_blocks, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let loop_stats = stats.clone();
         std::thread::Builder::new()
             .name("hearth-engine".into())
-            .spawn(move || crate::engine_loop::EngineLoop::new(parts, config, rx, gauge).run())
-            .expect("spawning the engine thread");
-        Self {
+            .spawn(move || {
+                crate::engine_loop::EngineLoop::new(
+                    parts,
+                    config,
+                    rx,
+                    pool,
+                    context_length,
+                    loop_stats,
+                )
+                .run()
+            })
+            .map_err(candle_core::Error::wrap)?;
+        Ok(Self {
             tx,
             max_waiting,
             context_length,
             vocab_size,
-            active,
-        }
+            stats,
+        })
     }
 
     pub fn context_length(&self) -> usize {
@@ -92,25 +142,47 @@ impl EngineHandle {
 
     /// Sequences the engine is advancing now (not counting queued requests).
     pub fn active_sequences(&self) -> usize {
-        self.active.load(Ordering::Relaxed)
+        self.stats.active.load(Ordering::Relaxed)
     }
 
     /// Requests queued, not yet admitted.
     pub fn waiting_requests(&self) -> usize {
-        self.tx.max_capacity() - self.tx.capacity()
+        self.stats.waiting.load(Ordering::Relaxed)
+    }
+
+    /// KV blocks held by running sequences, and the pool's size.
+    pub fn kv_blocks(&self) -> (usize, usize) {
+        (
+            self.stats.blocks_in_use.load(Ordering::Relaxed),
+            self.stats.blocks_total.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Sequences preempted (freed and requeued for recompute) so far.
+    pub fn preemptions(&self) -> usize {
+        self.stats.preemptions.load(Ordering::Relaxed)
+    }
+
+    /// Prompt blocks served from the prefix cache so far.
+    pub fn prefix_hit_blocks(&self) -> usize {
+        self.stats.prefix_hit_blocks.load(Ordering::Relaxed)
     }
 
     /// Checks a request against the model and queues it. Fails at once when
-    /// the queue is full or the request cannot run on this model.
+    /// `max_waiting` requests are already waiting or the request cannot run
+    /// on this model.
     pub fn submit(&self, request: GenerateRequest) -> Result<TokenStream, EngineError> {
         self.check(&request)?;
+        let waiting = &self.stats.waiting;
+        if waiting.fetch_add(1, Ordering::Relaxed) >= self.max_waiting.max(1) {
+            waiting.fetch_sub(1, Ordering::Relaxed);
+            return Err(EngineError::Overloaded(self.max_waiting));
+        }
         let (events, stream) = mpsc::unbounded_channel();
-        self.tx
-            .try_send(Job { request, events })
-            .map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => EngineError::Overloaded(self.max_waiting),
-                mpsc::error::TrySendError::Closed(_) => EngineError::Stopped,
-            })?;
+        self.tx.send(Job { request, events }).map_err(|_| {
+            waiting.fetch_sub(1, Ordering::Relaxed);
+            EngineError::Stopped
+        })?;
         Ok(stream)
     }
 

@@ -1,165 +1,280 @@
-//! The engine loop: continuous batching over one model.
+//! The engine loop: a continuous-batching scheduler over one model and one
+//! paged KV pool.
 //!
-//! Each step the loop admits waiting requests (up to `max_active` sequences),
-//! then builds one batch: every decoding sequence contributes its last sampled
-//! token, and prefilling sequences share what is left of the step's token
-//! budget (`max_batch_tokens`), so a long prompt is split over several steps
-//! and never stalls running streams. The whole batch runs in one
-//! [`CausalLM::forward_batch`]; sequences whose prompt is complete then sample
-//! their next token. A sequence whose receiver was dropped (the client left)
-//! is freed at the next step.
+//! Every step:
+//! 1. New requests are taken off the channel into the waiting queues (one
+//!    per [`Priority`]); sequences whose client left, running or waiting,
+//!    are dropped, which returns their blocks.
+//! 2. Admission: waiting sequences join the running batch, interactive
+//!    first, oldest first, while there are `max_active` slots and the pool
+//!    has blocks for the whole prompt of the newcomer on top of what the
+//!    running prefills still need. A newcomer first takes the cached blocks
+//!    of its prompt's prefix ([`crate::block_manager`]), which it does not
+//!    recompute.
+//! 3. Planning, within `max_batch_tokens`: every decoding sequence gets one
+//!    token, then prefilling sequences get chunks of what is left, so a long
+//!    prompt is split over steps and never stalls running streams. A
+//!    decode that needs a new block when the pool is empty preempts the
+//!    newest sequence of the lowest class (batch work before interactive;
+//!    itself if it is that one): its blocks are freed and it goes back to the
+//!    front of its queue to be recomputed later.
+//! 4. One [`hearth_models::CausalLM::forward_paged`] over every planned chunk; sequences
+//!    whose tokens are all computed sample their next token and emit it.
+//!
+//! The plan is plain data (sequence, token count, block table); the model
+//! never touches the block manager.
 
+use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use hearth_core::{
-    EngineError, FinishReason, GenerateRequest, TokenCandidate, TokenEvent, TokenLogprobs, Usage,
-};
-use hearth_models::{KvCache, SeqStep};
-use tokenizers::Tokenizer;
+use hearth_core::{EngineError, Priority, TokenEvent};
+use hearth_models::{KvPool, PagedSeq};
 use tokio::sync::mpsc;
 
-use crate::detok::{token_bytes, IncrementalDecoder};
-use crate::engine::{EngineConfig, EngineParts, Job};
-use crate::sampler::{Sampled, Sampler};
-use crate::stop::{StopMatcher, StopOutcome};
+use crate::block_manager::BlockManager;
+use crate::engine::{EngineConfig, EngineParts, EngineStats, Job};
+use crate::sequence::Sequence;
 
-/// One sequence being generated.
-struct Sequence {
-    request: GenerateRequest,
-    events: mpsc::UnboundedSender<TokenEvent>,
-    cache: KvCache,
-    sampler: Sampler,
-    decoder: IncrementalDecoder,
-    stop: StopMatcher,
-    /// Prompt tokens already run through the model.
-    prefilled: usize,
-    generated: Vec<u32>,
-    /// Most tokens to generate (never past the context).
-    max_new: usize,
-}
+const CLASSES: usize = 2;
 
-impl Sequence {
-    fn prompt_len(&self) -> usize {
-        self.request.prompt_ids.len()
-    }
-}
-
-/// The tokens a sequence runs this step, within `budget`: the next prompt
-/// chunk, or the last sampled token (not yet in the cache).
-fn next_input<'a>(
-    prompt: &'a [u32],
-    prefilled: usize,
-    generated: &'a [u32],
-    budget: usize,
-) -> &'a [u32] {
-    if prefilled < prompt.len() {
-        &prompt[prefilled..(prefilled + budget).min(prompt.len())]
-    } else {
-        &generated[generated.len().saturating_sub(1)..]
+fn class(p: Priority) -> usize {
+    match p {
+        Priority::Interactive => 0,
+        Priority::Batch => 1,
     }
 }
 
 pub(crate) struct EngineLoop {
     parts: EngineParts,
     config: EngineConfig,
-    rx: mpsc::Receiver<Job>,
+    rx: mpsc::UnboundedReceiver<Job>,
+    pool: KvPool,
+    blocks: BlockManager,
+    waiting: [VecDeque<Sequence>; CLASSES],
+    /// Running sequences, sorted by (priority, admission order).
     active: Vec<Sequence>,
+    next_order: u64,
     context_length: usize,
-    gauge: Arc<AtomicUsize>,
+    salt: u64,
+    stats: Arc<EngineStats>,
 }
 
 impl EngineLoop {
     pub(crate) fn new(
         parts: EngineParts,
         config: EngineConfig,
-        rx: mpsc::Receiver<Job>,
-        gauge: Arc<AtomicUsize>,
+        rx: mpsc::UnboundedReceiver<Job>,
+        pool: KvPool,
+        context_length: usize,
+        stats: Arc<EngineStats>,
     ) -> Self {
-        let context_length = parts.context_length.min(parts.model.info().context_length);
+        let blocks = BlockManager::new(pool.num_blocks());
         Self {
             parts,
             config,
             rx,
+            pool,
+            blocks,
+            waiting: Default::default(),
             active: Vec::new(),
+            next_order: 0,
             context_length,
-            gauge,
+            salt: 0x4845_4152_5448, // one model per engine; adapters will salt
+            stats,
         }
     }
 
     pub(crate) fn run(mut self) {
         loop {
-            self.active.retain(|s| !s.events.is_closed());
-            self.gauge.store(self.active.len(), Ordering::Relaxed);
-            if !self.admit() {
+            if !self.receive() {
                 return;
             }
-            self.gauge.store(self.active.len(), Ordering::Relaxed);
+            self.drop_departed();
+            self.admit();
+            self.publish();
             self.step();
+            self.publish();
         }
     }
 
-    /// Takes waiting jobs while there is room. Blocks when idle. Returns
-    /// false when the engine should stop (every handle dropped, nothing left).
-    fn admit(&mut self) -> bool {
-        while self.active.len() < self.config.max_active.max(1) {
-            let job = if self.active.is_empty() {
-                match self.rx.blocking_recv() {
-                    Some(job) => job,
-                    None => return false,
-                }
-            } else {
-                match self.rx.try_recv() {
-                    Ok(job) => job,
-                    Err(_) => break,
-                }
-            };
-            if !job.events.is_closed() {
-                let seq = self.new_sequence(job);
-                self.active.push(seq);
+    fn publish(&self) {
+        let s = &self.stats;
+        s.active.store(self.active.len(), Ordering::Relaxed);
+        s.blocks_in_use
+            .store(self.blocks.in_use(), Ordering::Relaxed);
+        s.prefix_hit_blocks
+            .store(self.blocks.prefix_hits() as usize, Ordering::Relaxed);
+    }
+
+    /// Moves new jobs into the waiting queues; blocks while there is nothing
+    /// to do. Returns false when the engine should stop (every handle
+    /// dropped, nothing left).
+    fn receive(&mut self) -> bool {
+        let idle = self.active.is_empty() && self.waiting.iter().all(VecDeque::is_empty);
+        if idle {
+            match self.rx.blocking_recv() {
+                Some(job) => self.enqueue(job),
+                None => return false,
             }
+        }
+        while let Ok(job) = self.rx.try_recv() {
+            self.enqueue(job);
         }
         true
     }
 
-    fn new_sequence(&self, job: Job) -> Sequence {
-        let params = &job.request.params;
-        let room = self.context_length - job.request.prompt_ids.len();
-        let max_new = params.max_tokens.map_or(room, |m| m.min(room));
-        Sequence {
-            cache: self.parts.model.new_cache(),
-            sampler: Sampler::new(params),
-            decoder: IncrementalDecoder::new(self.parts.tokenizer.clone(), true),
-            stop: StopMatcher::new(params.stop.clone()),
-            prefilled: 0,
-            generated: Vec::new(),
-            max_new,
-            request: job.request,
-            events: job.events,
+    fn enqueue(&mut self, job: Job) {
+        let seq = Sequence::new(
+            &self.parts,
+            job.request,
+            job.events,
+            self.blocks.table(),
+            self.context_length,
+            self.salt,
+        );
+        self.waiting[class(seq.priority())].push_back(seq);
+    }
+
+    fn uncount(&self, seq: &mut Sequence) {
+        if std::mem::take(&mut seq.counted_waiting) {
+            self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
-    /// Chooses this step's inputs: decodes first (one token each), then
-    /// prefill chunks in admission order while the budget lasts.
-    fn plan(&self) -> Vec<(usize, usize)> {
+    /// Frees the sequences whose client went away.
+    fn drop_departed(&mut self) {
+        self.active.retain(|s| !s.events.is_closed());
+        for c in 0..CLASSES {
+            let mut queue = std::mem::take(&mut self.waiting[c]);
+            queue.retain_mut(|s| {
+                let keep = !s.events.is_closed();
+                if !keep {
+                    self.uncount(s);
+                }
+                keep
+            });
+            self.waiting[c] = queue;
+        }
+    }
+
+    /// Blocks the running sequences still need for the tokens they have.
+    fn outstanding_blocks(&self) -> usize {
+        self.active
+            .iter()
+            .map(|s| {
+                s.tokens
+                    .len()
+                    .div_ceil(hearth_models::BLOCK_SIZE)
+                    .saturating_sub(s.table.blocks().len())
+            })
+            .sum()
+    }
+
+    fn admit(&mut self) {
+        while self.active.len() < self.config.max_active.max(1) {
+            let Some(c) = (0..CLASSES).find(|&c| !self.waiting[c].is_empty()) else {
+                return;
+            };
+            let mut seq = self.waiting[c].pop_front().expect("non-empty queue");
+            seq.take_cached_prefix();
+            let need = (seq.tokens.len() + 1)
+                .div_ceil(hearth_models::BLOCK_SIZE)
+                .saturating_sub(seq.table.blocks().len());
+            let fits = self.blocks.available() >= need + self.outstanding_blocks();
+            if !fits && !self.active.is_empty() {
+                seq.reset();
+                self.waiting[c].push_front(seq);
+                return;
+            }
+            self.uncount(&mut seq);
+            if seq.order == 0 {
+                self.next_order += 1;
+                seq.order = self.next_order;
+            }
+            let key = (seq.priority(), seq.order);
+            let at = self
+                .active
+                .partition_point(|s| (s.priority(), s.order) < key);
+            self.active.insert(at, seq);
+        }
+    }
+
+    /// The sequence to preempt so that `keep` can grow: the newest of the
+    /// lowest class among `candidates`, never of a higher class than `keep`.
+    fn victim(&self, keep: usize, candidates: impl Iterator<Item = usize>) -> Option<usize> {
+        let floor = self.active[keep].priority();
+        candidates
+            .filter(|&i| i != keep && self.active[i].priority() >= floor)
+            .max_by_key(|&i| (self.active[i].priority(), self.active[i].order))
+    }
+
+    /// Chooses this step's chunks: `(index into active, tokens)`, sorted by
+    /// index. Preempted sequences are moved back to their queues.
+    fn plan(&mut self) -> Vec<(usize, usize)> {
         let mut budget = self.config.max_batch_tokens.max(1);
-        let mut plan = Vec::new();
-        for (i, seq) in self.active.iter().enumerate() {
-            if seq.prefilled >= seq.prompt_len() && budget > 0 {
-                plan.push((i, 1));
-                budget -= 1;
+        let mut planned: Vec<(usize, usize)> = Vec::new();
+        let mut preempted = vec![false; self.active.len()];
+        for decoding in [true, false] {
+            for i in 0..self.active.len() {
+                if budget == 0 {
+                    break;
+                }
+                let s = &self.active[i];
+                if preempted[i] || s.is_decoding() != decoding {
+                    continue;
+                }
+                let mut n = s.pending().min(budget);
+                loop {
+                    let s = &mut self.active[i];
+                    if s.table.ensure(s.computed + n) {
+                        break;
+                    }
+                    if !decoding {
+                        // A prefill takes what fits, or waits.
+                        let room = s.table.capacity() - s.computed
+                            + self.blocks.available() * hearth_models::BLOCK_SIZE;
+                        n = n.min(room);
+                        if n > 0 && !s.table.ensure(s.computed + n) {
+                            n = 0;
+                        }
+                        break;
+                    }
+                    let unplanned = (0..self.active.len())
+                        .filter(|&j| !preempted[j] && !planned.iter().any(|p| p.0 == j));
+                    let victim = self.victim(i, unplanned.collect::<Vec<_>>().into_iter());
+                    let v = victim.unwrap_or(i);
+                    self.active[v].reset();
+                    preempted[v] = true;
+                    self.stats.preemptions.fetch_add(1, Ordering::Relaxed);
+                    if v == i {
+                        n = 0;
+                        break;
+                    }
+                }
+                if n > 0 {
+                    planned.push((i, n));
+                    budget -= n;
+                }
             }
         }
-        for (i, seq) in self.active.iter().enumerate() {
-            if seq.prefilled < seq.prompt_len() && budget > 0 {
-                let n = (seq.prompt_len() - seq.prefilled).min(budget);
-                plan.push((i, n));
-                budget -= n;
+        // Return preempted sequences to the front of their queues (oldest
+        // ends up first), then drop them from the running set.
+        for i in (0..self.active.len()).rev() {
+            if preempted[i] {
+                let seq = self.active.remove(i);
+                for p in planned.iter_mut() {
+                    debug_assert_ne!(p.0, i, "a planned sequence was preempted");
+                    if p.0 > i {
+                        p.0 -= 1;
+                    }
+                }
+                self.waiting[class(seq.priority())].push_front(seq);
             }
         }
-        plan.sort_unstable();
-        plan
+        planned.sort_unstable();
+        planned
     }
 
     fn step(&mut self) {
@@ -171,15 +286,10 @@ impl EngineLoop {
         let mut done = Vec::new();
         for (row, &(i, n)) in plan.iter().enumerate() {
             let seq = &mut self.active[i];
-            let outcome = match &logits {
+            let finished = match &logits {
                 Ok(rows) => {
-                    if seq.prefilled < seq.prompt_len() {
-                        seq.prefilled += n;
-                    }
-                    if seq.prefilled < seq.prompt_len() {
-                        continue;
-                    }
-                    emit_next(&self.parts, seq, &rows[row])
+                    seq.advance(n);
+                    seq.pending() == 0 && seq.emit_next(&self.parts, &rows[row])
                 }
                 Err(message) => {
                     tracing::error!(request = %seq.request.id, "{message}");
@@ -189,43 +299,33 @@ impl EngineLoop {
                     true
                 }
             };
-            if outcome {
+            if finished {
                 done.push(i);
             }
         }
         for i in done.into_iter().rev() {
-            self.active.swap_remove(i);
+            self.active.remove(i);
         }
     }
 
-    /// One forward over the planned inputs; logits per planned row.
+    /// One forward over the planned chunks; logits per planned row.
     fn forward(&mut self, plan: &[(usize, usize)]) -> Result<Vec<Vec<f32>>, String> {
+        let seqs: Vec<PagedSeq<'_>> = plan
+            .iter()
+            .map(|&(i, n)| {
+                let s = &self.active[i];
+                PagedSeq {
+                    tokens: &s.tokens[s.computed..s.computed + n],
+                    pos: s.computed,
+                    blocks: s.table.blocks(),
+                }
+            })
+            .collect();
         let model = &self.parts.model;
-        let mut steps: Vec<SeqStep<'_>> = Vec::with_capacity(plan.len());
-        let mut rest: &mut [Sequence] = &mut self.active;
-        let mut offset = 0;
-        for &(i, n) in plan {
-            let (head, tail) = std::mem::take(&mut rest).split_at_mut(i - offset + 1);
-            let seq = head
-                .last_mut()
-                .expect("plan indices are in range and sorted");
-            rest = tail;
-            offset = i + 1;
-            let Sequence {
-                request,
-                prefilled,
-                generated,
-                cache,
-                ..
-            } = seq;
-            steps.push(SeqStep {
-                tokens: next_input(&request.prompt_ids, *prefilled, generated, n),
-                cache,
-            });
-        }
+        let pool = &mut self.pool;
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
             model
-                .forward_batch(&mut steps)
+                .forward_paged(&seqs, pool)
                 .and_then(|t| t.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>())
         }));
         match result {
@@ -242,89 +342,4 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         .cloned()
         .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_else(|| "unknown".to_string())
-}
-
-/// Samples the next token from `logits` and sends it. Returns true when the
-/// sequence is finished (or its client has gone).
-fn emit_next(parts: &EngineParts, seq: &mut Sequence, logits: &[f32]) -> bool {
-    let sampled = seq
-        .sampler
-        .sample(logits, &seq.request.prompt_ids, &seq.generated);
-    seq.generated.push(sampled.id);
-    let usage = Usage {
-        prompt_tokens: seq.prompt_len(),
-        completion_tokens: seq.generated.len(),
-    };
-    if !seq.request.params.ignore_eos && parts.eos_ids.contains(&sampled.id) {
-        return finish(seq, FinishReason::Stop, usage);
-    }
-    let logprobs = seq
-        .request
-        .params
-        .logprobs
-        .map(|_| logprobs_of(&parts.tokenizer, &sampled));
-    let piece = seq.decoder.push(sampled.id);
-    let (text, stopped) = match seq.stop.push(&piece) {
-        StopOutcome::Continue(text) => (text, false),
-        StopOutcome::Stopped(text) => (text, true),
-    };
-    let sent = seq.events.send(TokenEvent::Token {
-        id: sampled.id,
-        text,
-        logprobs,
-    });
-    if sent.is_err() {
-        return true;
-    }
-    if stopped {
-        let _ = seq.events.send(TokenEvent::Finished {
-            reason: FinishReason::Stop,
-            usage,
-            text: String::new(),
-        });
-        return true;
-    }
-    if seq.generated.len() >= seq.max_new {
-        return finish(seq, FinishReason::Length, usage);
-    }
-    false
-}
-
-/// Ends a sequence, releasing text still held back by the decoder or the stop matcher.
-fn finish(seq: &mut Sequence, reason: FinishReason, usage: Usage) -> bool {
-    let tail = seq.decoder.finish();
-    let (text, reason) = match seq.stop.push(&tail) {
-        StopOutcome::Continue(mut text) => {
-            text.push_str(&seq.stop.flush());
-            (text, reason)
-        }
-        StopOutcome::Stopped(text) => (text, FinishReason::Stop),
-    };
-    let _ = seq.events.send(TokenEvent::Finished {
-        reason,
-        usage,
-        text,
-    });
-    true
-}
-
-fn candidate(tokenizer: &Tokenizer, id: u32, logprob: f32) -> TokenCandidate {
-    let bytes = token_bytes(tokenizer, id);
-    TokenCandidate {
-        id,
-        text: String::from_utf8_lossy(&bytes).into_owned(),
-        bytes,
-        logprob,
-    }
-}
-
-fn logprobs_of(tokenizer: &Tokenizer, sampled: &Sampled) -> TokenLogprobs {
-    TokenLogprobs {
-        chosen: candidate(tokenizer, sampled.id, sampled.logprob),
-        top: sampled
-            .top
-            .iter()
-            .map(|&(id, lp)| candidate(tokenizer, id, lp))
-            .collect(),
-    }
 }

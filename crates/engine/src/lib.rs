@@ -6,12 +6,15 @@
 //!   text incrementally and [`stop`] holds back text that may become a stop string.
 //! - [`sampler`] picks the next token from logits.
 //! - [`engine`] owns the model on its own OS thread; handlers talk to it through
-//!   an [`EngineHandle`].
+//!   an [`EngineHandle`]. Its loop (`engine_loop.rs`) schedules sequences
+//!   (`sequence.rs`) with continuous batching over a paged KV pool whose
+//!   blocks [`block_manager`] hands out, shares by prompt prefix and frees.
 //! - [`embed`] loads sentence-transformers embedding models; [`batcher`] packs
 //!   concurrent embedding requests into forward passes under a token budget
 //!   on the encoder's own thread ([`EncoderHandle`]).
 
 pub mod batcher;
+pub mod block_manager;
 pub mod catalog;
 pub mod chat_template;
 pub mod detok;
@@ -20,12 +23,13 @@ pub mod engine;
 mod engine_loop;
 pub mod pull;
 pub mod sampler;
+mod sequence;
 pub mod stop;
 pub mod tokenizer;
 
 pub use batcher::{BatcherConfig, EncoderHandle};
 pub use embed::EmbedModel;
-pub use engine::{EngineConfig, EngineHandle, EngineParts, TokenStream};
+pub use engine::{default_kv_cache_bytes, EngineConfig, EngineHandle, EngineParts, TokenStream};
 pub mod load;
 pub use candle_core::Device;
 pub use load::ChatModel;

@@ -137,9 +137,13 @@ impl ChatModel {
         entry: &CatalogEntry,
         models_dir: &Path,
         device: &Device,
-        config: EngineConfig,
+        mut config: EngineConfig,
     ) -> anyhow::Result<Self> {
         let lm = load_lm(entry, models_dir, device)?;
+        if config.kv_cache_bytes.is_none() {
+            let weights = dir_bytes(&entry.dir(models_dir));
+            config.kv_cache_bytes = Some(crate::engine::default_kv_cache_bytes(weights));
+        }
         let tokenizer = Arc::new(lm.tokenizer);
         let context_length = entry.context_length.min(lm.model.info().context_length);
         let engine = EngineHandle::start(
@@ -150,7 +154,7 @@ impl ChatModel {
                 context_length,
             },
             config,
-        );
+        )?;
         Ok(Self {
             entry: entry.clone(),
             engine,
@@ -158,4 +162,18 @@ impl ChatModel {
             template: Arc::new(lm.template),
         })
     }
+}
+
+/// Total size of the files directly in `dir` (0 when unreadable).
+fn dir_bytes(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len() as usize)
+                .sum()
+        })
+        .unwrap_or(0)
 }

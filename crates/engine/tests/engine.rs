@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use candle_core::Device;
-use hearth_core::{FinishReason, GenerateRequest, SamplingParams, TokenEvent};
+use hearth_core::{FinishReason, GenerateRequest, Priority, SamplingParams, TokenEvent};
 use hearth_engine::load::load_gguf;
 use hearth_engine::{EngineConfig, EngineHandle, EngineParts};
 use serde_json::Value;
@@ -23,6 +23,7 @@ fn start(config: EngineConfig) -> EngineHandle {
         },
         config,
     )
+    .unwrap()
 }
 
 fn ids(v: &Value) -> Vec<u32> {
@@ -44,6 +45,7 @@ fn run(
             id: "t".into(),
             prompt_ids: prompt,
             params,
+            priority: Priority::Interactive,
         })
         .unwrap();
     let (mut ids, mut text) = (Vec::new(), String::new());
@@ -190,6 +192,7 @@ fn a_dropped_stream_frees_its_sequence() {
             id: "gone".into(),
             prompt_ids: vec![1, 504, 3458],
             params,
+            priority: Priority::Interactive,
         })
         .unwrap();
     assert!(matches!(
@@ -220,6 +223,7 @@ fn a_full_queue_refuses_at_once() {
         id: id.into(),
         prompt_ids: vec![1, 504],
         params: params.clone(),
+        priority: Priority::Interactive,
     };
     let mut first = engine.submit(req("a")).unwrap();
     assert!(matches!(

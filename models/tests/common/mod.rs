@@ -43,7 +43,7 @@ pub fn tiny_model_f16_cache(tie: bool) -> Result<Llama> {
 /// With an f32 KV cache, which keeps every path exact to f32 rounding, so
 /// the 1e-4 tolerance is meaningful.
 pub fn tiny_model(tie: bool) -> Result<Llama> {
-    Ok(tiny_model_f16_cache(tie)?.with_kv_dtype(DType::F32))
+    tiny_model_f16_cache(tie)?.with_kv_dtype(DType::F32)
 }
 
 /// Largest absolute difference between two tensors of the same shape.

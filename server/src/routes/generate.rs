@@ -7,7 +7,8 @@ use std::sync::Arc;
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 use hearth_api::{ApiError, UsageInfo};
 use hearth_core::{
-    EngineError, FinishReason, GenerateRequest, SamplingParams, TokenEvent, TokenLogprobs, Usage,
+    EngineError, FinishReason, GenerateRequest, Priority, SamplingParams, TokenEvent,
+    TokenLogprobs, Usage,
 };
 use hearth_engine::{ChatModel, TokenStream};
 use serde::Serialize;
@@ -84,6 +85,7 @@ pub fn submit(
                 id: format!("{request_id}-{index}"),
                 prompt_ids: ids.clone(),
                 params,
+                priority: Priority::Interactive,
             })?;
             streams.push((ChoiceSlot { index, prompt: p }, stream));
         }

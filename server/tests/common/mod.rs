@@ -35,6 +35,7 @@ pub fn serve_args(models: Vec<String>, max_waiting: usize, max_active: usize) ->
         max_active,
         max_batch_tokens: 8192,
         max_step_tokens: 512,
+        kv_cache_mb: None,
         store: StoreArgs {
             data_dir: data_dir(),
             catalog: Some(data_dir().join("no-such-catalog.toml")),

@@ -1,0 +1,210 @@
+//! One sequence being generated: its tokens, how far the KV cache has
+//! computed them, its blocks, and turning sampled tokens into events.
+//!
+//! A sequence's tokens are its prompt followed by what it generated so far.
+//! `computed` counts the leading tokens whose keys and values are in its
+//! blocks. Whenever `computed` catches up with the tokens, the logits of the
+//! last step give the next token. Prefill and decode are the same thing
+//! seen this way (a decode is a chunk of one token), and so is recompute
+//! after preemption: the table is emptied, `computed` drops to zero and the
+//! sequence runs its prompt plus generated tokens again, without emitting
+//! anything until a new token is sampled.
+
+use hearth_core::{
+    FinishReason, GenerateRequest, Priority, TokenCandidate, TokenEvent, TokenLogprobs, Usage,
+};
+use tokenizers::Tokenizer;
+use tokio::sync::mpsc;
+
+use crate::block_manager::{block_hashes, BlockTable};
+use crate::detok::{token_bytes, IncrementalDecoder};
+use crate::engine::EngineParts;
+use crate::sampler::{Sampled, Sampler};
+use crate::stop::{StopMatcher, StopOutcome};
+
+pub(crate) struct Sequence {
+    pub(crate) request: GenerateRequest,
+    pub(crate) events: mpsc::UnboundedSender<TokenEvent>,
+    /// Prompt then generated tokens.
+    pub(crate) tokens: Vec<u32>,
+    pub(crate) prompt_len: usize,
+    /// Leading tokens whose keys/values are in `table`.
+    pub(crate) computed: usize,
+    pub(crate) table: BlockTable,
+    /// Prefix hash of every full block of `tokens`.
+    hashes: Vec<u64>,
+    salt: u64,
+    /// Admission order (older first); kept across preemption.
+    pub(crate) order: u64,
+    /// Still counted among the engine's waiting requests.
+    pub(crate) counted_waiting: bool,
+    sampler: Sampler,
+    decoder: IncrementalDecoder,
+    stop: StopMatcher,
+    /// Most tokens to generate (never past the context).
+    max_new: usize,
+}
+
+impl Sequence {
+    pub(crate) fn new(
+        parts: &EngineParts,
+        request: GenerateRequest,
+        events: mpsc::UnboundedSender<TokenEvent>,
+        table: BlockTable,
+        context_length: usize,
+        salt: u64,
+    ) -> Self {
+        let params = &request.params;
+        let room = context_length.saturating_sub(request.prompt_ids.len());
+        let max_new = params.max_tokens.map_or(room, |m| m.min(room));
+        let tokens = request.prompt_ids.clone();
+        Self {
+            hashes: block_hashes(salt, &tokens),
+            salt,
+            prompt_len: tokens.len(),
+            tokens,
+            computed: 0,
+            table,
+            order: 0,
+            counted_waiting: true,
+            sampler: Sampler::new(params),
+            decoder: IncrementalDecoder::new(parts.tokenizer.clone(), true),
+            stop: StopMatcher::new(params.stop.clone()),
+            max_new,
+            request,
+            events,
+        }
+    }
+
+    pub(crate) fn priority(&self) -> Priority {
+        self.request.priority
+    }
+
+    /// Tokens still to run before the next token can be sampled.
+    pub(crate) fn pending(&self) -> usize {
+        self.tokens.len() - self.computed
+    }
+
+    /// A decode step (one token) rather than a prefill chunk.
+    pub(crate) fn is_decoding(&self) -> bool {
+        self.pending() == 1 && self.tokens.len() > self.prompt_len
+    }
+
+    /// Takes cached blocks for the leading full blocks of the tokens,
+    /// always leaving at least one token to run (its logits are needed).
+    pub(crate) fn take_cached_prefix(&mut self) {
+        let max_blocks = (self.tokens.len() - 1) / hearth_models::BLOCK_SIZE;
+        let n = self.table.take_cached_prefix(&self.hashes, max_blocks);
+        self.computed = n * hearth_models::BLOCK_SIZE;
+    }
+
+    /// Drops every block; the sequence will recompute its tokens.
+    pub(crate) fn reset(&mut self) {
+        self.table.clear();
+        self.computed = 0;
+    }
+
+    /// Marks `n` more tokens computed and registers the blocks they filled.
+    pub(crate) fn advance(&mut self, n: usize) {
+        self.computed += n;
+        self.table.register_full(self.computed, &self.hashes);
+    }
+
+    fn push_token(&mut self, id: u32) {
+        self.tokens.push(id);
+        let full = self.tokens.len() / hearth_models::BLOCK_SIZE;
+        if full > self.hashes.len() {
+            let prev = self.hashes.last().copied().unwrap_or(self.salt);
+            let start = self.hashes.len() * hearth_models::BLOCK_SIZE;
+            self.hashes.extend(block_hashes(
+                prev,
+                &self.tokens[start..full * hearth_models::BLOCK_SIZE],
+            ));
+        }
+    }
+
+    /// Samples the next token from `logits` and sends it. Returns true when
+    /// the sequence is finished (or its client has gone).
+    pub(crate) fn emit_next(&mut self, parts: &EngineParts, logits: &[f32]) -> bool {
+        let (prompt, generated) = self.tokens.split_at(self.prompt_len);
+        let sampled = self.sampler.sample(logits, prompt, generated);
+        self.push_token(sampled.id);
+        let usage = Usage {
+            prompt_tokens: self.prompt_len,
+            completion_tokens: self.tokens.len() - self.prompt_len,
+        };
+        if !self.request.params.ignore_eos && parts.eos_ids.contains(&sampled.id) {
+            return self.finish(FinishReason::Stop, usage);
+        }
+        let logprobs = self
+            .request
+            .params
+            .logprobs
+            .map(|_| logprobs_of(&parts.tokenizer, &sampled));
+        let piece = self.decoder.push(sampled.id);
+        let (text, stopped) = match self.stop.push(&piece) {
+            StopOutcome::Continue(text) => (text, false),
+            StopOutcome::Stopped(text) => (text, true),
+        };
+        let sent = self.events.send(TokenEvent::Token {
+            id: sampled.id,
+            text,
+            logprobs,
+        });
+        if sent.is_err() {
+            return true;
+        }
+        if stopped {
+            let _ = self.events.send(TokenEvent::Finished {
+                reason: FinishReason::Stop,
+                usage,
+                text: String::new(),
+            });
+            return true;
+        }
+        if usage.completion_tokens >= self.max_new {
+            return self.finish(FinishReason::Length, usage);
+        }
+        false
+    }
+
+    /// Ends the sequence, releasing text still held back by the decoder or
+    /// the stop matcher.
+    fn finish(&mut self, reason: FinishReason, usage: Usage) -> bool {
+        let tail = self.decoder.finish();
+        let (text, reason) = match self.stop.push(&tail) {
+            StopOutcome::Continue(mut text) => {
+                text.push_str(&self.stop.flush());
+                (text, reason)
+            }
+            StopOutcome::Stopped(text) => (text, FinishReason::Stop),
+        };
+        let _ = self.events.send(TokenEvent::Finished {
+            reason,
+            usage,
+            text,
+        });
+        true
+    }
+}
+
+fn candidate(tokenizer: &Tokenizer, id: u32, logprob: f32) -> TokenCandidate {
+    let bytes = token_bytes(tokenizer, id);
+    TokenCandidate {
+        id,
+        text: String::from_utf8_lossy(&bytes).into_owned(),
+        bytes,
+        logprob,
+    }
+}
+
+fn logprobs_of(tokenizer: &Tokenizer, sampled: &Sampled) -> TokenLogprobs {
+    TokenLogprobs {
+        chosen: candidate(tokenizer, sampled.id, sampled.logprob),
+        top: sampled
+            .top
+            .iter()
+            .map(|&(id, lp)| candidate(tokenizer, id, lp))
+            .collect(),
+    }
+}

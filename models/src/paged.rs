@@ -1,0 +1,518 @@
+//! Paged key/value storage ([`KvPool`]) and the CPU attention op over block
+//! tables ([`paged_attention`]).
+//!
+//! The pool is a fixed array of blocks of [`BLOCK_SIZE`] token positions.
+//! For every layer it holds one key and one value buffer laid out as
+//! `[num_blocks, num_kv_heads, BLOCK_SIZE, head_dim]`, so the 16 keys of one
+//! head in one block are contiguous. A sequence owns an ordered list of block
+//! ids (its block table): position `p` lives in block `table[p / 16]`, slot
+//! `p % 16`. Who owns which block is decided outside the model (the engine's
+//! block manager); the model only writes the new tokens' keys and values at
+//! their positions and reads them back through the tables.
+//!
+//! Buffers are allocated zeroed (`calloc`), so the operating system maps
+//! pages only as blocks are first written: a large pool costs resident
+//! memory only for the blocks in use.
+//!
+//! Attention runs per sequence, per KV head, over chunks of query rows, on
+//! rayon: each task converts one key block and one value block to f32 at a
+//! time and folds it into every query row of the task with an online
+//! softmax (running max, running sum, rescaled accumulator), so no score
+//! matrix is materialised and a block is converted once for all the query
+//! heads that share its KV head.
+
+use candle_core::{DType, Result};
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+/// Token positions per block.
+pub const BLOCK_SIZE: usize = 16;
+
+/// Query rows per attention task (a long prefill is split into tasks).
+const ROWS_PER_TASK: usize = 32;
+
+/// One layer's keys or values, in the pool's storage dtype.
+#[derive(Debug, Clone)]
+enum Store {
+    F16(Vec<u16>),
+    Bf16(Vec<u16>),
+    F32(Vec<f32>),
+}
+
+impl Store {
+    fn zeros(dtype: DType, n: usize) -> Result<Self> {
+        Ok(match dtype {
+            DType::F16 => Store::F16(vec![0; n]),
+            DType::BF16 => Store::Bf16(vec![0; n]),
+            DType::F32 => Store::F32(vec![0.0; n]),
+            other => candle_core::bail!("unsupported kv cache dtype {other:?}"),
+        })
+    }
+
+    fn resize(&mut self, n: usize) {
+        match self {
+            Store::F16(v) | Store::Bf16(v) => v.resize(n, 0),
+            Store::F32(v) => v.resize(n, 0.0),
+        }
+    }
+
+    fn write(&mut self, at: usize, src: &[f32]) {
+        let end = at + src.len();
+        match self {
+            Store::F16(v) => v[at..end]
+                .reinterpret_cast_mut::<f16>()
+                .convert_from_f32_slice(src),
+            Store::Bf16(v) => v[at..end]
+                .reinterpret_cast_mut::<bf16>()
+                .convert_from_f32_slice(src),
+            Store::F32(v) => v[at..end].copy_from_slice(src),
+        }
+    }
+
+    fn read(&self, at: usize, dst: &mut [f32]) {
+        let end = at + dst.len();
+        match self {
+            Store::F16(v) => v[at..end]
+                .reinterpret_cast::<f16>()
+                .convert_to_f32_slice(dst),
+            Store::Bf16(v) => v[at..end]
+                .reinterpret_cast::<bf16>()
+                .convert_to_f32_slice(dst),
+            Store::F32(v) => dst.copy_from_slice(&v[at..end]),
+        }
+    }
+}
+
+/// Rounds `x` to the storage precision of `dtype` (what a half-precision
+/// attention kernel does to its queries); identity for f32.
+fn round_to(dtype: DType, x: &mut [f32]) {
+    match dtype {
+        DType::F16 => x.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32()),
+        DType::BF16 => x.iter_mut().for_each(|v| *v = bf16::from_f32(*v).to_f32()),
+        _ => {}
+    }
+}
+
+/// Keys and values of every layer for a fixed number of blocks.
+#[derive(Debug, Clone)]
+pub struct KvPool {
+    num_layers: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+    num_blocks: usize,
+    dtype: DType,
+    keys: Vec<Store>,
+    values: Vec<Store>,
+}
+
+impl KvPool {
+    /// A pool of `num_blocks` blocks; memory is mapped lazily as blocks are
+    /// written.
+    pub fn new(
+        num_layers: usize,
+        num_kv_heads: usize,
+        head_dim: usize,
+        num_blocks: usize,
+        dtype: DType,
+    ) -> Result<Self> {
+        let n = num_blocks * num_kv_heads * BLOCK_SIZE * head_dim;
+        // One allocation each (cloning would touch every page).
+        let stores = || {
+            (0..num_layers)
+                .map(|_| Store::zeros(dtype, n))
+                .collect::<Result<Vec<_>>>()
+        };
+        Ok(Self {
+            num_layers,
+            num_kv_heads,
+            head_dim,
+            num_blocks,
+            dtype,
+            keys: stores()?,
+            values: stores()?,
+        })
+    }
+
+    /// Bytes one block takes over all layers, keys and values.
+    pub fn block_bytes(
+        num_layers: usize,
+        num_kv_heads: usize,
+        head_dim: usize,
+        dtype: DType,
+    ) -> usize {
+        2 * num_layers * num_kv_heads * BLOCK_SIZE * head_dim * dtype.size_in_bytes()
+    }
+
+    pub fn num_blocks(&self) -> usize {
+        self.num_blocks
+    }
+
+    pub fn num_layers(&self) -> usize {
+        self.num_layers
+    }
+
+    pub fn num_kv_heads(&self) -> usize {
+        self.num_kv_heads
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Bytes of the whole pool (address space; resident only when written).
+    pub fn size_in_bytes(&self) -> usize {
+        self.num_blocks
+            * Self::block_bytes(
+                self.num_layers,
+                self.num_kv_heads,
+                self.head_dim,
+                self.dtype,
+            )
+    }
+
+    /// Grows the pool to `num_blocks` blocks (no-op when not larger); used by
+    /// the single-sequence [`crate::KvCache`].
+    pub fn grow(&mut self, num_blocks: usize) {
+        if num_blocks <= self.num_blocks {
+            return;
+        }
+        let n = num_blocks * self.num_kv_heads * BLOCK_SIZE * self.head_dim;
+        for s in self.keys.iter_mut().chain(self.values.iter_mut()) {
+            s.resize(n);
+        }
+        self.num_blocks = num_blocks;
+    }
+
+    /// Element offset of `(block, head, slot)` in a layer buffer.
+    fn offset(&self, block: u32, head: usize, slot: usize) -> usize {
+        ((block as usize * self.num_kv_heads + head) * BLOCK_SIZE + slot) * self.head_dim
+    }
+
+    /// Writes the keys and values of `seq`'s new tokens for `layer`. `k` and
+    /// `v` are `[num_kv_heads, tokens, head_dim]` over all `tokens` rows of the
+    /// batch; the sequence's rows are `seq.offset..seq.offset + seq.len`.
+    pub(crate) fn write(
+        &mut self,
+        layer: usize,
+        seq: &SeqView<'_>,
+        k: &[f32],
+        v: &[f32],
+        tokens: usize,
+    ) {
+        let d = self.head_dim;
+        for i in 0..seq.len {
+            let p = seq.pos + i;
+            let block = seq.blocks[p / BLOCK_SIZE];
+            for g in 0..self.num_kv_heads {
+                let src = (g * tokens + seq.offset + i) * d;
+                let dst = self.offset(block, g, p % BLOCK_SIZE);
+                self.keys[layer].write(dst, &k[src..src + d]);
+                self.values[layer].write(dst, &v[src..src + d]);
+            }
+        }
+    }
+
+    /// Reads keys (or values) of one head in one block as f32 `[16, d]`.
+    fn read_block(&self, layer: usize, values: bool, block: u32, head: usize, dst: &mut [f32]) {
+        let store = if values {
+            &self.values[layer]
+        } else {
+            &self.keys[layer]
+        };
+        store.read(self.offset(block, head, 0), dst);
+    }
+}
+
+/// One sequence's slice of a flattened batch: rows `offset..offset+len` of
+/// the batch's activations, at positions `pos..pos+len`, whose keys and
+/// values live in the blocks of `blocks`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SeqView<'a> {
+    pub(crate) blocks: &'a [u32],
+    pub(crate) pos: usize,
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+}
+
+/// Shapes of one attention call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AttnShape {
+    pub(crate) num_heads: usize,
+    /// Rows of the whole batch.
+    pub(crate) tokens: usize,
+}
+
+/// Causal attention of every sequence's new rows over its cached and new
+/// keys (already written with [`KvPool::write`]). `q` is `[num_heads,
+/// tokens, head_dim]` (rotated); returns `[tokens, num_heads * head_dim]`.
+/// Query head `h` reads KV head `h / (num_heads / num_kv_heads)`.
+pub(crate) fn paged_attention(
+    pool: &KvPool,
+    layer: usize,
+    q: &[f32],
+    shape: AttnShape,
+    seqs: &[SeqView<'_>],
+) -> Vec<f32> {
+    let (nh, t, d) = (shape.num_heads, shape.tokens, pool.head_dim);
+    let nkv = pool.num_kv_heads;
+    let n_rep = nh / nkv;
+    let mut tasks = Vec::new();
+    for (s, seq) in seqs.iter().enumerate() {
+        for g in 0..nkv {
+            for r0 in (0..seq.len).step_by(ROWS_PER_TASK) {
+                tasks.push((s, g, r0, (r0 + ROWS_PER_TASK).min(seq.len)));
+            }
+        }
+    }
+    let run = |&(s, g, r0, r1): &(usize, usize, usize, usize)| {
+        attend_task(pool, layer, q, shape, &seqs[s], g, r0, r1)
+    };
+    let results: Vec<Vec<f32>> = if tasks.len() > 1 && t * d > 64 {
+        tasks.par_iter().map(run).collect()
+    } else {
+        tasks.iter().map(run).collect()
+    };
+    let mut out = vec![0f32; t * nh * d];
+    for (&(s, g, r0, r1), res) in tasks.iter().zip(&results) {
+        let seq = &seqs[s];
+        for i in r0..r1 {
+            for r in 0..n_rep {
+                let h = g * n_rep + r;
+                let src = ((i - r0) * n_rep + r) * d;
+                let dst = (seq.offset + i) * nh * d + h * d;
+                out[dst..dst + d].copy_from_slice(&res[src..src + d]);
+            }
+        }
+    }
+    out
+}
+
+/// Dot product with eight independent accumulators (vectorises).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for j in 0..8 {
+            acc[j] += x[j] * y[j];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// Rows `r0..r1` of one sequence, the query heads of KV head `g`: returns
+/// `[(r1 - r0) * n_rep, d]`, row-major by (row, head within the group).
+#[allow(clippy::too_many_arguments)]
+fn attend_task(
+    pool: &KvPool,
+    layer: usize,
+    q: &[f32],
+    shape: AttnShape,
+    seq: &SeqView<'_>,
+    g: usize,
+    r0: usize,
+    r1: usize,
+) -> Vec<f32> {
+    let (nh, t, d) = (shape.num_heads, shape.tokens, pool.head_dim);
+    let n_rep = nh / pool.num_kv_heads;
+    let nq = (r1 - r0) * n_rep;
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut qs = Vec::with_capacity(nq * d);
+    for i in r0..r1 {
+        for r in 0..n_rep {
+            let h = g * n_rep + r;
+            let at = (h * t + seq.offset + i) * d;
+            qs.extend_from_slice(&q[at..at + d]);
+        }
+    }
+    round_to(pool.dtype, &mut qs);
+    qs.iter_mut().for_each(|x| *x *= scale);
+
+    let mut m = vec![f32::NEG_INFINITY; nq];
+    let mut l = vec![0f32; nq];
+    let mut acc = vec![0f32; nq * d];
+    let mut kb = vec![0f32; BLOCK_SIZE * d];
+    let mut vb = vec![0f32; BLOCK_SIZE * d];
+    let mut scores = [0f32; BLOCK_SIZE];
+    let last = seq.pos + r1 - 1;
+    for b in 0..=last / BLOCK_SIZE {
+        let block = seq.blocks[b];
+        pool.read_block(layer, false, block, g, &mut kb);
+        pool.read_block(layer, true, block, g, &mut vb);
+        let base = b * BLOCK_SIZE;
+        for qi in 0..nq {
+            let p = seq.pos + r0 + qi / n_rep;
+            if base > p {
+                continue;
+            }
+            let valid = (p - base + 1).min(BLOCK_SIZE);
+            let qv = &qs[qi * d..(qi + 1) * d];
+            let mut mx = f32::NEG_INFINITY;
+            for (j, s) in scores[..valid].iter_mut().enumerate() {
+                *s = dot(qv, &kb[j * d..(j + 1) * d]);
+                mx = mx.max(*s);
+            }
+            let new_m = m[qi].max(mx);
+            let corr = (m[qi] - new_m).exp();
+            let a = &mut acc[qi * d..(qi + 1) * d];
+            if corr != 1.0 {
+                l[qi] *= corr;
+                a.iter_mut().for_each(|x| *x *= corr);
+            }
+            for (j, &s) in scores[..valid].iter().enumerate() {
+                let e = (s - new_m).exp();
+                l[qi] += e;
+                for (x, &vv) in a.iter_mut().zip(&vb[j * d..(j + 1) * d]) {
+                    *x += e * vv;
+                }
+            }
+            m[qi] = new_m;
+        }
+    }
+    for qi in 0..nq {
+        let inv = 1.0 / l[qi];
+        acc[qi * d..(qi + 1) * d].iter_mut().for_each(|x| *x *= inv);
+    }
+    acc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Tensor};
+
+    /// Plain softmax attention of one sequence in candle: q `[nh, n, d]` at
+    /// positions `pos..pos+n` over keys/values `[nkv, pos+n, d]`.
+    fn reference(q: &Tensor, k: &Tensor, v: &Tensor, pos: usize) -> Result<Tensor> {
+        let (nh, n, d) = q.dims3()?;
+        let (nkv, total, _) = k.dims3()?;
+        let rep = nh / nkv;
+        let k = k
+            .unsqueeze(1)?
+            .repeat((1, rep, 1, 1))?
+            .reshape((nh, total, d))?;
+        let v = v
+            .unsqueeze(1)?
+            .repeat((1, rep, 1, 1))?
+            .reshape((nh, total, d))?;
+        let att = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
+        let mask: Vec<f32> = (0..n)
+            .flat_map(|i| {
+                (0..total).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 })
+            })
+            .collect();
+        let mask = Tensor::from_vec(mask, (n, total), q.device())?;
+        let att = candle_nn::ops::softmax_last_dim(&att.broadcast_add(&mask)?)?;
+        att.matmul(&v)?.transpose(0, 1)?.reshape((n, nh * d))
+    }
+
+    /// Two sequences in scattered, non-contiguous blocks, one decoding and
+    /// one prefilling a chunk that crosses block boundaries, against the
+    /// reference, in f32 and f16 storage.
+    #[test]
+    fn matches_plain_attention_over_scattered_blocks() -> Result<()> {
+        let dev = Device::Cpu;
+        let (nh, nkv, d) = (6, 2, 8);
+        for dtype in [DType::F32, DType::F16] {
+            let mut pool = KvPool::new(1, nkv, d, 12, dtype)?;
+            // (blocks, cached tokens, new tokens)
+            let cases: [(&[u32], usize, usize); 2] =
+                [(&[7, 2, 9], 40, 1), (&[3, 11, 0, 5], 13, 45)];
+            let mut full = Vec::new();
+            for &(blocks, pos, len) in &cases {
+                let total = pos + len;
+                let k = Tensor::randn(0f32, 1.0, (nkv, total, d), &dev)?;
+                let v = Tensor::randn(0f32, 1.0, (nkv, total, d), &dev)?;
+                let q = Tensor::randn(0f32, 1.0, (nh, len, d), &dev)?;
+                // Cache the first `pos` tokens as an earlier step would.
+                let view = SeqView {
+                    blocks,
+                    pos: 0,
+                    offset: 0,
+                    len: pos,
+                };
+                let kv = |x: &Tensor| -> Result<Vec<f32>> {
+                    x.narrow(1, 0, pos)?.flatten_all()?.to_vec1()
+                };
+                pool.write(0, &view, &kv(&k)?, &kv(&v)?, pos);
+                full.push((blocks, pos, len, q, k, v));
+            }
+            // The new rows of both sequences flattened into one batch.
+            let tokens: usize = cases.iter().map(|c| c.2).sum();
+            let cat = |i: usize| -> Result<Vec<f32>> {
+                let parts: Vec<Tensor> = full
+                    .iter()
+                    .map(|f| {
+                        let x = [&f.3, &f.4, &f.5][i];
+                        let n = x.dim(1)?;
+                        x.narrow(1, n - f.2, f.2)
+                    })
+                    .collect::<Result<_>>()?;
+                Tensor::cat(&parts, 1)?.flatten_all()?.to_vec1()
+            };
+            let (q, k, v) = (cat(0)?, cat(1)?, cat(2)?);
+            let mut views = Vec::new();
+            let mut offset = 0;
+            for f in &full {
+                views.push(SeqView {
+                    blocks: f.0,
+                    pos: f.1,
+                    offset,
+                    len: f.2,
+                });
+                offset += f.2;
+            }
+            for view in &views {
+                pool.write(0, view, &k, &v, tokens);
+            }
+            let shape = AttnShape {
+                num_heads: nh,
+                tokens,
+            };
+            let got = paged_attention(&pool, 0, &q, shape, &views);
+            let got = Tensor::from_vec(got, (tokens, nh * d), &dev)?;
+            let tol = if dtype == DType::F32 { 1e-5 } else { 1e-2 };
+            for (f, view) in full.iter().zip(&views) {
+                let want = reference(&f.3, &f.4, &f.5, f.1)?;
+                let diff = (got.narrow(0, view.offset, view.len)? - want)?
+                    .abs()?
+                    .max_all()?
+                    .to_scalar::<f32>()?;
+                assert!(diff < tol, "{dtype:?}: max diff {diff}");
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn pool_grows_and_keeps_contents() -> Result<()> {
+        let mut pool = KvPool::new(2, 1, 4, 1, DType::F16)?;
+        let view = SeqView {
+            blocks: &[0],
+            pos: 3,
+            offset: 0,
+            len: 1,
+        };
+        pool.write(1, &view, &[1., 2., 3., 4.], &[5., 6., 7., 8.], 1);
+        pool.grow(3);
+        assert_eq!(pool.num_blocks(), 3);
+        let mut out = vec![0f32; BLOCK_SIZE * 4];
+        pool.read_block(1, true, 0, 0, &mut out);
+        assert_eq!(&out[12..16], &[5., 6., 7., 8.]);
+        assert_eq!(
+            pool.size_in_bytes(),
+            3 * KvPool::block_bytes(2, 1, 4, DType::F16)
+        );
+        Ok(())
+    }
+}
