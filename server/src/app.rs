@@ -29,6 +29,7 @@ pub fn app(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     Router::new()
         .route("/health", get(routes::health))
+        .route("/metrics", get(routes::metrics::metrics))
         .merge(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -228,3 +228,34 @@ async fn chat_stream_starts_with_the_role_and_ends_with_done() {
     );
     assert!(chunks.last().unwrap()["choices"][0]["finish_reason"].is_string());
 }
+
+/// Value of `name{model="MODEL"}` in a Prometheus text page.
+fn metric(page: &str, name: &str) -> f64 {
+    let prefix = format!("{name}{{model=\"{MODEL}\"}} ");
+    page.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {name} in {page}"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn metrics_count_generated_tokens_and_show_the_kv_pool() {
+    let state = with_model();
+    complete(
+        json!({"model": MODEL, "prompt": "One, two, three,", "max_tokens": 3, "temperature": 0}),
+    )
+    .await;
+    let reply = send(&state, "GET", "/metrics", None, None).await;
+    assert_eq!(reply.status.as_u16(), 200);
+    let page = reply.text;
+    assert!(
+        page.contains("# TYPE hearth_generation_tokens_total counter"),
+        "{page}"
+    );
+    assert!(metric(&page, "hearth_generation_tokens_total") >= 3.0);
+    assert!(metric(&page, "hearth_prompt_tokens_total") >= 5.0);
+    assert!(metric(&page, "hearth_kv_cache_blocks_total") >= 8192.0 / 16.0);
+    let usage = metric(&page, "hearth_kv_cache_usage_ratio");
+    assert!((0.0..=1.0).contains(&usage));
+}

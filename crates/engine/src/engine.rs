@@ -56,6 +56,25 @@ pub struct EngineStats {
     pub(crate) blocks_total: AtomicUsize,
     pub(crate) preemptions: AtomicUsize,
     pub(crate) prefix_hit_blocks: AtomicUsize,
+    /// Tokens run through the model (prompts, recompute included).
+    pub(crate) prompt_tokens: AtomicUsize,
+    /// Tokens sampled.
+    pub(crate) generated_tokens: AtomicUsize,
+    pub(crate) steps: AtomicUsize,
+}
+
+/// A snapshot of an engine's counters (for `/metrics`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineSnapshot {
+    pub active: usize,
+    pub waiting: usize,
+    pub blocks_in_use: usize,
+    pub blocks_total: usize,
+    pub preemptions: usize,
+    pub prefix_hit_blocks: usize,
+    pub prompt_tokens: usize,
+    pub generated_tokens: usize,
+    pub steps: usize,
 }
 
 /// What the engine needs besides the model: the tokenizer and stop tokens.
@@ -166,6 +185,23 @@ impl EngineHandle {
     /// Prompt blocks served from the prefix cache so far.
     pub fn prefix_hit_blocks(&self) -> usize {
         self.stats.prefix_hit_blocks.load(Ordering::Relaxed)
+    }
+
+    /// All counters at once.
+    pub fn snapshot(&self) -> EngineSnapshot {
+        let s = &self.stats;
+        let get = |a: &AtomicUsize| a.load(Ordering::Relaxed);
+        EngineSnapshot {
+            active: get(&s.active),
+            waiting: get(&s.waiting),
+            blocks_in_use: get(&s.blocks_in_use),
+            blocks_total: get(&s.blocks_total),
+            preemptions: get(&s.preemptions),
+            prefix_hit_blocks: get(&s.prefix_hit_blocks),
+            prompt_tokens: get(&s.prompt_tokens),
+            generated_tokens: get(&s.generated_tokens),
+            steps: get(&s.steps),
+        }
     }
 
     /// Checks a request against the model and queues it. Fails at once when

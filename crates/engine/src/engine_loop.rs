@@ -283,13 +283,27 @@ impl EngineLoop {
             return;
         }
         let logits = self.forward(&plan);
+        let stats = &self.stats;
+        stats.steps.fetch_add(1, Ordering::Relaxed);
+        let decodes = plan
+            .iter()
+            .filter(|&&(i, _)| self.active[i].is_decoding())
+            .count();
+        let run: usize = plan.iter().map(|p| p.1).sum();
+        stats
+            .prompt_tokens
+            .fetch_add(run - decodes, Ordering::Relaxed);
         let mut done = Vec::new();
         for (row, &(i, n)) in plan.iter().enumerate() {
             let seq = &mut self.active[i];
             let finished = match &logits {
                 Ok(rows) => {
                     seq.advance(n);
-                    seq.pending() == 0 && seq.emit_next(&self.parts, &rows[row])
+                    if seq.pending() > 0 {
+                        continue;
+                    }
+                    self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
+                    seq.emit_next(&self.parts, &rows[row])
                 }
                 Err(message) => {
                     tracing::error!(request = %seq.request.id, "{message}");

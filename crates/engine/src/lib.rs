@@ -29,7 +29,9 @@ pub mod tokenizer;
 
 pub use batcher::{BatcherConfig, EncoderHandle};
 pub use embed::EmbedModel;
-pub use engine::{default_kv_cache_bytes, EngineConfig, EngineHandle, EngineParts, TokenStream};
+pub use engine::{
+    default_kv_cache_bytes, EngineConfig, EngineHandle, EngineParts, EngineSnapshot, TokenStream,
+};
 pub mod load;
 pub use candle_core::Device;
 pub use load::ChatModel;

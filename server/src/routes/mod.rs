@@ -4,6 +4,7 @@ pub mod chat;
 pub mod completions;
 pub mod embeddings;
 pub mod generate;
+pub mod metrics;
 pub mod models;
 pub mod rerank;
 pub mod sse;

@@ -1,0 +1,98 @@
+//! `GET /metrics`: the engines' counters in the Prometheus text format (no
+//! key needed, like `/health`), one series per chat model.
+
+use std::fmt::Write;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use hearth_engine::EngineSnapshot;
+
+use crate::state::AppState;
+
+/// (name, type, help, value of a snapshot)
+type Series = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&EngineSnapshot) -> f64,
+);
+
+const SERIES: [Series; 10] = [
+    (
+        "hearth_requests_running",
+        "gauge",
+        "Sequences being generated.",
+        |s| s.active as f64,
+    ),
+    (
+        "hearth_requests_waiting",
+        "gauge",
+        "Requests queued for admission.",
+        |s| s.waiting as f64,
+    ),
+    (
+        "hearth_kv_cache_blocks_used",
+        "gauge",
+        "KV cache blocks held by sequences.",
+        |s| s.blocks_in_use as f64,
+    ),
+    (
+        "hearth_kv_cache_blocks_total",
+        "gauge",
+        "KV cache blocks in the pool (16 tokens each).",
+        |s| s.blocks_total as f64,
+    ),
+    (
+        "hearth_kv_cache_usage_ratio",
+        "gauge",
+        "Fraction of KV cache blocks in use.",
+        |s| s.blocks_in_use as f64 / s.blocks_total.max(1) as f64,
+    ),
+    (
+        "hearth_preemptions_total",
+        "counter",
+        "Sequences preempted and requeued for recompute.",
+        |s| s.preemptions as f64,
+    ),
+    (
+        "hearth_prefix_cache_hit_blocks_total",
+        "counter",
+        "Prompt blocks served from the prefix cache.",
+        |s| s.prefix_hit_blocks as f64,
+    ),
+    (
+        "hearth_prompt_tokens_total",
+        "counter",
+        "Prompt tokens run through the model (recompute included).",
+        |s| s.prompt_tokens as f64,
+    ),
+    (
+        "hearth_generation_tokens_total",
+        "counter",
+        "Tokens generated.",
+        |s| s.generated_tokens as f64,
+    ),
+    (
+        "hearth_engine_steps_total",
+        "counter",
+        "Batched forward steps run.",
+        |s| s.steps as f64,
+    ),
+];
+
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let snapshots: Vec<(&String, EngineSnapshot)> = state
+        .chat
+        .iter()
+        .map(|(id, m)| (id, m.engine.snapshot()))
+        .collect();
+    let mut out = String::new();
+    for (name, kind, help, value) in SERIES {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (id, snap) in &snapshots {
+            let _ = writeln!(out, "{name}{{model=\"{id}\"}} {}", value(snap));
+        }
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+}
