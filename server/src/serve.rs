@@ -59,7 +59,7 @@ pub fn build_state(args: &ServeArgs, api_keys: Vec<String>) -> anyhow::Result<Ap
                     .with_context(|| format!("loading {}", entry.id))?;
                 chat.insert(entry.id.clone(), model);
             }
-            ModelKind::Embed => {
+            ModelKind::Embed | ModelKind::Rerank => {
                 tracing::info!(model = %entry.id, "loading");
                 let model = EmbedModel::start(entry, &models_dir, &device, encoder_config.clone())
                     .with_context(|| format!("loading {}", entry.id))?;

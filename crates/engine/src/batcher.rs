@@ -16,12 +16,41 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use hearth_core::EngineError;
+use hearth_models::EncoderInput;
 use tokio::sync::{mpsc, oneshot};
 
-/// Something that turns a batch of token sequences into one vector each.
+/// Something that turns a batch of token sequences (single texts, or
+/// sentence pairs with segment ids) into one vector each: an embedding, or
+/// a cross-encoder's score as a vector of one.
 pub trait Encoder: Send + 'static {
     /// One vector per sequence, in order.
-    fn encode(&mut self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>, String>;
+    fn encode(&mut self, batch: &[EncoderInput<'_>]) -> Result<Vec<Vec<f32>>, String>;
+}
+
+/// One input of a request: token ids and, for a sentence pair, the segment
+/// id of each token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodeItem {
+    pub ids: Vec<u32>,
+    pub type_ids: Option<Vec<u32>>,
+}
+
+impl EncodeItem {
+    fn as_input(&self) -> EncoderInput<'_> {
+        EncoderInput {
+            ids: &self.ids,
+            type_ids: self.type_ids.as_deref(),
+        }
+    }
+}
+
+impl From<Vec<u32>> for EncodeItem {
+    fn from(ids: Vec<u32>) -> Self {
+        Self {
+            ids,
+            type_ids: None,
+        }
+    }
 }
 
 /// Tunables of the batcher.
@@ -45,7 +74,7 @@ impl Default for BatcherConfig {
 type Reply = oneshot::Sender<Result<Vec<Vec<f32>>, EngineError>>;
 
 struct Job {
-    inputs: Vec<Vec<u32>>,
+    inputs: Vec<EncodeItem>,
     reply: Reply,
 }
 
@@ -77,6 +106,15 @@ impl EncoderHandle {
     /// Refused at once when the queue is full. Dropping the future abandons
     /// the work.
     pub async fn encode(&self, inputs: Vec<Vec<u32>>) -> Result<Vec<Vec<f32>>, EngineError> {
+        self.encode_items(inputs.into_iter().map(EncodeItem::from).collect())
+            .await
+    }
+
+    /// [`EncoderHandle::encode`] for inputs that may be sentence pairs.
+    pub async fn encode_items(
+        &self,
+        inputs: Vec<EncodeItem>,
+    ) -> Result<Vec<Vec<f32>>, EngineError> {
         if inputs.is_empty() {
             return Ok(Vec::new());
         }
@@ -112,7 +150,10 @@ impl Active {
     }
 
     fn unscheduled_tokens(&self) -> usize {
-        self.job.inputs[self.next..].iter().map(Vec::len).sum()
+        self.job.inputs[self.next..]
+            .iter()
+            .map(|i| i.ids.len())
+            .sum()
     }
 }
 
@@ -175,7 +216,7 @@ fn run<E: Encoder>(mut encoder: E, config: BatcherConfig, mut rx: mpsc::Receiver
         }
         let lens: Vec<Vec<usize>> = active
             .iter()
-            .map(|a| a.job.inputs.iter().map(Vec::len).collect())
+            .map(|a| a.job.inputs.iter().map(|i| i.ids.len()).collect())
             .collect();
         let lens_ref: Vec<&[usize]> = lens.iter().map(Vec::as_slice).collect();
         let mut next: Vec<usize> = active.iter().map(|a| a.next).collect();
@@ -186,9 +227,9 @@ fn run<E: Encoder>(mut encoder: E, config: BatcherConfig, mut rx: mpsc::Receiver
         for (a, n) in active.iter_mut().zip(&next) {
             a.next = *n;
         }
-        let batch: Vec<&[u32]> = slots
+        let batch: Vec<EncoderInput<'_>> = slots
             .iter()
-            .map(|s| active[s.job].job.inputs[s.input].as_slice())
+            .map(|s| active[s.job].job.inputs[s.input].as_input())
             .collect();
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| encoder.encode(&batch)))
             .unwrap_or_else(|_| Err("the encoder panicked".to_string()))
@@ -260,14 +301,14 @@ mod tests {
     }
 
     impl Encoder for Fake {
-        fn encode(&mut self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>, String> {
+        fn encode(&mut self, batch: &[EncoderInput<'_>]) -> Result<Vec<Vec<f32>>, String> {
             self.batches.lock().unwrap().push(batch.len());
-            if batch.iter().any(|s| s.first() == Some(&666)) {
+            if batch.iter().any(|s| s.ids.first() == Some(&666)) {
                 return Err("bad input".into());
             }
             Ok(batch
                 .iter()
-                .map(|s| vec![s[0] as f32, s.len() as f32, batch.len() as f32])
+                .map(|s| vec![s.ids[0] as f32, s.ids.len() as f32, batch.len() as f32])
                 .collect())
         }
     }
@@ -342,9 +383,12 @@ mod tests {
     fn work_of_a_departed_client_is_dropped() {
         struct Recording(Arc<std::sync::Mutex<Vec<u32>>>);
         impl Encoder for Recording {
-            fn encode(&mut self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>, String> {
+            fn encode(&mut self, batch: &[EncoderInput<'_>]) -> Result<Vec<Vec<f32>>, String> {
                 std::thread::sleep(std::time::Duration::from_millis(100));
-                self.0.lock().unwrap().extend(batch.iter().map(|s| s[0]));
+                self.0
+                    .lock()
+                    .unwrap()
+                    .extend(batch.iter().map(|s| s.ids[0]));
                 Ok(vec![vec![0.0]; batch.len()])
             }
         }
@@ -376,7 +420,7 @@ mod tests {
     fn full_queue_is_refused() {
         struct Slow;
         impl Encoder for Slow {
-            fn encode(&mut self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>, String> {
+            fn encode(&mut self, batch: &[EncoderInput<'_>]) -> Result<Vec<Vec<f32>>, String> {
                 std::thread::sleep(std::time::Duration::from_millis(200));
                 Ok(vec![vec![0.0]; batch.len()])
             }

@@ -11,7 +11,9 @@
 //! - `<pooling folder>/config.json`: mean, CLS or last-token pooling.
 //!
 //! A bi-encoder serves rerank too: query and documents are embedded and
-//! scored by cosine similarity ([`cosine`]).
+//! scored by cosine similarity ([`cosine`]). Cross-encoders (catalogue kind
+//! `rerank`) are loaded by [`crate::cross_encoder`] behind the same
+//! [`EmbedModel`] and batcher.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -36,6 +38,10 @@ pub struct EmbedModel {
     pub dimensions: usize,
     /// Whether vectors are L2-normalised.
     pub normalize: bool,
+    /// A cross-encoder (catalogue kind `rerank`): it scores query-document
+    /// pairs ([`crate::cross_encoder`]) and gives no embeddings; its
+    /// tokenizer truncates pairs to `max_tokens`.
+    pub cross_encoder: bool,
     pub encoder: EncoderHandle,
 }
 
@@ -137,8 +143,9 @@ impl SentenceEncoder {
 }
 
 impl Encoder for SentenceEncoder {
-    fn encode(&mut self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>, String> {
-        self.embed(batch).map_err(|e| e.to_string())
+    fn encode(&mut self, batch: &[EncoderInput<'_>]) -> Result<Vec<Vec<f32>>, String> {
+        let ids: Vec<&[u32]> = batch.iter().map(|b| b.ids).collect();
+        self.embed(&ids).map_err(|e| e.to_string())
     }
 }
 
@@ -190,16 +197,30 @@ pub fn load_sentence_encoder(dir: &Path, device: &Device) -> anyhow::Result<Load
 }
 
 impl EmbedModel {
-    /// Loads `entry` (an `embed` model) and starts its batcher.
+    /// Loads `entry` (an `embed` or `rerank` model) and starts its batcher.
     pub fn start(
         entry: &CatalogEntry,
         models_dir: &Path,
         device: &Device,
         config: BatcherConfig,
     ) -> anyhow::Result<Self> {
+        if entry.kind == ModelKind::Rerank {
+            let limit = entry.context_length.max(1);
+            let loaded =
+                crate::cross_encoder::load_cross_encoder(&entry.dir(models_dir), device, limit)?;
+            return Ok(Self {
+                entry: entry.clone(),
+                tokenizer: Arc::new(loaded.tokenizer),
+                max_tokens: loaded.max_tokens,
+                dimensions: 1,
+                normalize: false,
+                cross_encoder: true,
+                encoder: EncoderHandle::start(loaded.encoder, config),
+            });
+        }
         anyhow::ensure!(
             entry.kind == ModelKind::Embed,
-            "model `{}` is not an embedding model",
+            "model `{}` is not an embedding or rerank model",
             entry.id
         );
         let loaded = load_sentence_encoder(&entry.dir(models_dir), device)?;
@@ -210,6 +231,7 @@ impl EmbedModel {
             max_tokens: loaded.max_tokens.min(entry.context_length.max(1)),
             dimensions: loaded.dimensions,
             normalize,
+            cross_encoder: false,
             encoder: EncoderHandle::start(loaded.encoder, config),
         })
     }

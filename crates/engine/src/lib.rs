@@ -17,6 +17,7 @@ pub mod batcher;
 pub mod block_manager;
 pub mod catalog;
 pub mod chat_template;
+pub mod cross_encoder;
 pub mod detok;
 pub mod embed;
 pub mod engine;
@@ -27,7 +28,7 @@ mod sequence;
 pub mod stop;
 pub mod tokenizer;
 
-pub use batcher::{BatcherConfig, EncoderHandle};
+pub use batcher::{BatcherConfig, EncodeItem, EncoderHandle};
 pub use embed::EmbedModel;
 pub use engine::{
     default_kv_cache_bytes, EngineConfig, EngineHandle, EngineParts, EngineSnapshot, TokenStream,

