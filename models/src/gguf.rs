@@ -13,9 +13,13 @@
 //! `rope_freqs` (per-frequency divisors, Llama 3.1 style) and optional
 //! `attn_{q,k,v,output}.bias`.
 //!
-//! Matrices stay quantized behind `QMatMul`. The token embedding is
+//! Matrices stay quantized (see [`Linear`]: `hearth-kernels` on the CPU for
+//! its formats, candle's `QMatMul` otherwise). The token embedding is
 //! dequantized once to f16 for row lookups, while a tied head keeps the
-//! quantized `token_embd` tensor. GGUF Q/K rows are permuted for GGML's
+//! quantized `token_embd` tensor. A head stored as F16/BF16 (tied or not) is
+//! quantized to Q8_0 at load on the CPU by default ([`Llama::from_gguf_with`]),
+//! as the `[vocab, hidden]` head matmul is the largest of a decode step; an
+//! F32 head (test models) stays exact. GGUF Q/K rows are permuted for GGML's
 //! adjacent-pair rotary, so the model uses [`RopeLayout::Interleaved`].
 
 use std::io::{Read, Seek};
@@ -81,6 +85,19 @@ impl Llama {
         reader: &mut R,
         device: &Device,
     ) -> Result<Self> {
+        Self::from_gguf_with(content, reader, device, true)
+    }
+
+    /// [`Llama::from_gguf`], choosing whether an F16/BF16 output head is
+    /// quantized to Q8_0 on the CPU (`q8_head`; `from_gguf` says yes). This
+    /// rounds each head weight to 8 bits per 32 values and makes the head
+    /// matmul several times cheaper.
+    pub fn from_gguf_with<R: Read + Seek>(
+        content: &Content,
+        reader: &mut R,
+        device: &Device,
+        q8_head: bool,
+    ) -> Result<Self> {
         let c = content;
         let arch = md_str(c, "general.architecture")?.unwrap_or("llama");
         if arch != "llama" {
@@ -143,9 +160,15 @@ impl Llama {
             _ => token_embd.dequantize_f16(device)?,
         };
         let lm_head = if ld.has("output.weight") {
-            ld.linear("output")?
+            let head = ld.qtensor("output.weight")?;
+            let lin = head_linear(head, q8_head)?;
+            if ld.has("output.bias") {
+                lin.with_bias(ld.f32_vector("output.bias")?)?
+            } else {
+                lin
+            }
         } else {
-            Linear::from_arc(Arc::new(token_embd))?
+            head_linear(token_embd, q8_head)?
         };
 
         let output_norm = RmsNorm::new(ld.f32_vector("output_norm.weight")?, eps)?;
@@ -195,6 +218,24 @@ impl Llama {
         };
         Llama::from_parts(info, embed, blocks, output_norm, lm_head, rotary)
     }
+}
+
+/// The output head over `w` (`[vocab, hidden]`): F16/BF16 on the CPU is
+/// quantized to Q8_0 for `hearth-kernels` when `q8_head`, else as
+/// [`Linear::from_arc`].
+fn head_linear(w: QTensor, q8_head: bool) -> Result<Linear> {
+    let (n, k) = w.shape().dims2()?;
+    let half = matches!(w.dtype(), GgmlDType::F16 | GgmlDType::BF16);
+    if q8_head && half && w.device().is_cpu() && k % 32 == 0 {
+        let f = w
+            .dequantize(&Device::Cpu)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        let m = hearth_kernels::QuantMatrix::from_f32_q8_0(&f, n, k)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        return Ok(Linear::from_kernel(m));
+    }
+    Linear::from_arc(Arc::new(w))
 }
 
 /// Reads tensors of one GGUF file onto a device.

@@ -26,7 +26,6 @@ mod gguf;
 mod kv_cache;
 mod linear;
 mod llama;
-mod q4_1;
 mod rotary;
 
 pub use bert::{
