@@ -26,6 +26,8 @@
 mod act;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod formats;
 mod scalar;
 
@@ -77,6 +79,7 @@ impl Isa {
                 std::is_x86_feature_detected!("avx512f")
                     && std::is_x86_feature_detected!("avx512bw")
                     && std::is_x86_feature_detected!("avx512vl")
+                    && std::is_x86_feature_detected!("avx2")
                     && std::is_x86_feature_detected!("fma")
             };
             match self {
@@ -102,10 +105,20 @@ impl Isa {
             .collect()
     }
 
-    /// The fastest available instruction set (detected once).
+    /// The instruction set [`QuantMatrix::matmul`] uses (detected once): AVX2
+    /// where available, else scalar. The AVX-512 paths are tested wherever the
+    /// CPU has AVX-512 but were never run on the development machine, so they
+    /// are used only with `HEARTH_KERNELS_AVX512=1` in the environment.
     pub fn best() -> Isa {
         static BEST: OnceLock<Isa> = OnceLock::new();
-        *BEST.get_or_init(|| *Isa::available().last().expect("scalar is always available"))
+        *BEST.get_or_init(|| {
+            let avx512 = std::env::var("HEARTH_KERNELS_AVX512").is_ok_and(|v| v == "1");
+            Isa::available()
+                .into_iter()
+                .filter(|i| avx512 || !matches!(i, Isa::Avx512 | Isa::Avx512Vnni))
+                .next_back()
+                .expect("scalar is always available")
+        })
     }
 }
 
@@ -219,6 +232,25 @@ impl QuantMatrix {
                 Repr::U4(w) => run_tiles(&unsafe { avx2::U4Tile::new(w, acts) }, acts, rows, out),
                 Repr::I8(w) => run_tiles(&unsafe { avx2::I8Tile::new(w, acts) }, acts, rows, out),
             },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 | Isa::Avx512Vnni => {
+                let vnni = isa == Isa::Avx512Vnni;
+                // SAFETY: as above (VNNI only for `Isa::Avx512Vnni`).
+                match &self.repr {
+                    Repr::U4(w) => run_tiles(
+                        &unsafe { avx512::U4Tile::new(w, acts, vnni) },
+                        acts,
+                        rows,
+                        out,
+                    ),
+                    Repr::I8(w) => run_tiles(
+                        &unsafe { avx512::I8Tile::new(w, acts, vnni) },
+                        acts,
+                        rows,
+                        out,
+                    ),
+                }
+            }
             _ => match &self.repr {
                 Repr::U4(w) => run_tiles(&scalar::U4Tile { w, acts }, acts, rows, out),
                 Repr::I8(w) => run_tiles(&scalar::I8Tile { w, acts }, acts, rows, out),

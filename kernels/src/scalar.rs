@@ -48,10 +48,11 @@ fn dot_i8(w: &I8, acts: &Acts, r: usize, a: usize) -> f32 {
     for b in 0..nb {
         let (wi, ai) = (r * nb + b, a * nb + b);
         let (wq, aq) = (&w.qs[wi].0, &acts.qs[ai].0);
-        let mut isum = [0i32; 2];
-        for (j, (&q, &x)) in wq.iter().zip(aq).enumerate() {
-            isum[j / 16] += q as i32 * x as i32;
-        }
+        let half = |h: usize| -> i32 {
+            let (wq, aq) = (&wq[16 * h..16 * h + 16], &aq[16 * h..16 * h + 16]);
+            wq.iter().zip(aq).map(|(&q, &x)| q as i32 * x as i32).sum()
+        };
+        let isum = [half(0), half(1)];
         let sc = w.sc[wi];
         acc += acts.d[ai] * (sc[0] * isum[0] as f32 + sc[1] * isum[1] as f32);
         if let Some(m) = &w.m {
