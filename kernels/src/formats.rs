@@ -139,7 +139,7 @@ fn q4k_scale_min(s: &[u8], j: usize) -> (u8, u8) {
 /// Unpacks `n` rows of `k` values of `format` from GGUF block bytes.
 pub(crate) fn unpack(format: Format, data: &[u8], n: usize, k: usize) -> Result<Repr, Error> {
     let bv = format.block_values();
-    if k == 0 || k % bv != 0 {
+    if k == 0 || !k.is_multiple_of(bv) {
         return Err(Error(format!(
             "{format:?} row length {k} is not a positive multiple of {bv}"
         )));
@@ -289,7 +289,10 @@ impl Repr {
 /// Quantizes `w` (length a multiple of 32) to GGUF Q8_0 blocks: per 32
 /// values `d = max|w| / 127` stored as f16 and `q = round(w / d)`.
 pub fn quantize_q8_0(w: &[f32]) -> Vec<u8> {
-    assert!(w.len() % QK == 0, "Q8_0 needs a multiple of 32 values");
+    assert!(
+        w.len().is_multiple_of(QK),
+        "Q8_0 needs a multiple of 32 values"
+    );
     let mut out = Vec::with_capacity(w.len() / QK * 34);
     for b in w.chunks_exact(QK) {
         let amax = b.iter().fold(0f32, |a, v| a.max(v.abs()));

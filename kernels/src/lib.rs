@@ -115,8 +115,7 @@ impl Isa {
             let avx512 = std::env::var("HEARTH_KERNELS_AVX512").is_ok_and(|v| v == "1");
             Isa::available()
                 .into_iter()
-                .filter(|i| avx512 || !matches!(i, Isa::Avx512 | Isa::Avx512Vnni))
-                .next_back()
+                .rfind(|i| avx512 || !matches!(i, Isa::Avx512 | Isa::Avx512Vnni))
                 .expect("scalar is always available")
         })
     }
@@ -141,7 +140,7 @@ impl QuantMatrix {
 
     /// Quantizes f32 weights `[n, k]` (row major, `k % 32 == 0`) to Q8_0.
     pub fn from_f32_q8_0(w: &[f32], n: usize, k: usize) -> Result<Self, Error> {
-        if w.len() != n * k || k % QK != 0 {
+        if w.len() != n * k || !k.is_multiple_of(QK) {
             return Err(Error(format!(
                 "{} values for a [{n}, {k}] Q8_0 matrix",
                 w.len()
