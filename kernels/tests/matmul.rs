@@ -13,6 +13,8 @@
 //! (about 0.4% without them). The test prints the worst ratios seen. The
 //! SIMD paths must agree with the scalar one within `1e-5 sum_j |w_j x_j|`
 //! (they differ only in f32 summation order).
+//!
+//! N = 37 also exercises the one-weight-row tiles at the end of a chunk.
 
 mod common;
 
@@ -84,7 +86,7 @@ fn check_format(format: Format, ks: &[usize]) {
     let mut rng = Rng(0x2545_F491_4F6C_DD1D ^ format.block_bytes() as u64);
     let (mut worst, mut worst_rms) = (0f32, 0f32);
     for &k in ks {
-        for n in [16usize, 100, 576] {
+        for n in [16usize, 37, 100, 576] {
             let (bytes, deq) = quantize(format, &rng.matrix(n * k));
             let q = QuantMatrix::new(format, &bytes, n, k).unwrap();
             for m in [1usize, 3, 16, 64] {
