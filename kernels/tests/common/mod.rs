@@ -68,10 +68,14 @@ fn nibbles(q: &[u8]) -> [u8; 16] {
 }
 
 /// Quantizes `w` (length a multiple of the block size) to `format`; returns
-/// the bytes and the decoded values.
-pub fn quantize(format: Format, w: &[f32]) -> (Vec<u8>, Vec<f32>) {
+/// the bytes, the decoded values, and the offset `m` of each 32 values in
+/// `w = d q + m` where the kernels use one (Q4_0's `-8 d`, Q4_1, Q5_1,
+/// Q4_K's `-dmin mn`; 0 for the others, whose offsets live in `q`).
+pub fn quantize(format: Format, w: &[f32]) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
     let (mut out, mut deq) = (Vec::new(), Vec::with_capacity(w.len()));
+    let mut offsets = Vec::new();
     for b in w.chunks_exact(format.block_values()) {
+        let before = deq.len();
         match format {
             Format::Q4_0 | Format::Q5_0 | Format::Q8_0 => {
                 let (bits, bias) = match format {
@@ -96,6 +100,7 @@ pub fn quantize(format: Format, w: &[f32]) -> (Vec<u8>, Vec<f32>) {
                         }
                     }
                     Format::Q4_0 => {
+                        offsets.push(-8.0 * d);
                         out.extend_from_slice(&nibbles(&q));
                         deq.extend(q.iter().map(|&q| d * q as f32 + -8.0 * d));
                     }
@@ -125,18 +130,20 @@ pub fn quantize(format: Format, w: &[f32]) -> (Vec<u8>, Vec<f32>) {
                 let low: Vec<u8> = q.iter().map(|v| v & 0xF).collect();
                 out.extend_from_slice(&nibbles(&low));
                 deq.extend(q.iter().map(|&q| d * q as f32 + m));
+                offsets.push(m);
             }
-            Format::Q4K => quantize_q4k(b, &mut out, &mut deq),
+            Format::Q4K => quantize_q4k(b, &mut out, &mut deq, &mut offsets),
             Format::Q6K => quantize_q6k(b, &mut out, &mut deq),
         }
+        offsets.resize((before + b.len()) / 32, 0.0);
     }
-    (out, deq)
+    (out, deq, offsets)
 }
 
 /// One Q4_K super-block: `d`, `dmin` (f16), 12 bytes of 6-bit scales and
 /// mins, 128 bytes of nibbles (per 64 values: low nibbles = first 32, high
 /// nibbles = next 32). Value = `d sc_s q - dmin mn_s` for sub-block `s`.
-fn quantize_q4k(b: &[f32], out: &mut Vec<u8>, deq: &mut Vec<f32>) {
+fn quantize_q4k(b: &[f32], out: &mut Vec<u8>, deq: &mut Vec<f32>, offsets: &mut Vec<f32>) {
     let mut scale = [0f32; 8];
     let mut minv = [0f32; 8];
     for s in 0..8 {
@@ -160,6 +167,7 @@ fn quantize_q4k(b: &[f32], out: &mut Vec<u8>, deq: &mut Vec<f32>) {
     let mut q = [0u8; 256];
     for s in 0..8 {
         let (ds, ms) = (d * sc[s] as f32, dmin * mn[s] as f32);
+        offsets.push(-ms);
         for l in 0..32 {
             let v = b[32 * s + l];
             q[32 * s + l] = qround((v + ms) * inv(ds), 0.0, 15.0);
