@@ -5,8 +5,8 @@
 //! of the activations (per 32 values, `d = max|x| / 127` stored as f16, so
 //! each value is off by at most `0.5625 d`; the block sum `s` used with the
 //! weight offsets `m` is f16 too, see `act.rs`), so each output must be
-//! within `sum_j 0.5625 |w_j| d(j) + sum_b |m_b| 2^-10 (sum_{j in b} |x_j|
-//! + 16 d_b)` (+ `1e-5 sum_j |w_j x_j|` for f32 summation order) of the f64
+//! within `sum_j 0.5625 |w_j| d(j) + sum_b |m_b| 2^-10 (sum_{j in b}
+//! |x_j| + 16 d_b)` (+ `1e-5 sum_j |w_j x_j|` for f32 summation order) of the f64
 //! reference. On top, over each output matrix, the RMS error must stay
 //! below twice the RMS that rounding errors uniform in `[-d/2, d/2]` give
 //! (`sqrt(sum_j w_j^2 d(j)^2 / 12)`), which catches a
