@@ -14,7 +14,7 @@
 //! `attn_{q,k,v,output}.bias`.
 //!
 //! Matrices stay quantized (see [`Linear`]: `hearth-kernels` on the CPU for
-//! its formats, candle's `QMatMul` otherwise). The token embedding is
+//! the 32-value block formats, candle's `QMatMul` otherwise). The token embedding is
 //! dequantized once to f16 for row lookups, while a tied head keeps the
 //! quantized `token_embd` tensor. A head stored as F16/BF16 (tied or not) is
 //! quantized to Q8_0 at load on the CPU by default ([`Llama::from_gguf_with`]),

@@ -1,11 +1,15 @@
 //! A linear layer `y = x W^T (+ b)` over either a quantized GGUF weight or a
 //! plain float weight.
 //!
-//! - Quantized on the CPU in a format of `hearth-kernels` (Q4_0, Q4_1,
-//!   Q5_0, Q5_1, Q8_0, Q4_K, Q6_K): a [`QuantMatrix`] applied by a candle
-//!   custom op, the activations quantized to 8 bits per 32 values (candle
-//!   runs Q4_x/Q5_x through scalar loops and its other kernels want `k` a
-//!   multiple of 256).
+//! - Quantized on the CPU in Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0: a
+//!   `hearth-kernels` [`QuantMatrix`] applied by a candle custom op, the
+//!   activations quantized to 8 bits per 32 values (candle runs Q4_1/Q5_x
+//!   through scalar loops, and its Q4_0/Q8_0 kernels are 2-3x slower than
+//!   these for several activation rows).
+//! - Q4_K and Q6_K stay on candle's `QMatMul` even on the CPU: their rows
+//!   are whole 256-value super-blocks, where candle's Q8_K kernels (integer
+//!   sums over 256 values) measured 1.3-2.6x faster than the per-32 ones of
+//!   `hearth-kernels` (`examples/qmatmul_speed.rs`).
 //! - Quantized otherwise (other formats, other devices): a candle [`QMatMul`]
 //!   over the [`QTensor`]. candle dequantizes F32/F16/BF16 `QTensor`s into a
 //!   plain tensor on its own, so any GGUF matrix can go through
@@ -27,6 +31,12 @@ enum Weight {
     Quantized(QMatMul),
     Kernel(KernelOp),
     Dense(Tensor),
+}
+
+/// The `hearth-kernels` format a CPU [`Linear`] uses for a GGML dtype: the
+/// 32-value formats (see the module docs for the K-quants).
+fn preferred_kernel_format(dtype: GgmlDType) -> Option<Format> {
+    kernel_format(dtype).filter(|f| f.block_values() == 32)
 }
 
 /// The `hearth-kernels` format of a GGML dtype, if it has one.
@@ -92,21 +102,24 @@ impl Linear {
     /// Like [`Linear::from_qtensor`], sharing the tensor.
     pub fn from_arc(qtensor: Arc<QTensor>) -> Result<Self> {
         let (out_features, in_features) = qtensor.shape().dims2()?;
-        let weight = match kernel_format(qtensor.dtype()) {
-            Some(format) if qtensor.device().is_cpu() => {
-                let data = qtensor.data()?;
-                let m = QuantMatrix::new(format, &data, out_features, in_features)
-                    .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-                Weight::Kernel(KernelOp(Arc::new(m)))
-            }
-            _ => Weight::Quantized(QMatMul::from_arc(qtensor)?),
-        };
-        Ok(Self {
-            weight,
-            bias: None,
-            in_features,
-            out_features,
-        })
+        match preferred_kernel_format(qtensor.dtype()) {
+            Some(format) if qtensor.device().is_cpu() => Self::with_kernel(&qtensor, format),
+            _ => Ok(Self {
+                weight: Weight::Quantized(QMatMul::from_arc(qtensor)?),
+                bias: None,
+                in_features,
+                out_features,
+            }),
+        }
+    }
+
+    /// The tensor's blocks as a `hearth-kernels` matrix of `format`.
+    fn with_kernel(qtensor: &QTensor, format: Format) -> Result<Self> {
+        let (n, k) = qtensor.shape().dims2()?;
+        let data = qtensor.data()?;
+        let m = QuantMatrix::new(format, &data, n, k)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        Ok(Self::from_kernel(m))
     }
 
     /// Wraps a `hearth-kernels` matrix (CPU only).
@@ -279,10 +292,17 @@ mod tests {
             let x = Tensor::randn(0f32, 1.0, (rows, k), &dev)?;
             let q = QTensor::quantize(&w, dtype)?;
             let deq = q.dequantize(&dev)?;
-            let lin = Linear::from_qtensor(q)?;
+            let format = kernel_format(dtype).expect("a kernel format");
+            let lin = Linear::with_kernel(&q, format)?;
             let Weight::Kernel(op) = &lin.weight else {
                 panic!("{dtype:?} did not take the kernel path")
             };
+            let default = Linear::from_qtensor(q)?;
+            assert_eq!(
+                matches!(default.weight, Weight::Kernel(_)),
+                format.block_values() == 32,
+                "{dtype:?}: default path"
+            );
             let ws = deq.flatten_all()?.to_vec1::<f32>()?;
             assert_eq!(op.0.dequantize(), ws, "{dtype:?}: unpacking differs");
 
