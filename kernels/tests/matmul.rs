@@ -16,7 +16,8 @@
 //! SIMD paths must agree with the scalar one within `1e-5 sum_j |w_j x_j|`
 //! (they differ only in f32 summation order).
 //!
-//! N = 37 also exercises the one-weight-row tiles at the end of a chunk.
+//! N = 37 also exercises the one-weight-row tiles at the end of a chunk, and
+//! K = 96 (3 blocks) the AVX-512 kernels' odd last block.
 
 mod common;
 
@@ -161,27 +162,27 @@ fn check_format(format: Format, ks: &[usize]) {
 
 #[test]
 fn q4_0() {
-    check_format(Format::Q4_0, &[32, 576, 1536]);
+    check_format(Format::Q4_0, &[32, 96, 576, 1536]);
 }
 
 #[test]
 fn q4_1() {
-    check_format(Format::Q4_1, &[32, 576, 1536]);
+    check_format(Format::Q4_1, &[32, 96, 576, 1536]);
 }
 
 #[test]
 fn q5_0() {
-    check_format(Format::Q5_0, &[32, 576, 1536]);
+    check_format(Format::Q5_0, &[32, 96, 576, 1536]);
 }
 
 #[test]
 fn q5_1() {
-    check_format(Format::Q5_1, &[32, 576, 1536]);
+    check_format(Format::Q5_1, &[32, 96, 576, 1536]);
 }
 
 #[test]
 fn q8_0() {
-    check_format(Format::Q8_0, &[32, 576, 1536]);
+    check_format(Format::Q8_0, &[32, 96, 576, 1536]);
 }
 
 #[test]
