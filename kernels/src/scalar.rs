@@ -44,20 +44,26 @@ fn dot_u4(w: &U4, acts: &Acts, r: usize, a: usize) -> f32 {
 /// `sum_b d_x (sc0 sum_{j<16} q_w q_x + sc1 sum_{j>=16} q_w q_x) (+ m s_x)`.
 fn dot_i8(w: &I8, acts: &Acts, r: usize, a: usize) -> f32 {
     let nb = w.nb;
+    let (wr, ar) = (r * nb..(r + 1) * nb, a * nb..(a + 1) * nb);
     let mut acc = 0f32;
-    for b in 0..nb {
-        let (wi, ai) = (r * nb + b, a * nb + b);
-        let (wq, aq) = (&w.qs[wi].0, &acts.qs[ai].0);
-        let half = |h: usize| -> i32 {
-            let (wq, aq) = (&wq[16 * h..16 * h + 16], &aq[16 * h..16 * h + 16]);
-            wq.iter().zip(aq).map(|(&q, &x)| q as i32 * x as i32).sum()
-        };
-        let isum = [half(0), half(1)];
-        let sc = w.sc[wi];
-        acc += acts.d[ai] * (sc[0] * isum[0] as f32 + sc[1] * isum[1] as f32);
-        if let Some(m) = &w.m {
-            acc += m[wi] * acts.s[ai];
+    for ((wq, sc), (aq, &dx)) in w.qs[wr.clone()]
+        .iter()
+        .zip(&w.sc[wr.clone()])
+        .zip(acts.qs[ar.clone()].iter().zip(&acts.d[ar.clone()]))
+    {
+        let (mut lo, mut hi) = (0i32, 0i32);
+        for j in 0..16 {
+            lo += wq.0[j] as i32 * aq.0[j] as i32;
+            hi += wq.0[j + 16] as i32 * aq.0[j + 16] as i32;
         }
+        acc += dx * (sc[0] * lo as f32 + sc[1] * hi as f32);
+    }
+    if let Some(m) = &w.m {
+        acc += m[wr]
+            .iter()
+            .zip(&acts.s[ar])
+            .map(|(m, s)| m * s)
+            .sum::<f32>();
     }
     acc
 }
