@@ -1,27 +1,24 @@
 //! GGUF block formats and their unpacking into the two layouts the kernels
 //! work on.
 //!
-//! Every format is cut into 32-value blocks (the K-quants' 256-value
-//! super-blocks into 8 sub-blocks of 32) and each block is stored as one of:
+//! The K-quants are unpacked by `kquants.rs`'s layouts. Every other format
+//! is cut into 32-value blocks, each stored as one of:
 //!
 //! - [`U4`]: 32 unsigned 4-bit values `q` in 16 bytes (byte `j` holds value
 //!   `j` in its low nibble and value `j + 16` in its high nibble, the
 //!   Q4_0/Q4_1 order), a scale `d` and an offset `m`, so that `w = d q + m`.
-//!   Q4_0 (`d (q - 8)`, so `m = -8 d`), Q4_1 (`d q + m`) and Q4_K
-//!   (`d sc q - dmin mn` per sub-block, so `d = d sc`, `m = -dmin mn`) all
-//!   fit; the Q4_K nibbles are re-ordered at load to the Q4_0 order.
+//!   Q4_0 (`d (q - 8)`, so `m = -8 d`) and Q4_1 (`d q + m`) fit.
 //! - [`I8`]: 32 signed bytes `q`, a scale per 16 values `sc[0]`, `sc[1]`,
 //!   and optionally an offset per block `m`: `w = sc[j / 16] q_j (+ m)`.
-//!   Q8_0 (`d q`), Q5_0 (`d (q - 16)`), Q5_1 (`d q + m`, `q` in 0..32) and
-//!   Q6_K (`d sc_g (q - 32)` with a signed 8-bit scale per 16 values) fit.
+//!   Q8_0 (`d q`), Q5_0 (`d (q - 16)`) and Q5_1 (`d q + m`, `q` in 0..32)
+//!   fit.
 //!
-//! The scales are products computed once in f32 (`d * sc` for the K-quants,
-//! as llama.cpp's own dequantization computes them), so every weight is
-//! reproduced exactly. The cost is memory: a U4 block takes 24 bytes where
-//! Q4_K takes 18 per 32 values, and an I8 block 40 bytes where Q6_K takes 26.
+//! Every weight is reproduced exactly. The cost is memory: a U4 block takes
+//! 24 bytes where Q4_1 takes 20, an I8 block 40 where Q8_0 takes 34.
 
 use half::f16;
 
+use crate::kquants::{K4, K6};
 use crate::Error;
 
 /// A GGUF (GGML) block format.
@@ -105,6 +102,8 @@ pub(crate) struct I8 {
 pub(crate) enum Repr {
     U4(U4),
     I8(I8),
+    K4(K4),
+    K6(K6),
 }
 
 fn h(b: &[u8], at: usize) -> f32 {
@@ -156,7 +155,70 @@ pub(crate) fn unpack(format: Format, data: &[u8], n: usize, k: usize) -> Result<
     let total = n * nb;
     let chunks = data.chunks_exact(format.block_bytes());
     Ok(match format {
-        Format::Q4_0 | Format::Q4_1 | Format::Q4K => {
+        Format::Q4K => {
+            let ns = k / 256;
+            let mut w = K4 {
+                ns,
+                qs: Vec::with_capacity(total),
+                sc: Vec::with_capacity(blocks),
+                mn: Vec::with_capacity(blocks),
+                d: Vec::with_capacity(blocks),
+                dmin: Vec::with_capacity(blocks),
+            };
+            for b in chunks {
+                w.d.push(h(b, 0));
+                w.dmin.push(h(b, 2));
+                let (scales, qs) = (&b[4..16], &b[16..144]);
+                let (mut sc, mut mn) = ([0i16; 8], [0i32; 8]);
+                for j in 0..8 {
+                    let (s, m) = q4k_scale_min(scales, j);
+                    (sc[j], mn[j]) = (s as i16, m as i32);
+                }
+                w.sc.push(sc);
+                w.mn.push(mn);
+                // Per 64 values: low nibbles are the first 32, high the next.
+                for c in 0..4 {
+                    let q = &qs[32 * c..32 * c + 32];
+                    for shift in [0, 4] {
+                        let v: [u8; QK] = std::array::from_fn(|l| (q[l] >> shift) & 0xF);
+                        w.qs.push(pack_nibbles(&v));
+                    }
+                }
+            }
+            Repr::K4(w)
+        }
+        Format::Q6K => {
+            let mut w = K6 {
+                ns: k / 256,
+                qs: Vec::with_capacity(total),
+                sc: Vec::with_capacity(blocks),
+                d: Vec::with_capacity(blocks),
+            };
+            for b in chunks {
+                // ql[128] low 4 bits, qh[64] high 2 bits, 16 i8 scales, d.
+                let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
+                w.d.push(h(b, 208));
+                w.sc.push(std::array::from_fn(|g| sc[g] as i8 as i16));
+                let mut v = [0i8; 256];
+                for half in 0..2 {
+                    let (ql, qh) = (&ql[64 * half..], &qh[32 * half..]);
+                    let v = &mut v[128 * half..];
+                    for l in 0..32 {
+                        let hb = |s: u32| (qh[l] >> s) & 3;
+                        let q = |low: u8, s| ((low | (hb(s) << 4)) as i32 - 32) as i8;
+                        v[l] = q(ql[l] & 0xF, 0);
+                        v[l + 32] = q(ql[l + 32] & 0xF, 2);
+                        v[l + 64] = q(ql[l] >> 4, 4);
+                        v[l + 96] = q(ql[l + 32] >> 4, 6);
+                    }
+                }
+                for s in 0..8 {
+                    w.qs.push(Q8(v[32 * s..32 * s + 32].try_into().expect("32")));
+                }
+            }
+            Repr::K6(w)
+        }
+        Format::Q4_0 | Format::Q4_1 => {
             let mut u = U4 {
                 nb,
                 qs: Vec::with_capacity(total),
@@ -176,25 +238,12 @@ pub(crate) fn unpack(format: Format, data: &[u8], n: usize, k: usize) -> Result<
                         u.m.push(h(b, 2));
                         u.qs.push(Nib(b[4..20].try_into().expect("16 bytes")));
                     }
-                    _ => {
-                        let (d, dmin) = (h(b, 0), h(b, 2));
-                        let (scales, qs) = (&b[4..16], &b[16..144]);
-                        for c in 0..4 {
-                            let q = &qs[32 * c..32 * c + 32];
-                            for (half, shift) in [(0, 0), (1, 4)] {
-                                let (sc, mn) = q4k_scale_min(scales, 2 * c + half);
-                                let v: [u8; QK] = std::array::from_fn(|l| (q[l] >> shift) & 0xF);
-                                u.d.push(d * sc as f32);
-                                u.m.push(-(dmin * mn as f32));
-                                u.qs.push(pack_nibbles(&v));
-                            }
-                        }
-                    }
+                    _ => unreachable!("only Q4_0 and Q4_1 here"),
                 }
             }
             Repr::U4(u)
         }
-        Format::Q5_0 | Format::Q5_1 | Format::Q8_0 | Format::Q6K => {
+        Format::Q5_0 | Format::Q5_1 | Format::Q8_0 => {
             let has_m = format == Format::Q5_1;
             let mut w = I8 {
                 nb,
@@ -227,30 +276,7 @@ pub(crate) fn unpack(format: Format, data: &[u8], n: usize, k: usize) -> Result<
                             m.push(h(b, 2));
                         }
                     }
-                    _ => {
-                        // Q6_K: ql[128] low 4 bits, qh[64] high 2 bits, 16 i8
-                        // scales (one per 16 values), d.
-                        let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
-                        let d = h(b, 208);
-                        let mut v = [0i8; 256];
-                        for half in 0..2 {
-                            let (ql, qh) = (&ql[64 * half..], &qh[32 * half..]);
-                            let v = &mut v[128 * half..];
-                            for l in 0..32 {
-                                let hb = |s: u32| (qh[l] >> s) & 3;
-                                let q = |low: u8, s| ((low | (hb(s) << 4)) as i32 - 32) as i8;
-                                v[l] = q(ql[l] & 0xF, 0);
-                                v[l + 32] = q(ql[l + 32] & 0xF, 2);
-                                v[l + 64] = q(ql[l] >> 4, 4);
-                                v[l + 96] = q(ql[l + 32] >> 4, 6);
-                            }
-                        }
-                        for s in 0..8 {
-                            let g = |i: usize| d * (sc[i] as i8) as f32;
-                            w.sc.push([g(2 * s), g(2 * s + 1)]);
-                            w.qs.push(Q8(v[32 * s..32 * s + 32].try_into().expect("32")));
-                        }
-                    }
+                    _ => unreachable!("only Q5_0, Q5_1 and Q8_0 here"),
                 }
             }
             Repr::I8(w)
@@ -281,6 +307,8 @@ impl Repr {
                     );
                 }
             }
+            Repr::K4(w) => w.dequantize(&mut out),
+            Repr::K6(w) => w.dequantize(&mut out),
         }
         out
     }

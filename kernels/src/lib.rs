@@ -6,16 +6,18 @@
 //!
 //! How:
 //! - at load the blocks are unpacked into one of two layouts (`formats.rs`):
-//!   4-bit values with a scale and an offset per 32 values (Q4_0, Q4_1,
-//!   Q4_K), or 8-bit values with a scale per 16 values and an optional
-//!   offset per 32 (Q5_0, Q5_1, Q8_0, Q6_K); the weights are reproduced
-//!   exactly;
-//! - the activations are quantized to 8 bits per 32 values (`act.rs`, which
-//!   states the error bound);
-//! - each 32-value block pair contributes `d_w d_x sum(q_w q_x) + m_w s_x`,
+//!   4-bit values with a scale and an offset per 32 values (Q4_0, Q4_1), or
+//!   8-bit values with a scale per 16 values and an optional offset per 32
+//!   (Q5_0, Q5_1, Q8_0); the K-quants keep their integer sub-block scales
+//!   (`kquants.rs`); the weights are reproduced exactly;
+//! - the activations are quantized to 8 bits per 32 values as llama.cpp's
+//!   Q8_0/Q8_1, or per 256 as its Q8_K for the K-quants (`act.rs`, which
+//!   states the error bounds);
+//! - each 32-value block pair contributes `d_w d_x sum(q_w q_x) + m_w s_x`
+//!   (a K-quant super-block: one integer sum with the sub-block scales),
 //!   the integer dot product done with SIMD (`avx2.rs`, `avx512.rs`) or
 //!   plain loops (`scalar.rs`, also the path of non-x86 builds), picked at
-//!   run time ([`Isa`]);
+//!   run time ([`Isa`]; the K-quants have scalar and AVX2 kernels only);
 //! - the work is cut into tiles of `R` weight rows x `A` activation rows
 //!   ([`Tile`]): a weight block is loaded and unpacked once per tile and
 //!   used for `A` activation rows, and `R * A` independent accumulators
@@ -29,6 +31,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod formats;
+mod kquants;
 mod scalar;
 
 use std::ops::Range;
@@ -189,7 +192,10 @@ impl QuantMatrix {
         if m == 0 || n == 0 {
             return;
         }
-        let acts = Acts::quantize(x, k);
+        let acts = match self.repr {
+            Repr::K4(_) | Repr::K6(_) => Acts::quantize_k(x, k),
+            _ => Acts::quantize(x, k),
+        };
         // Work on the transposed output [n, m] so that chunks of weight rows
         // own contiguous memory; with one activation row it is `out` itself.
         let mut buf = Vec::new();
@@ -223,6 +229,30 @@ impl QuantMatrix {
     /// Weight rows `rows` times every activation row into `out`, laid out
     /// `[rows.len(), m]`.
     fn block(&self, isa: Isa, acts: &Acts, rows: Range<usize>, out: &mut [f32]) {
+        // The K-quants have scalar and AVX2 kernels (AVX-512 CPUs run the
+        // AVX2 one).
+        match (&self.repr, isa) {
+            (Repr::K4(w), Isa::Scalar) => {
+                return run_tiles(&kquants::scalar::K4Tile { w, acts }, acts, rows, out)
+            }
+            (Repr::K6(w), Isa::Scalar) => {
+                return run_tiles(&kquants::scalar::K6Tile { w, acts }, acts, rows, out)
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Repr::K4(w), _) => {
+                // SAFETY: every non-scalar `Isa` implies AVX2 + FMA, checked
+                // by `matmul_with`.
+                let t = unsafe { kquants::avx2::K4Tile::new(w, acts) };
+                return run_tiles(&t, acts, rows, out);
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Repr::K6(w), _) => {
+                // SAFETY: as above.
+                let t = unsafe { kquants::avx2::K6Tile::new(w, acts) };
+                return run_tiles(&t, acts, rows, out);
+            }
+            _ => {}
+        }
         match isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => match &self.repr {
@@ -230,6 +260,7 @@ impl QuantMatrix {
                 // has the instruction set.
                 Repr::U4(w) => run_tiles(&unsafe { avx2::U4Tile::new(w, acts) }, acts, rows, out),
                 Repr::I8(w) => run_tiles(&unsafe { avx2::I8Tile::new(w, acts) }, acts, rows, out),
+                Repr::K4(_) | Repr::K6(_) => unreachable!("K-quants dispatched above"),
             },
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 | Isa::Avx512Vnni => {
@@ -248,11 +279,13 @@ impl QuantMatrix {
                         rows,
                         out,
                     ),
+                    Repr::K4(_) | Repr::K6(_) => unreachable!("K-quants dispatched above"),
                 }
             }
             _ => match &self.repr {
                 Repr::U4(w) => run_tiles(&scalar::U4Tile { w, acts }, acts, rows, out),
                 Repr::I8(w) => run_tiles(&scalar::I8Tile { w, acts }, acts, rows, out),
+                Repr::K4(_) | Repr::K6(_) => unreachable!("K-quants dispatched above"),
             },
         }
     }
