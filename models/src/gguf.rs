@@ -272,3 +272,48 @@ impl<R: Read + Seek> Loader<'_, R> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Module;
+
+    /// An F16 head becomes a Q8_0 kernel matrix when asked (and stays
+    /// candle's otherwise); its logits are within the two 8-bit roundings of
+    /// f64 math on the f16 weights: with steps `sw`, `sx` (`max|block| /
+    /// 127`), weights move by at most `0.57 sw` and activations by `0.5625
+    /// sx` (both scales stored as f16), so each product by at most `0.57 (sw
+    /// |x| + sx |w|) + 0.33 sw sx`.
+    #[test]
+    fn f16_head_is_quantized_to_q8_0() -> Result<()> {
+        let dev = Device::Cpu;
+        let (n, k) = (300, 64);
+        let w = Tensor::randn(0f32, 1.0, (n, k), &dev)?;
+        let x = Tensor::randn(0f32, 1.0, (2, k), &dev)?;
+        let q = || QTensor::quantize(&w, GgmlDType::F16);
+        let head = head_linear(q()?, true)?;
+        assert!(head.is_quantized());
+        assert!(!head_linear(q()?, false)?.is_quantized());
+        let got = head.forward(&x)?.to_vec2::<f32>()?;
+        let w16 = q()?.dequantize(&dev)?;
+        let (ws, xs) = (w16.to_vec2::<f32>()?, x.to_vec2::<f32>()?);
+        let step = |v: &[f32]| v.iter().fold(0f32, |a, x| a.max(x.abs())) / 127.0;
+        for (r, xr) in xs.iter().enumerate() {
+            for (o, wr) in ws.iter().enumerate() {
+                let want: f64 = wr.iter().zip(xr).map(|(w, x)| (w * x) as f64).sum();
+                let mut bound = 1e-4f32;
+                for (wb, xb) in wr.chunks(32).zip(xr.chunks(32)) {
+                    let (sw, sx) = (step(wb), step(xb));
+                    bound += wb
+                        .iter()
+                        .zip(xb)
+                        .map(|(w, x)| 0.57 * (sw * x.abs() + sx * w.abs()) + 0.33 * sw * sx)
+                        .sum::<f32>();
+                }
+                let d = (got[r][o] as f64 - want).abs() as f32;
+                assert!(d <= bound, "row {r} out {o}: |diff| {d} > {bound}");
+            }
+        }
+        Ok(())
+    }
+}
