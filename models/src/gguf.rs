@@ -13,9 +13,13 @@
 //! `rope_freqs` (per-frequency divisors, Llama 3.1 style) and optional
 //! `attn_{q,k,v,output}.bias`.
 //!
-//! Matrices stay quantized behind `QMatMul`. The token embedding is
+//! Matrices stay quantized (see [`Linear`]: `hearth-kernels` on the CPU for
+//! the 32-value block formats, candle's `QMatMul` otherwise). The token embedding is
 //! dequantized once to f16 for row lookups, while a tied head keeps the
-//! quantized `token_embd` tensor. GGUF Q/K rows are permuted for GGML's
+//! quantized `token_embd` tensor. A head stored as F16/BF16 (tied or not) is
+//! quantized to Q8_0 at load on the CPU by default ([`Llama::from_gguf_with`]),
+//! as the `[vocab, hidden]` head matmul is the largest of a decode step; an
+//! F32 head (test models) stays exact. GGUF Q/K rows are permuted for GGML's
 //! adjacent-pair rotary, so the model uses [`RopeLayout::Interleaved`].
 
 use std::io::{Read, Seek};
@@ -81,6 +85,19 @@ impl Llama {
         reader: &mut R,
         device: &Device,
     ) -> Result<Self> {
+        Self::from_gguf_with(content, reader, device, true)
+    }
+
+    /// [`Llama::from_gguf`], choosing whether an F16/BF16 output head is
+    /// quantized to Q8_0 on the CPU (`q8_head`; `from_gguf` says yes). This
+    /// rounds each head weight to 8 bits per 32 values and makes the head
+    /// matmul several times cheaper.
+    pub fn from_gguf_with<R: Read + Seek>(
+        content: &Content,
+        reader: &mut R,
+        device: &Device,
+        q8_head: bool,
+    ) -> Result<Self> {
         let c = content;
         let arch = md_str(c, "general.architecture")?.unwrap_or("llama");
         if arch != "llama" {
@@ -143,9 +160,15 @@ impl Llama {
             _ => token_embd.dequantize_f16(device)?,
         };
         let lm_head = if ld.has("output.weight") {
-            ld.linear("output")?
+            let head = ld.qtensor("output.weight")?;
+            let lin = head_linear(head, q8_head)?;
+            if ld.has("output.bias") {
+                lin.with_bias(ld.f32_vector("output.bias")?)?
+            } else {
+                lin
+            }
         } else {
-            Linear::from_arc(Arc::new(token_embd))?
+            head_linear(token_embd, q8_head)?
         };
 
         let output_norm = RmsNorm::new(ld.f32_vector("output_norm.weight")?, eps)?;
@@ -197,6 +220,24 @@ impl Llama {
     }
 }
 
+/// The output head over `w` (`[vocab, hidden]`): F16/BF16 on the CPU is
+/// quantized to Q8_0 for `hearth-kernels` when `q8_head`, else as
+/// [`Linear::from_arc`].
+fn head_linear(w: QTensor, q8_head: bool) -> Result<Linear> {
+    let (n, k) = w.shape().dims2()?;
+    let half = matches!(w.dtype(), GgmlDType::F16 | GgmlDType::BF16);
+    if q8_head && half && w.device().is_cpu() && k % 32 == 0 {
+        let f = w
+            .dequantize(&Device::Cpu)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        let m = hearth_kernels::QuantMatrix::from_f32_q8_0(&f, n, k)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        return Ok(Linear::from_kernel(m));
+    }
+    Linear::from_arc(Arc::new(w))
+}
+
 /// Reads tensors of one GGUF file onto a device.
 struct Loader<'a, R> {
     c: &'a Content,
@@ -229,5 +270,50 @@ impl<R: Read + Seek> Loader<'_, R> {
         } else {
             Ok(lin)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Module;
+
+    /// An F16 head becomes a Q8_0 kernel matrix when asked (and stays
+    /// candle's otherwise); its logits are within the two 8-bit roundings of
+    /// f64 math on the f16 weights: with steps `sw`, `sx` (`max|block| /
+    /// 127`), weights move by at most `0.57 sw` and activations by `0.5625
+    /// sx` (both scales stored as f16), so each product by at most `0.57 (sw
+    /// |x| + sx |w|) + 0.33 sw sx`.
+    #[test]
+    fn f16_head_is_quantized_to_q8_0() -> Result<()> {
+        let dev = Device::Cpu;
+        let (n, k) = (300, 64);
+        let w = Tensor::randn(0f32, 1.0, (n, k), &dev)?;
+        let x = Tensor::randn(0f32, 1.0, (2, k), &dev)?;
+        let q = || QTensor::quantize(&w, GgmlDType::F16);
+        let head = head_linear(q()?, true)?;
+        assert!(head.is_quantized());
+        assert!(!head_linear(q()?, false)?.is_quantized());
+        let got = head.forward(&x)?.to_vec2::<f32>()?;
+        let w16 = q()?.dequantize(&dev)?;
+        let (ws, xs) = (w16.to_vec2::<f32>()?, x.to_vec2::<f32>()?);
+        let step = |v: &[f32]| v.iter().fold(0f32, |a, x| a.max(x.abs())) / 127.0;
+        for (r, xr) in xs.iter().enumerate() {
+            for (o, wr) in ws.iter().enumerate() {
+                let want: f64 = wr.iter().zip(xr).map(|(w, x)| (w * x) as f64).sum();
+                let mut bound = 1e-4f32;
+                for (wb, xb) in wr.chunks(32).zip(xr.chunks(32)) {
+                    let (sw, sx) = (step(wb), step(xb));
+                    bound += wb
+                        .iter()
+                        .zip(xb)
+                        .map(|(w, x)| 0.57 * (sw * x.abs() + sx * w.abs()) + 0.33 * sw * sx)
+                        .sum::<f32>();
+                }
+                let d = (got[r][o] as f64 - want).abs() as f32;
+                assert!(d <= bound, "row {r} out {o}: |diff| {d} > {bound}");
+            }
+        }
+        Ok(())
     }
 }

@@ -10,8 +10,8 @@
 //!
 //! Architectures:
 //! - [`Llama`] (`llama.rs`): loaded from a llama GGUF file (quantized matrices
-//!   through candle's `QMatMul`, or `q4_1.rs` for Q4_1 on the CPU; see
-//!   `gguf.rs`) or from Hugging Face safetensors + `config.json`
+//!   through hearth-kernels on the CPU for Q4_0/Q4_1/Q5_x/Q8_0, candle's
+//!   `QMatMul` otherwise; see `gguf.rs` and `linear.rs`) or from Hugging Face safetensors + `config.json`
 //!   ([`LlamaConfig`]).
 //!
 //! - [`Bert`] (`bert.rs`): a BERT encoder over packed (unpadded) batches,
@@ -29,7 +29,6 @@ mod kv_cache;
 mod linear;
 mod llama;
 mod paged;
-mod q4_1;
 mod rotary;
 
 pub use bert::{

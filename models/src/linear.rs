@@ -1,11 +1,20 @@
 //! A linear layer `y = x W^T (+ b)` over either a quantized GGUF weight or a
 //! plain float weight.
 //!
-//! - Quantized: a candle [`QMatMul`] over a [`QTensor`] (Q8_0, K-quants,
-//!   ...). candle dequantizes F32/F16/BF16 `QTensor`s into a plain tensor on
-//!   its own, so any GGUF matrix can go through [`Linear::from_qtensor`].
-//!   Q4_1 on the CPU uses this crate's SIMD op instead (`q4_1.rs`), same
-//!   arithmetic as llama.cpp, since candle's Q4_1 path is scalar.
+//! - Quantized on the CPU in Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0: a
+//!   `hearth-kernels` [`QuantMatrix`] applied by a candle custom op, the
+//!   activations quantized to 8 bits per 32 values (candle runs Q4_1/Q5_x
+//!   through scalar loops, and its Q4_0/Q8_0 kernels are 2-3x slower than
+//!   these for several activation rows).
+//! - Q4_K and Q6_K stay on candle's `QMatMul` even on the CPU: their rows
+//!   are whole 256-value super-blocks, candle's fast case. With one activation
+//!   row (decode) candle's Q4_K kernel measured up to 2x faster than
+//!   `hearth-kernels`' (which wins with 16+ rows, and ties on Q6_K), though
+//!   candle's timings varied widely between runs (`examples/qmatmul_speed.rs`).
+//! - Quantized otherwise (other formats, other devices): a candle [`QMatMul`]
+//!   over the [`QTensor`]. candle dequantizes F32/F16/BF16 `QTensor`s into a
+//!   plain tensor on its own, so any GGUF matrix can go through
+//!   [`Linear::from_qtensor`].
 //! - Dense: a `[out, in]` tensor in f32, f16 or bf16. The input is cast to the
 //!   weight's dtype for the matmul and the result cast back, so callers always
 //!   work in their own activation dtype (f32 in this crate).
@@ -14,16 +23,66 @@ use std::sync::Arc;
 
 use candle_core::quantized::GgmlDType;
 use candle_core::quantized::{QMatMul, QTensor};
-use candle_core::{DType, Module, Result, Tensor, D};
-
-use crate::q4_1::Q4_1Matrix;
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Result, Shape, Tensor, D};
+use hearth_kernels::{Format, QuantMatrix};
 
 /// Weight of a [`Linear`].
 #[derive(Debug, Clone)]
 enum Weight {
     Quantized(QMatMul),
-    Q4_1(Arc<Q4_1Matrix>),
+    Kernel(KernelOp),
     Dense(Tensor),
+}
+
+/// The `hearth-kernels` format a CPU [`Linear`] uses for a GGML dtype: the
+/// 32-value formats (see the module docs for the K-quants).
+fn preferred_kernel_format(dtype: GgmlDType) -> Option<Format> {
+    kernel_format(dtype).filter(|f| f.block_values() == 32)
+}
+
+/// The `hearth-kernels` format of a GGML dtype, if it has one.
+pub(crate) fn kernel_format(dtype: GgmlDType) -> Option<Format> {
+    Some(match dtype {
+        GgmlDType::Q4_0 => Format::Q4_0,
+        GgmlDType::Q4_1 => Format::Q4_1,
+        GgmlDType::Q5_0 => Format::Q5_0,
+        GgmlDType::Q5_1 => Format::Q5_1,
+        GgmlDType::Q8_0 => Format::Q8_0,
+        GgmlDType::Q4K => Format::Q4K,
+        GgmlDType::Q6K => Format::Q6K,
+        _ => return None,
+    })
+}
+
+/// `x W^T` through a [`QuantMatrix`], as a candle op on the CPU: `x` is f32
+/// `[..., k]`, the result `[..., n]`.
+#[derive(Debug, Clone)]
+struct KernelOp(Arc<QuantMatrix>);
+
+impl CustomOp1 for KernelOp {
+    fn name(&self) -> &'static str {
+        "hearth-kernels-matmul"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let w = &self.0;
+        let CpuStorage::F32(data) = storage else {
+            candle_core::bail!("quantized matmul expects f32 input")
+        };
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            candle_core::bail!("quantized matmul expects a contiguous input")
+        };
+        let mut dims = layout.dims().to_vec();
+        match dims.last_mut() {
+            Some(last) if *last == w.k() => *last = w.n(),
+            _ => candle_core::bail!("quantized matmul: input {dims:?} does not end in {}", w.k()),
+        }
+        let x = &data[start..end];
+        let m = x.len() / w.k();
+        let mut out = vec![0f32; m * w.n()];
+        w.matmul(x, m, &mut out);
+        Ok((CpuStorage::F32(out), Shape::from(dims)))
+    }
 }
 
 /// `y = x W^T + b` with `W` of shape `[out_features, in_features]`.
@@ -44,17 +103,34 @@ impl Linear {
     /// Like [`Linear::from_qtensor`], sharing the tensor.
     pub fn from_arc(qtensor: Arc<QTensor>) -> Result<Self> {
         let (out_features, in_features) = qtensor.shape().dims2()?;
-        let weight = if qtensor.dtype() == GgmlDType::Q4_1 && qtensor.device().is_cpu() {
-            Weight::Q4_1(Arc::new(Q4_1Matrix::from_qtensor(&qtensor)?))
-        } else {
-            Weight::Quantized(QMatMul::from_arc(qtensor)?)
-        };
-        Ok(Self {
-            weight,
+        match preferred_kernel_format(qtensor.dtype()) {
+            Some(format) if qtensor.device().is_cpu() => Self::with_kernel(&qtensor, format),
+            _ => Ok(Self {
+                weight: Weight::Quantized(QMatMul::from_arc(qtensor)?),
+                bias: None,
+                in_features,
+                out_features,
+            }),
+        }
+    }
+
+    /// The tensor's blocks as a `hearth-kernels` matrix of `format`.
+    fn with_kernel(qtensor: &QTensor, format: Format) -> Result<Self> {
+        let (n, k) = qtensor.shape().dims2()?;
+        let data = qtensor.data()?;
+        let m = QuantMatrix::new(format, &data, n, k)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        Ok(Self::from_kernel(m))
+    }
+
+    /// Wraps a `hearth-kernels` matrix (CPU only).
+    pub(crate) fn from_kernel(m: QuantMatrix) -> Self {
+        Self {
+            in_features: m.k(),
+            out_features: m.n(),
+            weight: Weight::Kernel(KernelOp(Arc::new(m))),
             bias: None,
-            in_features,
-            out_features,
-        })
+        }
     }
 
     /// Wraps a float weight of shape `[out, in]`.
@@ -93,7 +169,7 @@ impl Linear {
     pub fn is_quantized(&self) -> bool {
         matches!(
             self.weight,
-            Weight::Quantized(QMatMul::QTensor(_)) | Weight::Q4_1(_)
+            Weight::Quantized(QMatMul::QTensor(_)) | Weight::Kernel(_)
         )
     }
 }
@@ -111,10 +187,10 @@ impl Module for Linear {
         let x2 = x.reshape((rows, k))?;
         let y = match &self.weight {
             Weight::Quantized(w) => w.forward(&x2.to_dtype(DType::F32)?.contiguous()?)?,
-            Weight::Q4_1(w) => x2
+            Weight::Kernel(op) => x2
                 .to_dtype(DType::F32)?
                 .contiguous()?
-                .apply_op1_no_bwd(w.as_ref())?,
+                .apply_op1_no_bwd(op)?,
             Weight::Dense(w) => x2.to_dtype(w.dtype())?.matmul(&w.t()?)?,
         };
         let y = match &self.bias {
@@ -189,6 +265,78 @@ mod tests {
             .max_all()?
             .to_scalar::<f32>()?;
         assert!(d < 1e-6, "3-D input differs by {d}");
+        Ok(())
+    }
+
+    /// Every `hearth-kernels` format, quantized by candle: the kernel's
+    /// unpacking reproduces candle's dequantization exactly (so the block
+    /// layouts agree), and the outputs are within the activation-rounding
+    /// bound of `hearth-kernels`' `act.rs` of f32 math on those weights:
+    /// `sum_j 0.5625 |w_j| d(j) + sum_b |m_b| 2^-10 (sum_b |x| + 16 d_b)`
+    /// (`d = max|x| / 127` per 32 values; for the K-quants per 256 values and
+    /// without the offset term), plus 1e-5 relative for summation order. The block offsets `m_b` are not visible here; candle's
+    /// quantizers keep them within `1.5 max_b |w|`, which the bound uses.
+    #[test]
+    fn kernel_formats_match_candle_dequantization() -> Result<()> {
+        let dev = Device::Cpu;
+        let (n, k, rows) = (40, 512, 3);
+        for dtype in [
+            GgmlDType::Q4_0,
+            GgmlDType::Q4_1,
+            GgmlDType::Q5_0,
+            GgmlDType::Q5_1,
+            GgmlDType::Q8_0,
+            GgmlDType::Q4K,
+            GgmlDType::Q6K,
+        ] {
+            let w = Tensor::randn(0f32, 1.0, (n, k), &dev)?;
+            let x = Tensor::randn(0f32, 1.0, (rows, k), &dev)?;
+            let q = QTensor::quantize(&w, dtype)?;
+            let deq = q.dequantize(&dev)?;
+            let format = kernel_format(dtype).expect("a kernel format");
+            let lin = Linear::with_kernel(&q, format)?;
+            let Weight::Kernel(op) = &lin.weight else {
+                panic!("{dtype:?} did not take the kernel path")
+            };
+            let default = Linear::from_qtensor(q)?;
+            assert_eq!(
+                matches!(default.weight, Weight::Kernel(_)),
+                format.block_values() == 32,
+                "{dtype:?}: default path"
+            );
+            let ws = deq.flatten_all()?.to_vec1::<f32>()?;
+            assert_eq!(op.0.dequantize(), ws, "{dtype:?}: unpacking differs");
+
+            let got = lin.forward(&x)?.to_vec2::<f32>()?;
+            let xs = x.to_vec2::<f32>()?;
+            for (r, xr) in xs.iter().enumerate() {
+                for o in 0..n {
+                    let wr = &ws[o * k..(o + 1) * k];
+                    let (mut want, mut bound) = (0f64, 0f64);
+                    // K-quants: activation scale per 256 in f32, exact offsets.
+                    let ab = format.block_values();
+                    for (wa, xa) in wr.chunks(ab).zip(xr.chunks(ab)) {
+                        let d = xa.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+                        for (wb, xb) in wa.chunks(32).zip(xa.chunks(32)) {
+                            if ab == 32 {
+                                let m = 1.5 * wb.iter().fold(0f32, |a, v| a.max(v.abs()));
+                                let sx: f32 = xb.iter().map(|v| v.abs()).sum();
+                                bound += (m * (sx + 16.0 * d) / 1024.0) as f64;
+                            }
+                            for (w, x) in wb.iter().zip(xb) {
+                                want += (w * x) as f64;
+                                bound += (w.abs() * (0.5625 * d + 1e-5 * x.abs())) as f64;
+                            }
+                        }
+                    }
+                    let diff = (got[r][o] as f64 - want).abs();
+                    assert!(
+                        diff <= bound * 1.001 + 1e-5,
+                        "{dtype:?} row {r} out {o}: |diff| {diff} > {bound}"
+                    );
+                }
+            }
+        }
         Ok(())
     }
 

@@ -1,0 +1,356 @@
+//! Quantized matrix multiplication on the CPU for GGUF (GGML) block formats.
+//!
+//! [`QuantMatrix`] holds a weight matrix `W` of `n` rows (output features)
+//! by `k` columns, built from the raw block bytes of a GGUF tensor, and
+//! computes `y = x W^T` for `m` f32 activation rows ([`QuantMatrix::matmul`]).
+//!
+//! How:
+//! - at load the blocks are unpacked into one of two layouts (`formats.rs`):
+//!   4-bit values with a scale and an offset per 32 values (Q4_0, Q4_1), or
+//!   8-bit values with a scale per 16 values and an optional offset per 32
+//!   (Q5_0, Q5_1, Q8_0); the K-quants keep their integer sub-block scales
+//!   (`kquants.rs`); the weights are reproduced exactly;
+//! - the activations are quantized to 8 bits per 32 values as llama.cpp's
+//!   Q8_0/Q8_1, or per 256 as its Q8_K for the K-quants (`act.rs`, which
+//!   states the error bounds);
+//! - each 32-value block pair contributes `d_w d_x sum(q_w q_x) + m_w s_x`
+//!   (a K-quant super-block: one integer sum with the sub-block scales),
+//!   the integer dot product done with SIMD (`avx2.rs`, `avx512.rs`) or
+//!   plain loops (`scalar.rs`, also the path of non-x86 builds), picked at
+//!   run time ([`Isa`]; the K-quants have scalar and AVX2 kernels only);
+//! - the work is cut into tiles of `R` weight rows x `A` activation rows
+//!   ([`Tile`]): a weight block is loaded and unpacked once per tile and
+//!   used for `A` activation rows, and `R * A` independent accumulators
+//!   hide the latency of the multiply-add chain;
+//! - output columns (weight rows) go in chunks of 16 across the rayon pool
+//!   when there is enough work.
+
+mod act;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod formats;
+mod kquants;
+mod scalar;
+
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use rayon::prelude::*;
+
+use act::Acts;
+pub use formats::{quantize_q8_0, Format};
+use formats::{Repr, QK};
+
+/// Multiply-adds below which a matmul stays on the calling thread.
+const PARALLEL_MIN_WORK: usize = 1 << 18;
+/// Weight rows per unit of parallel work.
+const CHUNK_ROWS: usize = 16;
+
+/// An invalid matrix description (sizes, byte counts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error(pub String);
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// An instruction set the kernels can run with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// Portable loops (any target).
+    Scalar,
+    /// x86-64 AVX2 + FMA.
+    Avx2,
+    /// x86-64 AVX-512 F/BW/VL.
+    Avx512,
+    /// [`Isa::Avx512`] plus VNNI (`vpdpbusd`).
+    Avx512Vnni,
+}
+
+impl Isa {
+    /// Whether this CPU can run the kernels of `self`.
+    pub fn is_available(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx512 = || {
+                std::is_x86_feature_detected!("avx512f")
+                    && std::is_x86_feature_detected!("avx512bw")
+                    && std::is_x86_feature_detected!("avx512vl")
+                    && std::is_x86_feature_detected!("avx2")
+                    && std::is_x86_feature_detected!("fma")
+            };
+            match self {
+                Isa::Scalar => true,
+                Isa::Avx2 => {
+                    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+                }
+                Isa::Avx512 => avx512(),
+                Isa::Avx512Vnni => avx512() && std::is_x86_feature_detected!("avx512vnni"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Isa::Scalar
+        }
+    }
+
+    /// Every instruction set this CPU can run, scalar first.
+    pub fn available() -> Vec<Isa> {
+        [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni]
+            .into_iter()
+            .filter(|i| i.is_available())
+            .collect()
+    }
+
+    /// The instruction set [`QuantMatrix::matmul`] uses (detected once): AVX2
+    /// where available, else scalar. The AVX-512 paths are tested wherever the
+    /// CPU has AVX-512 but were never run on the development machine, so they
+    /// are used only with `HEARTH_KERNELS_AVX512=1` in the environment.
+    pub fn best() -> Isa {
+        static BEST: OnceLock<Isa> = OnceLock::new();
+        *BEST.get_or_init(|| {
+            let avx512 = std::env::var("HEARTH_KERNELS_AVX512").is_ok_and(|v| v == "1");
+            Isa::available()
+                .into_iter()
+                .rfind(|i| avx512 || !matches!(i, Isa::Avx512 | Isa::Avx512Vnni))
+                .expect("scalar is always available")
+        })
+    }
+}
+
+/// A quantized weight matrix `[n, k]` (row `r` is output feature `r`).
+#[derive(Debug)]
+pub struct QuantMatrix {
+    format: Format,
+    n: usize,
+    k: usize,
+    repr: Repr,
+}
+
+impl QuantMatrix {
+    /// From the GGUF block bytes of `n` rows of `k` values each (`k` a
+    /// multiple of [`Format::block_values`]); the bytes are copied.
+    pub fn new(format: Format, data: &[u8], n: usize, k: usize) -> Result<Self, Error> {
+        let repr = formats::unpack(format, data, n, k)?;
+        Ok(Self { format, n, k, repr })
+    }
+
+    /// Quantizes f32 weights `[n, k]` (row major, `k % 32 == 0`) to Q8_0.
+    pub fn from_f32_q8_0(w: &[f32], n: usize, k: usize) -> Result<Self, Error> {
+        if w.len() != n * k || !k.is_multiple_of(QK) {
+            return Err(Error(format!(
+                "{} values for a [{n}, {k}] Q8_0 matrix",
+                w.len()
+            )));
+        }
+        Self::new(Format::Q8_0, &quantize_q8_0(w), n, k)
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// Rows (output features).
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Columns (input features).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// The weights as f32, `[n, k]` row major.
+    pub fn dequantize(&self) -> Vec<f32> {
+        self.repr.dequantize()
+    }
+
+    /// `out = x W^T`: `x` is `[m, k]` and `out` `[m, n]`, row major, with
+    /// the fastest instruction set of this CPU.
+    ///
+    /// # Panics
+    /// If the slice lengths do not match the shapes.
+    pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
+        self.matmul_with(Isa::best(), x, m, out)
+    }
+
+    /// [`QuantMatrix::matmul`] with a given instruction set (tests, timing).
+    ///
+    /// # Panics
+    /// If `isa` is not available on this CPU or the lengths do not match.
+    pub fn matmul_with(&self, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
+        let (n, k) = (self.n, self.k);
+        assert!(isa.is_available(), "{isa:?} is not available on this CPU");
+        assert_eq!(x.len(), m * k, "x is not [{m}, {k}]");
+        assert_eq!(out.len(), m * n, "out is not [{m}, {n}]");
+        if m == 0 || n == 0 {
+            return;
+        }
+        let acts = match self.repr {
+            Repr::K4(_) | Repr::K6(_) => Acts::quantize_k(x, k),
+            _ => Acts::quantize(x, k),
+        };
+        // Work on the transposed output [n, m] so that chunks of weight rows
+        // own contiguous memory; with one activation row it is `out` itself.
+        let mut buf = Vec::new();
+        let out_t: &mut [f32] = if m == 1 {
+            out
+        } else {
+            buf.resize(n * m, 0f32);
+            &mut buf
+        };
+        let work = |(ci, chunk): (usize, &mut [f32])| {
+            let r0 = ci * CHUNK_ROWS;
+            self.block(isa, &acts, r0..r0 + chunk.len() / m, chunk);
+        };
+        if m * n * k >= PARALLEL_MIN_WORK && rayon::current_num_threads() > 1 {
+            out_t
+                .par_chunks_mut(CHUNK_ROWS * m)
+                .enumerate()
+                .for_each(work);
+        } else {
+            out_t.chunks_mut(CHUNK_ROWS * m).enumerate().for_each(work);
+        }
+        if m > 1 {
+            for (r, row) in buf.chunks_exact(m).enumerate() {
+                for (i, v) in row.iter().enumerate() {
+                    out[i * n + r] = *v;
+                }
+            }
+        }
+    }
+
+    /// Weight rows `rows` times every activation row into `out`, laid out
+    /// `[rows.len(), m]`.
+    fn block(&self, isa: Isa, acts: &Acts, rows: Range<usize>, out: &mut [f32]) {
+        // The K-quants have scalar and AVX2 kernels (AVX-512 CPUs run the
+        // AVX2 one).
+        match (&self.repr, isa) {
+            (Repr::K4(w), Isa::Scalar) => {
+                return run_tiles(&kquants::scalar::K4Tile { w, acts }, acts, rows, out)
+            }
+            (Repr::K6(w), Isa::Scalar) => {
+                return run_tiles(&kquants::scalar::K6Tile { w, acts }, acts, rows, out)
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Repr::K4(w), _) => {
+                // SAFETY: every non-scalar `Isa` implies AVX2 + FMA, checked
+                // by `matmul_with`.
+                let t = unsafe { kquants::avx2::K4Tile::new(w, acts) };
+                return run_tiles(&t, acts, rows, out);
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Repr::K6(w), _) => {
+                // SAFETY: as above.
+                let t = unsafe { kquants::avx2::K6Tile::new(w, acts) };
+                return run_tiles(&t, acts, rows, out);
+            }
+            _ => {}
+        }
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => match &self.repr {
+                // SAFETY (all three arms): `matmul_with` checked that the CPU
+                // has the instruction set.
+                Repr::U4(w) => run_tiles(&unsafe { avx2::U4Tile::new(w, acts) }, acts, rows, out),
+                Repr::I8(w) => run_tiles(&unsafe { avx2::I8Tile::new(w, acts) }, acts, rows, out),
+                Repr::K4(_) | Repr::K6(_) => unreachable!("K-quants dispatched above"),
+            },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 | Isa::Avx512Vnni => {
+                let vnni = isa == Isa::Avx512Vnni;
+                // SAFETY: as above (VNNI only for `Isa::Avx512Vnni`).
+                match &self.repr {
+                    Repr::U4(w) => run_tiles(
+                        &unsafe { avx512::U4Tile::new(w, acts, vnni) },
+                        acts,
+                        rows,
+                        out,
+                    ),
+                    Repr::I8(w) => run_tiles(
+                        &unsafe { avx512::I8Tile::new(w, acts, vnni) },
+                        acts,
+                        rows,
+                        out,
+                    ),
+                    Repr::K4(_) | Repr::K6(_) => unreachable!("K-quants dispatched above"),
+                }
+            }
+            _ => match &self.repr {
+                Repr::U4(w) => run_tiles(&scalar::U4Tile { w, acts }, acts, rows, out),
+                Repr::I8(w) => run_tiles(&scalar::I8Tile { w, acts }, acts, rows, out),
+                Repr::K4(_) | Repr::K6(_) => unreachable!("K-quants dispatched above"),
+            },
+        }
+    }
+}
+
+/// Dot products of a tile of weight rows and activation rows.
+pub(crate) trait Tile {
+    /// `[i][j]` = weight row `r + i` . activation row `a + j`.
+    fn tile<const R: usize, const A: usize>(&self, r: usize, a: usize) -> [[f32; A]; R];
+}
+
+/// Stores a tile's results into `out` (`[rows, m]`, first row `r0`).
+fn put<const R: usize, const A: usize>(
+    out: &mut [f32],
+    m: usize,
+    ri: usize,
+    a: usize,
+    t: [[f32; A]; R],
+) {
+    for (i, row) in t.iter().enumerate() {
+        out[(ri + i) * m + a..(ri + i) * m + a + A].copy_from_slice(row);
+    }
+}
+
+/// Weight rows `rows` x all activation rows through `t`, into `out` laid out
+/// `[rows.len(), m]`. Activation tiles of 8, 4, 2, 1 rows go outside and the
+/// weight rows inside, so the tile's activation rows and the chunk's weight
+/// rows both stay in L1. Tiles are 1x8, 2x4, 4x2 and 4x1 (weight x
+/// activation rows), 1xA for the last weight rows of a chunk.
+fn run_tiles<T: Tile>(t: &T, acts: &Acts, rows: Range<usize>, out: &mut [f32]) {
+    let m = acts.qs.len() / acts.nb;
+    let mut a = 0;
+    while a < m {
+        let at = match m - a {
+            8.. => 8,
+            4.. => 4,
+            2.. => 2,
+            _ => 1,
+        };
+        let rt = match at {
+            8 => 1,
+            4 => 2,
+            _ => 4,
+        };
+        let mut r = rows.start;
+        while r < rows.end {
+            let ri = r - rows.start;
+            if rows.end - r >= rt {
+                match at {
+                    8 => put(out, m, ri, a, t.tile::<1, 8>(r, a)),
+                    4 => put(out, m, ri, a, t.tile::<2, 4>(r, a)),
+                    2 => put(out, m, ri, a, t.tile::<4, 2>(r, a)),
+                    _ => put(out, m, ri, a, t.tile::<4, 1>(r, a)),
+                }
+                r += rt;
+            } else {
+                match at {
+                    8 => put(out, m, ri, a, t.tile::<1, 8>(r, a)),
+                    4 => put(out, m, ri, a, t.tile::<1, 4>(r, a)),
+                    2 => put(out, m, ri, a, t.tile::<1, 2>(r, a)),
+                    _ => put(out, m, ri, a, t.tile::<1, 1>(r, a)),
+                }
+                r += 1;
+            }
+        }
+        a += at;
+    }
+}

@@ -1,0 +1,237 @@
+//! Every format on every instruction set this CPU has (scalar included)
+//! against f32 math on the dequantized weights.
+//!
+//! Tolerance: the only approximation of the kernels is the 8-bit rounding
+//! of the activations (per 32 values, `d = max|x| / 127` stored as f16, so
+//! each value is off by at most `0.5625 d`; the block sum `s` used with the
+//! weight offsets `m` is f16 too, see `act.rs`), so each output must be
+//! within `sum_j 0.5625 |w_j| d(j) + sum_b |m_b| 2^-10 (sum_{j in b}
+//! |x_j| + 16 d_b)` (+ `1e-5 sum_j |w_j x_j|` for f32 summation order) of the f64
+//! reference. For the K-quants the activations are scaled per 256 values
+//! in f32 (`d` per 256 in the bound, no offset term). On top, over each
+//! output matrix, the RMS error must stay
+//! below twice the RMS that rounding errors uniform in `[-d/2, d/2]` give
+//! (`sqrt(sum_j w_j^2 d(j)^2 / 12)`), which catches a
+//! biased rounding; relative to the reference that is about 1% RMS here, as
+//! 3% of the activations are 4x outliers that coarsen their block's step
+//! (about 0.4% without them). The test prints the worst ratios seen. The
+//! SIMD paths must agree with the scalar one within `1e-5 sum_j |w_j x_j|`
+//! (they differ only in f32 summation order).
+//!
+//! N = 37 also exercises the one-weight-row tiles at the end of a chunk, and
+//! K = 96 (3 blocks) the AVX-512 kernels' odd last block.
+
+mod common;
+
+use common::{quantize, Rng};
+use hearth_kernels::{Format, Isa, QuantMatrix};
+
+#[test]
+fn blocks_decode_as_the_reference_quantizer_says() {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    for format in Format::ALL {
+        let (n, k) = (5, 2 * format.block_values().max(256));
+        let w = rng.matrix(n * k);
+        let (bytes, want, _) = quantize(format, &w);
+        let q = QuantMatrix::new(format, &bytes, n, k).unwrap();
+        assert_eq!((q.n(), q.k(), q.format()), (n, k, format));
+        assert_eq!(q.dequantize(), want, "{format:?}");
+        // The quantizer is sane: every weight within a step of its original.
+        let err = w
+            .iter()
+            .zip(&want)
+            .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+        assert!(err < 3.0, "{format:?}: quantization error {err}");
+    }
+}
+
+#[test]
+fn bad_shapes_are_errors() {
+    let bytes = vec![0u8; 18 * 4];
+    assert!(QuantMatrix::new(Format::Q4_0, &bytes, 2, 64).is_ok());
+    assert!(QuantMatrix::new(Format::Q4_0, &bytes, 2, 60).is_err());
+    assert!(QuantMatrix::new(Format::Q4_0, &bytes, 3, 64).is_err());
+    assert!(QuantMatrix::new(Format::Q4K, &[0u8; 144 * 2], 1, 288).is_err());
+    assert!(QuantMatrix::from_f32_q8_0(&[0.0; 64], 2, 32).is_ok());
+    assert!(QuantMatrix::from_f32_q8_0(&[0.0; 64], 1, 48).is_err());
+}
+
+/// f64 reference and the per-output bound (see the module docs).
+#[allow(clippy::type_complexity)]
+fn reference(
+    w: &[f32],
+    offsets: &[f32],
+    x: &[f32],
+    n: usize,
+    k: usize,
+    ab: usize,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>, f64) {
+    let m = x.len() / k;
+    // Activation scale per `ab` values, as seen by each 32-block.
+    let dx: Vec<f32> = x
+        .chunks(ab)
+        .flat_map(|b| {
+            let d = b.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+            std::iter::repeat_n(d, ab / 32)
+        })
+        .collect();
+    let (mut want, mut bound, mut mag) = (vec![0f32; m * n], vec![0f32; m * n], vec![0f32; m * n]);
+    let mut var = 0f64;
+    for i in 0..m {
+        let xr = &x[i * k..(i + 1) * k];
+        let dr = &dx[i * k / 32..(i + 1) * k / 32];
+        for o in 0..n {
+            let wr = &w[o * k..(o + 1) * k];
+            let (mut y, mut e, mut a) = (0f64, 0f64, 0f64);
+            for b in 0..k / 32 {
+                let sx: f32 = xr[32 * b..32 * b + 32].iter().map(|v| v.abs()).sum();
+                let m = offsets[o * k / 32 + b].abs();
+                e += (m * (sx + 16.0 * dr[b]) / 1024.0) as f64;
+            }
+            for j in 0..k {
+                y += wr[j] as f64 * xr[j] as f64;
+                e += (wr[j].abs() * dr[j / 32]) as f64 * 0.5625;
+                var += ((wr[j] * dr[j / 32]) as f64).powi(2) / 12.0;
+                a += (wr[j] * xr[j]).abs() as f64;
+            }
+            want[i * n + o] = y as f32;
+            mag[i * n + o] = a as f32;
+            bound[i * n + o] = (e * 1.0001 + 1e-5 * a + 1e-5) as f32;
+        }
+    }
+    (want, bound, mag, var)
+}
+
+fn check_format(format: Format, ks: &[usize]) {
+    let isas = Isa::available();
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D ^ format.block_bytes() as u64);
+    let (mut worst, mut worst_rms) = (0f32, 0f32);
+    for &k in ks {
+        for n in [16usize, 37, 100, 576] {
+            let (bytes, deq, mut offsets) = quantize(format, &rng.matrix(n * k));
+            // K-quants: activations scaled per 256 (f32), offsets exact.
+            let ab = format.block_values();
+            if ab == 256 {
+                offsets.iter_mut().for_each(|m| *m = 0.0);
+            }
+            let q = QuantMatrix::new(format, &bytes, n, k).unwrap();
+            for m in [1usize, 3, 16, 64] {
+                let x: Vec<f32> = (0..m * k)
+                    .map(|_| {
+                        let v = rng.next_f32();
+                        if rng.next_f32() > 0.97 {
+                            4.0 * v
+                        } else {
+                            v
+                        }
+                    })
+                    .collect();
+                let (want, bound, mag, var) = reference(&deq, &offsets, &x, n, k, ab);
+                let max_ref = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+                let mut scalar = vec![0f32; m * n];
+                q.matmul_with(Isa::Scalar, &x, m, &mut scalar);
+                for &isa in &isas {
+                    let mut got = vec![f32::NAN; m * n];
+                    q.matmul_with(isa, &x, m, &mut got);
+                    let (mut max_err, mut se, mut sr) = (0f32, 0f64, 0f64);
+                    for e in 0..m * n {
+                        let diff = (got[e] - want[e]).abs();
+                        max_err = max_err.max(diff);
+                        se += (diff as f64).powi(2);
+                        sr += (want[e] as f64).powi(2);
+                        assert!(
+                            diff <= bound[e],
+                            "{format:?} {isa:?} m={m} k={k} n={n} at {e}: got {} want {} (bound {})",
+                            got[e],
+                            want[e],
+                            bound[e]
+                        );
+                        let simd = (got[e] - scalar[e]).abs();
+                        assert!(
+                            simd <= 1e-5 * mag[e] + 1e-6,
+                            "{format:?} {isa:?} m={m} k={k} n={n} at {e}: {} vs scalar {}",
+                            got[e],
+                            scalar[e]
+                        );
+                    }
+                    let rel_rms = (se / sr).sqrt() as f32;
+                    assert!(
+                        se <= 4.0 * var,
+                        "{format:?} {isa:?} m={m} k={k} n={n}: rms err {} > 2 x {}",
+                        (se / (m * n) as f64).sqrt(),
+                        (var / (m * n) as f64).sqrt()
+                    );
+                    worst = worst.max(max_err / max_ref);
+                    worst_rms = worst_rms.max(rel_rms);
+                }
+            }
+        }
+    }
+    println!(
+        "{format:?} on {isas:?}: worst max|err| / max|ref| = {worst:.2e}, worst relative rms {worst_rms:.2e}"
+    );
+}
+
+#[test]
+fn q4_0() {
+    check_format(Format::Q4_0, &[32, 96, 576, 1536]);
+}
+
+#[test]
+fn q4_1() {
+    check_format(Format::Q4_1, &[32, 96, 576, 1536]);
+}
+
+#[test]
+fn q5_0() {
+    check_format(Format::Q5_0, &[32, 96, 576, 1536]);
+}
+
+#[test]
+fn q5_1() {
+    check_format(Format::Q5_1, &[32, 96, 576, 1536]);
+}
+
+#[test]
+fn q8_0() {
+    check_format(Format::Q8_0, &[32, 96, 576, 1536]);
+}
+
+#[test]
+fn q4_k() {
+    check_format(Format::Q4K, &[256, 512, 1536]);
+}
+
+#[test]
+fn q6_k() {
+    check_format(Format::Q6K, &[256, 512, 1536]);
+}
+
+/// `from_f32_q8_0` (the head quantizer) puts each weight within half a
+/// step of its block (`d = max|w| / 127`, stored as f16) of the original.
+#[test]
+fn f32_to_q8_0() {
+    let mut rng = Rng(7);
+    let (n, k) = (3, 96);
+    let w = rng.matrix(n * k);
+    let q = QuantMatrix::from_f32_q8_0(&w, n, k).unwrap();
+    for (b, (deq, orig)) in q.dequantize().chunks(32).zip(w.chunks(32)).enumerate() {
+        let amax = orig.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let bound = 0.5 * amax / 127.0 + amax / 1024.0;
+        for (x, y) in deq.iter().zip(orig) {
+            assert!((x - y).abs() <= bound, "block {b}: {x} vs {y}");
+        }
+    }
+}
+
+/// Zero rows and all-zero activation blocks give exact zeros.
+#[test]
+fn zeros() {
+    for isa in Isa::available() {
+        let q = QuantMatrix::from_f32_q8_0(&[0.0; 64], 2, 32).unwrap();
+        let mut out = [1f32; 4];
+        q.matmul_with(isa, &[0.0; 64], 2, &mut out);
+        assert_eq!(out, [0.0; 4]);
+        q.matmul_with(isa, &[], 0, &mut []);
+    }
+}
