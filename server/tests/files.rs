@@ -359,11 +359,8 @@ async fn signed_links_download_without_a_key_until_they_expire() {
         .await,
         403,
     );
-    let flipped = if path.ends_with('0') {
-        format!("{}1", &path[..path.len() - 1])
-    } else {
-        format!("{}0", &path[..path.len() - 1])
-    };
+    let (rest, last) = path.split_at(path.len() - 1);
+    let flipped = format!("{rest}{}", if last == "0" { "1" } else { "0" });
     shape_a(&get(&state, &flipped, None).await, 403);
     shape_a(
         &get(&state, &format!("/v1/files/{id}/download"), None).await,
