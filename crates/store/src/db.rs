@@ -73,6 +73,12 @@ pub fn sqlite_url(path: &Path) -> String {
 pub async fn open(url: &str) -> Result<(AnyPool, Backend)> {
     sqlx::any::install_default_drivers();
     let backend = Backend::of_url(url)?;
+    // A SQLite URL without options creates its file when missing.
+    let url = if backend == Backend::Sqlite && !url.contains('?') {
+        format!("{url}?mode=rwc")
+    } else {
+        url.to_string()
+    };
     let options: AnyConnectOptions = url.parse()?;
     if backend == Backend::Sqlite {
         let mut conn = options.connect().await?;

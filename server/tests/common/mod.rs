@@ -80,7 +80,7 @@ where
 pub fn store_flags(dir: &std::path::Path) -> Vec<String> {
     vec![
         "--database-url".into(),
-        format!("sqlite://{}?mode=rwc", dir.join("hearth.db").display()),
+        format!("sqlite://{}", dir.join("hearth.db").display()),
         "--blob-url".into(),
         format!("file://{}", dir.join("blobs").display()),
     ]
