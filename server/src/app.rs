@@ -2,10 +2,11 @@
 
 use std::panic::AssertUnwindSafe;
 
+use axum::extract::DefaultBodyLimit;
 use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::Router;
 use futures_util::FutureExt;
 use hearth_api::ApiError;
@@ -25,15 +26,39 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/chat/completions", post(routes::chat::create))
         .route("/v1/embeddings", post(routes::embeddings::create))
         .route("/v1/rerank", post(routes::rerank::create))
+        // Uploads stream to storage under their own limit (`--max-upload-mb`).
+        .route(
+            "/v1/files",
+            post(routes::files::upload)
+                .layer(DefaultBodyLimit::disable())
+                .get(routes::files::list),
+        )
+        .route(
+            "/v1/files/{file_id}",
+            get(routes::files::retrieve).delete(routes::files::delete),
+        )
+        .route("/v1/files/{file_id}/content", get(routes::files::content))
+        .route("/v1/files/{file_id}/link", get(routes::files::link))
+        .route(
+            "/v1/admin/keys",
+            get(routes::admin::list_keys).post(routes::admin::create_key),
+        )
+        .route("/v1/admin/keys/{key_id}", delete(routes::admin::revoke_key))
+        .route(
+            "/v1/admin/projects",
+            get(routes::admin::list_projects).post(routes::admin::create_project),
+        )
         .method_not_allowed_fallback(method_not_allowed)
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     Router::new()
         .route("/health", get(routes::health))
         .route("/metrics", get(routes::metrics::metrics))
+        // Signed links carry their own authority: no key.
+        .route("/v1/files/{file_id}/download", get(routes::files::download))
         .merge(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn(catch_panic))
         .with_state(state)
 }

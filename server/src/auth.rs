@@ -1,22 +1,125 @@
-//! Bearer-key authentication for every route but `/health`.
+//! Bearer-key authentication and project selection for every route but
+//! `/health` and signed downloads.
+//!
+//! A key is either one of the extra `--api-key` keys (default project only)
+//! or a stored key, looked up by its hash on every request (so a revoke
+//! takes effect at once). `ai_project_id` in the query then picks the
+//! project: missing means the key's default, malformed is 400, one the key
+//! does not reach is 403 (all shape A). Handlers read the outcome as the
+//! [`RequestContext`] extension.
 
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use hearth_api::ApiError;
+use hearth_api::{ApiError, ProjectQuery};
+use hearth_store::Caller;
 
 use crate::error::HttpError;
 use crate::state::AppState;
 
-pub async fn require_key(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    match check(&state, request.headers().get(AUTHORIZATION)) {
-        Ok(()) => next.run(request).await,
-        Err(detail) => HttpError(ApiError::unauthorized(detail)).into_response(),
+/// Who is calling, and in which project.
+#[derive(Debug, Clone)]
+pub struct RequestContext {
+    pub caller: Caller,
+    pub project_id: String,
+}
+
+impl RequestContext {
+    /// 403 unless the caller's key is an admin key.
+    pub fn require_admin(&self) -> Result<(), HttpError> {
+        if self.caller.is_admin {
+            Ok(())
+        } else {
+            Err(HttpError(ApiError::forbidden(
+                "This route needs an admin API key.",
+            )))
+        }
     }
 }
 
-fn check(state: &AppState, header: Option<&axum::http::HeaderValue>) -> Result<(), &'static str> {
+/// How long a key's `last_used_at` may lag behind (saves a write per request).
+const TOUCH_EVERY_SECS: i64 = 60;
+
+pub async fn require_key(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let header = request.headers().get(AUTHORIZATION).cloned();
+    let query = request.uri().query().map(str::to_string);
+    match resolve(&state, header.as_ref(), query.as_deref()).await {
+        Ok(context) => {
+            request.extensions_mut().insert(context);
+            next.run(request).await
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn resolve(
+    state: &AppState,
+    header: Option<&axum::http::HeaderValue>,
+    query: Option<&str>,
+) -> Result<RequestContext, HttpError> {
+    let key = bearer(header).map_err(|detail| HttpError(ApiError::unauthorized(detail)))?;
+    let caller = if state
+        .api_keys
+        .iter()
+        .any(|k| constant_time_eq(k.as_bytes(), key.as_bytes()))
+    {
+        Caller {
+            key_id: None,
+            account_id: None,
+            is_admin: false,
+            default_project_id: state.default_project.to_string(),
+            last_used_at: None,
+        }
+    } else {
+        state.store.authenticate(key).await?.ok_or_else(|| {
+            HttpError(ApiError::unauthorized(
+                "Invalid API key: the key sent is not valid for this server.",
+            ))
+        })?
+    };
+    if let Some(key_id) = &caller.key_id {
+        let now = hearth_store::ids::now();
+        if caller
+            .last_used_at
+            .is_none_or(|t| now - t >= TOUCH_EVERY_SECS)
+        {
+            let store = state.store.clone();
+            let key_id = key_id.clone();
+            tokio::spawn(async move {
+                if let Err(e) = store.touch_key(&key_id).await {
+                    tracing::warn!("recording a key's last use: {e}");
+                }
+            });
+        }
+    }
+    let asked = hearth_api::parse_query::<ProjectQuery>(query)
+        .ok()
+        .and_then(|q| q.project_id().map(str::to_string));
+    let project_id = match asked {
+        None => caller.default_project_id.clone(),
+        Some(id) => {
+            if !hearth_store::projects::is_well_formed(&id) {
+                return Err(HttpError(ApiError::project(format!(
+                    "Invalid project id `{id}`: expected `project-` and 26 characters."
+                ))));
+            }
+            if !state.store.caller_reaches(&caller, &id).await? {
+                return Err(HttpError(ApiError::forbidden(format!(
+                    "No access to the project `{id}`, or it does not exist."
+                ))));
+            }
+            id
+        }
+    };
+    Ok(RequestContext { caller, project_id })
+}
+
+fn bearer(header: Option<&axum::http::HeaderValue>) -> Result<&str, &'static str> {
     let header = header.ok_or("Not authenticated: the Authorization header is missing. Send `Authorization: Bearer <API key>`.")?;
     let value = header
         .to_str()
@@ -24,19 +127,11 @@ fn check(state: &AppState, header: Option<&axum::http::HeaderValue>) -> Result<(
     let (scheme, key) = value
         .split_once(' ')
         .ok_or("Not authenticated: the Authorization header must be `Bearer <API key>`.")?;
-    if !scheme.eq_ignore_ascii_case("bearer") || key.trim().is_empty() {
+    let key = key.trim();
+    if !scheme.eq_ignore_ascii_case("bearer") || key.is_empty() {
         return Err("Not authenticated: the Authorization header must be `Bearer <API key>`.");
     }
-    let key = key.trim().as_bytes();
-    if state
-        .api_keys
-        .iter()
-        .any(|k| constant_time_eq(k.as_bytes(), key))
-    {
-        Ok(())
-    } else {
-        Err("Invalid API key: the key sent is not valid for this server.")
-    }
+    Ok(key)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

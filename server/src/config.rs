@@ -24,6 +24,12 @@ pub enum Command {
     /// Inspect and fetch models of the catalogue.
     #[command(subcommand)]
     Models(ModelsCommand),
+    /// Create, list and revoke API keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Create and list projects.
+    #[command(subcommand)]
+    Projects(ProjectsCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -71,8 +77,8 @@ pub struct ServeArgs {
     /// Port to listen on (0 picks a free one).
     #[arg(long, env = "HEARTH_PORT", default_value_t = 8000)]
     pub port: u16,
-    /// API key clients must send as `Authorization: Bearer KEY`; repeatable.
-    /// With none, a key is generated and printed once at start.
+    /// Extra API keys, for the default project, besides the stored ones
+    /// (`hearth keys`); repeatable.
     #[arg(long = "api-key", env = "HEARTH_API_KEY", value_delimiter = ',')]
     pub api_keys: Vec<String>,
     /// Catalogue ids of the models to load (default: the catalogue's defaults).
@@ -101,4 +107,88 @@ pub struct ServeArgs {
     pub max_step_tokens: usize,
     #[command(flatten)]
     pub store: StoreArgs,
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Largest file upload, in MiB (larger ones get 413).
+    #[arg(long, env = "HEARTH_MAX_UPLOAD_MB", default_value_t = 512)]
+    pub max_upload_mb: u64,
+}
+
+/// Where metadata and blobs live, when not under the data folder.
+#[derive(Debug, Clone, Default, Args)]
+pub struct DbArgs {
+    /// Metadata database: `sqlite://PATH` or `postgres://USER:PASS@HOST/DB`
+    /// (default: <data-dir>/hearth.db).
+    #[arg(long, env = "HEARTH_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Blob store: `file:///PATH` or `s3://BUCKET/PREFIX`, with the usual
+    /// AWS_* variables (default: <data-dir>/blobs).
+    #[arg(long, env = "HEARTH_BLOB_URL")]
+    pub blob_url: Option<String>,
+}
+
+impl DbArgs {
+    pub fn store_config(&self, data_dir: &std::path::Path) -> hearth_store::StoreConfig {
+        hearth_store::StoreConfig {
+            data_dir: data_dir.to_path_buf(),
+            database_url: self.database_url.clone(),
+            blob_url: self.blob_url.clone(),
+        }
+    }
+}
+
+/// The store that `hearth keys` and `hearth projects` work on.
+#[derive(Debug, Clone, Args)]
+pub struct StoreLocation {
+    /// Folder for models and other data.
+    #[arg(long, env = "HEARTH_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+    #[command(flatten)]
+    pub db: DbArgs,
+}
+
+impl StoreLocation {
+    pub fn store_config(&self) -> hearth_store::StoreConfig {
+        self.db.store_config(&self.data_dir)
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Create a key (for a new account) and print it once.
+    Create {
+        /// A name to recognise the key by.
+        #[arg(long)]
+        name: String,
+        /// The project the key reaches (default: the default project).
+        #[arg(long)]
+        project: Option<String>,
+        /// Let the key manage keys and projects over HTTP.
+        #[arg(long)]
+        admin: bool,
+        #[command(flatten)]
+        location: StoreLocation,
+    },
+    /// List keys: names, prefixes, projects, created, last used.
+    List(StoreLocation),
+    /// Revoke a key; it is refused at once.
+    Revoke {
+        /// The key's id (`key-...`), as `hearth keys list` shows it.
+        id: String,
+        #[command(flatten)]
+        location: StoreLocation,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProjectsCommand {
+    /// Create a project and print its id.
+    Create {
+        #[arg(long)]
+        name: String,
+        #[command(flatten)]
+        location: StoreLocation,
+    },
+    /// List projects.
+    List(StoreLocation),
 }

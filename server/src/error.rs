@@ -91,3 +91,31 @@ pub async fn method_not_allowed() -> Response {
     )
         .into_response()
 }
+
+/// The store's errors, mapped to HTTP once: a missing resource and one of
+/// another project look the same (403); a file in use is 409; an upload
+/// over the limit 413; anything else from the database or the blob store
+/// is logged and answered 500. All shape A.
+impl From<hearth_store::StoreError> for HttpError {
+    fn from(e: hearth_store::StoreError) -> Self {
+        use hearth_store::StoreError as E;
+        Self(match &e {
+            E::NotFound(kind) => {
+                ApiError::forbidden(format!("No access to this {kind}, or it does not exist."))
+            }
+            E::InUse(detail) => ApiError::with_detail(409, detail.clone()),
+            E::TooLarge { limit } => ApiError::with_detail(
+                413,
+                format!("The file is larger than the limit of {limit} bytes."),
+            ),
+            E::Invalid(detail) => ApiError::with_detail(400, detail.clone()),
+            E::Interrupted(detail) => {
+                ApiError::with_detail(400, format!("The upload was interrupted: {detail}"))
+            }
+            E::Db(_) | E::Migrate(_) | E::Blob(_) | E::Io(_) => {
+                tracing::error!("store: {e}");
+                ApiError::internal()
+            }
+        })
+    }
+}

@@ -6,6 +6,12 @@ use tracing_subscriber::EnvFilter;
 
 use hearth_server::config::{Cli, Command, ModelsCommand};
 
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}
+
 fn main() -> anyhow::Result<()> {
     // candle asks rayon for its thread count on every op; without this it
     // re-reads /proc/cpuinfo each time, which costs a quarter of decode speed.
@@ -21,15 +27,14 @@ fn main() -> anyhow::Result<()> {
         .init();
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
-            runtime.block_on(hearth_server::serve::run(args))
-        }
+        Command::Serve(args) => runtime()?.block_on(hearth_server::serve::run(args)),
         Command::Models(ModelsCommand::List(store)) => hearth_server::models_cli::list(&store),
         Command::Models(ModelsCommand::Pull { id, store }) => {
             hearth_server::models_cli::pull(id.as_deref(), &store)
+        }
+        Command::Keys(command) => runtime()?.block_on(hearth_server::keys_cli::keys(command)),
+        Command::Projects(command) => {
+            runtime()?.block_on(hearth_server::keys_cli::projects(command))
         }
     }
 }

@@ -7,13 +7,19 @@ use anyhow::Context;
 use hearth_engine::catalog::{CatalogEntry, ModelKind};
 use hearth_engine::pull::{self, Progress};
 use hearth_engine::{BatcherConfig, ChatModel, EmbedModel, EngineConfig};
-use rand::RngCore;
+use hearth_store::Store;
 
 use crate::config::ServeArgs;
 use crate::state::{now_secs, AppState};
 
-/// Builds the app state: pulls and loads the models named in `args`.
-pub fn build_state(args: &ServeArgs, api_keys: Vec<String>) -> anyhow::Result<AppState> {
+/// Builds the app state: pulls and loads the models named in `args`, next to
+/// an opened `store` (see [`open_store`]).
+pub fn build_state(
+    args: &ServeArgs,
+    api_keys: Vec<String>,
+    store: Store,
+    default_project: &str,
+) -> anyhow::Result<AppState> {
     let catalog = crate::models_cli::catalog(&args.store)?;
     let entries: Vec<CatalogEntry> = if args.models.is_empty() {
         catalog.defaults().cloned().collect()
@@ -75,6 +81,9 @@ pub fn build_state(args: &ServeArgs, api_keys: Vec<String>) -> anyhow::Result<Ap
         embed: Arc::new(embed),
         api_keys: Arc::new(api_keys),
         started_at: now_secs(),
+        store,
+        default_project: default_project.into(),
+        max_upload_bytes: args.max_upload_mb.saturating_mul(1024 * 1024),
     })
 }
 
@@ -82,28 +91,39 @@ fn candle_core_device() -> hearth_engine::Device {
     hearth_engine::Device::Cpu
 }
 
-/// A fresh random key: `hearth-` and 32 random bytes in hex.
-pub fn generate_key() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    format!("hearth-{}", hex::encode(bytes))
+/// Opens the store, sweeps blobs left without a row by a crash (so start
+/// one server per store), and on a store without an admin key makes the
+/// default project and an admin key, printed once on stdout and never
+/// logged. Returns the store and the default project's id.
+pub async fn open_store(args: &ServeArgs) -> anyhow::Result<(Store, String)> {
+    let config = args.db.store_config(&args.store.data_dir);
+    let store = Store::open(&config).await.context("opening the store")?;
+    let swept = store.sweep_orphan_blobs().await.context("sweeping blobs")?;
+    if swept > 0 {
+        tracing::info!(swept, "removed blobs left by unfinished uploads");
+    }
+    let project = store.default_project().await?;
+    if let Some(admin) = store.bootstrap_admin().await? {
+        println!(
+            "Created an admin API key for the default project {} (shown once, keep it):\n\n    {}\n",
+            project.id, admin.secret
+        );
+    }
+    Ok((store, project.id))
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let mut keys: Vec<String> = args
+    let keys: Vec<String> = args
         .api_keys
         .iter()
         .map(|k| k.trim().to_string())
         .filter(|k| !k.is_empty())
         .collect();
-    if keys.is_empty() {
-        let key = generate_key();
-        println!("No API key configured; generated one for this run (shown once):\n\n    {key}\n");
-        keys.push(key);
-    }
+    let (store, default_project) = open_store(&args).await?;
     let state = {
         let args = args.clone();
-        tokio::task::spawn_blocking(move || build_state(&args, keys)).await??
+        tokio::task::spawn_blocking(move || build_state(&args, keys, store, &default_project))
+            .await??
     };
     let listener = tokio::net::TcpListener::bind((args.host, args.port))
         .await

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use hearth_engine::{ChatModel, EmbedModel};
+use hearth_store::Store;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -11,10 +12,17 @@ pub struct AppState {
     pub chat: Arc<BTreeMap<String, ChatModel>>,
     /// Embedding models served (embeddings, and rerank as bi-encoders), by catalogue id.
     pub embed: Arc<BTreeMap<String, EmbedModel>>,
-    /// Keys accepted as `Authorization: Bearer KEY`.
+    /// Extra keys accepted as `Authorization: Bearer KEY` for the default
+    /// project, besides the keys in the store.
     pub api_keys: Arc<Vec<String>>,
     /// When the server started (seconds since the epoch), shown as `created` of models.
     pub started_at: u64,
+    /// Projects, accounts, keys and files.
+    pub store: Store,
+    /// The default project (of the extra keys).
+    pub default_project: Arc<str>,
+    /// Largest file upload, in bytes.
+    pub max_upload_bytes: u64,
 }
 
 pub fn now_secs() -> u64 {

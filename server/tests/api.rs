@@ -33,15 +33,11 @@ async fn models_lists_the_default_model_and_verbose_details() {
     assert_eq!(model["object"], "model");
     assert!(model["created"].is_u64() && model["owned_by"].is_string());
     assert!(model.get("context_length").is_none());
-    let body = send(
-        &state,
-        "GET",
-        "/v1/models?verbose=true&ai_project_id=p1",
-        Some(KEY),
-        None,
-    )
-    .await
-    .json();
+    let uri = format!(
+        "/v1/models?verbose=true&ai_project_id={}",
+        state.default_project
+    );
+    let body = send(&state, "GET", &uri, Some(KEY), None).await.json();
     assert_eq!(body["data"][0]["kind"], "chat");
     assert_eq!(body["data"][0]["context_length"], 8192);
 }

@@ -33,6 +33,7 @@ fn start() -> Server {
         ])
         .arg("--data-dir")
         .arg(data_dir())
+        .args(store_flags(&temp_dir()))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -7,16 +7,7 @@ use hearth_server::AppState;
 use serde_json::Value;
 
 fn empty_state() -> AppState {
-    build_empty()
-}
-
-fn build_empty() -> AppState {
-    AppState {
-        chat: Default::default(),
-        embed: Default::default(),
-        api_keys: std::sync::Arc::new(vec![KEY.to_string()]),
-        started_at: 0,
-    }
+    bare_state()
 }
 
 fn assert_shape_a(reply: &Reply, status: u16) -> String {

@@ -10,6 +10,7 @@
 //! - [`common`], [`completions`], [`chat`], [`models`]: request and response types.
 //! - [`embeddings`], [`rerank`]: `/v1/embeddings` and `/v1/rerank` types,
 //!   their validation, base64 vectors and `dimensions`.
+//! - [`files`]: `/v1/files` objects, lists, links and purposes.
 //! - [`validate`]: `validate()` on requests, giving [`ValidCompletion`] and
 //!   [`ValidChat`] with the engine's `SamplingParams`.
 
@@ -19,6 +20,7 @@ pub mod completions;
 pub mod de;
 pub mod embeddings;
 pub mod error;
+pub mod files;
 pub mod models;
 pub mod parse;
 pub mod rerank;
@@ -40,6 +42,7 @@ pub use embeddings::{
     ValidEmbedding, MAX_EMBEDDING_INPUTS,
 };
 pub use error::{ApiError, ErrorBody, Loc, ValidationItem, INVALID_REQUEST_PREFIX};
+pub use files::{FileDeleted, FileLink, FileList, FileObject, FilesQuery, LinkQuery};
 pub use models::{ModelList, ModelObject, ModelPricing, ModelsQuery};
 pub use parse::{parse_json_body, parse_query};
 pub use rerank::{

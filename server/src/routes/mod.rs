@@ -1,8 +1,10 @@
 //! HTTP routes, one module per endpoint family.
 
+pub mod admin;
 pub mod chat;
 pub mod completions;
 pub mod embeddings;
+pub mod files;
 pub mod generate;
 pub mod metrics;
 pub mod models;

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod raw;
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -10,9 +12,10 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
-use hearth_server::config::{ServeArgs, StoreArgs};
+use hearth_server::config::{DbArgs, ServeArgs, StoreArgs};
 use hearth_server::serve::build_state;
 use hearth_server::AppState;
+use hearth_store::{Store, StoreConfig};
 
 pub const KEY: &str = "test-key-0123456789";
 pub const MODEL: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
@@ -40,27 +43,96 @@ pub fn serve_args(models: Vec<String>, max_waiting: usize, max_active: usize) ->
             data_dir: data_dir(),
             catalog: Some(data_dir().join("no-such-catalog.toml")),
         },
+        db: DbArgs::default(),
+        max_upload_mb: 512,
     }
+}
+
+/// A fresh folder under the build's temporary folder (kept; cleaned with
+/// `cargo clean`).
+pub fn temp_dir() -> PathBuf {
+    tempfile::Builder::new()
+        .prefix("hearth-test-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap()
+        .keep()
+}
+
+/// Runs a future to completion on a thread of its own (callable from inside
+/// a test's runtime).
+pub fn block_on<F>(future: F) -> F::Output
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(future)
+    })
+    .join()
+    .unwrap()
+}
+
+/// `serve` flags that keep the store in `dir` while models come from the
+/// shared data folder.
+pub fn store_flags(dir: &std::path::Path) -> Vec<String> {
+    vec![
+        "--database-url".into(),
+        format!("sqlite://{}", dir.join("hearth.db").display()),
+        "--blob-url".into(),
+        format!("file://{}", dir.join("blobs").display()),
+    ]
+}
+
+/// A new SQLite store in a temporary folder, and its default project's id.
+pub fn new_store() -> (Store, String) {
+    let dir = temp_dir();
+    block_on(async move {
+        let store = Store::open(&StoreConfig {
+            data_dir: dir,
+            ..Default::default()
+        })
+        .await
+        .expect("opening a test store");
+        let project = store.default_project().await.unwrap().id;
+        (store, project)
+    })
+}
+
+/// A state without models, on a fresh store; `KEY` is an extra key of its
+/// default project.
+pub fn bare_state() -> AppState {
+    let (store, default_project) = new_store();
+    AppState {
+        chat: Default::default(),
+        embed: Default::default(),
+        api_keys: std::sync::Arc::new(vec![KEY.to_string()]),
+        started_at: 0,
+        store,
+        default_project: default_project.into(),
+        max_upload_bytes: 512 * 1024 * 1024,
+    }
+}
+
+fn model_state(args: &ServeArgs) -> AppState {
+    let (store, project) = new_store();
+    build_state(args, vec![KEY.to_string()], store, &project).expect("loading the default model")
 }
 
 /// A state with the default chat model loaded (shared by the tests of a binary).
 pub fn with_model() -> AppState {
     static STATE: OnceLock<AppState> = OnceLock::new();
     STATE
-        .get_or_init(|| {
-            build_state(&serve_args(vec![], 64, 8), vec![KEY.to_string()])
-                .expect("loading the default model")
-        })
+        .get_or_init(|| model_state(&serve_args(vec![], 64, 8)))
         .clone()
 }
 
 /// A state with a fresh engine that admits one sequence and queues one more.
 pub fn with_tiny_queue() -> AppState {
-    build_state(
-        &serve_args(vec![MODEL.to_string()], 1, 1),
-        vec![KEY.to_string()],
-    )
-    .expect("loading the default model")
+    model_state(&serve_args(vec![MODEL.to_string()], 1, 1))
 }
 
 pub struct Reply {

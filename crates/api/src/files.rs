@@ -1,0 +1,198 @@
+//! `/v1/files` wire types: the file object, lists, deletion and link
+//! results, the list query, and the purposes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ApiError, Loc, ValidationItem};
+
+/// `object` of a file.
+pub const OBJECT_FILE: &str = "file";
+/// `object` of a download link.
+pub const OBJECT_FILE_LINK: &str = "file.link";
+
+/// Purposes a client may upload a file for.
+pub const UPLOAD_PURPOSES: &[&str] = &[
+    "assistants",
+    "batch",
+    "fine-tune",
+    "vision",
+    "user_data",
+    "evals",
+];
+
+/// Purposes a list may filter on: the uploadable ones and those of files
+/// the server writes (job results).
+pub const LIST_PURPOSES: &[&str] = &[
+    "assistants",
+    "assistants_output",
+    "batch",
+    "batch_output",
+    "fine-tune",
+    "fine-tune-results",
+    "vision",
+    "user_data",
+    "evals",
+];
+
+/// Whether uploads of `purpose` must be JSONL (checked line by line).
+pub fn purpose_is_jsonl(purpose: &str) -> bool {
+    matches!(purpose, "fine-tune" | "batch")
+}
+
+/// 422 shape C for a purpose outside `allowed` (pydantic's `enum` item).
+pub fn bad_purpose(location: &str, value: &str, allowed: &[&str]) -> ApiError {
+    let expected = allowed
+        .iter()
+        .map(|p| format!("'{p}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    ApiError::validation(vec![ValidationItem {
+        kind: "enum".into(),
+        loc: vec![Loc::from(location), Loc::from("purpose")],
+        msg: format!("Input should be {expected}"),
+        input: value.into(),
+        ctx: Some(serde_json::json!({ "expected": expected })),
+    }])
+}
+
+/// 422 shape C for a missing multipart field.
+pub fn missing_field(field: &str) -> ApiError {
+    ApiError::validation(vec![ValidationItem {
+        kind: "missing".into(),
+        loc: vec![Loc::from("body"), Loc::from(field)],
+        msg: "Field required".into(),
+        input: serde_json::Value::Null,
+        ctx: None,
+    }])
+}
+
+/// A file, as OpenAI returns it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileObject {
+    pub id: String,
+    pub object: String,
+    pub bytes: u64,
+    pub created_at: i64,
+    pub filename: String,
+    pub purpose: String,
+    /// `processed`, or `error` when a JSONL line is bad.
+    pub status: String,
+    /// Why the status is `error` (the bad line's number), else null.
+    pub status_details: Option<String>,
+}
+
+/// `GET /v1/files`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileList {
+    pub object: String,
+    pub data: Vec<FileObject>,
+    pub has_more: bool,
+    pub first_id: Option<String>,
+    pub last_id: Option<String>,
+}
+
+impl FileList {
+    pub fn new(data: Vec<FileObject>, has_more: bool) -> Self {
+        Self {
+            object: crate::common::OBJECT_LIST.to_string(),
+            first_id: data.first().map(|f| f.id.clone()),
+            last_id: data.last().map(|f| f.id.clone()),
+            data,
+            has_more,
+        }
+    }
+}
+
+/// `DELETE /v1/files/{file_id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileDeleted {
+    pub id: String,
+    pub object: String,
+    pub deleted: bool,
+}
+
+/// `GET /v1/files/{file_id}/link`: a URL that downloads the content
+/// without a key until `expires_at`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileLink {
+    pub object: String,
+    pub id: String,
+    pub url: String,
+    pub expires_at: i64,
+}
+
+/// Order of a list by creation time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Order {
+    Asc,
+    #[default]
+    Desc,
+}
+
+/// Default and largest `limit` of a file list.
+pub const FILES_DEFAULT_LIMIT: u32 = 10;
+pub const FILES_MAX_LIMIT: u32 = 10_000;
+
+/// Query of `GET /v1/files`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct FilesQuery {
+    #[serde(default)]
+    pub limit: Option<i64>,
+    #[serde(default)]
+    pub purpose: Option<String>,
+    #[serde(default)]
+    pub after: Option<String>,
+    #[serde(default)]
+    pub order: Order,
+    #[serde(default)]
+    pub ai_project_id: Option<String>,
+}
+
+impl FilesQuery {
+    /// The checked `limit`: 400 shape B outside 1..=10000.
+    pub fn limit(&self) -> Result<u32, ApiError> {
+        match self.limit {
+            None => Ok(FILES_DEFAULT_LIMIT),
+            Some(n) if (1..=FILES_MAX_LIMIT as i64).contains(&n) => Ok(n as u32),
+            Some(n) => Err(ApiError::bad_request(
+                Some("limit"),
+                format!("`limit` must be between 1 and {FILES_MAX_LIMIT}, got {n}."),
+            )),
+        }
+    }
+
+    /// The checked purpose filter: 422 for an unknown purpose.
+    pub fn purpose(&self) -> Result<Option<&str>, ApiError> {
+        match self.purpose.as_deref() {
+            None | Some("") => Ok(None),
+            Some(p) if LIST_PURPOSES.contains(&p) => Ok(Some(p)),
+            Some(p) => Err(bad_purpose("query", p, LIST_PURPOSES)),
+        }
+    }
+}
+
+/// Query of `GET /v1/files/{file_id}/link`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct LinkQuery {
+    /// Seconds the link stays valid (default 3600, at most 7 days).
+    #[serde(default)]
+    pub expires_in: Option<i64>,
+}
+
+/// Default and longest validity of a download link, in seconds.
+pub const LINK_DEFAULT_SECS: i64 = 3600;
+pub const LINK_MAX_SECS: i64 = 7 * 24 * 3600;
+
+impl LinkQuery {
+    pub fn expires_in(&self) -> Result<i64, ApiError> {
+        match self.expires_in {
+            None => Ok(LINK_DEFAULT_SECS),
+            Some(n) if (1..=LINK_MAX_SECS).contains(&n) => Ok(n),
+            Some(n) => Err(ApiError::bad_request(
+                Some("expires_in"),
+                format!("`expires_in` must be between 1 and {LINK_MAX_SECS} seconds, got {n}."),
+            )),
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! Blob storage through `object_store`: a local folder by default, or any
+//! S3-compatible store by URL. File contents live under `files/<file-id>`.
+//!
+//! Writes are atomic: an upload is a multipart upload that only appears under
+//! its name when it completes (a local folder stages it as `<name>#<n>` and
+//! renames it). The file's row is committed after that, and deleted before
+//! the blob, so a row never points to a missing blob; what a crash can leave
+//! is a blob without a row, or a staged part, which [`Blobs::sweep`] removes
+//! on start.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::stream::{BoxStream, StreamExt, TryStreamExt};
+use object_store::aws::AmazonS3Builder;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as ObjectPath;
+use object_store::prefix::PrefixStore;
+use object_store::{ObjectStore, WriteMultipart};
+
+use crate::error::{Result, StoreError};
+
+/// Part size of multipart uploads (S3 needs at least 5 MiB per part); also
+/// the most an upload buffers in memory per part in flight.
+const PART_BYTES: usize = 8 * 1024 * 1024;
+/// Parts uploaded concurrently.
+const PARTS_IN_FLIGHT: usize = 2;
+
+#[derive(Clone)]
+pub struct Blobs {
+    store: Arc<dyn ObjectStore>,
+    /// The folder, when blobs are local (to sweep staged parts).
+    local_root: Option<PathBuf>,
+    /// What the store is, for messages (no credentials).
+    pub description: String,
+}
+
+impl std::fmt::Debug for Blobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.description)
+    }
+}
+
+fn file_path(file_id: &str) -> ObjectPath {
+    ObjectPath::from(format!("files/{file_id}"))
+}
+
+impl Blobs {
+    /// A local folder (created if missing).
+    pub fn local(root: &Path) -> Result<Self> {
+        std::fs::create_dir_all(root)?;
+        let root = root.canonicalize()?;
+        Ok(Self {
+            store: Arc::new(LocalFileSystem::new_with_prefix(&root)?),
+            description: format!("folder {}", root.display()),
+            local_root: Some(root),
+        })
+    }
+
+    /// `file:///path` or `s3://bucket/prefix` (credentials, region and
+    /// endpoint from the usual `AWS_*` environment variables).
+    pub fn from_url(url: &str) -> Result<Self> {
+        let parsed = url::Url::parse(url)
+            .map_err(|e| StoreError::Invalid(format!("blob URL `{url}`: {e}")))?;
+        match parsed.scheme() {
+            "file" => {
+                let path = parsed
+                    .to_file_path()
+                    .map_err(|_| StoreError::Invalid(format!("blob URL `{url}`: not a path")))?;
+                Self::local(&path)
+            }
+            "s3" => {
+                let bucket = parsed.host_str().unwrap_or_default();
+                if bucket.is_empty() {
+                    return Err(StoreError::Invalid(format!("blob URL `{url}`: no bucket")));
+                }
+                let s3 = AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .build()?;
+                let prefix = parsed.path().trim_matches('/').to_string();
+                let store: Arc<dyn ObjectStore> = if prefix.is_empty() {
+                    Arc::new(s3)
+                } else {
+                    Arc::new(PrefixStore::new(s3, prefix.as_str()))
+                };
+                Ok(Self {
+                    store,
+                    local_root: None,
+                    description: format!("s3://{bucket}/{prefix}"),
+                })
+            }
+            other => Err(StoreError::Invalid(format!(
+                "blob URL `{url}`: unsupported scheme `{other}` (use file:// or s3://)"
+            ))),
+        }
+    }
+
+    /// Starts writing the content of `file_id`.
+    pub async fn writer(&self, file_id: &str) -> Result<BlobWriter> {
+        let upload = self.store.put_multipart(&file_path(file_id)).await?;
+        Ok(BlobWriter {
+            inner: WriteMultipart::new_with_chunk_size(upload, PART_BYTES),
+            bytes: 0,
+        })
+    }
+
+    /// The content of `file_id`, as a stream of chunks.
+    pub async fn read(
+        &self,
+        file_id: &str,
+    ) -> Result<BoxStream<'static, Result<Bytes, StoreError>>> {
+        let result = self.store.get(&file_path(file_id)).await?;
+        Ok(result.into_stream().map_err(StoreError::from).boxed())
+    }
+
+    /// Deletes the content of `file_id` (nothing if it is already gone).
+    pub async fn delete(&self, file_id: &str) -> Result<()> {
+        match self.store.delete(&file_path(file_id)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Whether the content of `file_id` exists.
+    pub async fn exists(&self, file_id: &str) -> Result<bool> {
+        match self.store.head(&file_path(file_id)).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Ids of every stored file content.
+    pub async fn file_ids(&self) -> Result<Vec<String>> {
+        let prefix = ObjectPath::from("files");
+        let mut ids = Vec::new();
+        let mut list = self.store.list(Some(&prefix));
+        while let Some(meta) = list.next().await {
+            if let Some(name) = meta?.location.filename() {
+                ids.push(name.to_string());
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Removes the blobs not in `keep`, and staged parts of uploads that
+    /// never finished (a local folder's `<name>#<n>` files). Returns how many
+    /// blobs were removed.
+    pub async fn sweep(&self, keep: &HashSet<String>) -> Result<usize> {
+        let mut removed = 0;
+        for id in self.file_ids().await? {
+            if !keep.contains(&id) {
+                self.delete(&id).await?;
+                removed += 1;
+            }
+        }
+        if let Some(root) = &self.local_root {
+            let dir = root.join("files");
+            if let Ok(entries) = std::fs::read_dir(&dir) {
+                for entry in entries.flatten() {
+                    let name = entry.file_name();
+                    let staged =
+                        name.to_str()
+                            .and_then(|n| n.rsplit_once('#'))
+                            .is_some_and(|(_, n)| {
+                                !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+                            });
+                    if staged {
+                        std::fs::remove_file(entry.path())?;
+                        removed += 1;
+                    }
+                }
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// An upload in progress: chunks go out in parts as they come; the blob
+/// appears only on [`BlobWriter::finish`].
+pub struct BlobWriter {
+    inner: WriteMultipart,
+    bytes: u64,
+}
+
+impl BlobWriter {
+    pub async fn write(&mut self, chunk: &[u8]) -> Result<()> {
+        self.inner.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+        self.inner.write(chunk);
+        self.bytes += chunk.len() as u64;
+        Ok(())
+    }
+
+    /// Bytes written so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Completes the upload; the blob appears at once, whole.
+    pub async fn finish(self) -> Result<u64> {
+        self.inner.finish().await?;
+        Ok(self.bytes)
+    }
+
+    /// Gives the upload up; nothing stays behind.
+    pub async fn abort(self) {
+        if let Err(e) = self.inner.abort().await {
+            tracing::warn!("aborting an upload: {e}");
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! Resource ids: a prefix and a ULID (`project-01J...`, `file-01J...`), so ids
+//! sort by creation time.
+
+use std::sync::Mutex;
+
+use ulid::{Generator, Ulid};
+
+pub const PROJECT: &str = "project";
+pub const ACCOUNT: &str = "account";
+pub const KEY: &str = "key";
+pub const FILE: &str = "file";
+
+/// A new id with `prefix`; ids made by one process are strictly increasing.
+pub fn new_id(prefix: &str) -> String {
+    static GENERATOR: Mutex<Option<Generator>> = Mutex::new(None);
+    let mut guard = GENERATOR.lock().unwrap_or_else(|e| e.into_inner());
+    let generator = guard.get_or_insert_with(Generator::new);
+    let ulid = generator.generate().unwrap_or_else(|_| Ulid::new());
+    format!("{prefix}-{ulid}")
+}
+
+/// Whether `id` is `prefix-` followed by a well-formed ULID.
+pub fn is_well_formed(prefix: &str, id: &str) -> bool {
+    id.strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|ulid| ulid.len() == 26 && Ulid::from_string(ulid).is_ok())
+}
+
+/// Seconds since the Unix epoch.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_prefixed_increasing_and_checked() {
+        let a = new_id(FILE);
+        let b = new_id(FILE);
+        assert!(a < b, "{a} {b}");
+        assert!(is_well_formed(FILE, &a));
+        assert!(!is_well_formed(PROJECT, &a));
+        assert!(!is_well_formed(FILE, "file-123"));
+        assert!(!is_well_formed(FILE, "file"));
+    }
+}

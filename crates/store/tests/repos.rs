@@ -1,0 +1,339 @@
+//! Repository tests. Each test function runs twice: on SQLite (always) and
+//! on PostgreSQL when `HEARTH_TEST_DATABASE_URL` names a server (a fresh
+//! database per test is created on it; `scripts/test` starts one).
+
+use futures_util::TryStreamExt;
+use hearth_store::{ListOrder, Store, StoreConfig, StoreError};
+use sha2::{Digest, Sha256};
+
+struct Env {
+    store: Store,
+    _dir: tempfile::TempDir,
+}
+
+async fn sqlite() -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&StoreConfig {
+        data_dir: dir.path().to_path_buf(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    Env { store, _dir: dir }
+}
+
+async fn postgres() -> Option<Env> {
+    let base = std::env::var("HEARTH_TEST_DATABASE_URL").ok()?;
+    sqlx::any::install_default_drivers();
+    let name = format!(
+        "hearth_test_{}",
+        hearth_store::ids::new_id("t")
+            .to_lowercase()
+            .replace('-', "_")
+    );
+    let mut url = url::Url::parse(&base).expect("HEARTH_TEST_DATABASE_URL is a URL");
+    url.set_path(&name);
+    use sqlx::migrate::MigrateDatabase;
+    sqlx::Any::create_database(url.as_str())
+        .await
+        .expect("creating a test database");
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&StoreConfig {
+        data_dir: dir.path().to_path_buf(),
+        database_url: Some(url.to_string()),
+        blob_url: None,
+    })
+    .await
+    .unwrap();
+    assert_eq!(store.backend(), hearth_store::Backend::Postgres);
+    Some(Env { store, _dir: dir })
+}
+
+/// Runs each named test on SQLite, and on PostgreSQL when configured.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $( #[tokio::test] async fn $name() { super::$name(super::sqlite().await).await } )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    match super::postgres().await {
+                        Some(env) => super::$name(env).await,
+                        None => eprintln!("HEARTH_TEST_DATABASE_URL is not set; skipped on PostgreSQL"),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+on_both!(
+    projects_and_the_default_project,
+    accounts_reach_their_projects,
+    keys_are_hashed_listed_and_revoked,
+    bootstrap_makes_one_admin_key,
+    files_round_trip_and_are_scoped,
+    files_list_pages_filters_and_orders,
+    jsonl_uploads_are_checked,
+    uploads_over_the_limit_leave_nothing,
+    orphan_blobs_are_swept,
+    settings_and_links,
+);
+
+async fn projects_and_the_default_project(env: Env) {
+    let s = &env.store;
+    let default = s.default_project().await.unwrap();
+    assert!(
+        hearth_store::projects::is_well_formed(&default.id),
+        "{}",
+        default.id
+    );
+    assert_eq!(default.name, "Default");
+    assert_eq!(s.default_project().await.unwrap(), default);
+    let other = s.create_project("Research").await.unwrap();
+    let all = s.projects().await.unwrap();
+    assert_eq!(all, vec![default.clone(), other.clone()]);
+    assert_eq!(s.project(&other.id).await.unwrap(), Some(other));
+    assert_eq!(s.project("project-nope").await.unwrap(), None);
+}
+
+async fn accounts_reach_their_projects(env: Env) {
+    let s = &env.store;
+    let a = s.create_project("A").await.unwrap();
+    let b = s.create_project("B").await.unwrap();
+    let account = s.create_account("alice", &a.id, false).await.unwrap();
+    assert!(s.can_reach(&account.id, &a.id).await.unwrap());
+    assert!(!s.can_reach(&account.id, &b.id).await.unwrap());
+    s.grant_project(&account.id, &b.id).await.unwrap();
+    s.grant_project(&account.id, &b.id).await.unwrap();
+    assert!(s.can_reach(&account.id, &b.id).await.unwrap());
+    let mut expected = vec![a.id.clone(), b.id.clone()];
+    expected.sort();
+    assert_eq!(s.account_projects(&account.id).await.unwrap(), expected);
+    assert_eq!(s.account(&account.id).await.unwrap(), Some(account));
+    assert!(matches!(
+        s.create_account("bob", "project-missing", false).await,
+        Err(StoreError::Invalid(_))
+    ));
+}
+
+async fn keys_are_hashed_listed_and_revoked(env: Env) {
+    let s = &env.store;
+    let project = s.create_project("P").await.unwrap();
+    let new = s.create_key("ci", Some(&project.id), false).await.unwrap();
+    assert!(new.secret.starts_with("hearth-") && new.secret.len() == 7 + 64);
+    assert!(new.secret.starts_with(&new.info.prefix));
+    assert_eq!(new.info.default_project_id, project.id);
+    assert_eq!(new.info.last_used_at, None);
+    let caller = s
+        .authenticate(&new.secret)
+        .await
+        .unwrap()
+        .expect("a live key");
+    assert_eq!(caller.key_id.as_deref(), Some(new.info.id.as_str()));
+    assert!(!caller.is_admin);
+    assert!(s.caller_reaches(&caller, &project.id).await.unwrap());
+    let default = s.default_project().await.unwrap();
+    assert!(!s.caller_reaches(&caller, &default.id).await.unwrap());
+    assert_eq!(s.authenticate("hearth-0000").await.unwrap(), None);
+    assert_eq!(s.authenticate("other").await.unwrap(), None);
+
+    s.touch_key(&new.info.id).await.unwrap();
+    let listed = s.keys().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].last_used_at.is_some());
+    let revoked = s.revoke_key(&new.info.id).await.unwrap();
+    assert!(revoked.revoked_at.is_some());
+    assert_eq!(s.authenticate(&new.secret).await.unwrap(), None);
+    assert!(matches!(
+        s.revoke_key("key-nope").await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+async fn bootstrap_makes_one_admin_key(env: Env) {
+    let s = &env.store;
+    let admin = s
+        .bootstrap_admin()
+        .await
+        .unwrap()
+        .expect("an admin key on an empty store");
+    assert!(admin.info.is_admin);
+    assert_eq!(
+        admin.info.default_project_id,
+        s.default_project().await.unwrap().id
+    );
+    assert!(s.bootstrap_admin().await.unwrap().is_none());
+    s.revoke_key(&admin.info.id).await.unwrap();
+    assert!(s.bootstrap_admin().await.unwrap().is_some());
+}
+
+async fn upload(
+    s: &Store,
+    project: &str,
+    purpose: &str,
+    content: &[u8],
+) -> hearth_store::FileRecord {
+    let mut up = s.begin_upload(1 << 30).await.unwrap();
+    for chunk in content.chunks(7) {
+        up.write(chunk).await.unwrap();
+    }
+    let jsonl = purpose == "fine-tune" || purpose == "batch";
+    s.finish_upload(up, project, "data.jsonl", purpose, jsonl)
+        .await
+        .unwrap()
+}
+
+async fn content(s: &Store, f: &hearth_store::FileRecord) -> Vec<u8> {
+    let chunks: Vec<_> = s
+        .file_content(f)
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    chunks.concat()
+}
+
+async fn files_round_trip_and_are_scoped(env: Env) {
+    let s = &env.store;
+    let a = s.create_project("A").await.unwrap();
+    let b = s.create_project("B").await.unwrap();
+    let bytes: Vec<u8> = (0..100_000u32).map(|i| (i * 31 % 251) as u8).collect();
+    let f = upload(s, &a.id, "user_data", &bytes).await;
+    assert!(hearth_store::files::is_well_formed(&f.id));
+    assert_eq!(f.bytes, bytes.len() as i64);
+    assert_eq!(f.status, "processed");
+    assert_eq!(s.file(&a.id, &f.id).await.unwrap(), f);
+    assert_eq!(Sha256::digest(content(s, &f).await), Sha256::digest(&bytes));
+    assert!(matches!(
+        s.file(&b.id, &f.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        s.delete_file(&b.id, &f.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(s.file_users(&f.id).await.unwrap().is_empty());
+    s.delete_file(&a.id, &f.id).await.unwrap();
+    assert!(matches!(
+        s.file(&a.id, &f.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(!s.blobs().exists(&f.id).await.unwrap());
+    assert!(matches!(
+        s.delete_file(&a.id, &f.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+async fn files_list_pages_filters_and_orders(env: Env) {
+    let s = &env.store;
+    let p = s.create_project("P").await.unwrap();
+    let other = s.create_project("Q").await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let purpose = if i % 2 == 0 { "batch" } else { "user_data" };
+        ids.push(upload(s, &p.id, purpose, b"{\"x\": 1}\n").await.id);
+    }
+    upload(s, &other.id, "batch", b"{}\n").await;
+    let (page, more) = s
+        .list_files(&p.id, None, None, 2, ListOrder::Desc)
+        .await
+        .unwrap();
+    assert!(more);
+    assert_eq!(
+        page.iter().map(|f| &f.id).collect::<Vec<_>>(),
+        vec![&ids[4], &ids[3]]
+    );
+    let (page, more) = s
+        .list_files(&p.id, None, Some(&ids[3]), 10, ListOrder::Desc)
+        .await
+        .unwrap();
+    assert!(!more);
+    assert_eq!(page.len(), 3);
+    let (page, _) = s
+        .list_files(&p.id, None, None, 10, ListOrder::Asc)
+        .await
+        .unwrap();
+    assert_eq!(page.iter().map(|f| f.id.clone()).collect::<Vec<_>>(), ids);
+    let (page, more) = s
+        .list_files(&p.id, Some("batch"), Some(&ids[0]), 10, ListOrder::Asc)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.iter().map(|f| &f.id).collect::<Vec<_>>(),
+        vec![&ids[2], &ids[4]]
+    );
+    assert!(!more);
+}
+
+async fn jsonl_uploads_are_checked(env: Env) {
+    let s = &env.store;
+    let p = s.default_project().await.unwrap();
+    let good = upload(
+        s,
+        &p.id,
+        "fine-tune",
+        b"{\"messages\": []}\n{\"messages\": []}\n",
+    )
+    .await;
+    assert_eq!(
+        (good.status.as_str(), good.status_details.as_deref()),
+        ("processed", None)
+    );
+    let bad = upload(s, &p.id, "batch", b"{\"a\": 1}\n{\"b\": 2}\nnot json\n").await;
+    assert_eq!(bad.status, "error");
+    assert!(
+        bad.status_details.as_deref().unwrap().starts_with("line 3"),
+        "{bad:?}"
+    );
+    assert_eq!(
+        content(s, &bad).await,
+        b"{\"a\": 1}\n{\"b\": 2}\nnot json\n"
+    );
+    let any = upload(s, &p.id, "user_data", b"not json").await;
+    assert_eq!(any.status, "processed");
+}
+
+async fn uploads_over_the_limit_leave_nothing(env: Env) {
+    let s = &env.store;
+    let mut up = s.begin_upload(10).await.unwrap();
+    up.write(b"0123456789").await.unwrap();
+    assert!(matches!(
+        up.write(b"x").await,
+        Err(StoreError::TooLarge { limit: 10 })
+    ));
+    up.abort().await;
+    assert!(s.blobs().file_ids().await.unwrap().is_empty());
+}
+
+async fn orphan_blobs_are_swept(env: Env) {
+    let s = &env.store;
+    let p = s.default_project().await.unwrap();
+    let kept = upload(s, &p.id, "user_data", b"kept").await;
+    // A blob completed by an upload whose row never committed.
+    let mut w = s.blobs().writer("file-orphan").await.unwrap();
+    w.write(b"lost").await.unwrap();
+    w.finish().await.unwrap();
+    assert_eq!(s.sweep_orphan_blobs().await.unwrap(), 1);
+    assert_eq!(s.blobs().file_ids().await.unwrap(), vec![kept.id.clone()]);
+    assert_eq!(content(s, &kept).await, b"kept");
+}
+
+async fn settings_and_links(env: Env) {
+    let s = &env.store;
+    assert_eq!(s.setting("x").await.unwrap(), None);
+    assert_eq!(s.setting_or_insert("x", "1").await.unwrap(), "1");
+    assert_eq!(s.setting_or_insert("x", "2").await.unwrap(), "1");
+    let later = hearth_store::ids::now() + 60;
+    let sig = s.sign_link("file-a", later);
+    assert!(s.verify_link("file-a", later, &sig));
+    assert!(!s.verify_link("file-b", later, &sig));
+    assert!(!s.verify_link("file-a", later + 1, &sig));
+    assert!(!s.verify_link("file-a", later, "00"));
+    let past = hearth_store::ids::now() - 1;
+    assert!(!s.verify_link("file-a", past, &s.sign_link("file-a", past)));
+}

@@ -1,0 +1,282 @@
+//! `/v1/files`: upload (streamed, never held whole), list, retrieve,
+//! delete, content, and signed download links.
+
+use axum::body::Body;
+use axum::extract::{FromRequest, Multipart, Path, Request, State};
+use axum::http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE, HOST};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use futures_util::TryStreamExt;
+use hearth_api::files::{
+    bad_purpose, missing_field, purpose_is_jsonl, OBJECT_FILE, OBJECT_FILE_LINK, UPLOAD_PURPOSES,
+};
+use hearth_api::{
+    ApiError, FileDeleted, FileLink, FileList, FileObject, FilesQuery, LinkQuery, ProjectQuery,
+};
+use hearth_store::files::FileUpload;
+use hearth_store::{FileRecord, ListOrder};
+use serde::Deserialize;
+
+use crate::auth::RequestContext;
+use crate::error::{ApiQuery, HttpError};
+use crate::state::AppState;
+
+/// Room for the multipart framing and small fields around the file.
+const MULTIPART_OVERHEAD: u64 = 64 * 1024;
+
+fn file_object(f: FileRecord) -> FileObject {
+    FileObject {
+        id: f.id,
+        object: OBJECT_FILE.to_string(),
+        bytes: f.bytes as u64,
+        created_at: f.created_at,
+        filename: f.filename,
+        purpose: f.purpose,
+        status: f.status,
+        status_details: f.status_details,
+    }
+}
+
+/// `POST /v1/files`: multipart with `file` and `purpose`.
+pub async fn upload(
+    State(state): State<AppState>,
+    Extension(ctx): Extension<RequestContext>,
+    ApiQuery(_project): ApiQuery<ProjectQuery>,
+    request: Request,
+) -> Result<Json<FileObject>, HttpError> {
+    let limit = state.max_upload_bytes;
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit + MULTIPART_OVERHEAD) {
+        return Err(hearth_store::StoreError::TooLarge { limit }.into());
+    }
+    let mut multipart = Multipart::from_request(request, &state)
+        .await
+        .map_err(|_| HttpError(missing_field("file")))?;
+    let mut purpose: Option<String> = None;
+    let mut upload: Option<(FileUpload, String)> = None;
+    let result = read_fields(&state, &mut multipart, &mut purpose, &mut upload).await;
+    let finished = match (result, upload) {
+        (Err(e), upload) => Err((e, upload)),
+        (Ok(()), None) => Err((HttpError(missing_field("file")), None)),
+        (Ok(()), Some(up)) => match purpose {
+            None => Err((HttpError(missing_field("purpose")), Some(up))),
+            Some(purpose) => Ok((up, purpose)),
+        },
+    };
+    match finished {
+        Ok(((up, filename), purpose)) => {
+            let jsonl = purpose_is_jsonl(&purpose);
+            let record = state
+                .store
+                .finish_upload(up, &ctx.project_id, &filename, &purpose, jsonl)
+                .await?;
+            tracing::info!(file = %record.id, bytes = record.bytes, status = %record.status, "file uploaded");
+            Ok(Json(file_object(record)))
+        }
+        Err((e, upload)) => {
+            if let Some((up, _)) = upload {
+                up.abort().await;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Reads the form: `purpose` (checked as soon as it comes) and `file`
+/// (streamed into the store chunk by chunk); other fields are skipped.
+async fn read_fields(
+    state: &AppState,
+    multipart: &mut Multipart,
+    purpose: &mut Option<String>,
+    upload: &mut Option<(FileUpload, String)>,
+) -> Result<(), HttpError> {
+    let interrupted = |e: axum::extract::multipart::MultipartError| {
+        HttpError::from(hearth_store::StoreError::Interrupted(e.body_text()))
+    };
+    while let Some(mut field) = multipart.next_field().await.map_err(interrupted)? {
+        let name = field.name().map(str::to_string);
+        match name.as_deref() {
+            Some("purpose") => {
+                let value = field.text().await.map_err(interrupted)?;
+                let value = value.trim().to_string();
+                if !UPLOAD_PURPOSES.contains(&value.as_str()) {
+                    return Err(HttpError(bad_purpose("body", &value, UPLOAD_PURPOSES)));
+                }
+                *purpose = Some(value);
+            }
+            Some("file") => {
+                if upload.is_some() {
+                    return Err(HttpError(ApiError::with_detail(
+                        400,
+                        "Send one `file` field per upload.",
+                    )));
+                }
+                let filename = field
+                    .file_name()
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or("file")
+                    .to_string();
+                let up = upload.insert((
+                    state.store.begin_upload(state.max_upload_bytes).await?,
+                    filename,
+                ));
+                while let Some(chunk) = field.chunk().await.map_err(interrupted)? {
+                    up.0.write(&chunk).await?;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// `GET /v1/files`.
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(ctx): Extension<RequestContext>,
+    ApiQuery(query): ApiQuery<FilesQuery>,
+) -> Result<Json<FileList>, HttpError> {
+    let limit = query.limit()?;
+    let purpose = query.purpose()?;
+    let order = match query.order {
+        hearth_api::files::Order::Asc => ListOrder::Asc,
+        hearth_api::files::Order::Desc => ListOrder::Desc,
+    };
+    let after = query.after.as_deref().filter(|a| !a.is_empty());
+    let (files, has_more) = state
+        .store
+        .list_files(&ctx.project_id, purpose, after, limit, order)
+        .await?;
+    Ok(Json(FileList::new(
+        files.into_iter().map(file_object).collect(),
+        has_more,
+    )))
+}
+
+/// `GET /v1/files/{file_id}`.
+pub async fn retrieve(
+    State(state): State<AppState>,
+    Extension(ctx): Extension<RequestContext>,
+    Path(file_id): Path<String>,
+) -> Result<Json<FileObject>, HttpError> {
+    let file = state.store.file(&ctx.project_id, &file_id).await?;
+    Ok(Json(file_object(file)))
+}
+
+/// `DELETE /v1/files/{file_id}`: the row, then the blob; 409 while a job
+/// uses the file.
+pub async fn delete(
+    State(state): State<AppState>,
+    Extension(ctx): Extension<RequestContext>,
+    Path(file_id): Path<String>,
+) -> Result<Json<FileDeleted>, HttpError> {
+    state.store.delete_file(&ctx.project_id, &file_id).await?;
+    Ok(Json(FileDeleted {
+        id: file_id,
+        object: OBJECT_FILE.to_string(),
+        deleted: true,
+    }))
+}
+
+/// `GET /v1/files/{file_id}/content`: the bytes as uploaded, streamed.
+pub async fn content(
+    State(state): State<AppState>,
+    Extension(ctx): Extension<RequestContext>,
+    Path(file_id): Path<String>,
+) -> Result<Response, HttpError> {
+    let file = state.store.file(&ctx.project_id, &file_id).await?;
+    stream_content(&state, file).await
+}
+
+async fn stream_content(state: &AppState, file: FileRecord) -> Result<Response, HttpError> {
+    let stream = state.store.file_content(&file).await?;
+    let body = Body::from_stream(stream.map_err(|e| std::io::Error::other(e.to_string())));
+    let filename: String = file
+        .filename
+        .chars()
+        .filter(|c| c.is_ascii_graphic() && *c != '"' && *c != '\\' || *c == ' ')
+        .collect();
+    Ok((
+        [
+            (CONTENT_TYPE, "application/octet-stream".to_string()),
+            (CONTENT_LENGTH, file.bytes.to_string()),
+            (
+                CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{filename}\""),
+            ),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+/// `GET /v1/files/{file_id}/link`: a URL that downloads the content without
+/// a key until it expires (`expires_in` seconds, default an hour).
+pub async fn link(
+    State(state): State<AppState>,
+    Extension(ctx): Extension<RequestContext>,
+    Path(file_id): Path<String>,
+    ApiQuery(query): ApiQuery<LinkQuery>,
+    headers: HeaderMap,
+) -> Result<Json<FileLink>, HttpError> {
+    let expires_in = query.expires_in()?;
+    let file = state.store.file(&ctx.project_id, &file_id).await?;
+    let expires_at = hearth_store::ids::now() + expires_in;
+    let signature = state.store.sign_link(&file.id, expires_at);
+    let host = headers
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    let scheme = headers
+        .get("x-forwarded-proto")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("http");
+    Ok(Json(FileLink {
+        object: OBJECT_FILE_LINK.to_string(),
+        url: format!(
+            "{scheme}://{host}/v1/files/{}/download?expires_at={expires_at}&signature={signature}",
+            file.id
+        ),
+        id: file.id,
+        expires_at,
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DownloadQuery {
+    #[serde(default)]
+    expires_at: Option<String>,
+    #[serde(default)]
+    signature: Option<String>,
+}
+
+/// `GET /v1/files/{file_id}/download?expires_at=&signature=`: no key; the
+/// signature is the authority. Expired, tampered or unknown: 403.
+pub async fn download(
+    State(state): State<AppState>,
+    Path(file_id): Path<String>,
+    request: Request,
+) -> Result<Response, HttpError> {
+    let refused = || {
+        HttpError(ApiError::forbidden(
+            "This download link is invalid or has expired.",
+        ))
+    };
+    let query: DownloadQuery =
+        hearth_api::parse_query(request.uri().query()).map_err(|_| refused())?;
+    let expires_at = query
+        .expires_at
+        .and_then(|e| e.parse::<i64>().ok())
+        .ok_or_else(refused)?;
+    let signature = query.signature.ok_or_else(refused)?;
+    if !state.store.verify_link(&file_id, expires_at, &signature) {
+        return Err(refused());
+    }
+    let file = state.store.file_by_id(&file_id).await?;
+    stream_content(&state, file).await
+}

@@ -1,0 +1,132 @@
+//! `hearth keys` and `hearth projects` against a temporary data folder,
+//! through the built binary.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+
+fn hearth(data_dir: &Path, args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(args)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env_remove("HEARTH_DATABASE_URL")
+        .env_remove("HEARTH_BLOB_URL")
+        .output()
+        .expect("running hearth");
+    assert!(
+        output.status.success(),
+        "hearth {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn printed_key(output: &str) -> String {
+    output
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("hearth-"))
+        .unwrap_or_else(|| panic!("no key in {output:?}"))
+        .to_string()
+}
+
+fn open(dir: &Path) -> hearth_store::Store {
+    let dir = dir.to_path_buf();
+    block_on(async move {
+        hearth_store::Store::open(&hearth_store::StoreConfig {
+            data_dir: dir,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+    })
+}
+
+#[test]
+fn keys_are_created_listed_and_revoked() {
+    let dir = temp_dir();
+    let out = hearth(&dir, &["keys", "create", "--name", "ci-bot"]);
+    let key = printed_key(&out);
+    assert_eq!(key.len(), "hearth-".len() + 64, "{key}");
+    let id = out
+        .split_whitespace()
+        .find(|w| w.starts_with("key-"))
+        .unwrap()
+        .to_string();
+
+    let list = hearth(&dir, &["keys", "list"]);
+    let row = list.lines().find(|l| l.contains(&id)).expect(&list);
+    assert!(row.contains("ci-bot") && row.contains(&key[..15]), "{row}");
+    assert!(row.contains("never") && row.contains("active"), "{row}");
+    assert!(!list.contains(&key), "a list never shows keys");
+
+    let store = open(&dir);
+    let caller = block_on({
+        let (store, key) = (store.clone(), key.clone());
+        async move { store.authenticate(&key).await.unwrap() }
+    });
+    assert!(caller.is_some());
+
+    let out = hearth(&dir, &["keys", "revoke", &id]);
+    assert!(out.contains("Revoked"), "{out}");
+    let list = hearth(&dir, &["keys", "list"]);
+    assert!(
+        list.lines()
+            .find(|l| l.contains(&id))
+            .unwrap()
+            .contains("revoked"),
+        "{list}"
+    );
+    let caller = block_on(async move { store.authenticate(&key).await.unwrap() });
+    assert!(caller.is_none());
+}
+
+#[test]
+fn keys_can_be_made_for_a_project() {
+    let dir = temp_dir();
+    let project = hearth(&dir, &["projects", "create", "--name", "research"]);
+    let project = project.trim();
+    assert!(hearth_store::projects::is_well_formed(project), "{project}");
+    let projects = hearth(&dir, &["projects", "list"]);
+    assert!(
+        projects.contains("research") && projects.contains("(default)"),
+        "{projects}"
+    );
+    let out = hearth(
+        &dir,
+        &[
+            "keys",
+            "create",
+            "--name",
+            "r",
+            "--project",
+            project,
+            "--admin",
+        ],
+    );
+    assert!(out.contains(project) && out.contains("admin"), "{out}");
+    let key = printed_key(&out);
+    let store = open(&dir);
+    let caller = block_on(async move { store.authenticate(&key).await.unwrap().unwrap() });
+    assert!(caller.is_admin);
+    assert_eq!(caller.default_project_id, project);
+
+    let output = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args([
+            "keys",
+            "create",
+            "--name",
+            "x",
+            "--project",
+            "project-01J00000000000000000000000",
+        ])
+        .arg("--data-dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+}
