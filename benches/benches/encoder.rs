@@ -1,0 +1,170 @@
+//! Criterion bench of the default embedding model
+//! (sentence-transformers/all-MiniLM-L6-v2) on ~20-word sentences: Hearth's
+//! packed BERT forward with mean pooling and normalisation, at batch 1, 8,
+//! 32 and 128 (throughput in sentences).
+//!
+//! With `--features stock-candle` the same batches also run through stock
+//! candle-transformers' `BertModel` on the same safetensors (padded to the
+//! batch's longest sentence, with an attention mask, then the same pooling),
+//! so the two can be compared within one run.
+//!
+//! ```sh
+//! cargo bench -p hearth-benches --bench encoder
+//! cargo bench -p hearth-benches --bench encoder --features stock-candle
+//! ```
+//! The model is read from `$HEARTH_DATA_DIR/models` (default: the
+//! repository's `data/models`); without it the bench says so and skips.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
+use hearth_engine::embed::load_sentence_encoder;
+use hearth_engine::Device;
+
+const MODEL: &str = "models/sentence-transformers--all-MiniLM-L6-v2";
+const BATCHES: [usize; 4] = [1, 8, 32, 128];
+
+const WORDS: &[&str] = &[
+    "the", "quick", "river", "carried", "old", "boats", "past", "quiet", "villages", "while",
+    "children", "watched", "from", "stone", "bridges", "under", "a", "pale", "autumn", "sky",
+    "and", "farmers", "counted", "their", "harvest", "near", "green", "hills",
+];
+
+fn sentence(i: usize) -> String {
+    (0..20)
+        .map(|k| WORDS[(i * 7 + k * 3 + k * k) % WORDS.len()])
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn model_dir() -> PathBuf {
+    std::env::var_os("HEARTH_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data"))
+        .join(MODEL)
+}
+
+fn configure(group: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>) {
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3));
+}
+
+fn bench_encoder(c: &mut Criterion) {
+    let dir = model_dir();
+    if !dir.join("model.safetensors").exists() {
+        eprintln!(
+            "encoder bench skipped: {} is missing (run `hearth models pull` first)",
+            dir.display()
+        );
+        return;
+    }
+    let loaded = load_sentence_encoder(&dir, &Device::Cpu).expect("loading the encoder");
+    let ids: Vec<Vec<u32>> = (0..128)
+        .map(|i| {
+            loaded
+                .tokenizer
+                .encode(sentence(i), true)
+                .expect("tokenize")
+                .get_ids()
+                .to_vec()
+        })
+        .collect();
+
+    let mut group = c.benchmark_group("encoder/hearth");
+    configure(&mut group);
+    for b in BATCHES {
+        let batch: Vec<&[u32]> = ids[..b].iter().map(Vec::as_slice).collect();
+        group.throughput(Throughput::Elements(b as u64));
+        group.bench_function(format!("B{b}"), |bench| {
+            bench.iter(|| loaded.encoder.embed(&batch).expect("embed"))
+        });
+    }
+    group.finish();
+
+    #[cfg(feature = "stock-candle")]
+    stock::bench(c, &dir, &ids, &loaded.encoder);
+}
+
+#[cfg(feature = "stock-candle")]
+mod stock {
+    //! The same batches through candle-transformers' `BertModel`.
+
+    use std::path::Path;
+
+    use candle_core::{DType, Device, Tensor};
+    use candle_transformers::models::bert::{BertModel, Config};
+    use criterion::{Criterion, Throughput};
+    use hearth_engine::embed::SentenceEncoder;
+
+    /// Padded forward, masked mean pooling, L2 normalisation.
+    fn embed(model: &BertModel, batch: &[&[u32]]) -> candle_core::Result<Tensor> {
+        let len = batch.iter().map(|s| s.len()).max().unwrap_or(0);
+        let mut ids = Vec::with_capacity(batch.len() * len);
+        let mut mask = Vec::with_capacity(batch.len() * len);
+        for s in batch {
+            ids.extend_from_slice(s);
+            ids.extend(std::iter::repeat_n(0u32, len - s.len()));
+            mask.extend(std::iter::repeat_n(1u32, s.len()));
+            mask.extend(std::iter::repeat_n(0u32, len - s.len()));
+        }
+        let dev = Device::Cpu;
+        let ids = Tensor::from_vec(ids, (batch.len(), len), &dev)?;
+        let mask = Tensor::from_vec(mask, (batch.len(), len), &dev)?;
+        let types = ids.zeros_like()?;
+        let hidden = model.forward(&ids, &types, Some(&mask))?;
+        let m = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
+        let pooled = hidden
+            .broadcast_mul(&m)?
+            .sum(1)?
+            .broadcast_div(&m.sum(1)?)?;
+        let norm = pooled.sqr()?.sum_keepdim(1)?.sqrt()?;
+        pooled.broadcast_div(&norm)
+    }
+
+    pub fn bench(c: &mut Criterion, dir: &Path, ids: &[Vec<u32>], hearth: &SentenceEncoder) {
+        let config: Config =
+            serde_json::from_slice(&std::fs::read(dir.join("config.json")).expect("config.json"))
+                .expect("BERT config");
+        // SAFETY: the file is memory-mapped read-only and not modified while mapped.
+        let vb = unsafe {
+            candle_nn::VarBuilder::from_mmaped_safetensors(
+                &[dir.join("model.safetensors")],
+                DType::F32,
+                &Device::Cpu,
+            )
+        }
+        .expect("safetensors");
+        let model = BertModel::load(vb, &config).expect("stock BertModel");
+
+        // Same vectors as Hearth's, or the comparison means nothing.
+        let batch: Vec<&[u32]> = ids[..8].iter().map(Vec::as_slice).collect();
+        let ours = hearth.embed(&batch).expect("hearth embed");
+        let theirs = embed(&model, &batch)
+            .and_then(|t| t.to_vec2::<f32>())
+            .expect("stock embed");
+        let diff = ours
+            .iter()
+            .flatten()
+            .zip(theirs.iter().flatten())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(diff < 1e-3, "stock and Hearth vectors differ by {diff}");
+
+        let mut group = c.benchmark_group("encoder/stock-candle");
+        super::configure(&mut group);
+        for b in super::BATCHES {
+            let batch: Vec<&[u32]> = ids[..b].iter().map(Vec::as_slice).collect();
+            group.throughput(Throughput::Elements(b as u64));
+            group.bench_function(format!("B{b}"), |bench| {
+                bench.iter(|| embed(&model, &batch).expect("stock embed"))
+            });
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench_encoder);
+criterion_main!(benches);

@@ -1,0 +1,165 @@
+//! Criterion bench of the chat engine on the default model
+//! (SmolLM2-135M-Instruct, Q4_1 GGUF), through [`EngineHandle`] as the server
+//! drives it.
+//!
+//! - `decode/B`: B concurrent greedy sequences (8-token prompts, all
+//!   prefilled in the first step), `ignore_eos`, 33 tokens each; the time is
+//!   from the last sequence's first token to the last one's end, and the
+//!   throughput counts the 32 tokens each sequence decodes in it.
+//! - `prefill/512`: one 512-token prompt with `max_tokens` 1, submit to end.
+//!
+//! The model is read from `$HEARTH_DATA_DIR/models` (default: the
+//! repository's `data/models`); without it the bench says so and skips.
+//!
+//! ```sh
+//! cargo bench -p hearth-benches --bench engine
+//! ```
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
+use hearth_core::{GenerateRequest, SamplingParams, TokenEvent};
+use hearth_engine::load::load_gguf;
+use hearth_engine::{Device, EngineConfig, EngineHandle, EngineParts, TokenStream};
+
+const GGUF: &str = "models/HuggingFaceTB--SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
+const BATCHES: [usize; 4] = [1, 4, 16, 64];
+const PROMPT_LEN: usize = 8;
+const DECODE: usize = 32;
+const PREFILL_LEN: usize = 512;
+
+fn data_dir() -> PathBuf {
+    std::env::var_os("HEARTH_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data"))
+}
+
+fn start_engine() -> Option<EngineHandle> {
+    let path = data_dir().join(GGUF);
+    if !path.exists() {
+        eprintln!(
+            "engine bench skipped: {} is missing (run `hearth models pull` first)",
+            path.display()
+        );
+        return None;
+    }
+    let lm = load_gguf(&path, &Device::Cpu).expect("loading the GGUF");
+    Some(EngineHandle::start(
+        EngineParts {
+            model: lm.model,
+            tokenizer: Arc::new(lm.tokenizer),
+            eos_ids: lm.eos_ids,
+            context_length: 2048,
+        },
+        EngineConfig {
+            max_waiting: 256,
+            max_active: 64,
+            max_batch_tokens: 512,
+        },
+    ))
+}
+
+/// Varied in-vocabulary token ids, different per sequence.
+fn prompt(seq: usize, len: usize) -> Vec<u32> {
+    (0..len)
+        .map(|j| (1000 + (seq * 7919 + j * 104_729) % 40_000) as u32)
+        .collect()
+}
+
+fn submit(engine: &EngineHandle, seq: usize, prompt_len: usize, max_tokens: usize) -> TokenStream {
+    engine
+        .submit(GenerateRequest {
+            id: format!("bench-{seq}"),
+            prompt_ids: prompt(seq, prompt_len),
+            params: SamplingParams {
+                max_tokens: Some(max_tokens),
+                ignore_eos: true,
+                ..SamplingParams::greedy()
+            },
+        })
+        .expect("submit")
+}
+
+/// Reads one stream to its end: (time of the first token, tokens).
+async fn drain(mut stream: TokenStream) -> (Instant, usize) {
+    let mut first = None;
+    let mut tokens = 0;
+    while let Some(event) = stream.recv().await {
+        match event {
+            TokenEvent::Token { .. } => {
+                first.get_or_insert_with(Instant::now);
+                tokens += 1;
+            }
+            TokenEvent::Finished { .. } => break,
+            TokenEvent::Error(e) => panic!("engine error: {e}"),
+        }
+    }
+    (first.expect("at least one token"), tokens)
+}
+
+/// One decode round of `b` sequences: the decode-phase time.
+fn decode_round(rt: &tokio::runtime::Runtime, engine: &EngineHandle, b: usize) -> Duration {
+    let streams: Vec<TokenStream> = (0..b)
+        .map(|i| submit(engine, i, PROMPT_LEN, DECODE + 1))
+        .collect();
+    let outcomes = rt.block_on(futures_util::future::join_all(
+        streams.into_iter().map(drain),
+    ));
+    let end = Instant::now();
+    let last_first = outcomes.iter().map(|o| o.0).max().unwrap();
+    assert!(outcomes.iter().all(|o| o.1 == DECODE + 1));
+    end - last_first
+}
+
+fn bench_engine(c: &mut Criterion) {
+    let Some(engine) = start_engine() else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    decode_round(&rt, &engine, 4); // page the weights in
+
+    let mut group = c.benchmark_group("decode");
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(5));
+    for b in BATCHES {
+        group.throughput(Throughput::Elements((b * DECODE) as u64));
+        group.bench_function(format!("B{b}"), |bench| {
+            bench.iter_custom(|iters| (0..iters).map(|_| decode_round(&rt, &engine, b)).sum())
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("prefill");
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(5))
+        .throughput(Throughput::Elements(PREFILL_LEN as u64));
+    let mut seq = 0;
+    group.bench_function(format!("{PREFILL_LEN}"), |bench| {
+        bench.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    seq += 1;
+                    let start = Instant::now();
+                    let (_, n) = rt.block_on(drain(submit(&engine, seq, PREFILL_LEN, 1)));
+                    assert_eq!(n, 1);
+                    start.elapsed()
+                })
+                .sum()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_engine);
+criterion_main!(benches);
