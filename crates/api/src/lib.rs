@@ -11,6 +11,7 @@
 //! - [`embeddings`], [`rerank`]: `/v1/embeddings` and `/v1/rerank` types,
 //!   their validation, base64 vectors and `dimensions`.
 //! - [`files`]: `/v1/files` objects, lists, links and purposes.
+//! - [`training_data`]: lines of fine-tuning datasets (chat or prompt/completion).
 //! - [`validate`]: `validate()` on requests, giving [`ValidCompletion`] and
 //!   [`ValidChat`] with the engine's `SamplingParams`.
 
@@ -24,6 +25,7 @@ pub mod files;
 pub mod models;
 pub mod parse;
 pub mod rerank;
+pub mod training_data;
 pub mod validate;
 
 pub use chat::{
