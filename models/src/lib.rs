@@ -19,6 +19,9 @@
 //!   sequence-classification head) for reranking; configs through
 //!   [`EncoderConfig`], tagged on `model_type`.
 //!
+//! - [`lora`]: LoRA adapters ([`LoraAdapter`]) in PEFT's files, with the q/k
+//!   row permutation between Hugging Face and GGUF layouts.
+//!
 //! Other files: `paged.rs` ([`KvPool`] and the paged attention op),
 //! `kv_cache.rs` ([`KvCache`]), `linear.rs` ([`Linear`]), `rotary.rs` (RoPE
 //! tables).
@@ -28,6 +31,7 @@ mod gguf;
 mod kv_cache;
 mod linear;
 mod llama;
+pub mod lora;
 mod paged;
 mod rotary;
 
@@ -39,6 +43,7 @@ pub use candle_core::{DType, Device, Tensor};
 pub use kv_cache::KvCache;
 pub use linear::Linear;
 pub use llama::{Llama, LlamaConfig, RopeScaling};
+pub use lora::{LoraAdapter, LoraConfig, LoraTarget, LoraWeights};
 pub use paged::{KvPool, BLOCK_SIZE};
 
 /// A decoder-only language model.
