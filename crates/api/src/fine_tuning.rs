@@ -272,11 +272,19 @@ fn bad(name: &str, message: impl Into<String>) -> ApiError {
     ApiError::bad_request(Some(&format!("hyperparameters.{name}")), message)
 }
 
-fn int_in(name: &str, value: Option<i64>, default: u32, (lo, hi): (u32, u32)) -> Result<u32, ApiError> {
+fn int_in(
+    name: &str,
+    value: Option<i64>,
+    default: u32,
+    (lo, hi): (u32, u32),
+) -> Result<u32, ApiError> {
     match value {
         None => Ok(default),
-        Some(v) if v >= i64::from(lo) && v <= i64::from(hi) => Ok(v as u32),
-        Some(v) => Err(bad(name, format!("`{name}` must be between {lo} and {hi}, got {v}."))),
+        Some(v) if (i64::from(lo)..=i64::from(hi)).contains(&v) => Ok(v as u32),
+        Some(v) => Err(bad(
+            name,
+            format!("`{name}` must be between {lo} and {hi}, got {v}."),
+        )),
     }
 }
 
@@ -393,7 +401,12 @@ impl HyperparametersInput {
             (MIN_CONTEXT_LENGTH, max_context),
         )?;
         let lora_r = int_in("lora_r", self.lora_r, d.lora_r, LORA_R_RANGE)?;
-        let lora_alpha = int_in("lora_alpha", self.lora_alpha, d.lora_alpha, LORA_ALPHA_RANGE)?;
+        let lora_alpha = int_in(
+            "lora_alpha",
+            self.lora_alpha,
+            d.lora_alpha,
+            LORA_ALPHA_RANGE,
+        )?;
         let lora_dropout = float_in(
             "lora_dropout",
             self.lora_dropout,
@@ -638,7 +651,7 @@ pub fn parameter_count(text: &str) -> Option<f64> {
     let bytes = text.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
-        let boundary = i == 0 || !bytes[i - 1].is_ascii_alphanumeric() && bytes[i - 1] != b'.';
+        let boundary = i == 0 || (!bytes[i - 1].is_ascii_alphanumeric() && bytes[i - 1] != b'.');
         if boundary && bytes[i].is_ascii_digit() {
             let start = i;
             while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'.') {
@@ -660,9 +673,7 @@ pub fn parameter_count(text: &str) -> Option<f64> {
                 }
             }
             let unit = bytes.get(i).map(|b| b.to_ascii_uppercase());
-            let after_unit_ok = bytes
-                .get(i + 1)
-                .is_none_or(|b| !b.is_ascii_alphabetic());
+            let after_unit_ok = bytes.get(i + 1).is_none_or(|b| !b.is_ascii_alphabetic());
             let scale = match unit {
                 Some(b'M') if after_unit_ok => Some(1.0e6),
                 Some(b'B') if after_unit_ok => Some(1.0e9),
@@ -814,10 +825,14 @@ mod tests {
             ("lora_dropout", json!(1.0)),
         ];
         for (name, value) in cases {
-            let err = req(json!({"model": "m", "training_file": "f", "hyperparameters": {name: value}}))
-                .unwrap_err();
+            let err =
+                req(json!({"model": "m", "training_file": "f", "hyperparameters": {name: value}}))
+                    .unwrap_err();
             assert_eq!(err.status(), 400, "{name}={value}");
-            assert_eq!(err.param(), Some(format!("hyperparameters.{name}").as_str()));
+            assert_eq!(
+                err.param(),
+                Some(format!("hyperparameters.{name}").as_str())
+            );
         }
     }
 
@@ -834,7 +849,10 @@ mod tests {
                 .unwrap_err();
             assert_eq!(err.status(), 422, "{hp}");
         }
-        assert_eq!(req(json!({"training_file": "f"})).unwrap_err().status(), 422);
+        assert_eq!(
+            req(json!({"training_file": "f"})).unwrap_err().status(),
+            422
+        );
         assert_eq!(
             req(json!({"model": "m", "training_file": "f", "seed": "x"}))
                 .unwrap_err()
@@ -848,23 +866,28 @@ mod tests {
         let err = req(json!({"model": "m", "training_file": "f", "method": {"type": "dpo"}}))
             .unwrap_err();
         assert_eq!((err.status(), err.param()), (400, Some("method.type")));
-        let err = req(json!({"model": "m", "training_file": "f", "hyperparameters": {},
-            "method": {"type": "supervised", "supervised": {"hyperparameters": {}}}}))
+        let err = req(
+            json!({"model": "m", "training_file": "f", "hyperparameters": {},
+            "method": {"type": "supervised", "supervised": {"hyperparameters": {}}}}),
+        )
         .unwrap_err();
         assert_eq!((err.status(), err.param()), (400, Some("hyperparameters")));
-        let err = req(json!({"model": "m", "training_file": "f", "suffix": "x".repeat(65)}))
-            .unwrap_err();
+        let err =
+            req(json!({"model": "m", "training_file": "f", "suffix": "x".repeat(65)})).unwrap_err();
         assert_eq!((err.status(), err.param()), (400, Some("suffix")));
         let err = req(json!({"model": "m", "training_file": "f", "suffix": "a b"})).unwrap_err();
         assert_eq!(err.param(), Some("suffix"));
-        let ok = req(json!({"model": "m", "training_file": "f", "suffix": "my-model_v1.2"}))
-            .unwrap();
+        let ok =
+            req(json!({"model": "m", "training_file": "f", "suffix": "my-model_v1.2"})).unwrap();
         assert_eq!(ok.suffix.as_deref(), Some("my-model_v1.2"));
     }
 
     #[test]
     fn parameter_counts_and_buckets() {
-        assert_eq!(parameter_count("HuggingFaceTB/SmolLM2-135M-Instruct"), Some(135.0e6));
+        assert_eq!(
+            parameter_count("HuggingFaceTB/SmolLM2-135M-Instruct"),
+            Some(135.0e6)
+        );
         assert_eq!(parameter_count("Qwen2.5-1.5B-Instruct"), Some(1.5e9));
         assert_eq!(parameter_count("meta-llama/Llama-3.1-8b"), Some(8.0e9));
         assert_eq!(parameter_count("Mixtral-8x7B"), Some(56.0e9));

@@ -51,8 +51,8 @@ pub use error::{ApiError, ErrorBody, Loc, ValidationItem, INVALID_REQUEST_PREFIX
 pub use files::{FileDeleted, FileLink, FileList, FileObject, FilesQuery, LinkQuery};
 pub use fine_tuning::{
     FineTuneRequest, FineTuningCheckpoint, FineTuningEvent, FineTuningJob, FineTuningList,
-    FineTuningListQuery, Hyperparameters, HyperparametersInput, TrainableModel,
-    TrainableModelList, ValidFineTuneRequest,
+    FineTuningListQuery, Hyperparameters, HyperparametersInput, TrainableModel, TrainableModelList,
+    ValidFineTuneRequest,
 };
 pub use models::{ModelList, ModelObject, ModelPricing, ModelsQuery};
 pub use parse::{parse_json_body, parse_query};

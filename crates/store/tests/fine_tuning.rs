@@ -130,7 +130,10 @@ async fn jobs_are_created_scoped_and_listed(env: Env) {
     assert!(!more);
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].message, "Created fine-tuning job");
-    assert_eq!((events[0].level.as_str(), events[0].kind.as_str()), ("info", "message"));
+    assert_eq!(
+        (events[0].level.as_str(), events[0].kind.as_str()),
+        ("info", "message")
+    );
 
     // Paging: newest first, `after` = an id gives the older ones.
     let mut ids = vec![job.id.clone()];
@@ -141,13 +144,22 @@ async fn jobs_are_created_scoped_and_listed(env: Env) {
     ids.reverse();
     let (page1, more) = s.list_ft_jobs(&p, 2, None).await.unwrap();
     assert!(more);
-    assert_eq!(page1.iter().map(|j| &j.id).collect::<Vec<_>>(), vec![&ids[0], &ids[1]]);
+    assert_eq!(
+        page1.iter().map(|j| &j.id).collect::<Vec<_>>(),
+        vec![&ids[0], &ids[1]]
+    );
     let (page2, more) = s.list_ft_jobs(&p, 2, Some(&ids[1])).await.unwrap();
     assert!(more);
-    assert_eq!(page2.iter().map(|j| &j.id).collect::<Vec<_>>(), vec![&ids[2], &ids[3]]);
+    assert_eq!(
+        page2.iter().map(|j| &j.id).collect::<Vec<_>>(),
+        vec![&ids[2], &ids[3]]
+    );
     let (page3, more) = s.list_ft_jobs(&p, 2, Some(&ids[3])).await.unwrap();
     assert!(!more);
-    assert_eq!(page3.iter().map(|j| &j.id).collect::<Vec<_>>(), vec![&ids[4]]);
+    assert_eq!(
+        page3.iter().map(|j| &j.id).collect::<Vec<_>>(),
+        vec![&ids[4]]
+    );
     let (all, more) = s.list_ft_jobs(&p, 5, None).await.unwrap();
     assert!(!more);
     assert_eq!(all.len(), 5);
@@ -256,7 +268,10 @@ async fn stale_and_own_jobs_are_reclaimed(env: Env) {
     assert_eq!(again.id, old.id);
     // A queued job is taken before nothing; the running one is older.
     let queued = s.create_ft_job(new_job(&p, "file-a")).await.unwrap();
-    assert_eq!(s.claim_ft_job("w2", 60).await.unwrap().unwrap().id, queued.id);
+    assert_eq!(
+        s.claim_ft_job("w2", 60).await.unwrap().unwrap().id,
+        queued.id
+    );
     // With a zero tolerance, a heartbeat from an earlier second is stale.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let stolen = s.claim_ft_job("w3", 0).await.unwrap().unwrap();
@@ -282,7 +297,13 @@ async fn cancelled_jobs_stop_their_worker(env: Env) {
     // Progress still records; finishing does not overwrite the cancel.
     s.update_ft_progress(&job.id, 5, 1000, 30).await.unwrap();
     assert!(!s
-        .finish_ft_job(&job.id, FtStatus::Succeeded, Some("ft:x"), &["file-r".into()], None)
+        .finish_ft_job(
+            &job.id,
+            FtStatus::Succeeded,
+            Some("ft:x"),
+            &["file-r".into()],
+            None
+        )
         .await
         .unwrap());
     let after = s.ft_job(&p, &job.id).await.unwrap();
@@ -314,7 +335,13 @@ async fn finish_records_results(env: Env) {
     s.claim_ft_job("w1", 60).await.unwrap().unwrap();
     let results = vec!["file-results".to_string()];
     assert!(s
-        .finish_ft_job(&job.id, FtStatus::Succeeded, Some("ft:smol:mine:1"), &results, None)
+        .finish_ft_job(
+            &job.id,
+            FtStatus::Succeeded,
+            Some("ft:smol:mine:1"),
+            &results,
+            None
+        )
         .await
         .unwrap());
     let done = s.ft_job(&p, &job.id).await.unwrap();
@@ -334,7 +361,10 @@ async fn finish_records_results(env: Env) {
         Some(done.clone())
     );
     let other = s.create_project("Other").await.unwrap().id;
-    assert_eq!(s.ft_job_by_model(&other, "ft:smol:mine:1").await.unwrap(), None);
+    assert_eq!(
+        s.ft_job_by_model(&other, "ft:smol:mine:1").await.unwrap(),
+        None
+    );
     assert_eq!(s.ft_job_by_model(&p, "ft:nope").await.unwrap(), None);
     assert_eq!(s.succeeded_ft_jobs(&p).await.unwrap(), vec![done]);
     assert!(s.succeeded_ft_jobs(&other).await.unwrap().is_empty());
@@ -342,13 +372,17 @@ async fn finish_records_results(env: Env) {
     // A failure keeps its error.
     let bad = s.create_ft_job(new_job(&p, "file-a")).await.unwrap();
     s.claim_ft_job("w1", 60).await.unwrap().unwrap();
-    let error = json!({"code": "invalid_training_file", "message": "too short", "param": "training_file"});
+    let error =
+        json!({"code": "invalid_training_file", "message": "too short", "param": "training_file"});
     assert!(s
         .finish_ft_job(&bad.id, FtStatus::Failed, None, &[], Some(error.clone()))
         .await
         .unwrap());
     let failed = s.ft_job_by_id(&bad.id).await.unwrap();
-    assert_eq!((failed.status, failed.error), (FtStatus::Failed, Some(error)));
+    assert_eq!(
+        (failed.status, failed.error),
+        (FtStatus::Failed, Some(error))
+    );
     assert_eq!(s.succeeded_ft_jobs(&p).await.unwrap().len(), 1);
 }
 
@@ -379,14 +413,20 @@ async fn events_and_checkpoints_page_newest_first(env: Env) {
     );
     assert_eq!(page1[0], events[3]);
     assert_eq!(page1[0].data.as_ref().unwrap()["step"], 4);
-    let (page2, more) = s.list_ft_events(&job.id, 3, Some(&page1[2].id)).await.unwrap();
+    let (page2, more) = s
+        .list_ft_events(&job.id, 3, Some(&page1[2].id))
+        .await
+        .unwrap();
     assert!(!more);
     assert_eq!(
         page2.iter().map(|e| e.message.as_str()).collect::<Vec<_>>(),
         vec!["Step 1/4", "Created fine-tuning job"]
     );
     assert_eq!(page2[1].data, None);
-    assert_eq!(s.list_ft_events(&other.id, 10, None).await.unwrap().0.len(), 1);
+    assert_eq!(
+        s.list_ft_events(&other.id, 10, None).await.unwrap().0.len(),
+        1
+    );
 
     assert_eq!(s.latest_ft_checkpoint(&job.id).await.unwrap(), None);
     let prefix = hearth_store::ft_blob_prefix(&job.id);
@@ -419,12 +459,20 @@ async fn events_and_checkpoints_page_newest_first(env: Env) {
         Some(ckpts[1].clone()),
         "the highest step, not the newest row"
     );
-    assert_eq!(s.ft_checkpoint(&job.id, &ckpts[0].id).await.unwrap(), ckpts[0]);
+    assert_eq!(
+        s.ft_checkpoint(&job.id, &ckpts[0].id).await.unwrap(),
+        ckpts[0]
+    );
     assert!(matches!(
         s.ft_checkpoint(&other.id, &ckpts[0].id).await,
         Err(StoreError::NotFound(_))
     ));
-    assert!(s.list_ft_checkpoints(&other.id, 10, None).await.unwrap().0.is_empty());
+    assert!(s
+        .list_ft_checkpoints(&other.id, 10, None)
+        .await
+        .unwrap()
+        .0
+        .is_empty());
 }
 
 async fn sweep_keeps_fine_tuning_blobs(env: Env) {
@@ -437,10 +485,16 @@ async fn sweep_keeps_fine_tuning_blobs(env: Env) {
     // An orphan file blob (no row) goes; checkpoint blobs stay.
     s.blobs().put("files/file-orphan", b"lost").await.unwrap();
     let job = "ftjob-01J00000000000000000000000";
-    let key = format!("{}/step-10/adapter.safetensors", hearth_store::ft_blob_prefix(job));
+    let key = format!(
+        "{}/step-10/adapter.safetensors",
+        hearth_store::ft_blob_prefix(job)
+    );
     s.blobs().put(&key, b"weights").await.unwrap();
     s.blobs()
-        .put(&format!("fine_tuning/{job}/step-10/adapter_config.json"), b"{}")
+        .put(
+            &format!("fine_tuning/{job}/step-10/adapter_config.json"),
+            b"{}",
+        )
         .await
         .unwrap();
     assert_eq!(s.sweep_orphan_blobs().await.unwrap(), 1);
@@ -456,7 +510,10 @@ async fn sweep_keeps_fine_tuning_blobs(env: Env) {
         .delete_prefix(&hearth_store::ft_blob_prefix(job))
         .await
         .unwrap();
-    assert_eq!(s.blobs().keys("fine_tuning").await.unwrap(), vec![other_key.to_string()]);
+    assert_eq!(
+        s.blobs().keys("fine_tuning").await.unwrap(),
+        vec![other_key.to_string()]
+    );
     assert!(matches!(
         s.blobs().get(&key).await,
         Err(StoreError::NotFound(_))
@@ -509,9 +566,15 @@ async fn server_written_files(env: Env) {
         .await
         .unwrap();
     assert!(hearth_store::files::is_well_formed(&f.id));
-    assert_eq!((f.bytes, f.status.as_str()), (csv.len() as i64, "processed"));
+    assert_eq!(
+        (f.bytes, f.status.as_str()),
+        (csv.len() as i64, "processed")
+    );
     assert_eq!(s.file(&p, &f.id).await.unwrap(), f);
-    assert_eq!(s.blobs().get(&format!("files/{}", f.id)).await.unwrap(), csv);
+    assert_eq!(
+        s.blobs().get(&format!("files/{}", f.id)).await.unwrap(),
+        csv
+    );
     // A row that cannot be written (unknown project) leaves no blob.
     assert!(s
         .create_file_from_bytes("project-missing", "x.csv", "fine-tune-results", b"x")
