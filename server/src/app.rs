@@ -40,6 +40,39 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/files/{file_id}/content", get(routes::files::content))
         .route("/v1/files/{file_id}/link", get(routes::files::link))
         .route(
+            "/v1/fine_tuning/jobs",
+            post(routes::fine_tuning::create).get(routes::fine_tuning::list),
+        )
+        .route(
+            "/v1/fine_tuning/jobs/{job_id}",
+            get(routes::fine_tuning::retrieve),
+        )
+        .route(
+            "/v1/fine_tuning/jobs/{job_id}/cancel",
+            post(routes::fine_tuning::cancel),
+        )
+        .route(
+            "/v1/fine_tuning/jobs/{job_id}/events",
+            get(routes::fine_tuning::events),
+        )
+        .route(
+            "/v1/fine_tuning/jobs/{job_id}/checkpoints",
+            get(routes::fine_tuning::checkpoints),
+        )
+        .route(
+            "/v1/fine_tuning/jobs/{job_id}/checkpoints/{checkpoint_id}",
+            get(routes::fine_tuning::checkpoint),
+        )
+        .route(
+            "/v1/fine_tuning/models/spec-draft",
+            get(routes::fine_tuning::spec_draft),
+        )
+        // The spec serves this one without the version prefix too.
+        .route(
+            "/fine_tuning/models/spec-draft",
+            get(routes::fine_tuning::spec_draft),
+        )
+        .route(
             "/v1/admin/keys",
             get(routes::admin::list_keys).post(routes::admin::create_key),
         )

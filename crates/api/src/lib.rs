@@ -11,6 +11,9 @@
 //! - [`embeddings`], [`rerank`]: `/v1/embeddings` and `/v1/rerank` types,
 //!   their validation, base64 vectors and `dimensions`.
 //! - [`files`]: `/v1/files` objects, lists, links and purposes.
+//! - [`fine_tuning`]: `/v1/fine_tuning` job creation (validation into
+//!   resolved hyperparameters), job, event and checkpoint objects, lists,
+//!   and the spec-draft trainable model list.
 //! - [`training_data`]: lines of fine-tuning datasets (chat or prompt/completion).
 //! - [`validate`]: `validate()` on requests, giving [`ValidCompletion`] and
 //!   [`ValidChat`] with the engine's `SamplingParams`.
@@ -22,6 +25,7 @@ pub mod de;
 pub mod embeddings;
 pub mod error;
 pub mod files;
+pub mod fine_tuning;
 pub mod models;
 pub mod parse;
 pub mod rerank;
@@ -45,6 +49,11 @@ pub use embeddings::{
 };
 pub use error::{ApiError, ErrorBody, Loc, ValidationItem, INVALID_REQUEST_PREFIX};
 pub use files::{FileDeleted, FileLink, FileList, FileObject, FilesQuery, LinkQuery};
+pub use fine_tuning::{
+    FineTuneRequest, FineTuningCheckpoint, FineTuningEvent, FineTuningJob, FineTuningList,
+    FineTuningListQuery, Hyperparameters, HyperparametersInput, TrainableModel, TrainableModelList,
+    ValidFineTuneRequest,
+};
 pub use models::{ModelList, ModelObject, ModelPricing, ModelsQuery};
 pub use parse::{parse_json_body, parse_query};
 pub use rerank::{

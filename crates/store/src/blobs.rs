@@ -1,5 +1,8 @@
 //! Blob storage through `object_store`: a local folder by default, or any
-//! S3-compatible store by URL. File contents live under `files/<file-id>`.
+//! S3-compatible store by URL. File contents live under `files/<file-id>`;
+//! fine-tuning checkpoints under `fine_tuning/<job-id>/...` (written with
+//! [`Blobs::put`], never touched by [`Blobs::sweep`], which only looks at
+//! `files/`).
 //!
 //! Writes are atomic: an upload is a multipart upload that only appears under
 //! its name when it completes (a local folder stages it as `<name>#<n>` and
@@ -132,6 +135,59 @@ impl Blobs {
         }
     }
 
+    /// Writes `bytes` under `key` (any path, e.g.
+    /// `fine_tuning/<job-id>/step-10/adapter.safetensors`), replacing what
+    /// was there; the blob appears whole.
+    pub async fn put(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        self.store
+            .put(
+                &ObjectPath::from(key),
+                object_store::PutPayload::from(bytes.to_vec()),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The whole blob under `key`; [`StoreError::NotFound`] when missing.
+    pub async fn get(&self, key: &str) -> Result<Vec<u8>> {
+        match self.store.get(&ObjectPath::from(key)).await {
+            Ok(result) => Ok(result.bytes().await?.to_vec()),
+            Err(object_store::Error::NotFound { .. }) => Err(StoreError::NotFound("blob")),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Deletes every blob whose key starts with the path `prefix` (whole
+    /// segments: `fine_tuning/ftjob-1` does not match `fine_tuning/ftjob-10`).
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<()> {
+        let prefix = ObjectPath::from(prefix);
+        let keys: Vec<ObjectPath> = self
+            .store
+            .list(Some(&prefix))
+            .map_ok(|meta| meta.location)
+            .try_collect()
+            .await?;
+        for key in keys {
+            match self.store.delete(&key).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Every key under the path `prefix`.
+    pub async fn keys(&self, prefix: &str) -> Result<Vec<String>> {
+        let prefix = ObjectPath::from(prefix);
+        let keys: Vec<String> = self
+            .store
+            .list(Some(&prefix))
+            .map_ok(|meta| meta.location.to_string())
+            .try_collect()
+            .await?;
+        Ok(keys)
+    }
+
     /// Ids of every stored file content.
     pub async fn file_ids(&self) -> Result<Vec<String>> {
         let prefix = ObjectPath::from("files");
@@ -145,9 +201,10 @@ impl Blobs {
         Ok(ids)
     }
 
-    /// Removes the blobs not in `keep`, and staged parts of uploads that
-    /// never finished (a local folder's `<name>#<n>` files). Returns how many
-    /// blobs were removed.
+    /// Removes the file blobs (`files/<id>`) not in `keep`, and staged parts
+    /// of uploads that never finished (a local folder's `files/<name>#<n>`
+    /// files). Returns how many blobs were removed. Blobs outside `files/`
+    /// (fine-tuning checkpoints under `fine_tuning/`) are never touched.
     pub async fn sweep(&self, keep: &HashSet<String>) -> Result<usize> {
         let mut removed = 0;
         for id in self.file_ids().await? {

@@ -13,8 +13,14 @@ use sqlx::{AnyPool, ConnectOptions, Connection};
 use crate::error::{Result, StoreError};
 
 /// The migrations, compiled in; each is plain SQL that both backends run.
-const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/0001_init.sql")),
+    (
+        2,
+        "fine_tuning",
+        include_str!("../migrations/0002_fine_tuning.sql"),
+    ),
+];
 
 #[derive(Debug)]
 struct Embedded;

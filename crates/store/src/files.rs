@@ -157,7 +157,7 @@ impl Store {
         Ok(record)
     }
 
-    async fn insert_file(&self, f: &FileRecord) -> Result<()> {
+    pub(crate) async fn insert_file(&self, f: &FileRecord) -> Result<()> {
         sqlx::query(&format!(
             "INSERT INTO files ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
         ))
@@ -238,11 +238,12 @@ impl Store {
         Ok((files, has_more))
     }
 
-    /// What still uses the file (running fine-tuning jobs, batches): their
-    /// ids. Nothing does yet; the jobs will add their tables to this query,
-    /// and [`Store::delete_file`] refuses while it returns anything.
-    pub async fn file_users(&self, _file_id: &str) -> Result<Vec<String>> {
-        Ok(Vec::new())
+    /// What still uses the file: the ids of the fine-tuning jobs not yet
+    /// over (`validating_files`, `queued`, `running`) whose training or
+    /// validation file it is (batches will add theirs).
+    /// [`Store::delete_file`] refuses while it returns anything.
+    pub async fn file_users(&self, file_id: &str) -> Result<Vec<String>> {
+        self.ft_jobs_using_file(file_id).await
     }
 
     /// Deletes the file's row, then its blob. Refused with

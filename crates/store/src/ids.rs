@@ -1,5 +1,5 @@
-//! Resource ids: a prefix and a ULID (`project-01J...`, `file-01J...`), so ids
-//! sort by creation time.
+//! Resource ids: a prefix and a ULID (`project-01J...`, `file-01J...`,
+//! `ftjob-01J...`), so ids sort by creation time.
 
 use std::sync::Mutex;
 
@@ -9,6 +9,9 @@ pub const PROJECT: &str = "project";
 pub const ACCOUNT: &str = "account";
 pub const KEY: &str = "key";
 pub const FILE: &str = "file";
+pub const FT_JOB: &str = "ftjob";
+pub const FT_EVENT: &str = "ftevent";
+pub const FT_CHECKPOINT: &str = "ftckpt";
 
 /// A new id with `prefix`; ids made by one process are strictly increasing.
 pub fn new_id(prefix: &str) -> String {

@@ -8,13 +8,15 @@
 //! (`<data-dir>/blobs`) or an S3-compatible bucket.
 //!
 //! One module per repository: [`projects`], [`accounts`], [`keys`],
-//! [`files`]; [`links`] signs download links; [`jsonl`] checks uploads.
+//! [`files`], [`fine_tuning`] (jobs, events, checkpoints); [`links`] signs
+//! download links; [`jsonl`] checks uploads.
 
 pub mod accounts;
 pub mod blobs;
 pub mod db;
 pub mod error;
 pub mod files;
+pub mod fine_tuning;
 pub mod ids;
 pub mod jsonl;
 pub mod keys;
@@ -31,6 +33,7 @@ pub use blobs::{BlobWriter, Blobs};
 pub use db::Backend;
 pub use error::{Result, StoreError};
 pub use files::{FileRecord, FileStatus, ListOrder};
+pub use fine_tuning::{ft_blob_prefix, FtCheckpoint, FtEvent, FtJob, FtStatus, NewFtJob};
 pub use keys::{Caller, KeyInfo, NewKey};
 pub use projects::Project;
 
@@ -133,9 +136,10 @@ impl Store {
         hex::decode(value).map_err(|_| StoreError::Invalid(format!("setting `{name}` is not hex")))
     }
 
-    /// Removes blobs that no file row points to, and staged parts of uploads
-    /// that never finished (left by a crash). Run on start, before serving:
-    /// an upload in progress would look the same.
+    /// Removes file blobs (`files/<id>`) that no file row points to, and
+    /// staged parts of uploads that never finished (left by a crash). Run on
+    /// start, before serving: an upload in progress would look the same.
+    /// Other blobs (fine-tuning checkpoints under `fine_tuning/`) are kept.
     pub async fn sweep_orphan_blobs(&self) -> Result<usize> {
         let keep: HashSet<String> = self.all_file_ids().await?.into_iter().collect();
         self.blobs.sweep(&keep).await

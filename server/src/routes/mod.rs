@@ -5,6 +5,7 @@ pub mod chat;
 pub mod completions;
 pub mod embeddings;
 pub mod files;
+pub mod fine_tuning;
 pub mod generate;
 pub mod metrics;
 pub mod models;

@@ -1,0 +1,814 @@
+//! Fine-tuning jobs, their events and their checkpoints.
+//!
+//! A job is created `queued` by the API ([`Store::create_ft_job`]) once every
+//! check knowable at creation has passed. A worker (hearth-jobs) then takes it
+//! with [`Store::claim_ft_job`] (`running`, `claimed_by`, `heartbeat_at`),
+//! keeps it alive with [`Store::heartbeat_ft_job`] (false once the job was
+//! cancelled: the worker stops), reports progress, events and checkpoints,
+//! and ends it with [`Store::finish_ft_job`] (`succeeded` or `failed`; never
+//! over a `cancelled` job). [`Store::cancel_ft_job`] is immediate.
+//!
+//! Every claim and transition is one conditional `UPDATE ... WHERE id = $n
+//! AND <state condition>` whose `rows_affected()` says whether it applied, so
+//! the same SQL is atomic on SQLite and PostgreSQL without row locks.
+//!
+//! Checkpoint blobs live under `fine_tuning/<job-id>/...` (see
+//! [`ft_blob_prefix`]); the orphan sweep never touches them.
+//!
+//! Lists are newest first and page with `after` = an id: the page holds the
+//! items created before it (ids sort by creation).
+
+use serde_json::Value;
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use crate::error::{Result, StoreError};
+use crate::files::FileRecord;
+use crate::ids::{self, new_id, now};
+use crate::Store;
+
+/// `status` of a fine-tuning job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FtStatus {
+    ValidatingFiles,
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl FtStatus {
+    pub const ALL: [FtStatus; 6] = [
+        FtStatus::ValidatingFiles,
+        FtStatus::Queued,
+        FtStatus::Running,
+        FtStatus::Succeeded,
+        FtStatus::Failed,
+        FtStatus::Cancelled,
+    ];
+
+    /// The wire and database value: `validating_files`, `queued`, `running`,
+    /// `succeeded`, `failed`, `cancelled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FtStatus::ValidatingFiles => "validating_files",
+            FtStatus::Queued => "queued",
+            FtStatus::Running => "running",
+            FtStatus::Succeeded => "succeeded",
+            FtStatus::Failed => "failed",
+            FtStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// The status named `s`, if any.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|status| status.as_str() == s)
+    }
+
+    /// Whether the job is over (`succeeded`, `failed` or `cancelled`).
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            FtStatus::Succeeded | FtStatus::Failed | FtStatus::Cancelled
+        )
+    }
+}
+
+impl std::fmt::Display for FtStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The SQL list of the non-terminal statuses.
+const ACTIVE: &str = "('validating_files', 'queued', 'running')";
+
+/// A fine-tuning job row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FtJob {
+    /// `ftjob-<ULID>`.
+    pub id: String,
+    pub project_id: String,
+    /// The base model's catalogue id.
+    pub model: String,
+    /// File ids (of the job's project, purpose `fine-tune`).
+    pub training_file: String,
+    pub validation_file: Option<String>,
+    pub suffix: Option<String>,
+    pub seed: i64,
+    /// The resolved hyperparameters (every default filled), as the API's
+    /// `Hyperparameters` serialises them.
+    pub hyperparameters: Value,
+    /// `supervised`.
+    pub method: String,
+    pub status: FtStatus,
+    /// Set when the job succeeded.
+    pub fine_tuned_model: Option<String>,
+    pub trained_tokens: Option<i64>,
+    pub trained_steps: i64,
+    pub total_steps: Option<i64>,
+    /// File ids the job wrote (the metrics CSV, purpose `fine-tune-results`).
+    pub result_files: Vec<String>,
+    /// `{code, message, param}` when the job failed.
+    pub error: Option<Value>,
+    pub created_at: i64,
+    pub finished_at: Option<i64>,
+    /// The worker running (or last running) the job.
+    pub claimed_by: Option<String>,
+    /// When that worker last said it is alive.
+    pub heartbeat_at: Option<i64>,
+}
+
+/// What [`Store::create_ft_job`] needs; everything already checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewFtJob {
+    pub project_id: String,
+    pub model: String,
+    pub training_file: String,
+    pub validation_file: Option<String>,
+    pub suffix: Option<String>,
+    pub seed: i64,
+    pub hyperparameters: Value,
+    pub method: String,
+}
+
+/// One event of a job's log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FtEvent {
+    /// `ftevent-<ULID>`.
+    pub id: String,
+    pub job_id: String,
+    pub created_at: i64,
+    /// `info`, `warn` or `error`.
+    pub level: String,
+    /// `message` or `metrics` (the wire's `type`).
+    pub kind: String,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+/// One checkpoint of a job (a LoRA adapter saved at a step).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FtCheckpoint {
+    /// `ftckpt-<ULID>`.
+    pub id: String,
+    pub job_id: String,
+    pub created_at: i64,
+    pub step_number: i64,
+    /// The model name the checkpoint can be served as.
+    pub fine_tuned_model_checkpoint: String,
+    /// A JSON object (`step`, `train_loss`, ...).
+    pub metrics: Value,
+    /// Where its blobs live (under [`ft_blob_prefix`] of the job).
+    pub blob_prefix: String,
+}
+
+/// The blob prefix of a job's checkpoints and adapters:
+/// `fine_tuning/<job-id>`.
+pub fn ft_blob_prefix(job_id: &str) -> String {
+    format!("fine_tuning/{job_id}")
+}
+
+/// Whether `id` has the shape of a job id (`ftjob-<ULID>`).
+pub fn is_well_formed_job_id(id: &str) -> bool {
+    ids::is_well_formed(ids::FT_JOB, id)
+}
+
+const JOB_COLUMNS: &str = "id, project_id, model, training_file, validation_file, suffix, seed, \
+     hyperparameters, method, status, fine_tuned_model, trained_tokens, trained_steps, \
+     total_steps, result_files, error, created_at, finished_at, claimed_by, heartbeat_at";
+
+const EVENT_COLUMNS: &str = "id, job_id, created_at, level, type, message, data";
+
+const CHECKPOINT_COLUMNS: &str =
+    "id, job_id, created_at, step_number, fine_tuned_model_checkpoint, metrics, blob_prefix";
+
+fn parse_json(column: &str, text: &str) -> Result<Value> {
+    serde_json::from_str(text)
+        .map_err(|e| StoreError::Invalid(format!("stored `{column}` is not JSON: {e}")))
+}
+
+fn parse_opt_json(column: &str, text: Option<String>) -> Result<Option<Value>> {
+    text.map(|t| parse_json(column, &t)).transpose()
+}
+
+impl FtJob {
+    fn from_row(row: &AnyRow) -> Result<Self> {
+        let status: String = row.try_get("status")?;
+        let hyperparameters: String = row.try_get("hyperparameters")?;
+        let result_files: String = row.try_get("result_files")?;
+        let result_files: Vec<String> = serde_json::from_str(&result_files).map_err(|e| {
+            StoreError::Invalid(format!("stored `result_files` is not a JSON list: {e}"))
+        })?;
+        Ok(Self {
+            id: row.try_get("id")?,
+            project_id: row.try_get("project_id")?,
+            model: row.try_get("model")?,
+            training_file: row.try_get("training_file")?,
+            validation_file: row.try_get("validation_file")?,
+            suffix: row.try_get("suffix")?,
+            seed: row.try_get("seed")?,
+            hyperparameters: parse_json("hyperparameters", &hyperparameters)?,
+            method: row.try_get("method")?,
+            status: FtStatus::parse(&status).ok_or_else(|| {
+                StoreError::Invalid(format!("stored job status `{status}` is unknown"))
+            })?,
+            fine_tuned_model: row.try_get("fine_tuned_model")?,
+            trained_tokens: row.try_get("trained_tokens")?,
+            trained_steps: row.try_get("trained_steps")?,
+            total_steps: row.try_get("total_steps")?,
+            result_files,
+            error: parse_opt_json("error", row.try_get("error")?)?,
+            created_at: row.try_get("created_at")?,
+            finished_at: row.try_get("finished_at")?,
+            claimed_by: row.try_get("claimed_by")?,
+            heartbeat_at: row.try_get("heartbeat_at")?,
+        })
+    }
+}
+
+impl FtEvent {
+    fn from_row(row: &AnyRow) -> Result<Self> {
+        Ok(Self {
+            id: row.try_get("id")?,
+            job_id: row.try_get("job_id")?,
+            created_at: row.try_get("created_at")?,
+            level: row.try_get("level")?,
+            kind: row.try_get("type")?,
+            message: row.try_get("message")?,
+            data: parse_opt_json("data", row.try_get("data")?)?,
+        })
+    }
+}
+
+impl FtCheckpoint {
+    fn from_row(row: &AnyRow) -> Result<Self> {
+        let metrics: String = row.try_get("metrics")?;
+        Ok(Self {
+            id: row.try_get("id")?,
+            job_id: row.try_get("job_id")?,
+            created_at: row.try_get("created_at")?,
+            step_number: row.try_get("step_number")?,
+            fine_tuned_model_checkpoint: row.try_get("fine_tuned_model_checkpoint")?,
+            metrics: parse_json("metrics", &metrics)?,
+            blob_prefix: row.try_get("blob_prefix")?,
+        })
+    }
+}
+
+/// Splits one extra row off a `LIMIT limit + 1` page: `(page, has_more)`.
+fn page<T>(mut items: Vec<T>, limit: i64) -> (Vec<T>, bool) {
+    let limit = limit.max(0) as usize;
+    let has_more = items.len() > limit;
+    items.truncate(limit);
+    (items, has_more)
+}
+
+impl Store {
+    /// Creates a job, `queued`, and its first event ("Created fine-tuning
+    /// job"). The caller has checked everything (model, files, values).
+    pub async fn create_ft_job(&self, new: NewFtJob) -> Result<FtJob> {
+        let job = FtJob {
+            id: new_id(ids::FT_JOB),
+            project_id: new.project_id,
+            model: new.model,
+            training_file: new.training_file,
+            validation_file: new.validation_file,
+            suffix: new.suffix,
+            seed: new.seed,
+            hyperparameters: new.hyperparameters,
+            method: new.method,
+            status: FtStatus::Queued,
+            fine_tuned_model: None,
+            trained_tokens: None,
+            trained_steps: 0,
+            total_steps: None,
+            result_files: Vec::new(),
+            error: None,
+            created_at: now(),
+            finished_at: None,
+            claimed_by: None,
+            heartbeat_at: None,
+        };
+        sqlx::query(
+            "INSERT INTO fine_tuning_jobs (id, project_id, model, training_file, \
+             validation_file, suffix, seed, hyperparameters, method, status, trained_steps, \
+             result_files, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+        )
+        .bind(&job.id)
+        .bind(&job.project_id)
+        .bind(&job.model)
+        .bind(&job.training_file)
+        .bind(job.validation_file.clone())
+        .bind(job.suffix.clone())
+        .bind(job.seed)
+        .bind(job.hyperparameters.to_string())
+        .bind(&job.method)
+        .bind(job.status.as_str())
+        .bind(job.trained_steps)
+        .bind("[]")
+        .bind(job.created_at)
+        .execute(&self.pool)
+        .await?;
+        self.add_ft_event(&job.id, "info", "message", "Created fine-tuning job", None)
+            .await?;
+        Ok(job)
+    }
+
+    /// The job `id` of `project_id`; [`StoreError::NotFound`] when it does
+    /// not exist or belongs to another project (the two look the same).
+    pub async fn ft_job(&self, project_id: &str, id: &str) -> Result<FtJob> {
+        let row = sqlx::query(&format!(
+            "SELECT {JOB_COLUMNS} FROM fine_tuning_jobs WHERE project_id = $1 AND id = $2"
+        ))
+        .bind(project_id)
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        match row {
+            Some(row) => FtJob::from_row(&row),
+            None => Err(StoreError::NotFound("fine-tuning job")),
+        }
+    }
+
+    /// The job `id` whatever its project (for the worker).
+    pub async fn ft_job_by_id(&self, id: &str) -> Result<FtJob> {
+        let row = sqlx::query(&format!(
+            "SELECT {JOB_COLUMNS} FROM fine_tuning_jobs WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        match row {
+            Some(row) => FtJob::from_row(&row),
+            None => Err(StoreError::NotFound("fine-tuning job")),
+        }
+    }
+
+    /// A page of the project's jobs, newest first: at most `limit`, created
+    /// before the job `after` when given. Returns the page and whether more
+    /// follow.
+    pub async fn list_ft_jobs(
+        &self,
+        project_id: &str,
+        limit: i64,
+        after: Option<&str>,
+    ) -> Result<(Vec<FtJob>, bool)> {
+        let rows = match after {
+            Some(after) => {
+                sqlx::query(&format!(
+                    "SELECT {JOB_COLUMNS} FROM fine_tuning_jobs \
+                     WHERE project_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
+                ))
+                .bind(project_id)
+                .bind(after)
+                .bind(limit.max(0) + 1)
+                .fetch_all(&self.pool)
+                .await?
+            }
+            None => {
+                sqlx::query(&format!(
+                    "SELECT {JOB_COLUMNS} FROM fine_tuning_jobs \
+                     WHERE project_id = $1 ORDER BY id DESC LIMIT $2"
+                ))
+                .bind(project_id)
+                .bind(limit.max(0) + 1)
+                .fetch_all(&self.pool)
+                .await?
+            }
+        };
+        let jobs = rows
+            .iter()
+            .map(FtJob::from_row)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(page(jobs, limit))
+    }
+
+    /// Cancels the job at once: a `validating_files`, `queued` or `running`
+    /// job becomes `cancelled` with `finished_at` set and a "Fine-tuning job
+    /// cancelled" event (its worker learns it at its next heartbeat). A job
+    /// already cancelled is returned as it is. A `succeeded` or `failed` job
+    /// cannot be cancelled: [`StoreError::Invalid`] ("cannot cancel a job
+    /// that has already succeeded"); the API answers it 400 shape B.
+    /// [`StoreError::NotFound`] for a missing job or one of another project.
+    pub async fn cancel_ft_job(&self, project_id: &str, id: &str) -> Result<FtJob> {
+        let done = sqlx::query(&format!(
+            "UPDATE fine_tuning_jobs SET status = 'cancelled', finished_at = $1 \
+             WHERE project_id = $2 AND id = $3 AND status IN {ACTIVE}"
+        ))
+        .bind(now())
+        .bind(project_id)
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 1 {
+            self.add_ft_event(id, "info", "message", "Fine-tuning job cancelled", None)
+                .await?;
+        }
+        let job = self.ft_job(project_id, id).await?;
+        match job.status {
+            FtStatus::Cancelled => Ok(job),
+            FtStatus::Succeeded | FtStatus::Failed => Err(StoreError::Invalid(format!(
+                "cannot cancel a job that has already {}",
+                job.status
+            ))),
+            // Not reachable: the update above applies to every active job.
+            _ => Err(StoreError::Invalid(format!(
+                "the job is {} and could not be cancelled, try again",
+                job.status
+            ))),
+        }
+    }
+
+    /// Takes a job for `worker`: the oldest (by id) of the `queued` jobs,
+    /// the `running` jobs whose heartbeat is older than `stale_after_secs`
+    /// (their worker died), and the `running` jobs already claimed by
+    /// `worker` (its own, from before a restart). The job becomes `running`
+    /// with `claimed_by = worker` and `heartbeat_at = now`.
+    ///
+    /// Atomic between workers and processes: each candidate is taken with a
+    /// conditional `UPDATE` that repeats the candidate condition, and a
+    /// candidate another worker took first (no row updated) is skipped for
+    /// the next one. `None` when nothing is claimable.
+    pub async fn claim_ft_job(&self, worker: &str, stale_after_secs: i64) -> Result<Option<FtJob>> {
+        const CLAIMABLE: &str = "(status = 'queued' OR (status = 'running' AND \
+             (heartbeat_at IS NULL OR heartbeat_at < $1 OR claimed_by = $2)))";
+        loop {
+            let stale_before = now() - stale_after_secs;
+            let candidates: Vec<String> = sqlx::query(&format!(
+                "SELECT id FROM fine_tuning_jobs WHERE {CLAIMABLE} ORDER BY id ASC LIMIT 16"
+            ))
+            .bind(stale_before)
+            .bind(worker)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|row| row.try_get::<String, _>("id"))
+            .collect::<Result<_, _>>()?;
+            if candidates.is_empty() {
+                return Ok(None);
+            }
+            for id in &candidates {
+                let done = sqlx::query(&format!(
+                    "UPDATE fine_tuning_jobs SET status = 'running', claimed_by = $2, \
+                     heartbeat_at = $3 WHERE id = $4 AND {CLAIMABLE}"
+                ))
+                .bind(stale_before)
+                .bind(worker)
+                .bind(now())
+                .bind(id)
+                .execute(&self.pool)
+                .await?;
+                if done.rows_affected() == 1 {
+                    return self.ft_job_by_id(id).await.map(Some);
+                }
+            }
+            // Every candidate was lost to another worker: look again.
+        }
+    }
+
+    /// Records that `worker` is still running the job. Returns false when the
+    /// job is no longer `running` under `worker` (cancelled, finished, or
+    /// reclaimed by another worker after a stale heartbeat): the worker
+    /// must stop.
+    pub async fn heartbeat_ft_job(&self, id: &str, worker: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE fine_tuning_jobs SET heartbeat_at = $1 \
+             WHERE id = $2 AND status = 'running' AND claimed_by = $3",
+        )
+        .bind(now())
+        .bind(id)
+        .bind(worker)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Sets the job's progress (`trained_steps`, `trained_tokens`,
+    /// `total_steps`), whatever its status.
+    pub async fn update_ft_progress(
+        &self,
+        id: &str,
+        trained_steps: i64,
+        trained_tokens: i64,
+        total_steps: i64,
+    ) -> Result<()> {
+        let done = sqlx::query(
+            "UPDATE fine_tuning_jobs SET trained_steps = $1, trained_tokens = $2, \
+             total_steps = $3 WHERE id = $4",
+        )
+        .bind(trained_steps)
+        .bind(trained_tokens)
+        .bind(total_steps)
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound("fine-tuning job"));
+        }
+        Ok(())
+    }
+
+    /// Ends a `running` job with `status` (`succeeded` or `failed`), the
+    /// fine-tuned model's name, the result files and the error
+    /// (`{code, message, param}`), and sets `finished_at`. Applies only
+    /// while the job is `running` (a cancelled job stays cancelled); returns
+    /// whether it applied. A non-terminal `status` is [`StoreError::Invalid`].
+    pub async fn finish_ft_job(
+        &self,
+        id: &str,
+        status: FtStatus,
+        fine_tuned_model: Option<&str>,
+        result_files: &[String],
+        error: Option<Value>,
+    ) -> Result<bool> {
+        if !status.is_terminal() {
+            return Err(StoreError::Invalid(format!(
+                "a job cannot finish as `{status}`"
+            )));
+        }
+        let result_files =
+            serde_json::to_string(result_files).expect("a list of strings serialises");
+        let done = sqlx::query(
+            "UPDATE fine_tuning_jobs SET status = $1, fine_tuned_model = $2, \
+             result_files = $3, error = $4, finished_at = $5 \
+             WHERE id = $6 AND status = 'running'",
+        )
+        .bind(status.as_str())
+        .bind(fine_tuned_model.map(str::to_string))
+        .bind(result_files)
+        .bind(error.map(|e| e.to_string()))
+        .bind(now())
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Appends an event to the job's log. `kind` is the wire's `type`
+    /// (`message` or `metrics`); `level` is `info`, `warn` or `error`.
+    pub async fn add_ft_event(
+        &self,
+        job_id: &str,
+        level: &str,
+        kind: &str,
+        message: &str,
+        data: Option<Value>,
+    ) -> Result<FtEvent> {
+        let event = FtEvent {
+            id: new_id(ids::FT_EVENT),
+            job_id: job_id.to_string(),
+            created_at: now(),
+            level: level.to_string(),
+            kind: kind.to_string(),
+            message: message.to_string(),
+            data,
+        };
+        sqlx::query(&format!(
+            "INSERT INTO fine_tuning_events ({EVENT_COLUMNS}) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)"
+        ))
+        .bind(&event.id)
+        .bind(&event.job_id)
+        .bind(event.created_at)
+        .bind(&event.level)
+        .bind(&event.kind)
+        .bind(&event.message)
+        .bind(event.data.as_ref().map(Value::to_string))
+        .execute(&self.pool)
+        .await?;
+        Ok(event)
+    }
+
+    /// A page of the job's events, newest first (as OpenAI lists them): at
+    /// most `limit`, created before the event `after` when given.
+    pub async fn list_ft_events(
+        &self,
+        job_id: &str,
+        limit: i64,
+        after: Option<&str>,
+    ) -> Result<(Vec<FtEvent>, bool)> {
+        let rows = match after {
+            Some(after) => {
+                sqlx::query(&format!(
+                    "SELECT {EVENT_COLUMNS} FROM fine_tuning_events \
+                     WHERE job_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
+                ))
+                .bind(job_id)
+                .bind(after)
+                .bind(limit.max(0) + 1)
+                .fetch_all(&self.pool)
+                .await?
+            }
+            None => {
+                sqlx::query(&format!(
+                    "SELECT {EVENT_COLUMNS} FROM fine_tuning_events \
+                     WHERE job_id = $1 ORDER BY id DESC LIMIT $2"
+                ))
+                .bind(job_id)
+                .bind(limit.max(0) + 1)
+                .fetch_all(&self.pool)
+                .await?
+            }
+        };
+        let events = rows
+            .iter()
+            .map(FtEvent::from_row)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(page(events, limit))
+    }
+
+    /// Records a checkpoint of the job (its blobs already written under
+    /// `blob_prefix`). `metrics` should be a JSON object.
+    pub async fn add_ft_checkpoint(
+        &self,
+        job_id: &str,
+        step_number: i64,
+        fine_tuned_model_checkpoint: &str,
+        metrics: Value,
+        blob_prefix: &str,
+    ) -> Result<FtCheckpoint> {
+        let checkpoint = FtCheckpoint {
+            id: new_id(ids::FT_CHECKPOINT),
+            job_id: job_id.to_string(),
+            created_at: now(),
+            step_number,
+            fine_tuned_model_checkpoint: fine_tuned_model_checkpoint.to_string(),
+            metrics,
+            blob_prefix: blob_prefix.to_string(),
+        };
+        sqlx::query(&format!(
+            "INSERT INTO fine_tuning_checkpoints ({CHECKPOINT_COLUMNS}) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)"
+        ))
+        .bind(&checkpoint.id)
+        .bind(&checkpoint.job_id)
+        .bind(checkpoint.created_at)
+        .bind(checkpoint.step_number)
+        .bind(&checkpoint.fine_tuned_model_checkpoint)
+        .bind(checkpoint.metrics.to_string())
+        .bind(&checkpoint.blob_prefix)
+        .execute(&self.pool)
+        .await?;
+        Ok(checkpoint)
+    }
+
+    /// A page of the job's checkpoints, newest first: at most `limit`,
+    /// created before the checkpoint `after` when given.
+    pub async fn list_ft_checkpoints(
+        &self,
+        job_id: &str,
+        limit: i64,
+        after: Option<&str>,
+    ) -> Result<(Vec<FtCheckpoint>, bool)> {
+        let rows = match after {
+            Some(after) => {
+                sqlx::query(&format!(
+                    "SELECT {CHECKPOINT_COLUMNS} FROM fine_tuning_checkpoints \
+                     WHERE job_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
+                ))
+                .bind(job_id)
+                .bind(after)
+                .bind(limit.max(0) + 1)
+                .fetch_all(&self.pool)
+                .await?
+            }
+            None => {
+                sqlx::query(&format!(
+                    "SELECT {CHECKPOINT_COLUMNS} FROM fine_tuning_checkpoints \
+                     WHERE job_id = $1 ORDER BY id DESC LIMIT $2"
+                ))
+                .bind(job_id)
+                .bind(limit.max(0) + 1)
+                .fetch_all(&self.pool)
+                .await?
+            }
+        };
+        let checkpoints = rows
+            .iter()
+            .map(FtCheckpoint::from_row)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(page(checkpoints, limit))
+    }
+
+    /// The checkpoint `id` of the job; [`StoreError::NotFound`] otherwise.
+    /// (The caller checks the job is the caller's project's.)
+    pub async fn ft_checkpoint(&self, job_id: &str, id: &str) -> Result<FtCheckpoint> {
+        let row = sqlx::query(&format!(
+            "SELECT {CHECKPOINT_COLUMNS} FROM fine_tuning_checkpoints \
+             WHERE job_id = $1 AND id = $2"
+        ))
+        .bind(job_id)
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        match row {
+            Some(row) => FtCheckpoint::from_row(&row),
+            None => Err(StoreError::NotFound("fine-tuning checkpoint")),
+        }
+    }
+
+    /// The job's checkpoint with the highest step number (the newest among
+    /// equals), if any.
+    pub async fn latest_ft_checkpoint(&self, job_id: &str) -> Result<Option<FtCheckpoint>> {
+        let row = sqlx::query(&format!(
+            "SELECT {CHECKPOINT_COLUMNS} FROM fine_tuning_checkpoints \
+             WHERE job_id = $1 ORDER BY step_number DESC, id DESC LIMIT 1"
+        ))
+        .bind(job_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(FtCheckpoint::from_row).transpose()
+    }
+
+    /// The `succeeded` job of `project_id` whose `fine_tuned_model` is
+    /// `fine_tuned_model` (the newest, should there be several), if any.
+    pub async fn ft_job_by_model(
+        &self,
+        project_id: &str,
+        fine_tuned_model: &str,
+    ) -> Result<Option<FtJob>> {
+        let row = sqlx::query(&format!(
+            "SELECT {JOB_COLUMNS} FROM fine_tuning_jobs WHERE project_id = $1 \
+             AND fine_tuned_model = $2 AND status = 'succeeded' ORDER BY id DESC LIMIT 1"
+        ))
+        .bind(project_id)
+        .bind(fine_tuned_model)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(FtJob::from_row).transpose()
+    }
+
+    /// Every `succeeded` job of `project_id`, oldest first (the fine-tuned
+    /// models `/v1/models` lists).
+    pub async fn succeeded_ft_jobs(&self, project_id: &str) -> Result<Vec<FtJob>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {JOB_COLUMNS} FROM fine_tuning_jobs WHERE project_id = $1 \
+             AND status = 'succeeded' ORDER BY id ASC"
+        ))
+        .bind(project_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(FtJob::from_row).collect()
+    }
+
+    /// Ids of the active (`validating_files`, `queued`, `running`) jobs that
+    /// use `file_id` as training or validation file.
+    pub(crate) async fn ft_jobs_using_file(&self, file_id: &str) -> Result<Vec<String>> {
+        let rows = sqlx::query(&format!(
+            "SELECT id FROM fine_tuning_jobs WHERE (training_file = $1 OR validation_file = $1) \
+             AND status IN {ACTIVE} ORDER BY id ASC"
+        ))
+        .bind(file_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok(r.try_get::<String, _>("id")?))
+            .collect()
+    }
+
+    /// Stores a file the server writes (a job's metrics CSV, purpose
+    /// `fine-tune-results`): the blob first, then the row, as uploads do.
+    /// Its status is `processed`.
+    pub async fn create_file_from_bytes(
+        &self,
+        project_id: &str,
+        filename: &str,
+        purpose: &str,
+        bytes: &[u8],
+    ) -> Result<FileRecord> {
+        let id = new_id(ids::FILE);
+        self.blobs.put(&format!("files/{id}"), bytes).await?;
+        let record = FileRecord {
+            id,
+            project_id: project_id.to_string(),
+            filename: filename.to_string(),
+            purpose: purpose.to_string(),
+            bytes: bytes.len() as i64,
+            status: crate::files::FileStatus::Processed.as_str().to_string(),
+            status_details: None,
+            created_at: now(),
+        };
+        if let Err(e) = self.insert_file(&record).await {
+            let _ = self.blobs.delete(&record.id).await;
+            return Err(e);
+        }
+        Ok(record)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_round_trip() {
+        for status in FtStatus::ALL {
+            assert_eq!(FtStatus::parse(status.as_str()), Some(status));
+        }
+        assert_eq!(FtStatus::parse("done"), None);
+        assert!(FtStatus::Cancelled.is_terminal() && !FtStatus::Running.is_terminal());
+    }
+}
