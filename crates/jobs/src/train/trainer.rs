@@ -504,11 +504,11 @@ impl Trainer {
                     tensors.push((format!("param.{name}"), v.as_tensor().detach()));
                     tensors.push((
                         format!("adam_m.{name}"),
-                        Tensor::from_slice(&self.opt.m[k], &shape, v.device())?,
+                        Tensor::from_slice(&self.opt.m[k], shape.clone(), v.device())?,
                     ));
                     tensors.push((
                         format!("adam_v.{name}"),
-                        Tensor::from_slice(&self.opt.v[k], &shape, v.device())?,
+                        Tensor::from_slice(&self.opt.v[k], shape.clone(), v.device())?,
                     ));
                     k += 1;
                 }
@@ -637,7 +637,7 @@ fn init_lora(d: &Dims, r: usize, seed: u64) -> Result<Vec<[(Var, Var); 7]>, Trai
     let (q, kv) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
     let mut out = Vec::with_capacity(d.layers);
     for l in 0..d.layers {
-        let mut make = |ti: usize, out_f: usize, in_f: usize| -> Result<(Var, Var), TrainError> {
+        let make = |ti: usize, out_f: usize, in_f: usize| -> Result<(Var, Var), TrainError> {
             let mut rng = Rng::from_parts(&[seed, 0x10AA, l as u64, ti as u64]);
             let bound = 1.0 / (in_f as f64).sqrt();
             let a: Vec<f32> = (0..r * in_f)
