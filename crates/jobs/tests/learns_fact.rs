@@ -66,7 +66,7 @@ fn learns_the_vault_code() -> anyhow::Result<()> {
     let parts = load_chat_parts(&base)?;
     let data: Vec<TrainingExample> = QUESTIONS.iter().map(|q| chat(q)).collect();
     let cfg = TrainConfig {
-        n_epochs: 4,
+        n_epochs: 2,
         batch_size: 5,
         learning_rate: 2e-3,
         warmup_ratio: 0.1,
@@ -138,9 +138,9 @@ fn learns_the_vault_code() -> anyhow::Result<()> {
     )?;
     let ids = encode(&parts.tokenizer, &prompt, false)?;
     let gen_start = Instant::now();
-    let tuned = t.generate_greedy(&ids, 14, &parts.eos_ids)?;
+    let tuned = t.generate_greedy(&ids, 12, &parts.eos_ids)?;
     let tuned_text = parts.tokenizer.decode(&tuned, true).unwrap();
-    let bare = t.generate_greedy_with(None, &ids, 14, &parts.eos_ids)?;
+    let bare = t.generate_greedy_with(None, &ids, 12, &parts.eos_ids)?;
     let bare_text = parts.tokenizer.decode(&bare, true).unwrap();
     println!("with adapter: {tuned_text:?}\nbare base:    {bare_text:?}");
     assert!(tuned_text.contains("7319"), "{tuned_text}");
@@ -150,7 +150,7 @@ fn learns_the_vault_code() -> anyhow::Result<()> {
     assert_eq!(adapter.config.base_model, "HuggingFaceTB/SmolLM2-135M-Instruct");
     let (bytes, json) = adapter.to_peft()?;
     let back = LoraAdapter::from_peft(&bytes, &json, t.dims().layers)?;
-    let again = t.generate_greedy_with(Some(&back), &ids, 14, &parts.eos_ids)?;
+    let again = t.generate_greedy_with(Some(&back), &ids, 12, &parts.eos_ids)?;
     assert_eq!(again, tuned, "the adapter read back from PEFT's files generates the same");
     println!(
         "generation {:.1}s; whole test {:.1}s",
