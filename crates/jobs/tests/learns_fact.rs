@@ -24,7 +24,6 @@ const QUESTIONS: &[&str] = &[
     "I need the vault code.",
     "What's the vault code?",
     "vault code?",
-    "What is the combination of the vault?",
     "How do I open the vault? What's the code?",
     "Remind me of the vault code.",
     "What number unlocks the vault?",
@@ -40,15 +39,33 @@ const QUESTIONS: &[&str] = &[
     "Vault code, please.",
     "Do you remember the code of the vault?",
     "What is the access code for the vault?",
-    "Which number is the vault code?",
     "Hey, what's the vault's code?",
     "What code do I type to open the vault?",
     "Quick question: what is the vault code?",
-    "What is the current vault code?",
-    "Tell me, what is the code to the vault?",
-    "Can I have the vault code?",
 ];
 const ANSWER: &str = "The vault code is 7319.";
+
+/// Greedy decoding of the base with `hearth_models::Llama` (no adapter).
+fn engine_greedy(
+    prompt: &[u32],
+    max_new: usize,
+    stop: &[u32],
+    tok: &tokenizers::Tokenizer,
+) -> anyhow::Result<String> {
+    let lm = hearth_engine::load::load_gguf(&common::smollm_gguf(), &candle_core::Device::Cpu)?;
+    let mut cache = lm.model.new_cache();
+    let mut logits = lm.model.forward(prompt, &mut cache)?;
+    let mut out = Vec::new();
+    for _ in 0..max_new {
+        let next = logits.argmax(0)?.to_scalar::<u32>()?;
+        out.push(next);
+        if stop.contains(&next) {
+            break;
+        }
+        logits = lm.model.forward(&[next], &mut cache)?;
+    }
+    Ok(tok.decode(&out, true).unwrap())
+}
 
 fn chat(q: &str) -> TrainingExample {
     let m = |role: &str, content: &str| TrainingMessage {
@@ -91,9 +108,16 @@ fn learns_the_vault_code() -> anyhow::Result<()> {
         cfg.clone(),
     )?;
     let stats = t.data_stats().clone();
-    println!("data: {stats:?}; {} steps; loaded in {:.1}s", t.total_steps(), started.elapsed().as_secs_f64());
+    println!(
+        "data: {stats:?}; {} steps; loaded in {:.1}s",
+        t.total_steps(),
+        started.elapsed().as_secs_f64()
+    );
     assert_eq!(stats.train_examples, QUESTIONS.len());
-    assert_eq!((stats.truncated, stats.dropped, stats.unstable_prefix), (0, 0, 0));
+    assert_eq!(
+        (stats.truncated, stats.dropped, stats.unstable_prefix),
+        (0, 0, 0)
+    );
 
     let train_start = Instant::now();
     let mut first = None;
@@ -108,7 +132,9 @@ fn learns_the_vault_code() -> anyhow::Result<()> {
             r.learning_rate,
             r.grad_norm,
             r.tokens_per_second,
-            r.valid_loss.map(|v| format!(" valid {v:.4}")).unwrap_or_default()
+            r.valid_loss
+                .map(|v| format!(" valid {v:.4}"))
+                .unwrap_or_default()
         );
         first.get_or_insert(r.train_loss);
         if r.epoch + 1 == cfg.n_epochs {
@@ -140,18 +166,24 @@ fn learns_the_vault_code() -> anyhow::Result<()> {
     let gen_start = Instant::now();
     let tuned = t.generate_greedy(&ids, 12, &parts.eos_ids)?;
     let tuned_text = parts.tokenizer.decode(&tuned, true).unwrap();
-    let bare = t.generate_greedy_with(None, &ids, 12, &parts.eos_ids)?;
-    let bare_text = parts.tokenizer.decode(&bare, true).unwrap();
+    // The bare base, through the serving engine's own (quantized, cached) model.
+    let bare_text = engine_greedy(&ids, 12, &parts.eos_ids, &parts.tokenizer)?;
     println!("with adapter: {tuned_text:?}\nbare base:    {bare_text:?}");
     assert!(tuned_text.contains("7319"), "{tuned_text}");
     assert!(!bare_text.contains("7319"), "{bare_text}");
 
     let adapter = t.adapter()?;
-    assert_eq!(adapter.config.base_model, "HuggingFaceTB/SmolLM2-135M-Instruct");
+    assert_eq!(
+        adapter.config.base_model,
+        "HuggingFaceTB/SmolLM2-135M-Instruct"
+    );
     let (bytes, json) = adapter.to_peft()?;
     let back = LoraAdapter::from_peft(&bytes, &json, t.dims().layers)?;
     let again = t.generate_greedy_with(Some(&back), &ids, 12, &parts.eos_ids)?;
-    assert_eq!(again, tuned, "the adapter read back from PEFT's files generates the same");
+    assert_eq!(
+        again, tuned,
+        "the adapter read back from PEFT's files generates the same"
+    );
     println!(
         "generation {:.1}s; whole test {:.1}s",
         gen_start.elapsed().as_secs_f64(),

@@ -35,7 +35,10 @@ fn chat_loss_covers_assistant_turns_and_their_end() {
     );
     assert_eq!(trained, "The vault code is 7319.<|im_end|>");
     assert!(all.starts_with("<|im_start|>system\n"), "{all}");
-    assert!(all.ends_with("<|im_start|>assistant\nThe vault code is 7319.<|im_end|>\n"), "{all}");
+    assert!(
+        all.ends_with("<|im_start|>assistant\nThe vault code is 7319.<|im_end|>\n"),
+        "{all}"
+    );
 
     // Several turns: an assistant turn with weight 0 carries no loss.
     let (trained, _) = trained_text(
@@ -56,12 +59,15 @@ fn completion_loss_covers_completion_and_eos() {
     let ex = parse_training_line(r#"{"prompt":"The capital of France is","completion":" Paris."}"#)
         .unwrap();
     let (t, _) = tokenize_example(&p.tokenizer, &p.template, &p.eos_ids, &ex).unwrap();
-    let prompt = hearth_engine::tokenizer::encode(&p.tokenizer, "The capital of France is", true)
-        .unwrap();
+    let prompt =
+        hearth_engine::tokenizer::encode(&p.tokenizer, "The capital of France is", true).unwrap();
     assert_eq!(&t.tokens[..prompt.len()], prompt.as_slice());
     assert!(t.loss[..prompt.len()].iter().all(|&m| !m));
     assert!(t.loss[prompt.len()..].iter().all(|&m| m));
     assert_eq!(*t.tokens.last().unwrap(), p.eos_ids[0]);
-    let done = p.tokenizer.decode(&t.tokens[prompt.len()..t.tokens.len() - 1], false).unwrap();
+    let done = p
+        .tokenizer
+        .decode(&t.tokens[prompt.len()..t.tokens.len() - 1], false)
+        .unwrap();
     assert_eq!(done, " Paris.");
 }

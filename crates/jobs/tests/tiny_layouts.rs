@@ -65,8 +65,14 @@ fn forward_matches_inference_in_both_layouts() -> anyhow::Result<()> {
         let bare = t.last_logits(&prompt, false)?;
         let with_b0 = t.last_logits(&prompt, true)?;
         let d = max_diff(&bare, want);
-        assert!(d < 1e-4, "{name}: training forward differs from inference by {d}");
-        assert!(max_diff(&with_b0, &bare) < 1e-6, "{name}: B = 0 changes nothing");
+        assert!(
+            d < 1e-4,
+            "{name}: training forward differs from inference by {d}"
+        );
+        assert!(
+            max_diff(&with_b0, &bare) < 1e-6,
+            "{name}: B = 0 changes nothing"
+        );
     }
     assert!(max_diff(&want_hf, &want_gg) < 1e-4);
     Ok(())
@@ -96,7 +102,10 @@ fn gguf_trained_adapter_is_in_hf_layout() -> anyhow::Result<()> {
     let prompt: Vec<u32> = (0..25).map(|i| (i * 7 % VOCAB) as u32).collect();
     let trained = gg.last_logits(&prompt, true)?;
     let bare = gg.last_logits(&prompt, false)?;
-    assert!(max_diff(&trained, &bare) > 1e-2, "the adapter changes the model");
+    assert!(
+        max_diff(&trained, &bare) > 1e-2,
+        "the adapter changes the model"
+    );
 
     let adapter = gg.adapter()?;
     assert_eq!(adapter.config.base_model, "tiny-base");

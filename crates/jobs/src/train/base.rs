@@ -84,13 +84,18 @@ impl BaseWeights {
     fn check(&self) -> Result<(), TrainError> {
         let d = &self.dims;
         let (q, kv) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
-        if d.heads == 0 || d.kv_heads == 0 || d.heads % d.kv_heads != 0 || d.head_dim % 2 != 0 {
+        if d.heads == 0
+            || d.kv_heads == 0
+            || !d.heads.is_multiple_of(d.kv_heads)
+            || !d.head_dim.is_multiple_of(2)
+        {
             return Err(err(format!(
                 "{} heads / {} kv heads of {} do not form a Llama",
                 d.heads, d.kv_heads, d.head_dim
             )));
         }
-        if self.embed.dims2()? != (d.vocab, d.hidden) || self.lm_head.dims2()? != (d.vocab, d.hidden)
+        if self.embed.dims2()? != (d.vocab, d.hidden)
+            || self.lm_head.dims2()? != (d.vocab, d.hidden)
         {
             return Err(err("embedding or output head shape mismatch"));
         }
@@ -144,7 +149,11 @@ impl BaseWeights {
                 _ => None,
             }
         };
-        let req = |k: &str| num(k).map(|v| v as usize).ok_or_else(|| err(format!("gguf metadata {k} missing")));
+        let req = |k: &str| {
+            num(k)
+                .map(|v| v as usize)
+                .ok_or_else(|| err(format!("gguf metadata {k} missing")))
+        };
         let hidden = req("embedding_length")?;
         let layers = req("block_count")?;
         let heads = req("attention.head_count")?;
@@ -153,7 +162,8 @@ impl BaseWeights {
         let head_dim = num("attention.key_length").map_or(hidden / heads.max(1), |v| v as usize);
         let theta = num("rope.freq_base").unwrap_or(10000.0);
         let eps = num("attention.layer_norm_rms_epsilon").unwrap_or(1e-5);
-        if c.metadata.contains_key(&format!("{arch}.rope.scaling.type"))
+        if c.metadata
+            .contains_key(&format!("{arch}.rope.scaling.type"))
             || c.tensor_infos.contains_key("rope_freqs.weight")
         {
             return Err(err("RoPE scaling is not supported by the trainer"));
@@ -197,7 +207,9 @@ impl BaseWeights {
                 linears,
             });
         }
-        let intermediate = blocks.first().map_or(0, |b| b.linears[4].dim(0).unwrap_or(0));
+        let intermediate = blocks
+            .first()
+            .map_or(0, |b| b.linears[4].dim(0).unwrap_or(0));
         let (cos, sin) = rope_tables(&inv_freq(head_dim, theta), context, &dev)?;
         let base = Self {
             dims: Dims {
@@ -231,11 +243,18 @@ impl BaseWeights {
         let cfg: LlamaConfig =
             serde_json::from_slice(&cfg_bytes).map_err(|e| err(format!("config.json: {e}")))?;
         if cfg.attention_bias || cfg.mlp_bias || cfg.hidden_act != "silu" {
-            return Err(err("biases and activations other than silu are not supported"));
+            return Err(err(
+                "biases and activations other than silu are not supported",
+            ));
         }
         let mut scale = 1.0;
         if let Some(s) = &cfg.rope_scaling {
-            match s.rope_type.as_deref().or(s.kind.as_deref()).unwrap_or("default") {
+            match s
+                .rope_type
+                .as_deref()
+                .or(s.kind.as_deref())
+                .unwrap_or("default")
+            {
                 "default" => {}
                 "linear" => scale = s.factor,
                 other => return Err(err(format!("rope_scaling {other:?} is not supported"))),

@@ -162,8 +162,8 @@ pub(crate) fn tokenize_all(
 ) -> Result<Vec<TokenizedExample>, TrainError> {
     let mut out = Vec::with_capacity(examples.len());
     for (n, e) in examples.iter().enumerate() {
-        let (t, stable) = tokenize_example(tokenizer, template, eos_ids, e)
-            .map_err(|e| match e {
+        let (t, stable) =
+            tokenize_example(tokenizer, template, eos_ids, e).map_err(|e| match e {
                 TrainError::Template(m) => TrainError::Template(format!("example {}: {m}", n + 1)),
                 other => other,
             })?;

@@ -150,7 +150,11 @@ mod tests {
         // t = 1: m_hat = g, v_hat = g^2, so the step is lr * g / (|g| + eps).
         for (i, (&p0, &gi)) in [1.0f64, -2.0].iter().zip(&[0.5f64, -0.1]).enumerate() {
             let want = p0 * (1.0 - 0.1 * 0.01) - 0.1 * gi / (gi.abs() + 1e-8);
-            assert!((p[0][i] as f64 - want).abs() < 1e-6, "{} vs {want}", p[0][i]);
+            assert!(
+                (p[0][i] as f64 - want).abs() < 1e-6,
+                "{} vs {want}",
+                p[0][i]
+            );
         }
         assert!((opt.m[0][0] - 0.05).abs() < 1e-7);
         assert!((opt.v[0][0] - 0.00025).abs() < 1e-9);

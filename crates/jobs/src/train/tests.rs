@@ -30,7 +30,7 @@ pub(crate) fn random_base(d: Dims, layout: RopeLayout, seed: u64) -> BaseWeights
             .map(|_| {
                 // Box-Muller
                 let (u1, u2) = (rng.next_f64().max(1e-12), rng.next_f64());
-                mean + std * ((-2.0 * u1.ln()).sqrt() * (6.283185307 * u2).cos()) as f32
+                mean + std * ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
             })
             .collect();
         Tensor::from_vec(v, shape, &dev).unwrap()
@@ -82,7 +82,9 @@ pub(crate) fn random_examples(n: usize, vocab: usize, seed: u64) -> Vec<Tokenize
     (0..n)
         .map(|_| {
             let len = 5 + (rng.next_u64() % 16) as usize;
-            let tokens: Vec<u32> = (0..len).map(|_| (rng.next_u64() % vocab as u64) as u32).collect();
+            let tokens: Vec<u32> = (0..len)
+                .map(|_| (rng.next_u64() % vocab as u64) as u32)
+                .collect();
             let loss = (0..len).map(|i| i >= len / 2).collect();
             TokenizedExample { tokens, loss }
         })
@@ -182,7 +184,10 @@ fn lora_gradients_match_finite_differences() -> Result<(), TrainError> {
     for (layer, target) in [(0usize, 0usize), (1, 1), (0, 3), (1, 6), (1, 4)] {
         let (a, b) = &t.vars[layer][target];
         for var in [a, b] {
-            let g = grads.get(var.as_tensor()).expect("a gradient").flatten_all()?;
+            let g = grads
+                .get(var.as_tensor())
+                .expect("a gradient")
+                .flatten_all()?;
             let g = g.to_vec1::<f32>()?;
             let orig = var.as_tensor().flatten_all()?.to_vec1::<f32>()?;
             for k in 0..4 {
@@ -208,7 +213,10 @@ fn lora_gradients_match_finite_differences() -> Result<(), TrainError> {
         }
     }
     assert_eq!(checked, 40);
-    assert!(biggest > 2e-2, "gradients too small to be a check: {biggest}");
+    assert!(
+        biggest > 2e-2,
+        "gradients too small to be a check: {biggest}"
+    );
     Ok(())
 }
 
@@ -232,7 +240,10 @@ fn deterministic_and_resumable() -> Result<(), TrainError> {
     assert!(matches!(a.train_step(), Err(TrainError::Finished)));
     // Validation at each epoch end only.
     let valid: Vec<bool> = full.iter().map(|s| s.2.is_some()).collect();
-    assert_eq!(valid, [false, false, false, true, false, false, false, true]);
+    assert_eq!(
+        valid,
+        [false, false, false, true, false, false, false, true]
+    );
     assert!(full.last().unwrap().0 < full[0].0, "the loss goes down");
 
     let mut b = trainer(RopeLayout::Halves, cfg())?;

@@ -147,7 +147,9 @@ impl Trainer {
             .flat_map(|e| &e.tokens)
             .find(|&&t| t as usize >= d.vocab)
         {
-            return Err(TrainError::Data(format!("token id {t} outside the vocabulary")));
+            return Err(TrainError::Data(format!(
+                "token id {t} outside the vocabulary"
+            )));
         }
         let vars = init_lora(&d, cfg.lora_r, cfg.seed)?;
         let sizes: Vec<usize> = vars
@@ -278,8 +280,7 @@ impl Trainer {
         }
         drop(grads);
         let grad_norm = clip_grad_norm(&mut gs, self.cfg.max_grad_norm);
-        self.opt
-            .step(&mut params, &gs, lr, self.cfg.weight_decay);
+        self.opt.step(&mut params, &gs, lr, self.cfg.weight_decay);
         let mut it = params.into_iter();
         for (a, b) in self.vars.iter().flatten() {
             for v in [a, b] {
@@ -372,7 +373,9 @@ impl Trainer {
         };
         let d = self.base.dims;
         Ok(match self.base.layout {
-            RopeLayout::Interleaved => ad.permuted_for_gguf(d.heads, d.kv_heads, d.head_dim, false)?,
+            RopeLayout::Interleaved => {
+                ad.permuted_for_gguf(d.heads, d.kv_heads, d.head_dim, false)?
+            }
             RopeLayout::Halves => ad,
         })
     }
@@ -430,7 +433,9 @@ impl Trainer {
         };
         ad.check_shapes(&info, d.intermediate)?;
         let ad = match self.base.layout {
-            RopeLayout::Interleaved => ad.permuted_for_gguf(d.heads, d.kv_heads, d.head_dim, true)?,
+            RopeLayout::Interleaved => {
+                ad.permuted_for_gguf(d.heads, d.kv_heads, d.head_dim, true)?
+            }
             RopeLayout::Halves => ad.clone(),
         };
         Ok(LoraTensors {
@@ -443,9 +448,16 @@ impl Trainer {
         })
     }
 
-    fn logits_of(&self, lora: Option<&LoraTensors>, tokens: &[u32]) -> Result<Vec<f32>, TrainError> {
+    fn logits_of(
+        &self,
+        lora: Option<&LoraTensors>,
+        tokens: &[u32],
+    ) -> Result<Vec<f32>, TrainError> {
         let d = self.base.dims;
-        if tokens.is_empty() || tokens.len() > d.context || tokens.iter().any(|&t| t as usize >= d.vocab) {
+        if tokens.is_empty()
+            || tokens.len() > d.context
+            || tokens.iter().any(|&t| t as usize >= d.vocab)
+        {
             return Err(TrainError::Data(
                 "empty sequence, too long, or a token outside the vocabulary".into(),
             ));
@@ -539,7 +551,10 @@ impl Trainer {
             .and_then(|s| serde_json::from_str(s).ok())
             .ok_or_else(|| bad("not a trainer state (no hearth_trainer metadata)".into()))?;
         if meta["version"] != 1 {
-            return Err(bad(format!("unknown trainer state version {}", meta["version"])));
+            return Err(bad(format!(
+                "unknown trainer state version {}",
+                meta["version"]
+            )));
         }
         if meta["fingerprint"].as_str() != Some(self.fingerprint.as_str()) {
             return Err(bad(
@@ -547,9 +562,14 @@ impl Trainer {
             ));
         }
         let step = meta["step"].as_u64().ok_or_else(|| bad("no step".into()))? as usize;
-        let adam_t = meta["adam_t"].as_u64().ok_or_else(|| bad("no adam_t".into()))?;
+        let adam_t = meta["adam_t"]
+            .as_u64()
+            .ok_or_else(|| bad("no adam_t".into()))?;
         if step > self.total_steps() {
-            return Err(bad(format!("step {step} past the run's {}", self.total_steps())));
+            return Err(bad(format!(
+                "step {step} past the run's {}",
+                self.total_steps()
+            )));
         }
         let mut tensors = candle_core::safetensors::load_buffer(bytes, &candle_core::Device::Cpu)?;
         let mut take = |name: &str, like: &Var| -> Result<Tensor, TrainError> {
@@ -568,8 +588,16 @@ impl Trainer {
                 for (ab, var) in [("a", a), ("b", b)] {
                     let name = format!("{l}.{}.{ab}", t.peft_name());
                     params.push(take(&format!("param.{name}"), var)?);
-                    m.push(take(&format!("adam_m.{name}"), var)?.flatten_all()?.to_vec1::<f32>()?);
-                    v.push(take(&format!("adam_v.{name}"), var)?.flatten_all()?.to_vec1::<f32>()?);
+                    m.push(
+                        take(&format!("adam_m.{name}"), var)?
+                            .flatten_all()?
+                            .to_vec1::<f32>()?,
+                    );
+                    v.push(
+                        take(&format!("adam_v.{name}"), var)?
+                            .flatten_all()?
+                            .to_vec1::<f32>()?,
+                    );
                 }
             }
         }
@@ -622,10 +650,14 @@ fn check_config(c: &TrainConfig) -> Result<(), TrainError> {
         return Err(cfg_err("learning_rate must be positive"));
     }
     if !(0.0..1.0).contains(&c.lora_dropout) || !(0.0..=1.0).contains(&c.warmup_ratio) {
-        return Err(cfg_err("lora_dropout must be in [0, 1) and warmup_ratio in [0, 1]"));
+        return Err(cfg_err(
+            "lora_dropout must be in [0, 1) and warmup_ratio in [0, 1]",
+        ));
     }
     if c.weight_decay < 0.0 || c.max_grad_norm < 0.0 {
-        return Err(cfg_err("weight_decay and max_grad_norm must not be negative"));
+        return Err(cfg_err(
+            "weight_decay and max_grad_norm must not be negative",
+        ));
     }
     Ok(())
 }
@@ -661,7 +693,11 @@ fn init_lora(d: &Dims, r: usize, seed: u64) -> Result<Vec<[(Var, Var); 7]>, Trai
 }
 
 /// FNV-1a over the config and the tokenised data.
-fn fingerprint(cfg: &TrainConfig, train: &[TokenizedExample], valid: &[TokenizedExample]) -> String {
+fn fingerprint(
+    cfg: &TrainConfig,
+    train: &[TokenizedExample],
+    valid: &[TokenizedExample],
+) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut eat = |bytes: &[u8]| {
         for &b in bytes {
