@@ -130,6 +130,15 @@ impl Trainer {
         if train.is_empty() {
             return Err(TrainError::Data("no training example".into()));
         }
+        if train
+            .iter()
+            .chain(&valid)
+            .any(|e| e.tokens.len() != e.loss.len())
+        {
+            return Err(TrainError::Data(
+                "an example's loss mask and tokens differ in length".into(),
+            ));
+        }
         stats.train_examples = train.len();
         stats.valid_examples = valid.len();
         stats.train_tokens = train.iter().map(|e| e.tokens.len()).sum();
