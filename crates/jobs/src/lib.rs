@@ -39,6 +39,13 @@
 //!   `y = W x + (alpha / r) B A dropout(x)`; `A` Kaiming-uniform (PEFT's
 //!   `a = sqrt(5)`: uniform in `±1/sqrt(in)`), `B` zero, both candle `Var`s;
 //!   only they get gradients.
+//! - The forward ([`train::ops`], `train/model.rs`) uses only candle ops
+//!   with a backward pass (RMSNorm, RoPE and softmax are written from
+//!   primitives, since candle_nn's kernels for them have no backward); the
+//!   frozen matmuls `x W^T` go through a small custom op whose backward
+//!   computes only the gradient of `x` (candle's matmul backward would also
+//!   compute the unused gradient of `W`). The output head runs only on rows
+//!   that predict a loss token.
 //! - Data ([`train::data`]): chat examples are rendered with the model's
 //!   chat template and the loss covers the trained assistant messages
 //!   through their end-of-turn token; prompt/completion examples carry loss

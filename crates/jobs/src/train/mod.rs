@@ -7,6 +7,7 @@ pub mod data;
 pub(crate) mod model;
 pub mod ops;
 pub mod optim;
+mod state;
 pub mod trainer;
 
 #[cfg(test)]

@@ -294,3 +294,49 @@ fn reports_grad_norm_and_schedule() -> Result<(), TrainError> {
     assert_eq!(u.train_step()?.grad_norm, r1.grad_norm);
     Ok(())
 }
+
+/// The worker moves trainers across threads.
+#[test]
+fn trainer_is_send_and_checks_inputs() {
+    fn send<T: Send>() {}
+    send::<Trainer>();
+    let d = tiny_dims();
+    let mut bad = random_examples(2, d.vocab, 1);
+    bad[0].loss.pop();
+    let r = Trainer::from_base(
+        random_base(d, RopeLayout::Halves, 1),
+        "x",
+        bad,
+        vec![],
+        cfg(),
+    );
+    assert!(matches!(r, Err(TrainError::Data(_))));
+    let mut c = cfg();
+    c.batch_size = 0;
+    let r = Trainer::from_base(
+        random_base(d, RopeLayout::Halves, 1),
+        "x",
+        random_examples(2, d.vocab, 1),
+        vec![],
+        c,
+    );
+    assert!(matches!(r, Err(TrainError::Config(_))));
+    // Examples left without loss tokens after truncation are dropped and counted.
+    let mut c = cfg();
+    c.context_length = 4;
+    let t = Trainer::from_base(
+        random_base(d, RopeLayout::Halves, 1),
+        "x",
+        random_examples(5, d.vocab, 1),
+        vec![],
+        c,
+    );
+    match t {
+        Ok(t) => {
+            let s = t.data_stats();
+            assert_eq!(s.truncated, 5);
+            assert_eq!(s.dropped + s.train_examples, 5);
+        }
+        Err(e) => assert!(matches!(e, TrainError::Data(_)), "{e}"),
+    }
+}
