@@ -112,6 +112,38 @@ pub struct ServeArgs {
     /// Largest file upload, in MiB (larger ones get 413).
     #[arg(long, env = "HEARTH_MAX_UPLOAD_MB", default_value_t = 512)]
     pub max_upload_mb: u64,
+    #[command(flatten)]
+    pub ft: FineTuneArgs,
+}
+
+/// The fine-tuning worker of this node.
+#[derive(Debug, Clone, Args)]
+pub struct FineTuneArgs {
+    /// Fine-tuning jobs trained at once on this node; 0 runs no worker
+    /// (jobs wait for another node sharing the database).
+    #[arg(long, env = "HEARTH_FT_JOBS", default_value_t = 1)]
+    pub ft_jobs: usize,
+    /// Threads per training job (they run at a lower CPU priority than
+    /// serving).
+    #[arg(long, env = "HEARTH_FT_THREADS", default_value_t = 1)]
+    pub ft_threads: usize,
+    /// Optimizer steps between checkpoints (the last step always gets one).
+    #[arg(long, env = "HEARTH_FT_CHECKPOINT_STEPS", default_value_t = 20)]
+    pub ft_checkpoint_steps: usize,
+    /// CPU niceness of the training threads (0..=19).
+    #[arg(long, env = "HEARTH_FT_NICE", default_value_t = 10)]
+    pub ft_nice: i32,
+}
+
+impl Default for FineTuneArgs {
+    fn default() -> Self {
+        Self {
+            ft_jobs: 1,
+            ft_threads: 1,
+            ft_checkpoint_steps: 20,
+            ft_nice: 10,
+        }
+    }
 }
 
 /// Where metadata and blobs live, when not under the data folder.

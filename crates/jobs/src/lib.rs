@@ -1,4 +1,5 @@
-//! Hearth's background jobs: the LoRA trainer.
+//! Hearth's background jobs: the LoRA trainer, and the [`Worker`] that
+//! claims fine-tuning jobs from the store and runs them (`worker.rs`).
 //!
 //! [`Trainer`] fine-tunes a LoRA adapter (PEFT's format, [`LoraAdapter`]) on
 //! a frozen Llama base with candle autograd, synchronously, one optimizer
@@ -80,6 +81,7 @@
 //! serving uses.
 
 pub mod train;
+pub mod worker;
 
 use std::path::PathBuf;
 
@@ -87,6 +89,7 @@ pub use hearth_models::LoraAdapter;
 pub use train::data::DataStats;
 pub use train::model::TokenizedExample;
 pub use train::trainer::Trainer;
+pub use worker::{fine_tuned_model_name, Worker, WorkerConfig};
 
 /// How the learning rate decays after warmup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

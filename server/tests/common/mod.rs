@@ -45,6 +45,7 @@ pub fn serve_args(models: Vec<String>, max_waiting: usize, max_active: usize) ->
         },
         db: DbArgs::default(),
         max_upload_mb: 512,
+        ft: Default::default(),
     }
 }
 
