@@ -332,6 +332,7 @@ impl EngineLoop {
                     tokens: &s.tokens[s.computed..s.computed + n],
                     pos: s.computed,
                     blocks: s.table.blocks(),
+                    lora: None,
                 }
             })
             .collect();
