@@ -52,7 +52,7 @@ pub type AdapterLoader = Arc<dyn Fn() -> LoadFuture + Send + Sync>;
 
 /// A loader reading a local PEFT folder.
 pub fn dir_loader(dir: std::path::PathBuf) -> AdapterLoader {
-    Arc::new(move || {
+    Arc::new(move || -> LoadFuture {
         let dir = dir.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || PeftFiles::read_dir(&dir)).await?

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 use hearth_core::{GenerateRequest, Priority, SamplingParams, TokenEvent};
+use hearth_engine::adapters::LoadFuture;
 use hearth_engine::load::load_gguf;
 use hearth_engine::{
     AdapterLoader, EngineConfig, EngineHandle, EngineParts, LoadedAdapter, PeftFiles, TokenStream,
@@ -107,10 +108,10 @@ fn random_adapter(spec: &LoraSpec, seed: u64) -> LoraAdapter {
 fn loader(adapter: &LoraAdapter, calls: Arc<AtomicUsize>) -> AdapterLoader {
     let (weights, config) = adapter.to_peft().unwrap();
     let files = PeftFiles { weights, config };
-    Arc::new(move || {
+    Arc::new(move || -> LoadFuture {
         calls.fetch_add(1, Ordering::SeqCst);
         let files = files.clone();
-        Box::pin(async move { Ok(files) })
+        Box::pin(async move { Ok::<_, anyhow::Error>(files) })
     })
 }
 
@@ -308,7 +309,8 @@ fn the_adapter_cache_is_a_bounded_lru() {
     assert!(cache.peek("a").is_none());
     assert_eq!(held.adapter.num_layers(), spec.info.num_layers);
     // A loader error surfaces and is retried next time.
-    let failing: AdapterLoader = Arc::new(|| Box::pin(async { anyhow::bail!("no such blob") }));
+    let failing: AdapterLoader =
+        Arc::new(|| -> LoadFuture { Box::pin(async { Err(anyhow::anyhow!("no such blob")) }) });
     let err = block_on(cache.get("d", &failing)).unwrap_err();
     assert!(err.to_string().contains("no such blob"));
     // Wrong shapes are refused with the layer and module named.
