@@ -352,4 +352,23 @@ mod tests {
         assert!(Catalog::parse(&empty, "t").is_err());
         assert!(Catalog::parse("[[model]]\nid = 3", "t").is_err());
     }
+
+    #[test]
+    fn adapter_entries_need_a_base_and_default_to_peft_files() {
+        let text = r#"
+[[model]]
+id = "me/lora"
+kind = "adapter"
+base = "HuggingFaceTB/SmolLM2-135M-Instruct"
+source = { type = "local", path = "/tmp/lora" }
+"#;
+        let c = Catalog::parse(text, "t").unwrap();
+        let e = c.get("me/lora").unwrap();
+        assert_eq!(e.kind, ModelKind::Adapter);
+        assert_eq!(e.base.as_deref(), Some("HuggingFaceTB/SmolLM2-135M-Instruct"));
+        let files: Vec<&str> = e.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(files, ["adapter_model.safetensors", "adapter_config.json"]);
+        let no_base = text.replace("base = \"HuggingFaceTB/SmolLM2-135M-Instruct\"\n", "");
+        assert!(Catalog::parse(&no_base, "t").is_err());
+    }
 }
