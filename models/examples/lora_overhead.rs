@@ -15,8 +15,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use hearth_models::{
-    gguf_file, CausalLM, Device, Llama, LoraAdapter, LoraConfig, LoraSpec, LoraTarget,
-    LoraWeights, PagedSeq, Tensor, BLOCK_SIZE,
+    gguf_file, CausalLM, Device, Llama, LoraAdapter, LoraConfig, LoraSpec, LoraTarget, LoraWeights,
+    PagedSeq, Tensor, BLOCK_SIZE,
 };
 
 const B: usize = 8;
@@ -133,12 +133,13 @@ fn main() -> Result<()> {
     let x = Some(&ads[0]);
     let setups: Vec<(&str, Vec<Option<&LoraAdapter>>)> = vec![
         ("all base", vec![None; B]),
-        ("half, one adapter", (0..B).map(|s| if s % 2 == 0 { x } else { None }).collect()),
+        (
+            "half, one adapter",
+            (0..B).map(|s| if s % 2 == 0 { x } else { None }).collect(),
+        ),
         (
             "half, four adapters",
-            (0..B)
-                .map(|s| (s % 2 == 0).then(|| &ads[s / 2]))
-                .collect(),
+            (0..B).map(|s| (s % 2 == 0).then(|| &ads[s / 2])).collect(),
         ),
         ("all, one adapter", vec![x; B]),
     ];

@@ -50,7 +50,10 @@ pub trait AdapterSource: Send + Sync {
     ) -> SourceFuture<'a, Result<Option<AdapterModel>, ApiError>>;
 
     /// The adapter models `project` may use, for /v1/models.
-    fn list<'a>(&'a self, project: &'a str) -> SourceFuture<'a, Result<Vec<AdapterModel>, ApiError>>;
+    fn list<'a>(
+        &'a self,
+        project: &'a str,
+    ) -> SourceFuture<'a, Result<Vec<AdapterModel>, ApiError>>;
 }
 
 /// The chat model a request names and, for an adapter model, the adapter

@@ -54,9 +54,9 @@ pub type AdapterLoader = Arc<dyn Fn() -> LoadFuture + Send + Sync>;
 pub fn dir_loader(dir: std::path::PathBuf) -> AdapterLoader {
     Arc::new(move || -> LoadFuture {
         let dir = dir.clone();
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || PeftFiles::read_dir(&dir)).await?
-        })
+        Box::pin(
+            async move { tokio::task::spawn_blocking(move || PeftFiles::read_dir(&dir)).await? },
+        )
     })
 }
 

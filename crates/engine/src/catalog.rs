@@ -365,7 +365,10 @@ source = { type = "local", path = "/tmp/lora" }
         let c = Catalog::parse(text, "t").unwrap();
         let e = c.get("me/lora").unwrap();
         assert_eq!(e.kind, ModelKind::Adapter);
-        assert_eq!(e.base.as_deref(), Some("HuggingFaceTB/SmolLM2-135M-Instruct"));
+        assert_eq!(
+            e.base.as_deref(),
+            Some("HuggingFaceTB/SmolLM2-135M-Instruct")
+        );
         let files: Vec<&str> = e.files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(files, ["adapter_model.safetensors", "adapter_config.json"]);
         let no_base = text.replace("base = \"HuggingFaceTB/SmolLM2-135M-Instruct\"\n", "");

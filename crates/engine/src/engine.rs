@@ -226,12 +226,16 @@ impl EngineHandle {
     pub fn submit(&self, request: GenerateRequest) -> Result<TokenStream, EngineError> {
         let adapter = match request.adapter.as_deref() {
             None => None,
-            Some(key) => Some(self.adapters.peek(key).ok_or_else(|| {
-                EngineError::InvalidParameter {
-                    param: "model".into(),
-                    message: format!("the adapter {key} is not loaded"),
-                }
-            })?),
+            Some(key) => {
+                Some(
+                    self.adapters
+                        .peek(key)
+                        .ok_or_else(|| EngineError::InvalidParameter {
+                            param: "model".into(),
+                            message: format!("the adapter {key} is not loaded"),
+                        })?,
+                )
+            }
         };
         self.submit_with(request, adapter)
     }

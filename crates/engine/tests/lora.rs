@@ -64,7 +64,12 @@ fn random_adapter(spec: &LoraSpec, seed: u64) -> LoraAdapter {
         spec.intermediate_size,
         8,
     );
-    let targets = [LoraTarget::Q, LoraTarget::V, LoraTarget::O, LoraTarget::Down];
+    let targets = [
+        LoraTarget::Q,
+        LoraTarget::V,
+        LoraTarget::O,
+        LoraTarget::Down,
+    ];
     let m = |s: u64, rows: usize, cols: usize| {
         let v: Vec<f32> = values(s, rows * cols).iter().map(|x| x * 0.05).collect();
         Tensor::from_vec(v, (rows, cols), &Device::Cpu).unwrap()
@@ -225,9 +230,16 @@ fn the_prefix_cache_is_separate_per_adapter() {
     let hits = engine.prefix_hit_blocks();
     collect(submit(&engine, &prompt, 8, None));
     collect(submit(&engine, &prompt, 8, Some(&ly)));
-    assert_eq!(engine.prefix_hit_blocks(), hits, "blocks shared across adapters");
+    assert_eq!(
+        engine.prefix_hit_blocks(),
+        hits,
+        "blocks shared across adapters"
+    );
     let lora_again = collect(submit(&engine, &prompt, 8, Some(&lx)));
-    assert!(engine.prefix_hit_blocks() >= hits + 2, "same adapter reuses");
+    assert!(
+        engine.prefix_hit_blocks() >= hits + 2,
+        "same adapter reuses"
+    );
     assert_eq!(lora_first, lora_again);
     // Submitting by key alone works once loaded; unknown keys are refused.
     let mut req = GenerateRequest {

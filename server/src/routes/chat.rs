@@ -11,13 +11,12 @@ use hearth_core::ChatMessage;
 use hearth_engine::ChatModel;
 
 use super::generate::{
-    collect, response_id, stream_choices, submit, tokenize, total_usage, ChoiceSlot,
-    Piece,
+    collect, response_id, stream_choices, submit, tokenize, total_usage, ChoiceSlot, Piece,
 };
 use super::sse::{sse_response, SseSender};
 use crate::auth::RequestContext;
-use crate::models_resolve::resolve_chat;
 use crate::error::{ApiJson, ApiQuery, HttpError};
+use crate::models_resolve::resolve_chat;
 use crate::state::{now_secs, AppState};
 
 pub async fn create(
@@ -31,7 +30,14 @@ pub async fn create(
     let prompt = render(&model, &valid.messages).await?;
     let prompts = tokenize(model.tokenizer.clone(), vec![prompt], false).await?;
     let id = response_id("chatcmpl");
-    let streams = submit(&model, &id, &prompts, &valid.params, valid.n, adapter.as_ref())?;
+    let streams = submit(
+        &model,
+        &id,
+        &prompts,
+        &valid.params,
+        valid.n,
+        adapter.as_ref(),
+    )?;
     let created = now_secs();
     if valid.stream {
         let include_usage = valid.include_usage;

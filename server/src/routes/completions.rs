@@ -9,13 +9,12 @@ use hearth_api::{
 };
 
 use super::generate::{
-    collect, response_id, stream_choices, submit, tokenize, total_usage, ChoiceSlot,
-    Piece,
+    collect, response_id, stream_choices, submit, tokenize, total_usage, ChoiceSlot, Piece,
 };
 use super::sse::{sse_response, SseSender};
 use crate::auth::RequestContext;
-use crate::models_resolve::resolve_chat;
 use crate::error::{ApiJson, ApiQuery, HttpError};
+use crate::models_resolve::resolve_chat;
 use crate::state::{now_secs, AppState};
 
 pub async fn create(
@@ -33,7 +32,14 @@ pub async fn create(
         vec![String::new(); prompts.len()]
     };
     let id = response_id("cmpl");
-    let streams = submit(&model, &id, &prompts, &valid.params, valid.n, adapter.as_ref())?;
+    let streams = submit(
+        &model,
+        &id,
+        &prompts,
+        &valid.params,
+        valid.n,
+        adapter.as_ref(),
+    )?;
     let created = now_secs();
     if valid.stream {
         let want_logprobs = valid.logprobs.is_some();
