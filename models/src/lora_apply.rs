@@ -55,6 +55,11 @@ struct Group<'a> {
     rows: Tensor,
     /// `Some((start, len))` when the rows are one contiguous range.
     range: Option<(usize, usize)>,
+    /// For every row of the batch, its row in the group's delta padded with
+    /// one zero row (index `rows.len()` for rows outside the group): the
+    /// delta is spread over the batch with one `index_select` (much faster
+    /// than candle's `index_add` on the CPU).
+    spread: Tensor,
 }
 
 /// The adapter groups of one batch.
@@ -66,6 +71,7 @@ impl<'a> LoraBatch<'a> {
     /// Groups `seqs` by adapter (by identity); `offsets[i]` is the first
     /// flattened row of sequence `i`.
     pub(crate) fn new(seqs: &[PagedSeq<'a>], offsets: &[usize], device: &Device) -> Result<Self> {
+        let total: usize = seqs.iter().map(|s| s.tokens.len()).sum();
         let mut grouped: Vec<(&'a LoraAdapter, Vec<(usize, usize)>)> = Vec::new();
         for (s, &off) in seqs.iter().zip(offsets) {
             let Some(adapter) = s.lora else { continue };
@@ -83,11 +89,16 @@ impl<'a> LoraBatch<'a> {
                 .collect();
             let contiguous = spans.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0);
             let range = contiguous.then(|| (spans[0].0, rows.len()));
+            let mut spread = vec![rows.len() as u32; total];
+            for (i, &r) in rows.iter().enumerate() {
+                spread[r as usize] = i as u32;
+            }
             groups.push(Group {
                 adapter,
                 scale: adapter.config.scale(),
                 rows: Tensor::new(rows.as_slice(), device)?,
                 range,
+                spread: Tensor::new(spread.as_slice(), device)?,
             });
         }
         Ok(Self { groups })
@@ -116,8 +127,12 @@ impl<'a> LoraBatch<'a> {
             };
             let delta = (xs.matmul(&w.a.t()?)?.matmul(&w.b.t()?)? * g.scale)?;
             y = match g.range {
-                Some((start, len)) if len == y.dim(0)? && start == 0 => (y + delta)?,
-                _ => y.index_add(&g.rows, &delta, 0)?,
+                Some((0, len)) if len == y.dim(0)? => (y + delta)?,
+                _ => {
+                    let zero = Tensor::zeros((1, delta.dim(1)?), delta.dtype(), delta.device())?;
+                    let padded = Tensor::cat(&[&delta, &zero], 0)?;
+                    (y + padded.index_select(&g.spread, 0)?)?
+                }
             };
         }
         Ok(y)
