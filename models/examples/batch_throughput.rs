@@ -76,6 +76,7 @@ fn step(model: &Llama, mode: Mode, tokens: &[Vec<u32>], kv: &mut Caches) -> Resu
                     tokens: t,
                     pos,
                     blocks,
+                    lora: None,
                 })
                 .collect();
             let logits = model.forward_paged(&seqs, &mut kv.pool)?;

@@ -20,7 +20,9 @@
 //!   [`EncoderConfig`], tagged on `model_type`.
 //!
 //! - [`lora`]: LoRA adapters ([`LoraAdapter`]) in PEFT's files, with the q/k
-//!   row permutation between Hugging Face and GGUF layouts.
+//!   row permutation between Hugging Face and GGUF layouts; `lora_apply.rs`
+//!   applies them per sequence inside a paged batch ([`PagedSeq::lora`],
+//!   checked and prepared through [`LoraSpec`]).
 //!
 //! Other files: `paged.rs` ([`KvPool`] and the paged attention op),
 //! `kv_cache.rs` ([`KvCache`]), `linear.rs` ([`Linear`]), `rotary.rs` (RoPE
@@ -32,6 +34,7 @@ mod kv_cache;
 mod linear;
 mod llama;
 pub mod lora;
+mod lora_apply;
 mod paged;
 mod rotary;
 
@@ -44,6 +47,7 @@ pub use kv_cache::KvCache;
 pub use linear::Linear;
 pub use llama::{Llama, LlamaConfig, RopeScaling};
 pub use lora::{LoraAdapter, LoraConfig, LoraTarget, LoraWeights};
+pub use lora_apply::LoraSpec;
 pub use paged::{KvPool, BLOCK_SIZE};
 
 /// A decoder-only language model.
@@ -92,6 +96,12 @@ pub trait CausalLM: Send + Sync {
     /// Storage dtype of the KV cache.
     fn kv_dtype(&self) -> DType;
 
+    /// What a LoRA adapter must fit to run on this model
+    /// ([`LoraSpec::prepare`]); `None` when the model takes no adapters.
+    fn lora_spec(&self) -> Option<LoraSpec> {
+        None
+    }
+
     /// Bytes of KV cache one block takes over all layers.
     fn block_bytes(&self) -> usize {
         let i = self.info();
@@ -101,12 +111,27 @@ pub trait CausalLM: Send + Sync {
 
 /// One sequence's part of a paged batch ([`CausalLM::forward_paged`]): new
 /// `tokens` at positions `pos..pos + tokens.len()`, with every position's
-/// key/value in block `blocks[position / BLOCK_SIZE]` of the pool.
+/// key/value in block `blocks[position / BLOCK_SIZE]` of the pool, run with
+/// the LoRA adapter `lora` if any (prepared by [`LoraSpec::prepare`]).
+/// Sequences given the same adapter (the same reference) share its matmuls.
 #[derive(Debug, Clone, Copy)]
 pub struct PagedSeq<'a> {
     pub tokens: &'a [u32],
     pub pos: usize,
     pub blocks: &'a [u32],
+    pub lora: Option<&'a LoraAdapter>,
+}
+
+impl<'a> PagedSeq<'a> {
+    /// A sequence run on the base model (no adapter).
+    pub fn new(tokens: &'a [u32], pos: usize, blocks: &'a [u32]) -> Self {
+        Self {
+            tokens,
+            pos,
+            blocks,
+            lora: None,
+        }
+    }
 }
 
 /// Checks every sequence of a paged batch against the model and the pool
@@ -152,6 +177,15 @@ pub fn validate_paged(
                 "sequence {i}: {} blocks cannot hold {total} tokens",
                 s.blocks.len()
             )
+        }
+        if let Some(a) = s.lora {
+            if a.num_layers() != info.num_layers {
+                candle_core::bail!(
+                    "sequence {i}: adapter of {} layers on a model of {}",
+                    a.num_layers(),
+                    info.num_layers
+                )
+            }
         }
         if let Some(&bad) = s.blocks.iter().find(|&&b| b as usize >= pool.num_blocks()) {
             candle_core::bail!(

@@ -28,6 +28,8 @@ use serde::Deserialize;
 
 use crate::kv_cache::KvCache;
 use crate::linear::Linear;
+use crate::lora::LoraTarget;
+use crate::lora_apply::{LoraBatch, LoraSpec};
 use crate::paged::{paged_attention, AttnShape, KvPool, SeqView};
 use crate::rotary::{inv_freq, inv_freq_llama3, RopeLayout, Rotary};
 use crate::{validate_paged, CausalLM, ModelInfo, PagedSeq};
@@ -379,8 +381,11 @@ impl Llama {
         seqs: &[SeqView<'_>],
         pool: &mut KvPool,
         positions: &Tensor,
+        lora: &LoraBatch<'_>,
     ) -> Result<Tensor> {
         let a = &self.blocks[layer].attn;
+        let proj =
+            |lin: &Linear, t: LoraTarget, x: &Tensor| lora.apply(layer, t, x, lin.forward(x)?);
         let (nh, nkv, d) = (
             self.info.num_heads,
             self.info.num_kv_heads,
@@ -391,13 +396,13 @@ impl Llama {
         let flat = |y: Tensor| -> Result<Vec<f32>> { y.flatten_all()?.to_vec1::<f32>() };
         let q = flat(
             self.rotary
-                .apply_at(&heads(a.q.forward(x)?, nh)?, positions)?,
+                .apply_at(&heads(proj(&a.q, LoraTarget::Q, x)?, nh)?, positions)?,
         )?; // [nh, T, d]
         let k = flat(
             self.rotary
-                .apply_at(&heads(a.k.forward(x)?, nkv)?, positions)?,
+                .apply_at(&heads(proj(&a.k, LoraTarget::K, x)?, nkv)?, positions)?,
         )?; // [nkv, T, d]
-        let v = flat(heads(a.v.forward(x)?, nkv)?.contiguous()?)?;
+        let v = flat(heads(proj(&a.v, LoraTarget::V, x)?, nkv)?.contiguous()?)?;
         for s in seqs {
             pool.write(layer, s, &k, &v, t);
         }
@@ -407,7 +412,7 @@ impl Llama {
         };
         let y = paged_attention(pool, layer, &q, shape, seqs);
         let y = Tensor::from_vec(y, (t, nh * d), &Device::Cpu)?.to_device(&self.device)?;
-        a.o.forward(&y)
+        proj(&a.o, LoraTarget::O, &y)
     }
 
     /// The flattened pass behind `forward` and `forward_paged`, on inputs
@@ -418,7 +423,9 @@ impl Llama {
         let mut positions = Vec::new();
         let mut last_rows = Vec::with_capacity(seqs.len());
         let mut views = Vec::with_capacity(seqs.len());
+        let mut offsets = Vec::with_capacity(seqs.len());
         for s in seqs {
+            offsets.push(tokens.len());
             views.push(SeqView {
                 blocks: s.blocks,
                 pos: s.pos,
@@ -438,14 +445,24 @@ impl Llama {
         }
         let ids = Tensor::new(tokens.as_slice(), &self.device)?;
         let positions = Tensor::new(positions.as_slice(), &self.device)?;
+        let lora = LoraBatch::new(seqs, &offsets, &self.device)?;
         let mut x = self.embed.index_select(&ids, 0)?.to_dtype(DType::F32)?;
         for (i, block) in self.blocks.iter().enumerate() {
-            let h = self.attention(i, &block.attn_norm.forward(&x)?, &views, pool, &positions)?;
+            let n = block.attn_norm.forward(&x)?;
+            let h = self.attention(i, &n, &views, pool, &positions, &lora)?;
             x = (x + h)?;
             let n = block.ffn_norm.forward(&x)?;
             let m = &block.mlp;
-            let g = candle_nn::ops::silu(&m.gate.forward(&n)?)?;
-            x = (x + m.down.forward(&(g * m.up.forward(&n)?)?)?)?;
+            let proj = |lin: &Linear, t: LoraTarget, x: &Tensor| {
+                if lora.is_empty() {
+                    lin.forward(x)
+                } else {
+                    lora.apply(i, t, x, lin.forward(x)?)
+                }
+            };
+            let g = candle_nn::ops::silu(&proj(&m.gate, LoraTarget::Gate, &n)?)?;
+            let u = proj(&m.up, LoraTarget::Up, &n)?;
+            x = (x + proj(&m.down, LoraTarget::Down, &(g * u)?)?)?;
         }
         let last = if last_rows.len() == 1 {
             x.narrow(0, last_rows[0] as usize, 1)?
@@ -477,11 +494,7 @@ impl CausalLM for Llama {
             )
         }
         cache.reserve(tokens.len())?;
-        let seqs = [PagedSeq {
-            tokens,
-            pos,
-            blocks: &cache.blocks,
-        }];
+        let seqs = [PagedSeq::new(tokens, pos, &cache.blocks)];
         validate_paged(info, &seqs, &cache.pool)?;
         let logits = self.run_paged(&seqs, &mut cache.pool)?.squeeze(0)?;
         cache.advance(tokens.len());
@@ -522,6 +535,15 @@ impl CausalLM for Llama {
 
     fn kv_dtype(&self) -> DType {
         self.kv_dtype
+    }
+
+    fn lora_spec(&self) -> Option<LoraSpec> {
+        Some(LoraSpec {
+            info: self.info.clone(),
+            intermediate_size: self.blocks.first()?.mlp.gate.out_features(),
+            gguf_layout: self.rotary.layout() == RopeLayout::Interleaved,
+            device: self.device.clone(),
+        })
     }
 }
 

@@ -132,6 +132,10 @@ impl Rotary {
     }
 
     /// Table length (most positions this table covers).
+    pub(crate) fn layout(&self) -> RopeLayout {
+        self.layout
+    }
+
     pub(crate) fn max_len(&self) -> usize {
         self.max_len
     }

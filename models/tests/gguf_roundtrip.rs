@@ -11,8 +11,9 @@ use std::io::Cursor;
 
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
-use candle_core::{DType, Device, Result, Tensor};
+use candle_core::{DType, Device, Result};
 use candle_nn::{Init, VarBuilder, VarMap};
+use common::gguf::{gguf_name, permute};
 use common::max_diff;
 use hearth_models::{CausalLM, Llama, LlamaConfig};
 
@@ -32,42 +33,6 @@ fn config(tie: bool) -> LlamaConfig {
         "vocab_size": VOCAB, "tie_word_embeddings": tie,
     }))
     .expect("valid config")
-}
-
-/// llama.cpp `convert_hf_to_gguf.py` `permute`: per head, rows `(2, d/2)`
-/// become `(d/2, 2)`, turning HF's halves pairing into adjacent pairs.
-fn permute(w: &Tensor, heads: usize) -> Result<Tensor> {
-    let (out, inp) = w.dims2()?;
-    w.reshape((heads, 2, out / heads / 2, inp))?
-        .transpose(1, 2)?
-        .reshape((out, inp))
-}
-
-fn gguf_name(hf: &str) -> Option<String> {
-    let fixed = match hf {
-        "model.embed_tokens.weight" => Some("token_embd.weight"),
-        "model.norm.weight" => Some("output_norm.weight"),
-        "lm_head.weight" => Some("output.weight"),
-        _ => None,
-    };
-    if let Some(n) = fixed {
-        return Some(n.to_string());
-    }
-    let rest = hf.strip_prefix("model.layers.")?;
-    let (layer, rest) = rest.split_once('.')?;
-    let part = match rest {
-        "input_layernorm.weight" => "attn_norm",
-        "post_attention_layernorm.weight" => "ffn_norm",
-        "self_attn.q_proj.weight" => "attn_q",
-        "self_attn.k_proj.weight" => "attn_k",
-        "self_attn.v_proj.weight" => "attn_v",
-        "self_attn.o_proj.weight" => "attn_output",
-        "mlp.gate_proj.weight" => "ffn_gate",
-        "mlp.up_proj.weight" => "ffn_up",
-        "mlp.down_proj.weight" => "ffn_down",
-        _ => return None,
-    };
-    Some(format!("blk.{layer}.{part}.weight"))
 }
 
 /// Both models from the same random weights. The GGUF stores its matrices

@@ -40,6 +40,7 @@ fn seqs<'a>(chunks: &[&'a [u32]], pos: &[usize]) -> Vec<PagedSeq<'a>> {
             tokens,
             pos,
             blocks,
+            lora: None,
         })
         .collect()
 }
@@ -96,6 +97,7 @@ fn shared_prefix_block_is_read_not_recomputed() -> Result<()> {
             tokens: &a,
             pos: 0,
             blocks: &[0, 1],
+            lora: None,
         }],
         &mut pool,
     )?;
@@ -104,6 +106,7 @@ fn shared_prefix_block_is_read_not_recomputed() -> Result<()> {
             tokens: &b[BLOCK_SIZE..],
             pos: BLOCK_SIZE,
             blocks: &[0, 2],
+            lora: None,
         }],
         &mut pool,
     )?;
@@ -122,6 +125,7 @@ fn batch_of_one_equals_forward() -> Result<()> {
             tokens: &[1, 2],
             pos: 0,
             blocks: &[1],
+            lora: None,
         }],
         &mut pool,
     )?;
@@ -130,6 +134,7 @@ fn batch_of_one_equals_forward() -> Result<()> {
             tokens: &[5, 6, 7],
             pos: 2,
             blocks: &[1],
+            lora: None,
         }],
         &mut pool,
     )?;
@@ -153,32 +158,38 @@ fn bad_input_in_one_sequence_fails_the_batch() -> Result<()> {
                 tokens: &[31],
                 pos: 0,
                 blocks: &[0],
+                lora: None,
             },
             PagedSeq {
                 tokens: &[9, 100],
                 pos: 0,
                 blocks: &[1],
+                lora: None,
             },
         ],
         vec![PagedSeq {
             tokens: &long,
             pos: 4,
             blocks: &[0, 1, 2],
+            lora: None,
         }],
         vec![PagedSeq {
             tokens: &[],
             pos: 0,
             blocks: &[0],
+            lora: None,
         }],
         vec![PagedSeq {
             tokens: &[1; 17],
             pos: 0,
             blocks: &[0],
+            lora: None,
         }], // table too short
         vec![PagedSeq {
             tokens: &[1],
             pos: 0,
             blocks: &[6],
+            lora: None,
         }], // block outside the pool
         vec![],
     ];
@@ -190,14 +201,7 @@ fn bad_input_in_one_sequence_fails_the_batch() -> Result<()> {
     }
     let wrong_shape = KvPool::new(3, 2, 16, 4, DType::F32)?;
     assert!(model
-        .forward_paged(
-            &[PagedSeq {
-                tokens: &[1],
-                pos: 0,
-                blocks: &[0]
-            }],
-            &mut wrong_shape.clone()
-        )
+        .forward_paged(&[PagedSeq::new(&[1], 0, &[0])], &mut wrong_shape.clone())
         .is_err());
 
     model.forward_paged(&seqs(&PREFIXES, &[0, 0, 0]), &mut pool)?;

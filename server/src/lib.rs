@@ -6,6 +6,7 @@ pub mod config;
 pub mod error;
 pub mod keys_cli;
 pub mod models_cli;
+pub mod models_resolve;
 pub mod routes;
 pub mod serve;
 pub mod state;

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use anyhow::Context;
 use hearth_engine::catalog::{CatalogEntry, ModelKind};
 use hearth_engine::pull::{self, Progress};
-use hearth_engine::{BatcherConfig, ChatModel, EmbedModel, EngineConfig};
+use hearth_engine::{BatcherConfig, ChatModel, EmbedModel, EngineConfig, PeftFiles};
 use hearth_store::Store;
 
 use crate::config::ServeArgs;
+use crate::models_resolve::{catalogue_adapter, AdapterModel};
 use crate::state::{now_secs, AppState};
 
 /// Builds the app state: pulls and loads the models named in `args`, next to
@@ -21,7 +22,7 @@ pub fn build_state(
     default_project: &str,
 ) -> anyhow::Result<AppState> {
     let catalog = crate::models_cli::catalog(&args.store)?;
-    let entries: Vec<CatalogEntry> = if args.models.is_empty() {
+    let mut entries: Vec<CatalogEntry> = if args.models.is_empty() {
         catalog.defaults().cloned().collect()
     } else {
         args.models
@@ -33,13 +34,31 @@ pub fn build_state(
             })
             .collect::<anyhow::Result<_>>()?
     };
+    // An adapter brings its base along.
+    for i in 0..entries.len() {
+        let Some(base) = entries[i].base.clone() else {
+            continue;
+        };
+        if entries.iter().any(|e| e.id == base) {
+            continue;
+        }
+        let entry = catalog.get(&base).with_context(|| {
+            format!(
+                "adapter `{}`: its base `{base}` is not in the catalogue",
+                entries[i].id
+            )
+        })?;
+        entries.push(entry.clone());
+    }
     let models_dir = args.store.models_dir();
+    let started_at = now_secs();
     let device = candle_core_device();
     let config = EngineConfig {
         max_waiting: args.max_waiting,
         max_active: args.max_active,
         max_batch_tokens: args.max_step_tokens,
         kv_cache_bytes: args.kv_cache_mb.map(|mb| mb << 20),
+        max_adapters: args.max_adapters,
     };
     let encoder_config = BatcherConfig {
         max_batch_tokens: args.max_batch_tokens,
@@ -47,6 +66,7 @@ pub fn build_state(
     };
     let mut chat = BTreeMap::new();
     let mut embed = BTreeMap::new();
+    let mut adapter_entries = Vec::new();
     for entry in &entries {
         let progress = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             Progress::Bars
@@ -71,20 +91,60 @@ pub fn build_state(
                     .with_context(|| format!("loading {}", entry.id))?;
                 embed.insert(entry.id.clone(), model);
             }
+            ModelKind::Adapter => adapter_entries.push(entry),
             other => {
                 tracing::warn!(model = %entry.id, kind = other.as_str(), "this kind of model is not served yet; skipped")
             }
         }
     }
+    let mut adapters = BTreeMap::new();
+    for entry in adapter_entries {
+        let model = load_adapter_entry(entry, &models_dir, &chat, started_at)?;
+        adapters.insert(entry.id.clone(), model);
+    }
     Ok(AppState {
         chat: Arc::new(chat),
+        adapters: Arc::new(adapters),
+        adapter_source: None,
         embed: Arc::new(embed),
         api_keys: Arc::new(api_keys),
-        started_at: now_secs(),
+        started_at,
         store,
         default_project: default_project.into(),
         max_upload_bytes: args.max_upload_mb.saturating_mul(1024 * 1024),
     })
+}
+
+/// Checks a catalogue adapter against its (loaded) base now, so that a bad
+/// adapter fails at startup; it is loaded into the engine on first use.
+fn load_adapter_entry(
+    entry: &CatalogEntry,
+    models_dir: &std::path::Path,
+    chat: &BTreeMap<String, ChatModel>,
+    created: u64,
+) -> anyhow::Result<AdapterModel> {
+    let base = entry.base.as_deref().unwrap_or_default();
+    let Some(model) = chat.get(base) else {
+        anyhow::bail!(
+            "adapter `{}`: its base `{base}` is not a served chat model",
+            entry.id
+        )
+    };
+    let dir = entry.dir(models_dir);
+    let files = PeftFiles::read_dir(&dir).with_context(|| format!("adapter `{}`", entry.id))?;
+    let adapter = model
+        .engine
+        .adapters()
+        .prepare(&files)
+        .with_context(|| format!("adapter `{}` over `{base}`", entry.id))?;
+    tracing::info!(
+        model = %entry.id,
+        base,
+        rank = adapter.config.r,
+        params = adapter.num_params(),
+        "adapter checked"
+    );
+    Ok(catalogue_adapter(entry, dir, created))
 }
 
 fn candle_core_device() -> hearth_engine::Device {

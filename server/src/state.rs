@@ -6,10 +6,18 @@ use std::sync::Arc;
 use hearth_engine::{ChatModel, EmbedModel};
 use hearth_store::Store;
 
+use crate::models_resolve::{AdapterModel, SharedAdapterSource};
+
 #[derive(Clone)]
 pub struct AppState {
     /// Chat models served, by catalogue id.
     pub chat: Arc<BTreeMap<String, ChatModel>>,
+    /// LoRA adapters of the catalogue served as chat models, by id (each
+    /// runs on its base in `chat`).
+    pub adapters: Arc<BTreeMap<String, AdapterModel>>,
+    /// Adapter models beyond the catalogue (fine-tuned models), consulted
+    /// for names nothing else serves; `None`: none.
+    pub adapter_source: Option<SharedAdapterSource>,
     /// Embedding models served (embeddings, and rerank as bi-encoders), by catalogue id.
     pub embed: Arc<BTreeMap<String, EmbedModel>>,
     /// Extra keys accepted as `Authorization: Bearer KEY` for the default

@@ -42,7 +42,7 @@ pub struct ModelObject {
     pub object: String,
     pub created: u64,
     pub owned_by: String,
-    /// Verbose only: `chat`, `embed`, `rerank` or `image`.
+    /// Verbose only: `chat`, `embed`, `rerank`, `image` or `adapter`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     /// Verbose only: the context length in tokens.
@@ -54,6 +54,12 @@ pub struct ModelObject {
     /// Verbose only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// For an adapter (LoRA) model: the model it adapts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// For an adapter (LoRA) model: the base model at the root of its lineage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
 }
 
 impl ModelObject {
@@ -68,6 +74,8 @@ impl ModelObject {
             context_length: None,
             pricing: None,
             description: None,
+            parent: None,
+            root: None,
         }
     }
 }

@@ -44,8 +44,7 @@ const ROLES: &[&str] = &["system", "user", "assistant"];
 /// Parses and checks one non-blank line; the error says what is wrong
 /// (without the line number, which the caller adds).
 pub fn parse_training_line(line: &str) -> Result<TrainingExample, String> {
-    let value: Value =
-        serde_json::from_str(line).map_err(|e| format!("not valid JSON ({e})"))?;
+    let value: Value = serde_json::from_str(line).map_err(|e| format!("not valid JSON ({e})"))?;
     let Value::Object(obj) = &value else {
         return Err("not a JSON object".into());
     };
@@ -67,7 +66,10 @@ pub fn parse_training_line(line: &str) -> Result<TrainingExample, String> {
                 return Err(format!("messages[{i}].weight must be 0 or 1"));
             }
         }
-        if !messages.iter().any(|m| m.trained() && !m.content.is_empty()) {
+        if !messages
+            .iter()
+            .any(|m| m.trained() && !m.content.is_empty())
+        {
             return Err("no assistant message to train on".into());
         }
         return Ok(TrainingExample::Chat(messages));
@@ -135,8 +137,14 @@ mod tests {
             ("[1]", "not a JSON object"),
             ("{", "not valid JSON"),
             (r#"{"messages":[]}"#, "empty"),
-            (r#"{"messages":[{"role":"bot","content":"x"}]}"#, "role `bot`"),
-            (r#"{"messages":[{"role":"user","content":"x"}]}"#, "no assistant"),
+            (
+                r#"{"messages":[{"role":"bot","content":"x"}]}"#,
+                "role `bot`",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}]}"#,
+                "no assistant",
+            ),
             (
                 r#"{"messages":[{"role":"assistant","content":"x","weight":0}]}"#,
                 "no assistant",
@@ -154,7 +162,9 @@ mod tests {
     #[test]
     fn file_errors_name_the_line() {
         let text = "{\"prompt\":\"a\",\"completion\":\"b\"}\n\n{\"prompt\":1}\n";
-        assert!(parse_training_file(text).unwrap_err().starts_with("line 3:"));
+        assert!(parse_training_file(text)
+            .unwrap_err()
+            .starts_with("line 3:"));
         assert!(parse_training_file("\n \n").is_err());
         assert_eq!(
             parse_training_file("{\"prompt\":\"a\",\"completion\":\"b\"}\n")

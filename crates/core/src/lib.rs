@@ -11,6 +11,8 @@ mod sampling;
 pub use error::EngineError;
 pub use sampling::{SamplingParams, MAX_STOP_SEQUENCES, MAX_TOP_LOGPROBS};
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 /// Why a sequence stopped producing tokens.
@@ -74,6 +76,10 @@ pub struct GenerateRequest {
     pub prompt_ids: Vec<u32>,
     pub params: SamplingParams,
     pub priority: Priority,
+    /// Key of the LoRA adapter to run with (`None`: the base model). The
+    /// engine resolves it through its adapter cache
+    /// (`hearth_engine::adapters`); it also separates the prefix cache.
+    pub adapter: Option<Arc<str>>,
 }
 
 /// Scheduling class of a request: interactive requests are admitted before

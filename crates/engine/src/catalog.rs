@@ -16,6 +16,9 @@ pub enum ModelKind {
     Embed,
     Rerank,
     Image,
+    /// A LoRA adapter (PEFT files) over the chat model named by `base`,
+    /// served under its own id.
+    Adapter,
 }
 
 impl ModelKind {
@@ -25,6 +28,7 @@ impl ModelKind {
             ModelKind::Embed => "embed",
             ModelKind::Rerank => "rerank",
             ModelKind::Image => "image",
+            ModelKind::Adapter => "adapter",
         }
     }
 }
@@ -32,10 +36,13 @@ impl ModelKind {
 /// How the weights are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[derive(Default)]
 pub enum WeightFormat {
     /// One GGUF file holding weights, tokenizer and chat template.
     Gguf,
-    /// A Hugging Face folder: config.json, tokenizer.json, *.safetensors.
+    /// A Hugging Face folder: config.json, tokenizer.json, *.safetensors
+    /// (the format of adapters, where it may be left out).
+    #[default]
     Safetensors,
 }
 
@@ -80,11 +87,17 @@ pub struct CatalogEntry {
     /// Hugging Face style id, e.g. `HuggingFaceTB/SmolLM2-135M-Instruct`.
     pub id: String,
     pub kind: ModelKind,
+    /// The base chat model of an adapter (`kind = "adapter"`).
+    #[serde(default)]
+    pub base: Option<String>,
+    #[serde(default)]
     pub format: WeightFormat,
     #[serde(default)]
     pub owned_by: Option<String>,
     #[serde(default)]
     pub description: Option<String>,
+    /// Adapters may leave it out (0: the base's).
+    #[serde(default)]
     pub context_length: usize,
     #[serde(default)]
     pub price_input_per_million: f64,
@@ -94,6 +107,9 @@ pub struct CatalogEntry {
     #[serde(default)]
     pub default: bool,
     pub source: Source,
+    /// Adapters may leave it out: PEFT's `adapter_model.safetensors` and
+    /// `adapter_config.json`.
+    #[serde(default)]
     pub files: Vec<ModelFile>,
 }
 
@@ -184,10 +200,30 @@ impl Catalog {
 
     /// Parses a catalogue in TOML.
     pub fn parse(text: &str, origin: &str) -> Result<Self, CatalogError> {
-        let file: CatalogFile = toml::from_str(text).map_err(|e| CatalogError::Invalid {
+        let mut file: CatalogFile = toml::from_str(text).map_err(|e| CatalogError::Invalid {
             origin: origin.to_string(),
             message: e.to_string(),
         })?;
+        for entry in file.model.iter_mut() {
+            let adapter = entry.kind == ModelKind::Adapter;
+            if adapter != entry.base.is_some() {
+                return Err(CatalogError::Invalid {
+                    origin: origin.to_string(),
+                    message: format!(
+                        "model `{}`: `base` is for (and required by) kind = \"adapter\"",
+                        entry.id
+                    ),
+                });
+            }
+            if adapter && entry.files.is_empty() {
+                entry.files = ["adapter_model.safetensors", "adapter_config.json"]
+                    .map(|path| ModelFile {
+                        path: path.into(),
+                        sha256: None,
+                    })
+                    .into();
+            }
+        }
         for entry in &file.model {
             if entry.files.is_empty() {
                 return Err(CatalogError::Invalid {
@@ -315,5 +351,27 @@ mod tests {
         let empty = bad.replace(r#"[{ path = "../../etc/passwd" }]"#, "[]");
         assert!(Catalog::parse(&empty, "t").is_err());
         assert!(Catalog::parse("[[model]]\nid = 3", "t").is_err());
+    }
+
+    #[test]
+    fn adapter_entries_need_a_base_and_default_to_peft_files() {
+        let text = r#"
+[[model]]
+id = "me/lora"
+kind = "adapter"
+base = "HuggingFaceTB/SmolLM2-135M-Instruct"
+source = { type = "local", path = "/tmp/lora" }
+"#;
+        let c = Catalog::parse(text, "t").unwrap();
+        let e = c.get("me/lora").unwrap();
+        assert_eq!(e.kind, ModelKind::Adapter);
+        assert_eq!(
+            e.base.as_deref(),
+            Some("HuggingFaceTB/SmolLM2-135M-Instruct")
+        );
+        let files: Vec<&str> = e.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(files, ["adapter_model.safetensors", "adapter_config.json"]);
+        let no_base = text.replace("base = \"HuggingFaceTB/SmolLM2-135M-Instruct\"\n", "");
+        assert!(Catalog::parse(&no_base, "t").is_err());
     }
 }

@@ -10,9 +10,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hearth_core::{EngineError, GenerateRequest, TokenEvent};
-use hearth_models::{CausalLM, BLOCK_SIZE};
+use hearth_models::{CausalLM, LoraAdapter, BLOCK_SIZE};
 use tokenizers::Tokenizer;
 use tokio::sync::mpsc;
+
+use crate::adapters::{AdapterCache, LoadedAdapter};
 
 /// Tunables of one engine.
 #[derive(Debug, Clone)]
@@ -27,6 +29,8 @@ pub struct EngineConfig {
     /// Bytes of the KV pool; `None` picks [`default_kv_cache_bytes`]. The
     /// pool always holds at least one full context.
     pub kv_cache_bytes: Option<usize>,
+    /// LoRA adapters kept loaded ([`AdapterCache`] capacity).
+    pub max_adapters: usize,
 }
 
 impl Default for EngineConfig {
@@ -36,6 +40,7 @@ impl Default for EngineConfig {
             max_active: 64,
             max_batch_tokens: 512,
             kv_cache_bytes: None,
+            max_adapters: crate::adapters::DEFAULT_MAX_ADAPTERS,
         }
     }
 }
@@ -91,6 +96,7 @@ pub type TokenStream = mpsc::UnboundedReceiver<TokenEvent>;
 
 pub(crate) struct Job {
     pub(crate) request: GenerateRequest,
+    pub(crate) adapter: Option<Arc<LoraAdapter>>,
     pub(crate) events: mpsc::UnboundedSender<TokenEvent>,
 }
 
@@ -102,6 +108,7 @@ pub struct EngineHandle {
     context_length: usize,
     vocab_size: usize,
     stats: Arc<EngineStats>,
+    adapters: Arc<AdapterCache>,
 }
 
 impl EngineHandle {
@@ -127,6 +134,7 @@ impl EngineHandle {
             "kv cache pool"
         );
         let vocab_size = model.info().vocab_size;
+        let adapters = Arc::new(AdapterCache::new(model.lora_spec(), config.max_adapters));
         let max_waiting = config.max_waiting;
         let stats = Arc::new(EngineStats::default());
         stats.blocks_total.store(num_blocks, Ordering::Relaxed);
@@ -152,7 +160,14 @@ impl EngineHandle {
             context_length,
             vocab_size,
             stats,
+            adapters,
         })
+    }
+
+    /// The LoRA adapters of this engine's model: load one with
+    /// [`AdapterCache::get`], then submit with [`EngineHandle::submit_with`].
+    pub fn adapters(&self) -> &Arc<AdapterCache> {
+        &self.adapters
     }
 
     pub fn context_length(&self) -> usize {
@@ -206,8 +221,35 @@ impl EngineHandle {
 
     /// Checks a request against the model and queues it. Fails at once when
     /// `max_waiting` requests are already waiting or the request cannot run
-    /// on this model.
+    /// on this model. A request naming an adapter (`request.adapter`) needs
+    /// it loaded in [`EngineHandle::adapters`] already.
     pub fn submit(&self, request: GenerateRequest) -> Result<TokenStream, EngineError> {
+        let adapter = match request.adapter.as_deref() {
+            None => None,
+            Some(key) => {
+                Some(
+                    self.adapters
+                        .peek(key)
+                        .ok_or_else(|| EngineError::InvalidParameter {
+                            param: "model".into(),
+                            message: format!("the adapter {key} is not loaded"),
+                        })?,
+                )
+            }
+        };
+        self.submit_with(request, adapter)
+    }
+
+    /// Queues a request to run with `adapter` (from [`AdapterCache::get`];
+    /// `request.adapter` is set to its key) or on the base model (`None`:
+    /// `request.adapter` is cleared).
+    pub fn submit_with(
+        &self,
+        mut request: GenerateRequest,
+        adapter: Option<LoadedAdapter>,
+    ) -> Result<TokenStream, EngineError> {
+        request.adapter = adapter.as_ref().map(|a| a.key.clone());
+        let adapter = adapter.map(|a| a.adapter);
         self.check(&request)?;
         let waiting = &self.stats.waiting;
         if waiting.fetch_add(1, Ordering::Relaxed) >= self.max_waiting.max(1) {
@@ -215,7 +257,12 @@ impl EngineHandle {
             return Err(EngineError::Overloaded(self.max_waiting));
         }
         let (events, stream) = mpsc::unbounded_channel();
-        self.tx.send(Job { request, events }).map_err(|_| {
+        let job = Job {
+            request,
+            adapter,
+            events,
+        };
+        self.tx.send(job).map_err(|_| {
             waiting.fetch_sub(1, Ordering::Relaxed);
             EngineError::Stopped
         })?;

@@ -81,7 +81,7 @@ impl EngineLoop {
             active: Vec::new(),
             next_order: 0,
             context_length,
-            salt: 0x4845_4152_5448, // one model per engine; adapters will salt
+            salt: 0x4845_4152_5448, // one model per engine; each adapter re-salts
             stats,
         }
     }
@@ -129,6 +129,7 @@ impl EngineLoop {
         let seq = Sequence::new(
             &self.parts,
             job.request,
+            job.adapter,
             job.events,
             self.blocks.table(),
             self.context_length,
@@ -332,6 +333,7 @@ impl EngineLoop {
                     tokens: &s.tokens[s.computed..s.computed + n],
                     pos: s.computed,
                     blocks: s.table.blocks(),
+                    lora: s.adapter.as_deref(),
                 }
             })
             .collect();

@@ -9,10 +9,13 @@
 //!   an [`EngineHandle`]. Its loop (`engine_loop.rs`) schedules sequences
 //!   (`sequence.rs`) with continuous batching over a paged KV pool whose
 //!   blocks [`block_manager`] hands out, shares by prompt prefix and frees.
+//! - [`adapters`] keeps the LoRA adapters of an engine (a bounded LRU loaded
+//!   lazily by key); requests name theirs in `GenerateRequest::adapter`.
 //! - [`embed`] loads sentence-transformers embedding models; [`batcher`] packs
 //!   concurrent embedding requests into forward passes under a token budget
 //!   on the encoder's own thread ([`EncoderHandle`]).
 
+pub mod adapters;
 pub mod batcher;
 pub mod block_manager;
 pub mod catalog;
@@ -28,6 +31,7 @@ mod sequence;
 pub mod stop;
 pub mod tokenizer;
 
+pub use adapters::{AdapterCache, AdapterLoader, LoadedAdapter, PeftFiles};
 pub use batcher::{BatcherConfig, EncodeItem, EncoderHandle};
 pub use embed::EmbedModel;
 pub use engine::{

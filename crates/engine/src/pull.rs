@@ -306,6 +306,7 @@ mod tests {
         CatalogEntry {
             id: "test/local".into(),
             kind: ModelKind::Chat,
+            base: None,
             format: WeightFormat::Gguf,
             owned_by: None,
             description: None,

@@ -13,9 +13,13 @@
 use hearth_core::{
     FinishReason, GenerateRequest, Priority, TokenCandidate, TokenEvent, TokenLogprobs, Usage,
 };
+use std::sync::Arc;
+
+use hearth_models::LoraAdapter;
 use tokenizers::Tokenizer;
 use tokio::sync::mpsc;
 
+use crate::adapters::adapter_salt;
 use crate::block_manager::{block_hashes, BlockTable};
 use crate::detok::{token_bytes, IncrementalDecoder};
 use crate::engine::EngineParts;
@@ -24,6 +28,8 @@ use crate::stop::{StopMatcher, StopOutcome};
 
 pub(crate) struct Sequence {
     pub(crate) request: GenerateRequest,
+    /// The LoRA adapter it runs with, kept through preemption.
+    pub(crate) adapter: Option<Arc<LoraAdapter>>,
     pub(crate) events: mpsc::UnboundedSender<TokenEvent>,
     /// Prompt then generated tokens.
     pub(crate) tokens: Vec<u32>,
@@ -49,11 +55,13 @@ impl Sequence {
     pub(crate) fn new(
         parts: &EngineParts,
         request: GenerateRequest,
+        adapter: Option<Arc<LoraAdapter>>,
         events: mpsc::UnboundedSender<TokenEvent>,
         table: BlockTable,
         context_length: usize,
         salt: u64,
     ) -> Self {
+        let salt = adapter_salt(salt, request.adapter.as_deref());
         let params = &request.params;
         let room = context_length.saturating_sub(request.prompt_ids.len());
         let max_new = params.max_tokens.map_or(room, |m| m.min(room));
@@ -72,6 +80,7 @@ impl Sequence {
             stop: StopMatcher::new(params.stop.clone()),
             max_new,
             request,
+            adapter,
             events,
         }
     }

@@ -46,6 +46,7 @@ fn run(
             prompt_ids: prompt,
             params,
             priority: Priority::Interactive,
+            adapter: None,
         })
         .unwrap();
     let (mut ids, mut text) = (Vec::new(), String::new());
@@ -193,6 +194,7 @@ fn a_dropped_stream_frees_its_sequence() {
             prompt_ids: vec![1, 504, 3458],
             params,
             priority: Priority::Interactive,
+            adapter: None,
         })
         .unwrap();
     assert!(matches!(
@@ -224,6 +226,7 @@ fn a_full_queue_refuses_at_once() {
         prompt_ids: vec![1, 504],
         params: params.clone(),
         priority: Priority::Interactive,
+        adapter: None,
     };
     let mut first = engine.submit(req("a")).unwrap();
     assert!(matches!(

@@ -56,6 +56,7 @@ fn submit(
             prompt_ids: prompt,
             params,
             priority,
+            adapter: None,
         })
         .unwrap()
 }

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod gguf;
+
 use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use hearth_models::{Llama, LlamaConfig};

@@ -2,7 +2,7 @@
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use hearth_api::{
     ApiError, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatLogprobs, ChatResponseMessage, ProjectQuery, UsageInfo,
@@ -11,24 +11,33 @@ use hearth_core::ChatMessage;
 use hearth_engine::ChatModel;
 
 use super::generate::{
-    chat_model, collect, response_id, stream_choices, submit, tokenize, total_usage, ChoiceSlot,
-    Piece,
+    collect, response_id, stream_choices, submit, tokenize, total_usage, ChoiceSlot, Piece,
 };
 use super::sse::{sse_response, SseSender};
+use crate::auth::RequestContext;
 use crate::error::{ApiJson, ApiQuery, HttpError};
+use crate::models_resolve::resolve_chat;
 use crate::state::{now_secs, AppState};
 
 pub async fn create(
     State(state): State<AppState>,
     ApiQuery(_project): ApiQuery<ProjectQuery>,
+    Extension(ctx): Extension<RequestContext>,
     ApiJson(request): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, HttpError> {
     let valid = request.validate()?;
-    let model = chat_model(&state, &valid.model)?;
+    let (model, adapter) = resolve_chat(&state, &ctx.project_id, &valid.model).await?;
     let prompt = render(&model, &valid.messages).await?;
     let prompts = tokenize(model.tokenizer.clone(), vec![prompt], false).await?;
     let id = response_id("chatcmpl");
-    let streams = submit(&model, &id, &prompts, &valid.params, valid.n)?;
+    let streams = submit(
+        &model,
+        &id,
+        &prompts,
+        &valid.params,
+        valid.n,
+        adapter.as_ref(),
+    )?;
     let created = now_secs();
     if valid.stream {
         let include_usage = valid.include_usage;

@@ -2,27 +2,29 @@
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use hearth_api::{
     ApiError, CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest,
     CompletionResponse, ProjectQuery, PromptInput, UsageInfo, ValidCompletion,
 };
 
 use super::generate::{
-    chat_model, collect, response_id, stream_choices, submit, tokenize, total_usage, ChoiceSlot,
-    Piece,
+    collect, response_id, stream_choices, submit, tokenize, total_usage, ChoiceSlot, Piece,
 };
 use super::sse::{sse_response, SseSender};
+use crate::auth::RequestContext;
 use crate::error::{ApiJson, ApiQuery, HttpError};
+use crate::models_resolve::resolve_chat;
 use crate::state::{now_secs, AppState};
 
 pub async fn create(
     State(state): State<AppState>,
     ApiQuery(_project): ApiQuery<ProjectQuery>,
+    Extension(ctx): Extension<RequestContext>,
     ApiJson(request): ApiJson<CompletionRequest>,
 ) -> Result<Response, HttpError> {
     let valid = request.validate()?;
-    let model = chat_model(&state, &valid.model)?;
+    let (model, adapter) = resolve_chat(&state, &ctx.project_id, &valid.model).await?;
     let prompts = prompt_ids(&model, &valid).await?;
     let echoes = if valid.echo {
         decode_all(&model, &prompts).await?
@@ -30,7 +32,14 @@ pub async fn create(
         vec![String::new(); prompts.len()]
     };
     let id = response_id("cmpl");
-    let streams = submit(&model, &id, &prompts, &valid.params, valid.n)?;
+    let streams = submit(
+        &model,
+        &id,
+        &prompts,
+        &valid.params,
+        valid.n,
+        adapter.as_ref(),
+    )?;
     let created = now_secs();
     if valid.stream {
         let want_logprobs = valid.logprobs.is_some();

@@ -10,7 +10,7 @@ use hearth_core::{
     EngineError, FinishReason, GenerateRequest, Priority, SamplingParams, TokenEvent,
     TokenLogprobs, Usage,
 };
-use hearth_engine::{ChatModel, TokenStream};
+use hearth_engine::{ChatModel, LoadedAdapter, TokenStream};
 use serde::Serialize;
 use tokenizers::Tokenizer;
 
@@ -66,7 +66,7 @@ pub struct ChoiceSlot {
     pub prompt: usize,
 }
 
-/// Submits `n` sequences for each prompt. Choice `i` of a seeded request uses
+/// Submits `n` sequences for each prompt (with `adapter`, if any). Choice `i` of a seeded request uses
 /// seed `seed + i`, so choices differ but the whole request is reproducible.
 pub fn submit(
     model: &ChatModel,
@@ -74,6 +74,7 @@ pub fn submit(
     prompts: &[Vec<u32>],
     params: &SamplingParams,
     n: usize,
+    adapter: Option<&LoadedAdapter>,
 ) -> Result<Vec<(ChoiceSlot, TokenStream)>, HttpError> {
     let mut streams = Vec::with_capacity(prompts.len() * n);
     for (p, ids) in prompts.iter().enumerate() {
@@ -81,12 +82,14 @@ pub fn submit(
             let index = p * n + c;
             let mut params = params.clone();
             params.seed = params.seed.map(|s| s.wrapping_add(index as u64));
-            let stream = model.engine.submit(GenerateRequest {
+            let request = GenerateRequest {
                 id: format!("{request_id}-{index}"),
                 prompt_ids: ids.clone(),
                 params,
                 priority: Priority::Interactive,
-            })?;
+                adapter: None,
+            };
+            let stream = model.engine.submit_with(request, adapter.cloned())?;
             streams.push((ChoiceSlot { index, prompt: p }, stream));
         }
     }

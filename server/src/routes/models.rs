@@ -1,14 +1,19 @@
-//! `GET /v1/models`.
+//! `GET /v1/models`: the served chat and embedding models, then the adapter
+//! models (catalogue adapters and the project's, through the adapter source)
+//! with `parent`/`root` naming their base.
 
 use axum::extract::State;
-use axum::Json;
+use axum::{Extension, Json};
 use hearth_api::{ModelList, ModelObject, ModelPricing, ModelsQuery};
 
+use crate::auth::RequestContext;
 use crate::error::{ApiQuery, HttpError};
+use crate::models_resolve::list_adapters;
 use crate::state::AppState;
 
 pub async fn list(
     State(state): State<AppState>,
+    Extension(ctx): Extension<RequestContext>,
     ApiQuery(query): ApiQuery<ModelsQuery>,
 ) -> Result<Json<ModelList>, HttpError> {
     let chat = state
@@ -16,7 +21,7 @@ pub async fn list(
         .values()
         .map(|m| (&m.entry, m.engine.context_length()));
     let embed = state.embed.values().map(|m| (&m.entry, m.max_tokens));
-    let data = chat
+    let mut data: Vec<ModelObject> = chat
         .chain(embed)
         .map(|(e, context_length)| {
             let mut object = ModelObject::new(e.id.clone(), state.started_at, e.owner());
@@ -32,5 +37,23 @@ pub async fn list(
             object
         })
         .collect();
+    for a in list_adapters(&state, &ctx.project_id).await? {
+        let Some(base) = state.chat.get(&a.base) else {
+            continue;
+        };
+        let mut object = ModelObject::new(a.id, a.created, a.owned_by);
+        object.parent = Some(a.base.clone());
+        object.root = Some(a.base.clone());
+        if query.verbose {
+            object.kind = Some("adapter".to_string());
+            object.context_length = Some(base.engine.context_length() as u64);
+            object.pricing = Some(ModelPricing {
+                input_per_million: base.entry.price_input_per_million,
+                output_per_million: base.entry.price_output_per_million,
+            });
+            object.description = a.description;
+        }
+        data.push(object);
+    }
     Ok(Json(ModelList::new(data)))
 }

@@ -39,6 +39,7 @@ pub fn serve_args(models: Vec<String>, max_waiting: usize, max_active: usize) ->
         max_batch_tokens: 8192,
         max_step_tokens: 512,
         kv_cache_mb: None,
+        max_adapters: 8,
         store: StoreArgs {
             data_dir: data_dir(),
             catalog: Some(data_dir().join("no-such-catalog.toml")),
@@ -109,6 +110,8 @@ pub fn bare_state() -> AppState {
     let (store, default_project) = new_store();
     AppState {
         chat: Default::default(),
+        adapters: Default::default(),
+        adapter_source: None,
         embed: Default::default(),
         api_keys: std::sync::Arc::new(vec![KEY.to_string()]),
         started_at: 0,

@@ -1,0 +1,163 @@
+//! Decode cost of LoRA adapters in a paged batch.
+//!
+//! Usage: `lora_overhead MODEL.gguf [STEPS] [RANK]` (default 32 steps, rank 16).
+//!
+//! Eight sequences of 20 prompt tokens are prefilled, then decoded greedily
+//! in lockstep (one `forward_paged` per step) for STEPS steps, in four
+//! setups: all on the base; half of them with one adapter; half with four
+//! different adapters (one each); all eight with one adapter. The adapters
+//! are random, rank RANK, on all seven projections of every layer (the
+//! costliest case). Reported: aggregate decode tokens per second from the
+//! median step time, and its ratio to the base.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use hearth_models::{
+    gguf_file, CausalLM, Device, Llama, LoraAdapter, LoraConfig, LoraSpec, LoraTarget, LoraWeights,
+    PagedSeq, Tensor, BLOCK_SIZE,
+};
+
+const B: usize = 8;
+const PROMPT_LEN: usize = 20;
+
+fn adapter(spec: &LoraSpec, r: usize, seed: u64) -> Result<LoraAdapter> {
+    let i = &spec.info;
+    let (h, q, kv, ff) = (
+        i.hidden_size,
+        i.num_heads * i.head_dim,
+        i.num_kv_heads * i.head_dim,
+        spec.intermediate_size,
+    );
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut m = |rows: usize, cols: usize| -> Result<Tensor> {
+        let v: Vec<f32> = (0..rows * cols)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * 0.02
+            })
+            .collect();
+        Ok(Tensor::from_vec(v, (rows, cols), &Device::Cpu)?)
+    };
+    let mut layers = Vec::new();
+    for _ in 0..i.num_layers {
+        let mut l = BTreeMap::new();
+        for t in LoraTarget::ALL {
+            let (o, inp) = match t {
+                LoraTarget::Q => (q, h),
+                LoraTarget::K | LoraTarget::V => (kv, h),
+                LoraTarget::O => (h, q),
+                LoraTarget::Gate | LoraTarget::Up => (ff, h),
+                LoraTarget::Down => (h, ff),
+            };
+            l.insert(
+                t,
+                LoraWeights {
+                    a: m(r, inp)?,
+                    b: m(o, r)?,
+                },
+            );
+        }
+        layers.push(l);
+    }
+    let a = LoraAdapter {
+        config: LoraConfig {
+            r,
+            alpha: 2.0 * r as f64,
+            dropout: 0.0,
+            use_rslora: false,
+            targets: LoraTarget::ALL.to_vec(),
+            base_model: String::new(),
+        },
+        layers,
+    };
+    Ok(spec.prepare(&a)?)
+}
+
+/// Median decode step time (seconds) of B sequences with `adapters`.
+fn run(model: &Llama, adapters: &[Option<&LoraAdapter>], steps: usize) -> Result<f64> {
+    let vocab = model.info().vocab_size;
+    let per_seq = (PROMPT_LEN + steps + 1).div_ceil(BLOCK_SIZE);
+    let mut pool = model.new_pool(B * per_seq)?;
+    let tables: Vec<Vec<u32>> = (0..B)
+        .map(|s| ((s * per_seq) as u32..((s + 1) * per_seq) as u32).collect())
+        .collect();
+    let mut chunks: Vec<Vec<u32>> = (0..B)
+        .map(|s| {
+            (0..PROMPT_LEN)
+                .map(|j| ((s * 7919 + j * 104_729 + 17) % (vocab - 1)) as u32)
+                .collect()
+        })
+        .collect();
+    let mut pos = vec![0usize; B];
+    let mut times = Vec::new();
+    for step in 0..=steps {
+        let seqs: Vec<PagedSeq<'_>> = (0..B)
+            .map(|s| PagedSeq {
+                lora: adapters[s],
+                ..PagedSeq::new(&chunks[s], pos[s], &tables[s])
+            })
+            .collect();
+        let t = Instant::now();
+        let logits = model.forward_paged(&seqs, &mut pool)?;
+        let next = logits.argmax(1)?.to_vec1::<u32>()?;
+        if step > 0 {
+            times.push(t.elapsed().as_secs_f64());
+        }
+        for s in 0..B {
+            pos[s] += chunks[s].len();
+            chunks[s] = vec![next[s]];
+        }
+    }
+    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    Ok(times[times.len() / 2])
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let path = args
+        .get(1)
+        .context("usage: lora_overhead MODEL.gguf [STEPS] [RANK]")?;
+    let steps: usize = args.get(2).map_or(Ok(32), |s| s.parse())?;
+    let rank: usize = args.get(3).map_or(Ok(16), |s| s.parse())?;
+    let mut file = std::fs::File::open(path).with_context(|| format!("open {path}"))?;
+    let content = gguf_file::Content::read(&mut file)?;
+    let model = Llama::from_gguf(&content, &mut file, &Device::Cpu)?;
+    let spec = model.lora_spec().context("no LoRA support")?;
+    let ads: Vec<LoraAdapter> = (0..4)
+        .map(|s| adapter(&spec, rank, s + 1))
+        .collect::<Result<_>>()?;
+    let x = Some(&ads[0]);
+    let setups: Vec<(&str, Vec<Option<&LoraAdapter>>)> = vec![
+        ("all base", vec![None; B]),
+        (
+            "half, one adapter",
+            (0..B).map(|s| if s % 2 == 0 { x } else { None }).collect(),
+        ),
+        (
+            "half, four adapters",
+            (0..B).map(|s| (s % 2 == 0).then(|| &ads[s / 2])).collect(),
+        ),
+        ("all, one adapter", vec![x; B]),
+    ];
+    run(&model, &setups[0].1, 4)?; // warm up
+    let mut base = 0.0;
+    println!("{B} streams, rank {rank} on all 7 projections, {steps} decode steps");
+    for (name, adapters) in &setups {
+        let t = run(&model, adapters, steps)?;
+        let tps = B as f64 / t;
+        if base == 0.0 {
+            base = tps;
+        }
+        println!(
+            "{name:<22} {:>8.1} tok/s  step {:>6.2} ms  x{:.3} of base",
+            tps,
+            t * 1e3,
+            tps / base
+        );
+    }
+    Ok(())
+}
