@@ -92,7 +92,7 @@ fn run(model: &Llama, adapters: &[Option<&LoraAdapter>], steps: usize) -> Result
                 .collect()
         })
         .collect();
-    let mut pos = vec![0usize; B];
+    let mut pos = [0usize; B];
     let mut times = Vec::new();
     for step in 0..=steps {
         let seqs: Vec<PagedSeq<'_>> = (0..B)
