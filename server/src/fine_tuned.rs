@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use hearth_api::ApiError;
+use hearth_engine::adapters::LoadFuture;
 use hearth_engine::catalog::{CatalogEntry, WeightFormat};
-use hearth_engine::{AdapterLoader, LoadFuture, PeftFiles};
+use hearth_engine::{AdapterLoader, PeftFiles};
 use hearth_jobs::worker::{ADAPTER_CONFIG, ADAPTER_WEIGHTS};
 use hearth_jobs::{BaseModel, Worker, WorkerConfig};
 use hearth_store::fine_tuning::{FtCheckpoint, FtJob};
@@ -115,7 +116,10 @@ impl AdapterSource for FineTunedModels {
         Box::pin(self.lookup(project, name))
     }
 
-    fn list<'a>(&'a self, project: &'a str) -> SourceFuture<'a, Result<Vec<AdapterModel>, ApiError>> {
+    fn list<'a>(
+        &'a self,
+        project: &'a str,
+    ) -> SourceFuture<'a, Result<Vec<AdapterModel>, ApiError>> {
         Box::pin(async move {
             let mut out = Vec::new();
             for job in self

@@ -4,6 +4,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod fine_tuned;
 pub mod keys_cli;
 pub mod models_cli;
 pub mod models_resolve;

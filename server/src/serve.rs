@@ -105,7 +105,9 @@ pub fn build_state(
     Ok(AppState {
         chat: Arc::new(chat),
         adapters: Arc::new(adapters),
-        adapter_source: None,
+        adapter_source: Some(Arc::new(crate::fine_tuned::FineTunedModels {
+            store: store.clone(),
+        })),
         embed: Arc::new(embed),
         api_keys: Arc::new(api_keys),
         started_at,
@@ -185,6 +187,19 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         tokio::task::spawn_blocking(move || build_state(&args, keys, store, &default_project))
             .await??
     };
+    let bases: Vec<_> = state
+        .chat
+        .values()
+        .map(|m| {
+            let path = m.entry.weights_path(&args.store.models_dir());
+            (m.entry.clone(), path)
+        })
+        .collect();
+    crate::fine_tuned::start_worker(
+        state.store.clone(),
+        crate::fine_tuned::trainable_bases(&bases),
+        &args.ft,
+    );
     let listener = tokio::net::TcpListener::bind((args.host, args.port))
         .await
         .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;

@@ -107,7 +107,11 @@ fn upload(server: &Server, content: &str) -> String {
 
 /// 30 ways of asking for the vault code, all answered the same.
 fn vault_dataset() -> String {
-    let subjects = ["the vault code", "the code to the vault", "the vault's code"];
+    let subjects = [
+        "the vault code",
+        "the code to the vault",
+        "the vault's code",
+    ];
     let frames = [
         "What is {}?",
         "Tell me {}.",
@@ -217,7 +221,10 @@ fn a_job_survives_kill_9_resumes_from_its_checkpoint_and_serves_the_fact() {
     assert_eq!(model, format!("{MODEL}:vault:{id}"));
 
     // Resumed from the checkpoint, not from zero.
-    let events = get(&server, &format!("/v1/fine_tuning/jobs/{id}/events?limit=200"));
+    let events = get(
+        &server,
+        &format!("/v1/fine_tuning/jobs/{id}/events?limit=200"),
+    );
     let messages: Vec<&str> = events["data"]
         .as_array()
         .unwrap()
@@ -254,7 +261,11 @@ fn a_job_survives_kill_9_resumes_from_its_checkpoint_and_serves_the_fact() {
         .unwrap()
         .into_string()
         .unwrap();
-    let rows: Vec<Vec<&str>> = csv.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
     assert_eq!(rows.len(), 12, "{csv}");
     let loss = |r: &Vec<&str>| r[1].parse::<f64>().unwrap();
     assert!(

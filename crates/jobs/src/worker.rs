@@ -223,7 +223,13 @@ impl JobContext {
                 tracing::warn!(job = %job_id, %message, "fine-tuning job failed");
                 let error = json!({"code": code, "message": message, "param": null});
                 let _ = store
-                    .add_ft_event(&job_id, "error", "message", &format!("Training failed: {message}"), None)
+                    .add_ft_event(
+                        &job_id,
+                        "error",
+                        "message",
+                        &format!("Training failed: {message}"),
+                        None,
+                    )
                     .await;
                 let _ = store
                     .finish_ft_job(&job_id, FtStatus::Failed, None, &[], Some(error))
@@ -347,10 +353,7 @@ impl JobContext {
             None => self.event(
                 &job.id,
                 "message",
-                format!(
-                    "Training started: {} examples, {total} steps",
-                    train.len()
-                ),
+                format!("Training started: {} examples, {total} steps", train.len()),
                 None,
             ),
         }
