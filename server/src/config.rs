@@ -135,8 +135,12 @@ pub struct FineTuneArgs {
     #[arg(long, env = "HEARTH_FT_CHECKPOINT_STEPS", default_value_t = 20)]
     pub ft_checkpoint_steps: usize,
     /// CPU niceness of the training threads (0..=19).
-    #[arg(long, env = "HEARTH_FT_NICE", default_value_t = 10)]
+    #[arg(long, env = "HEARTH_FT_NICE", default_value_t = 19)]
     pub ft_nice: i32,
+    /// Longest a training step waits for serving to go idle (seconds);
+    /// under constant load a step then runs anyway.
+    #[arg(long, env = "HEARTH_FT_YIELD_MAX_SECS", default_value_t = 30)]
+    pub ft_yield_max_secs: u64,
 }
 
 impl Default for FineTuneArgs {
@@ -145,7 +149,8 @@ impl Default for FineTuneArgs {
             ft_jobs: 1,
             ft_threads: 1,
             ft_checkpoint_steps: 20,
-            ft_nice: 10,
+            ft_nice: 19,
+            ft_yield_max_secs: 30,
         }
     }
 }

@@ -161,8 +161,14 @@ pub fn trainable_bases(entries: &[(CatalogEntry, PathBuf)]) -> BTreeMap<String, 
 }
 
 /// Starts this node's worker on the current runtime (none when
-/// `--ft-jobs 0`).
-pub fn start_worker(store: Store, bases: BTreeMap<String, BaseModel>, args: &FineTuneArgs) {
+/// `--ft-jobs 0`). Between steps, training yields while any of `chat`'s
+/// engines has requests running or waiting.
+pub fn start_worker(
+    store: Store,
+    bases: BTreeMap<String, BaseModel>,
+    chat: std::sync::Arc<BTreeMap<String, hearth_engine::ChatModel>>,
+    args: &FineTuneArgs,
+) {
     if args.ft_jobs == 0 {
         tracing::info!("no fine-tuning worker on this node (--ft-jobs 0)");
         return;
@@ -172,6 +178,13 @@ pub fn start_worker(store: Store, bases: BTreeMap<String, BaseModel>, args: &Fin
         threads: args.ft_threads.max(1),
         checkpoint_every: args.ft_checkpoint_steps.max(1),
         nice: args.ft_nice.clamp(0, 19),
+        serving_busy: Some(std::sync::Arc::new(move || {
+            chat.values().any(|m| {
+                let s = m.engine.snapshot();
+                s.active > 0 || s.waiting > 0
+            })
+        })),
+        yield_max: std::time::Duration::from_secs(args.ft_yield_max_secs),
         ..WorkerConfig::default()
     };
     tracing::info!(

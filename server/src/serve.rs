@@ -198,6 +198,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     crate::fine_tuned::start_worker(
         state.store.clone(),
         crate::fine_tuned::trainable_bases(&bases),
+        state.chat.clone(),
         &args.ft,
     );
     let listener = tokio::net::TcpListener::bind((args.host, args.port))

@@ -38,7 +38,7 @@ pub const ADAPTER_CONFIG: &str = hearth_models::lora::ADAPTER_CONFIG_FILE;
 /// each checkpoint's adapter.
 pub const TRAINING_STATE: &str = "training_state.bin";
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct WorkerConfig {
     /// This node's name in `claimed_by`; a restarted node takes back its
     /// own running jobs at once.
@@ -53,8 +53,15 @@ pub struct WorkerConfig {
     pub poll: Duration,
     /// A running job whose heartbeat is older than this is taken over.
     pub stale_after_secs: i64,
-    /// CPU priority of the training threads (0 = as serving, 19 = lowest).
+    /// CPU priority of the training threads (0 = as serving, 19 = lowest,
+    /// which also puts them in Linux's idle scheduling class).
     pub nice: i32,
+    /// Whether serving has work (requests running or waiting): between
+    /// steps, training waits while it does, at most `yield_max` per step.
+    pub serving_busy: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
+    /// Longest wait for serving before a step runs anyway (so training
+    /// still progresses under constant load).
+    pub yield_max: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -66,7 +73,9 @@ impl Default for WorkerConfig {
             checkpoint_every: 20,
             poll: Duration::from_secs(1),
             stale_after_secs: 60,
-            nice: 10,
+            nice: 19,
+            serving_busy: None,
+            yield_max: Duration::from_secs(30),
         }
     }
 }
@@ -277,6 +286,22 @@ impl JobContext {
         pool.install(|| self.train(job))
     }
 
+    /// Waits while serving has requests in flight (at most `yield_max`,
+    /// and not past a cancel): a step shares the CPU's cores, caches and
+    /// memory bandwidth with serving whatever the threads' priority.
+    fn yield_to_serving(&self) {
+        let Some(busy) = &self.config.serving_busy else {
+            return;
+        };
+        let start = std::time::Instant::now();
+        while busy()
+            && start.elapsed() < self.config.yield_max
+            && !self.cancelled.load(Ordering::SeqCst)
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
         self.handle.block_on(f)
     }
@@ -365,6 +390,7 @@ impl JobContext {
         ))?;
         let name = fine_tuned_model_name(&job);
         while trainer.step() < total {
+            self.yield_to_serving();
             if self.cancelled.load(Ordering::SeqCst) {
                 return Err(Stop::Cancelled);
             }
@@ -536,10 +562,17 @@ fn train_config(h: &Value, seed: i64) -> Result<TrainConfig, Stop> {
 /// Lowers the calling thread's CPU priority (Linux threads have their own
 /// nice value).
 fn lower_thread_priority(nice: i32) {
-    // SAFETY: setpriority has no memory effects; `0` names the calling thread.
+    // SAFETY: both calls only change the calling thread's (`0`) scheduling;
+    // they touch no memory but the parameter struct.
     #[cfg(target_os = "linux")]
     unsafe {
         libc::setpriority(libc::PRIO_PROCESS, 0, nice);
+        if nice >= 19 {
+            // The idle class: the thread runs only on a CPU nothing else
+            // wants, and any serving thread waking up preempts it at once.
+            let param = libc::sched_param { sched_priority: 0 };
+            libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+        }
     }
     #[cfg(not(target_os = "linux"))]
     let _ = nice;
