@@ -2,72 +2,13 @@
 //! on PostgreSQL when `HEARTH_TEST_DATABASE_URL` names a server (a fresh
 //! database per test is created on it; `scripts/test` starts one).
 
+#[macro_use]
+mod common;
+
+use common::{postgres, sqlite, Env};
 use futures_util::TryStreamExt;
-use hearth_store::{ListOrder, Store, StoreConfig, StoreError};
+use hearth_store::{ListOrder, Store, StoreError};
 use sha2::{Digest, Sha256};
-
-struct Env {
-    store: Store,
-    _dir: tempfile::TempDir,
-}
-
-async fn sqlite() -> Env {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&StoreConfig {
-        data_dir: dir.path().to_path_buf(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    Env { store, _dir: dir }
-}
-
-async fn postgres() -> Option<Env> {
-    let base = std::env::var("HEARTH_TEST_DATABASE_URL").ok()?;
-    sqlx::any::install_default_drivers();
-    let name = format!(
-        "hearth_test_{}",
-        hearth_store::ids::new_id("t")
-            .to_lowercase()
-            .replace('-', "_")
-    );
-    let mut url = url::Url::parse(&base).expect("HEARTH_TEST_DATABASE_URL is a URL");
-    url.set_path(&name);
-    use sqlx::migrate::MigrateDatabase;
-    sqlx::Any::create_database(url.as_str())
-        .await
-        .expect("creating a test database");
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&StoreConfig {
-        data_dir: dir.path().to_path_buf(),
-        database_url: Some(url.to_string()),
-        blob_url: None,
-    })
-    .await
-    .unwrap();
-    assert_eq!(store.backend(), hearth_store::Backend::Postgres);
-    Some(Env { store, _dir: dir })
-}
-
-/// Runs each named test on SQLite, and on PostgreSQL when configured.
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $( #[tokio::test] async fn $name() { super::$name(super::sqlite().await).await } )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    match super::postgres().await {
-                        Some(env) => super::$name(env).await,
-                        None => eprintln!("HEARTH_TEST_DATABASE_URL is not set; skipped on PostgreSQL"),
-                    }
-                }
-            )*
-        }
-    };
-}
 
 on_both!(
     projects_and_the_default_project,
