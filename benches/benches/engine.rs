@@ -46,19 +46,23 @@ fn start_engine() -> Option<EngineHandle> {
         return None;
     }
     let lm = load_gguf(&path, &Device::Cpu).expect("loading the GGUF");
-    Some(EngineHandle::start(
-        EngineParts {
-            model: lm.model,
-            tokenizer: Arc::new(lm.tokenizer),
-            eos_ids: lm.eos_ids,
-            context_length: 2048,
-        },
-        EngineConfig {
-            max_waiting: 256,
-            max_active: 64,
-            max_batch_tokens: 512,
-        },
-    ))
+    Some(
+        EngineHandle::start(
+            EngineParts {
+                model: lm.model,
+                tokenizer: Arc::new(lm.tokenizer),
+                eos_ids: lm.eos_ids,
+                context_length: 2048,
+            },
+            EngineConfig {
+                max_waiting: 256,
+                max_active: 64,
+                max_batch_tokens: 512,
+                ..EngineConfig::default()
+            },
+        )
+        .expect("starting the engine"),
+    )
 }
 
 /// Varied in-vocabulary token ids, different per sequence.
@@ -78,6 +82,8 @@ fn submit(engine: &EngineHandle, seq: usize, prompt_len: usize, max_tokens: usiz
                 ignore_eos: true,
                 ..SamplingParams::greedy()
             },
+            priority: Default::default(),
+            adapter: None,
         })
         .expect("submit")
 }
