@@ -266,7 +266,7 @@ impl LoraAdapter {
                 return Err(bad(format!("unexpected tensor {name} in the adapter")));
             }
         }
-        for i in 0..num_layers {
+        for (i, layer) in layers.iter_mut().enumerate() {
             for t in LoraTarget::ALL {
                 let find = |ab: &str| {
                     let suffix = format!("layers.{i}.{}.lora_{ab}.weight", t.module_path());
@@ -289,7 +289,7 @@ impl LoraAdapter {
                                 file.r
                             )));
                         }
-                        layers[i].insert(
+                        layer.insert(
                             t,
                             LoraWeights {
                                 a: a.to_dtype(DType::F32)?,
@@ -413,7 +413,7 @@ impl LoraAdapter {
 /// order to GGUF's `[d/2, 2]` interleaved pairs (or back).
 pub fn permute_rows(m: &Tensor, heads: usize, head_dim: usize, to_gguf: bool) -> Result<Tensor> {
     let (rows, cols) = m.dims2()?;
-    if rows != heads * head_dim || head_dim % 2 != 0 {
+    if rows != heads * head_dim || !head_dim.is_multiple_of(2) {
         candle_core::bail!("cannot permute {rows} rows as {heads} heads of {head_dim}")
     }
     let (a, b) = if to_gguf {

@@ -281,7 +281,7 @@ fn preempted_sequences_keep_their_adapter() {
     .iter()
     .map(|p| encode(&tok, p))
     .collect();
-    let with = |i: usize| (i % 2 == 0).then_some(&lx);
+    let with = |i: usize| i.is_multiple_of(2).then_some(&lx);
     let alone: Vec<Vec<u32>> = (0..4)
         .map(|i| collect(submit(&engine, &prompts[i], 60, with(i))))
         .collect();

@@ -427,7 +427,7 @@ impl JobContext {
             &job.id,
             FtStatus::Succeeded,
             Some(&name),
-            &[file.id.clone()],
+            std::slice::from_ref(&file.id),
             None,
         ))?;
         if !applied {
