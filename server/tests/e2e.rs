@@ -3,54 +3,13 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
 
+use common::binary::Server;
 use common::*;
 use serde_json::{json, Value};
 
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn start() -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
-        .args([
-            "serve",
-            "--port",
-            "0",
-            "--api-key",
-            KEY,
-            "--catalog",
-            "/nonexistent/catalog.toml",
-        ])
-        .arg("--data-dir")
-        .arg(data_dir())
-        .args(store_flags(&temp_dir()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starting hearth");
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let base = loop {
-        let line = lines
-            .next()
-            .expect("hearth exited before listening")
-            .unwrap();
-        if let Some(addr) = line.strip_prefix("Hearth is listening on ") {
-            break addr.trim().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, base }
+    common::binary::start(&temp_dir(), &[])
 }
 
 fn agent() -> ureq::Agent {

@@ -5,12 +5,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::binary::Server;
 use common::*;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -18,52 +18,10 @@ use sha2::{Digest, Sha256};
 const EMBED: &str = "sentence-transformers/all-MiniLM-L6-v2";
 const BOUNDARY: &str = "hearth-server-test-boundary";
 
-struct Server {
-    child: Child,
-    base: String,
-    /// stdout lines before "listening".
-    banner: Vec<String>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Starts `hearth serve` with its store in `store_dir` (only the small
 /// embedding model is loaded, to start fast).
 fn start(store_dir: &Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
-        .args(["serve", "--port", "0", "--api-key", KEY, "--models", EMBED])
-        .args(["--catalog", "/nonexistent/catalog.toml"])
-        .arg("--data-dir")
-        .arg(data_dir())
-        .args(store_flags(store_dir))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starting hearth");
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let mut banner = Vec::new();
-    let base = loop {
-        let line = lines
-            .next()
-            .expect("hearth exited before listening")
-            .unwrap();
-        if let Some(addr) = line.strip_prefix("Hearth is listening on ") {
-            break addr.trim().to_string();
-        }
-        banner.push(line);
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Server {
-        child,
-        base,
-        banner,
-    }
+    common::binary::start(store_dir, &["--models", EMBED])
 }
 
 /// Deterministic pseudo-random bytes (xorshift), fast to make.

@@ -7,55 +7,22 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::binary::Server;
 use common::*;
 use serde_json::{json, Value};
 
 const BOUNDARY: &str = "hearth-ft-test-boundary";
 
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// `hearth serve` with the default chat model, its store in `store_dir`,
 /// checkpoints every 2 steps.
 fn start(store_dir: &Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
-        .args(["serve", "--port", "0", "--api-key", KEY, "--models", MODEL])
-        .args(["--catalog", "/nonexistent/catalog.toml"])
-        .args(["--ft-checkpoint-steps", "2"])
-        .arg("--data-dir")
-        .arg(data_dir())
-        .args(store_flags(store_dir))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starting hearth");
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let base = loop {
-        let line = lines
-            .next()
-            .expect("hearth exited before listening")
-            .unwrap();
-        if let Some(addr) = line.strip_prefix("Hearth is listening on ") {
-            break addr.trim().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, base }
+    common::binary::start(
+        store_dir,
+        &["--models", MODEL, "--ft-checkpoint-steps", "2"],
+    )
 }
 
 fn agent() -> ureq::Agent {

@@ -1,0 +1,59 @@
+//! The real `hearth` binary over TCP, for tests that restart or kill it.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use super::{data_dir, store_flags, KEY};
+
+/// A running `hearth serve`; killed (SIGKILL) when dropped.
+pub struct Server {
+    pub child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// stdout lines before "listening".
+    pub banner: Vec<String>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `hearth serve` on a free port with the test key, no user
+/// catalogue, the shared data folder (models) and its store in `store_dir`,
+/// plus `extra` arguments; returns once it listens.
+pub fn start(store_dir: &Path, extra: &[&str]) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["serve", "--port", "0", "--api-key", KEY])
+        .args(["--catalog", "/nonexistent/catalog.toml"])
+        .args(extra)
+        .arg("--data-dir")
+        .arg(data_dir())
+        .args(store_flags(store_dir))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting hearth");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let mut banner = Vec::new();
+    let base = loop {
+        let line = lines
+            .next()
+            .expect("hearth exited before listening")
+            .unwrap();
+        if let Some(addr) = line.strip_prefix("Hearth is listening on ") {
+            break addr.trim().to_string();
+        }
+        banner.push(line);
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Server {
+        child,
+        base,
+        banner,
+    }
+}
