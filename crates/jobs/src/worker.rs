@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use hearth_api::fine_tuning::Hyperparameters;
 use hearth_api::training_data::{parse_training_file, TrainingExample};
 use hearth_store::fine_tuning::{FtJob, FtStatus};
 use hearth_store::Store;
@@ -533,27 +534,25 @@ fn step_data(r: &StepReport) -> Value {
     })
 }
 
-/// The trainer's settings from the job's stored (resolved) hyperparameters.
+/// The trainer's settings from the job's stored (resolved) hyperparameters
+/// (the API's [`Hyperparameters`], as written at creation).
 fn train_config(h: &Value, seed: i64) -> Result<TrainConfig, Stop> {
-    let num = |k: &str| h.get(k).and_then(Value::as_f64);
-    let need = |k: &str| {
-        num(k).ok_or_else(|| Stop::Failed {
-            code: "invalid_hyperparameters",
-            message: format!("hyperparameter {k} is missing"),
-        })
-    };
+    let h: Hyperparameters = serde_json::from_value(h.clone()).map_err(|e| Stop::Failed {
+        code: "invalid_hyperparameters",
+        message: format!("the stored hyperparameters do not parse: {e}"),
+    })?;
     Ok(TrainConfig {
-        n_epochs: need("n_epochs")? as usize,
-        batch_size: need("batch_size")? as usize,
-        learning_rate: need("learning_rate")?,
-        warmup_ratio: num("warmup_ratio").unwrap_or(0.0),
-        weight_decay: num("weight_decay").unwrap_or(0.0),
-        max_grad_norm: num("max_grad_norm").unwrap_or(1.0),
-        packing: h.get("packing").and_then(Value::as_bool).unwrap_or(true),
-        context_length: need("context_length")? as usize,
-        lora_r: need("lora_r")? as usize,
-        lora_alpha: need("lora_alpha")?,
-        lora_dropout: num("lora_dropout").unwrap_or(0.0),
+        n_epochs: h.n_epochs as usize,
+        batch_size: h.batch_size as usize,
+        learning_rate: h.learning_rate,
+        warmup_ratio: h.warmup_ratio,
+        weight_decay: h.weight_decay,
+        max_grad_norm: h.max_grad_norm,
+        packing: h.packing,
+        context_length: h.context_length as usize,
+        lora_r: h.lora_r as usize,
+        lora_alpha: h.lora_alpha as f64,
+        lora_dropout: h.lora_dropout,
         seed: seed as u64,
         ..TrainConfig::default()
     })
