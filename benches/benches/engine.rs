@@ -7,6 +7,12 @@
 //!   from the last sequence's first token to the last one's end, and the
 //!   throughput counts the 32 tokens each sequence decodes in it.
 //! - `prefill/512`: one 512-token prompt with `max_tokens` 1, submit to end.
+//! - `scheduler/B`: the engine's own cost per step. The same rounds as
+//!   `decode/B` through an engine whose model is a tiny random Llama (2
+//!   layers, hidden 16, the real 49,152-token vocabulary and tokenizer), so
+//!   a step is almost all scheduling, block bookkeeping, sampling over the
+//!   vocabulary, detokenization and sending events; throughput in steps
+//!   (one decoded token per sequence each).
 //!
 //! The model is read from `$HEARTH_DATA_DIR/models` (default: the
 //! repository's `data/models`); without it the bench says so and skips.
@@ -23,6 +29,7 @@ use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throug
 use hearth_core::{GenerateRequest, SamplingParams, TokenEvent};
 use hearth_engine::load::load_gguf;
 use hearth_engine::{Device, EngineConfig, EngineHandle, EngineParts, TokenStream};
+use hearth_models::{CausalLM, Llama, LlamaConfig};
 
 const GGUF: &str = "models/HuggingFaceTB--SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
 const BATCHES: [usize; 4] = [1, 4, 16, 64];
@@ -36,7 +43,9 @@ fn data_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data"))
 }
 
-fn start_engine() -> Option<EngineHandle> {
+/// The default model, or a tiny random Llama with the default model's
+/// tokenizer (`tiny`).
+fn start_engine(tiny: bool) -> Option<EngineHandle> {
     let path = data_dir().join(GGUF);
     if !path.exists() {
         eprintln!(
@@ -46,10 +55,15 @@ fn start_engine() -> Option<EngineHandle> {
         return None;
     }
     let lm = load_gguf(&path, &Device::Cpu).expect("loading the GGUF");
+    let model: Box<dyn CausalLM> = if tiny {
+        Box::new(tiny_llama(lm.model.info().vocab_size))
+    } else {
+        lm.model
+    };
     Some(
         EngineHandle::start(
             EngineParts {
-                model: lm.model,
+                model,
                 tokenizer: Arc::new(lm.tokenizer),
                 eos_ids: lm.eos_ids,
                 context_length: 2048,
@@ -63,6 +77,19 @@ fn start_engine() -> Option<EngineHandle> {
         )
         .expect("starting the engine"),
     )
+}
+
+/// Two layers of hidden size 16 with random weights over `vocab` tokens.
+fn tiny_llama(vocab: usize) -> Llama {
+    let config: LlamaConfig = serde_json::from_value(serde_json::json!({
+        "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+        "num_attention_heads": 2, "num_key_value_heads": 1,
+        "max_position_embeddings": 2048, "vocab_size": vocab, "tie_word_embeddings": true
+    }))
+    .expect("tiny config");
+    let varmap = candle_nn::VarMap::new();
+    let vb = candle_nn::VarBuilder::from_varmap(&varmap, candle_core::DType::F32, &Device::Cpu);
+    Llama::from_safetensors(&config, vb).expect("tiny Llama")
 }
 
 /// Varied in-vocabulary token ids, different per sequence.
@@ -120,7 +147,7 @@ fn decode_round(rt: &tokio::runtime::Runtime, engine: &EngineHandle, b: usize) -
 }
 
 fn bench_engine(c: &mut Criterion) {
-    let Some(engine) = start_engine() else {
+    let Some(engine) = start_engine(false) else {
         return;
     };
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -167,5 +194,28 @@ fn bench_engine(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_engine);
+fn bench_scheduler(c: &mut Criterion) {
+    let Some(engine) = start_engine(true) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut group = c.benchmark_group("scheduler");
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    for b in BATCHES {
+        group.throughput(Throughput::Elements(DECODE as u64));
+        group.bench_function(format!("B{b}"), |bench| {
+            bench.iter_custom(|iters| (0..iters).map(|_| decode_round(&rt, &engine, b)).sum())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_engine, bench_scheduler);
 criterion_main!(benches);

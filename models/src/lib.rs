@@ -48,7 +48,7 @@ pub use linear::Linear;
 pub use llama::{Llama, LlamaConfig, RopeScaling};
 pub use lora::{LoraAdapter, LoraConfig, LoraTarget, LoraWeights};
 pub use lora_apply::LoraSpec;
-pub use paged::{KvPool, BLOCK_SIZE};
+pub use paged::{paged_attention_step, KvPool, BLOCK_SIZE};
 
 /// A decoder-only language model.
 ///

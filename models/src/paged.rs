@@ -292,6 +292,43 @@ pub(crate) fn paged_attention(
     out
 }
 
+/// The paged-attention op on its own, as a model layer runs it: writes the
+/// new rows' keys and values of every sequence into `pool` (layer `layer`)
+/// at the sequence's positions, then attends. The rows of `seqs` are
+/// flattened in order (`tokens` rows in all); `q` is `[num_heads, tokens,
+/// head_dim]`, `k` and `v` `[num_kv_heads, tokens, head_dim]`; the result is
+/// `[tokens, num_heads * head_dim]`. For benches and tests outside the
+/// crate; inputs are not validated beyond the slices' own bounds checks.
+pub fn paged_attention_step(
+    pool: &mut KvPool,
+    layer: usize,
+    num_heads: usize,
+    seqs: &[crate::PagedSeq<'_>],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+) -> Vec<f32> {
+    let mut views = Vec::with_capacity(seqs.len());
+    let mut offset = 0;
+    for s in seqs {
+        views.push(SeqView {
+            blocks: s.blocks,
+            pos: s.pos,
+            offset,
+            len: s.tokens.len(),
+        });
+        offset += s.tokens.len();
+    }
+    for view in &views {
+        pool.write(layer, view, k, v, offset);
+    }
+    let shape = AttnShape {
+        num_heads,
+        tokens: offset,
+    };
+    paged_attention(pool, layer, q, shape, &views)
+}
+
 /// Dot product with eight independent accumulators (vectorises).
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
@@ -461,26 +498,28 @@ mod tests {
                 Tensor::cat(&parts, 1)?.flatten_all()?.to_vec1()
             };
             let (q, k, v) = (cat(0)?, cat(1)?, cat(2)?);
-            let mut views = Vec::new();
-            let mut offset = 0;
-            for f in &full {
-                views.push(SeqView {
-                    blocks: f.0,
-                    pos: f.1,
-                    offset,
-                    len: f.2,
-                });
-                offset += f.2;
-            }
-            for view in &views {
-                pool.write(0, view, &k, &v, tokens);
-            }
-            let shape = AttnShape {
-                num_heads: nh,
-                tokens,
-            };
-            let got = paged_attention(&pool, 0, &q, shape, &views);
+            // Through the public entry point: writes the new rows, attends.
+            let ids: Vec<Vec<u32>> = full.iter().map(|f| vec![0; f.2]).collect();
+            let seqs: Vec<crate::PagedSeq<'_>> = full
+                .iter()
+                .zip(&ids)
+                .map(|(f, ids)| crate::PagedSeq::new(ids, f.1, f.0))
+                .collect();
+            let got = paged_attention_step(&mut pool, 0, nh, &seqs, &q, &k, &v);
             let got = Tensor::from_vec(got, (tokens, nh * d), &dev)?;
+            let mut offset = 0;
+            let views: Vec<SeqView<'_>> = full
+                .iter()
+                .map(|f| {
+                    offset += f.2;
+                    SeqView {
+                        blocks: f.0,
+                        pos: f.1,
+                        offset: offset - f.2,
+                        len: f.2,
+                    }
+                })
+                .collect();
             let tol = if dtype == DType::F32 { 1e-5 } else { 1e-2 };
             for (f, view) in full.iter().zip(&views) {
                 let want = reference(&f.3, &f.4, &f.5, f.1)?;

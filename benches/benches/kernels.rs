@@ -1,0 +1,156 @@
+//! Criterion benches of the CPU building blocks of a decode step:
+//!
+//! - `matmul/<format>/M<m>`: `hearth-kernels`' quantized matmul per GGUF
+//!   format and activation row count (M = 1, 4, 16, 64, 256) on SmolLM2-135M's
+//!   feed-forward shapes (`[1536, 576]` for the 32-value formats, `[576,
+//!   1536]` for the K-quants, whose rows must be whole 256-value
+//!   super-blocks), with the fastest instruction set of this CPU; throughput
+//!   in elements = multiply-adds (`m n k`).
+//! - `paged_attention/decode/B<b>`: one new query row for each of B
+//!   sequences over 512 cached positions each (SmolLM2's 9 query heads, 3 KV
+//!   heads, head_dim 64, f16 pool), keys/values written then attended, as one
+//!   layer of a decode step; throughput in sequences.
+//! - `paged_attention/prefill/<rows>`: a chunk of new rows of one sequence
+//!   over 512 cached positions (chunked prefill); throughput in rows.
+//!
+//! ```sh
+//! cargo bench -p hearth-benches --bench kernels
+//! cargo bench -p hearth-benches --bench kernels -- matmul/Q4_1
+//! ```
+
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
+use hearth_kernels::{Format, QuantMatrix};
+use hearth_models::{paged_attention_step, DType, KvPool, PagedSeq, BLOCK_SIZE};
+
+const ROWS: [usize; 5] = [1, 4, 16, 64, 256];
+const HEADS: usize = 9;
+const KV_HEADS: usize = 3;
+const HEAD_DIM: usize = 64;
+const CACHED: usize = 512;
+
+/// xorshift64: deterministic filler.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn f32s(&mut self, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| (self.next() % 2001) as f32 / 1000.0 - 1.0)
+            .collect()
+    }
+}
+
+/// Random block bytes with every f16 scale field set to a small normal
+/// value, so no block decodes to inf/NaN (speed does not depend on values).
+fn random_blocks(format: Format, blocks: usize) -> Vec<u8> {
+    let mut rng = Rng(0x1234_5678_9ABC_DEF1);
+    let mut bytes: Vec<u8> = (0..blocks * format.block_bytes())
+        .map(|_| rng.next() as u8)
+        .collect();
+    let scale = half::f16::from_f32(0.01).to_le_bytes();
+    let fields: &[usize] = match format {
+        Format::Q4_0 | Format::Q5_0 | Format::Q8_0 => &[0],
+        Format::Q4_1 | Format::Q5_1 | Format::Q4K => &[0, 2],
+        Format::Q6K => &[208],
+    };
+    for b in bytes.chunks_exact_mut(format.block_bytes()) {
+        for &f in fields {
+            b[f..f + 2].copy_from_slice(&scale);
+        }
+    }
+    bytes
+}
+
+fn configure(group: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>) {
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1));
+}
+
+fn bench_matmul(c: &mut Criterion) {
+    let mut rng = Rng(7);
+    for format in Format::ALL {
+        let (n, k) = if format.block_values() == 256 {
+            (576, 1536)
+        } else {
+            (1536, 576)
+        };
+        let bytes = random_blocks(format, n * k / format.block_values());
+        let q = QuantMatrix::new(format, &bytes, n, k).expect("valid shape");
+        let mut group = c.benchmark_group(format!("matmul/{format:?}"));
+        configure(&mut group);
+        for m in ROWS {
+            let x = rng.f32s(m * k);
+            let mut out = vec![0f32; m * n];
+            group.throughput(Throughput::Elements((m * n * k) as u64));
+            group.bench_function(format!("M{m}"), |b| b.iter(|| q.matmul(&x, m, &mut out)));
+        }
+        group.finish();
+    }
+}
+
+/// A pool with `seqs` sequences of `CACHED` written positions each, and
+/// their block tables (room for 64 more positions each).
+fn filled_pool(seqs: usize, rng: &mut Rng) -> (KvPool, Vec<Vec<u32>>) {
+    let per_seq = (CACHED + 64).div_ceil(BLOCK_SIZE);
+    let mut pool = KvPool::new(1, KV_HEADS, HEAD_DIM, seqs * per_seq, DType::F16).unwrap();
+    let tables: Vec<Vec<u32>> = (0..seqs)
+        .map(|s| ((s * per_seq) as u32..((s + 1) * per_seq) as u32).collect())
+        .collect();
+    let ids = vec![0u32; CACHED];
+    for table in &tables {
+        let kv = rng.f32s(KV_HEADS * CACHED * HEAD_DIM);
+        let q = rng.f32s(HEADS * CACHED * HEAD_DIM);
+        let seq = [PagedSeq::new(&ids, 0, table)];
+        paged_attention_step(&mut pool, 0, HEADS, &seq, &q, &kv, &kv);
+    }
+    (pool, tables)
+}
+
+fn bench_attention(c: &mut Criterion) {
+    let mut rng = Rng(11);
+    let mut group = c.benchmark_group("paged_attention/decode");
+    configure(&mut group);
+    for b in [1usize, 16, 64] {
+        let (mut pool, tables) = filled_pool(b, &mut rng);
+        let ids = [0u32];
+        let seqs: Vec<PagedSeq<'_>> = tables
+            .iter()
+            .map(|t| PagedSeq::new(&ids, CACHED, t))
+            .collect();
+        let q = rng.f32s(HEADS * b * HEAD_DIM);
+        let kv = rng.f32s(KV_HEADS * b * HEAD_DIM);
+        group.throughput(Throughput::Elements(b as u64));
+        group.bench_function(format!("B{b}"), |bench| {
+            bench.iter(|| paged_attention_step(&mut pool, 0, HEADS, &seqs, &q, &kv, &kv))
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("paged_attention/prefill");
+    configure(&mut group);
+    let (mut pool, tables) = filled_pool(1, &mut rng);
+    for rows in [16usize, 64] {
+        let ids = vec![0u32; rows];
+        let seqs = [PagedSeq::new(&ids, CACHED, &tables[0])];
+        let q = rng.f32s(HEADS * rows * HEAD_DIM);
+        let kv = rng.f32s(KV_HEADS * rows * HEAD_DIM);
+        group.throughput(Throughput::Elements(rows as u64));
+        group.bench_function(format!("{rows}"), |bench| {
+            bench.iter(|| paged_attention_step(&mut pool, 0, HEADS, &seqs, &q, &kv, &kv))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_matmul, bench_attention);
+criterion_main!(benches);
