@@ -19,11 +19,6 @@ pub async fn create(
 ) -> Result<Json<EmbeddingList>, HttpError> {
     let valid = request.validate()?;
     let model = embed_model(&state, &valid.model)?;
-    if let Some(d) = valid.dimensions {
-        if d > model.dimensions {
-            return Err(HttpError(dimensions_too_large(d, model.dimensions)));
-        }
-    }
     if model.cross_encoder {
         return Err(HttpError(ApiError::bad_request(
             Some("model"),
@@ -32,6 +27,11 @@ pub async fn create(
                 valid.model
             ),
         )));
+    }
+    if let Some(d) = valid.dimensions {
+        if d > model.dimensions {
+            return Err(HttpError(dimensions_too_large(d, model.dimensions)));
+        }
     }
     let ids = token_inputs(&model, valid.inputs, valid.truncate).await?;
     let prompt_tokens = ids.iter().map(Vec::len).sum();
