@@ -10,13 +10,14 @@
 //! lengths, concatenates their tokens into one `[total_tokens, hidden]` matrix
 //! for every dense layer (embeddings, QKV, output, FFN), and runs attention
 //! per sequence on its own rows, so no token ever attends to (or pays for) a
-//! padding position. The result is packed the same way; [`pool`] turns it into
+//! padding position (`packed_attention.rs`). The result is packed the same way; [`pool`] turns it into
 //! one vector per sequence.
 
 use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::{LayerNorm, VarBuilder};
 use serde::Deserialize;
 
+use crate::packed_attention::packed_attention;
 use crate::Linear;
 
 /// `config.json` of an encoder, dispatched on `model_type`.
@@ -162,27 +163,9 @@ impl Layer {
     /// `x`: packed `[total, h]`; `lens`: the sequences' lengths, in order.
     fn forward(&self, x: &Tensor, lens: &[usize], heads: usize) -> Result<Tensor> {
         let (_, h) = x.dims2()?;
-        let hd = h / heads;
-        let scale = 1.0 / (hd as f64).sqrt();
-        let qkv = self.qkv.forward(x)?;
-        let mut outs = Vec::with_capacity(lens.len());
-        let mut offset = 0;
-        for &len in lens {
-            let rows = qkv.narrow(0, offset, len)?;
-            offset += len;
-            let split = |i: usize| -> Result<Tensor> {
-                rows.narrow(1, i * h, h)?
-                    .reshape((len, heads, hd))?
-                    .transpose(0, 1)?
-                    .contiguous()
-            };
-            let (q, k, v) = (split(0)?, split(1)?, split(2)?);
-            let scores = (q.matmul(&k.t()?)? * scale)?;
-            let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-            let ctx = probs.matmul(&v)?.transpose(0, 1)?.reshape((len, h))?;
-            outs.push(ctx);
-        }
-        let ctx = Tensor::cat(&outs, 0)?;
+        let qkv = self.qkv.forward(x)?.flatten_all()?.to_vec1::<f32>()?;
+        let ctx = packed_attention(&qkv, h, heads, lens);
+        let ctx = Tensor::from_vec(ctx, (lens.iter().sum::<usize>(), h), x.device())?;
         let x = self
             .attn_norm
             .forward(&(self.attn_out.forward(&ctx)? + x)?)?;

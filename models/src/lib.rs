@@ -35,6 +35,7 @@ mod linear;
 mod llama;
 pub mod lora;
 mod lora_apply;
+mod packed_attention;
 mod paged;
 mod rotary;
 

@@ -26,6 +26,8 @@ use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use half::{bf16, f16};
 use rayon::prelude::*;
 
+use crate::packed_attention::dot;
+
 /// Token positions per block.
 pub const BLOCK_SIZE: usize = 16;
 
@@ -327,24 +329,6 @@ pub fn paged_attention_step(
         tokens: offset,
     };
     paged_attention(pool, layer, q, shape, &views)
-}
-
-/// Dot product with eight independent accumulators (vectorises).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for j in 0..8 {
-            acc[j] += x[j] * y[j];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 /// Rows `r0..r1` of one sequence, the query heads of KV head `g`: returns
