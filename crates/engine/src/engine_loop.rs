@@ -31,10 +31,12 @@ use std::sync::Arc;
 
 use hearth_core::{EngineError, Priority, TokenEvent};
 use hearth_models::{KvPool, PagedSeq};
+use rayon::prelude::*;
 use tokio::sync::mpsc;
 
 use crate::block_manager::BlockManager;
 use crate::engine::{EngineConfig, EngineParts, EngineStats, Job};
+use crate::sampler::Sampled;
 use crate::sequence::Sequence;
 
 const CLASSES: usize = 2;
@@ -294,27 +296,52 @@ impl EngineLoop {
         stats
             .prompt_tokens
             .fetch_add(run - decodes, Ordering::Relaxed);
-        let mut done = Vec::new();
-        for (row, &(i, n)) in plan.iter().enumerate() {
-            let seq = &mut self.active[i];
-            let finished = match &logits {
-                Ok(rows) => {
-                    seq.advance(n);
-                    if seq.pending() > 0 {
-                        continue;
-                    }
-                    self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
-                    seq.emit_next(&self.parts, &rows[row])
-                }
-                Err(message) => {
+        let rows = match logits {
+            Ok(rows) => rows,
+            Err(message) => {
+                // The batch failed: every sequence in it ends with the error.
+                let mut failed: Vec<usize> = plan.iter().map(|p| p.0).collect();
+                failed.sort_unstable();
+                for &i in &failed {
+                    let seq = &self.active[i];
                     tracing::error!(request = %seq.request.id, "{message}");
                     let _ = seq
                         .events
                         .send(TokenEvent::Error(EngineError::Model(message.clone())));
-                    true
                 }
-            };
-            if finished {
+                for i in failed.into_iter().rev() {
+                    self.active.remove(i);
+                }
+                return;
+            }
+        };
+        // Logits row of each sequence that samples this step (its prompt,
+        // if any, is now fully computed).
+        let mut row_of = vec![None; self.active.len()];
+        for (row, &(i, n)) in plan.iter().enumerate() {
+            let seq = &mut self.active[i];
+            seq.advance(n);
+            if seq.pending() == 0 {
+                row_of[i] = Some(row);
+            }
+        }
+        let sampling = row_of.iter().flatten().count();
+        let sample =
+            |(seq, row): (&mut Sequence, &Option<usize>)| row.map(|r| seq.sample(&rows[r]));
+        let samples: Vec<Option<Sampled>> = if sampling > 1 {
+            self.active
+                .par_iter_mut()
+                .zip(&row_of)
+                .map(sample)
+                .collect()
+        } else {
+            self.active.iter_mut().zip(&row_of).map(sample).collect()
+        };
+        let mut done = Vec::new();
+        for (i, sampled) in samples.into_iter().enumerate() {
+            let Some(sampled) = sampled else { continue };
+            self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
+            if self.active[i].emit(&self.parts, sampled) {
                 done.push(i);
             }
         }

@@ -25,8 +25,10 @@ pub const GREEDY_TEMPERATURE: f32 = 1e-5;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sampled {
     pub id: u32,
-    /// log_softmax of the raw logits at `id`.
-    pub logprob: f32,
+    /// log_softmax of the raw logits at `id`; computed only when the
+    /// parameters ask for `logprobs` (it costs an exponential per
+    /// vocabulary entry).
+    pub logprob: Option<f32>,
     /// The `logprobs` most likely tokens by raw logits, best first (empty unless asked).
     pub top: Vec<(u32, f32)>,
 }
@@ -114,13 +116,24 @@ impl Sampler {
     pub fn sample(&mut self, logits: &[f32], prompt: &[u32], generated: &[u32]) -> Sampled {
         assert!(!logits.is_empty(), "sample: empty logits");
         let id = self.choose(logits, prompt, generated);
+        let Some(k) = self.params.logprobs else {
+            return Sampled {
+                id,
+                logprob: None,
+                top: Vec::new(),
+            };
+        };
         let lse = log_sum_exp(logits);
         let logprob = (key(logits[id as usize]) as f64 - lse) as f32;
-        let top = match self.params.logprobs.unwrap_or(0) {
+        let top = match k {
             0 => Vec::new(),
             k => self.top_logprobs(logits, k, lse),
         };
-        Sampled { id, logprob, top }
+        Sampled {
+            id,
+            logprob: Some(logprob),
+            top,
+        }
     }
 
     fn top_logprobs(&mut self, logits: &[f32], k: usize, lse: f64) -> Vec<(u32, f32)> {
@@ -260,18 +273,23 @@ impl Sampler {
                 .filter(|v| **v < threshold)
                 .for_each(|v| *v = f32::NEG_INFINITY);
         }
-        let total: f64 = work.iter().map(|&v| ((v - max) as f64).exp()).sum();
+        // Unnormalised probabilities, each exponential computed once (f32:
+        // a token more than ~87 nats below the best gets no mass).
+        let mut total = 0f64;
+        for v in work.iter_mut() {
+            *v = (*v - max).exp();
+            total += *v as f64;
+        }
         let mut u = self.rng.random::<f64>() * total;
         let mut last = best;
-        for (i, &v) in work.iter().enumerate() {
-            if v == f32::NEG_INFINITY {
+        for (i, &q) in work.iter().enumerate() {
+            if q == 0.0 {
                 continue;
             }
-            let q = ((v - max) as f64).exp();
-            if u < q {
+            if u < q as f64 {
                 return i as u32;
             }
-            u -= q;
+            u -= q as f64;
             last = i;
         }
         last as u32 // rounding: the last token with any mass
@@ -410,11 +428,13 @@ mod tests {
         let mut s = Sampler::new(&params(|p| {
             p.temperature = 0.0;
             p.logit_bias = vec![(3, -100.0), (99_999, 5.0)];
+            p.logprobs = Some(0);
         }));
         let out = s.sample(&logits(), &[], &[]);
         assert_eq!(out.id, 1);
         // Reported logprob is of the raw logits, unaffected by the bias.
-        assert!((out.logprob - (2.0 - log_sum_exp(&logits()) as f32)).abs() < 1e-5);
+        let logprob = out.logprob.expect("asked for");
+        assert!((logprob - (2.0 - log_sum_exp(&logits()) as f32)).abs() < 1e-5);
         let p = params(|p| {
             p.logit_bias = vec![(3, -100.0)];
             p.seed = Some(5);
@@ -472,7 +492,8 @@ mod tests {
         }));
         let out = s.sample(&l, &[], &[3]);
         let lse = log_sum_exp(&l);
-        assert!((out.logprob - (l[out.id as usize] as f64 - lse) as f32).abs() < 1e-6);
+        let logprob = out.logprob.expect("asked for");
+        assert!((logprob - (l[out.id as usize] as f64 - lse) as f32).abs() < 1e-6);
         assert_eq!(out.top.len(), 5);
         let ids: Vec<u32> = out.top.iter().map(|t| t.0).collect();
         assert_eq!(&ids[..4], &[3, 1, 0, 2]);
@@ -481,9 +502,10 @@ mod tests {
         let mass: f64 = out.top.iter().map(|t| (t.1 as f64).exp()).sum();
         assert!(mass <= 1.0 + 1e-6);
         assert!((out.top[0].1 - (3.0 - lse) as f32).abs() < 1e-6);
-        // Not asked: no candidates.
+        // Not asked: no candidates, no logprob.
         let mut s = Sampler::new(&SamplingParams::greedy());
-        assert!(s.sample(&l, &[], &[]).top.is_empty());
+        let out = s.sample(&l, &[], &[]);
+        assert!(out.top.is_empty() && out.logprob.is_none());
         // Asked for more than the vocabulary: all of it.
         let mut s = Sampler::new(&params(|p| p.logprobs = Some(10)));
         assert_eq!(s.sample(&[0.0, 1.0], &[], &[]).top.len(), 2);

@@ -132,11 +132,17 @@ impl Sequence {
         }
     }
 
-    /// Samples the next token from `logits` and sends it. Returns true when
-    /// the sequence is finished (or its client has gone).
-    pub(crate) fn emit_next(&mut self, parts: &EngineParts, logits: &[f32]) -> bool {
+    /// Samples the next token from `logits` (the sequence is unchanged
+    /// until [`Sequence::emit`]); sequences sample independently, so a batch
+    /// samples in parallel.
+    pub(crate) fn sample(&mut self, logits: &[f32]) -> Sampled {
         let (prompt, generated) = self.tokens.split_at(self.prompt_len);
-        let sampled = self.sampler.sample(logits, prompt, generated);
+        self.sampler.sample(logits, prompt, generated)
+    }
+
+    /// Appends a token from [`Sequence::sample`] and sends it. Returns true
+    /// when the sequence is finished (or its client has gone).
+    pub(crate) fn emit(&mut self, parts: &EngineParts, sampled: Sampled) -> bool {
         self.push_token(sampled.id);
         let usage = Usage {
             prompt_tokens: self.prompt_len,
@@ -209,7 +215,7 @@ fn candidate(tokenizer: &Tokenizer, id: u32, logprob: f32) -> TokenCandidate {
 
 fn logprobs_of(tokenizer: &Tokenizer, sampled: &Sampled) -> TokenLogprobs {
     TokenLogprobs {
-        chosen: candidate(tokenizer, sampled.id, sampled.logprob),
+        chosen: candidate(tokenizer, sampled.id, sampled.logprob.unwrap_or(f32::NAN)),
         top: sampled
             .top
             .iter()
