@@ -419,6 +419,11 @@ impl Llama {
     /// already validated: logits `[batch, vocab]` of each sequence's last
     /// token.
     fn run_paged(&self, seqs: &[PagedSeq<'_>], pool: &mut KvPool) -> Result<Tensor> {
+        on_rayon_worker(|| self.run_paged_here(seqs, pool))
+    }
+
+    /// [`Llama::run_paged`] on the calling thread.
+    fn run_paged_here(&self, seqs: &[PagedSeq<'_>], pool: &mut KvPool) -> Result<Tensor> {
         let mut tokens = Vec::new();
         let mut positions = Vec::new();
         let mut last_rows = Vec::with_capacity(seqs.len());
@@ -473,6 +478,20 @@ impl Llama {
             .forward(&self.norm.forward(&last)?)?
             .to_dtype(DType::F32)
     }
+}
+
+/// Runs `f` on a rayon worker (the calling thread when it is one). A step
+/// is a few hundred parallel operations of tens of microseconds; started
+/// from a worker, each one's pieces go to the pool's queues and the caller
+/// works on them too, where a caller outside the pool would sleep until the
+/// pool finishes each operation and pay a thread wake-up every time.
+fn on_rayon_worker<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if rayon::current_thread_index().is_some() {
+        return f();
+    }
+    let mut out = None;
+    rayon::scope(|_| out = Some(f()));
+    out.expect("the scope ran its closure")
 }
 
 impl CausalLM for Llama {

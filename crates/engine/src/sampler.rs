@@ -155,9 +155,8 @@ impl Sampler {
     fn choose(&mut self, logits: &[f32], prompt: &[u32], generated: &[u32]) -> u32 {
         let n = logits.len();
         let p = &self.params;
-        let penalized = p.repetition_penalty != 1.0
-            || p.presence_penalty != 0.0
-            || p.frequency_penalty != 0.0;
+        let penalized =
+            p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
         if self.is_greedy() && p.logit_bias.is_empty() && !penalized {
             return argmax(logits) as u32; // nothing changes the logits
         }
