@@ -225,8 +225,10 @@ impl BlockTable {
             return;
         }
         let mut inner = self.manager.lock();
-        for i in self.registered..full {
-            let (b, h) = (self.blocks[i], hashes[i]);
+        let new = self.blocks[self.registered..full]
+            .iter()
+            .zip(&hashes[self.registered..full]);
+        for (&b, &h) in new {
             if inner.hash_of[b as usize].is_none() && !inner.by_hash.contains_key(&h) {
                 inner.hash_of[b as usize] = Some(h);
                 inner.by_hash.insert(h, b);
