@@ -3,6 +3,10 @@
 //! packed BERT forward with mean pooling and normalisation, at batch 1, 8,
 //! 32 and 128 (throughput in sentences).
 //!
+//! `encoder/batcher/clients16`: 16 concurrent clients, each sending 8
+//! one-sentence requests through the token-budget batcher (the path of
+//! `/v1/embeddings` under load); throughput in sentences.
+//!
 //! With `--features stock-candle` the same batches also run through stock
 //! candle-transformers' `BertModel` on the same safetensors (padded to the
 //! batch's longest sentence, with an attention mask, then the same pooling),
@@ -20,7 +24,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use hearth_engine::embed::load_sentence_encoder;
-use hearth_engine::Device;
+use hearth_engine::{BatcherConfig, Device, EncoderHandle};
 
 const MODEL: &str = "models/sentence-transformers--all-MiniLM-L6-v2";
 const BATCHES: [usize; 4] = [1, 8, 32, 128];
@@ -84,8 +88,48 @@ fn bench_encoder(c: &mut Criterion) {
     }
     group.finish();
 
+    bench_batcher(c, &dir, &ids);
+
     #[cfg(feature = "stock-candle")]
     stock::bench(c, &dir, &ids, &loaded.encoder);
+}
+
+/// 16 clients x 8 single-sentence requests through the batcher.
+fn bench_batcher(c: &mut Criterion, dir: &std::path::Path, ids: &[Vec<u32>]) {
+    const CLIENTS: usize = 16;
+    const PER_CLIENT: usize = 8;
+    let encoder = load_sentence_encoder(dir, &Device::Cpu).expect("loading the encoder");
+    let handle = EncoderHandle::start(encoder.encoder, BatcherConfig::default());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let round = || {
+        runtime.block_on(async {
+            let clients: Vec<_> = (0..CLIENTS)
+                .map(|c| {
+                    let h = handle.clone();
+                    let mine: Vec<Vec<u32>> = (0..PER_CLIENT)
+                        .map(|k| ids[(c * PER_CLIENT + k) % ids.len()].clone())
+                        .collect();
+                    tokio::spawn(async move {
+                        for one in mine {
+                            h.encode(vec![one]).await.expect("encode");
+                        }
+                    })
+                })
+                .collect();
+            for client in clients {
+                client.await.expect("client");
+            }
+        })
+    };
+    let mut group = c.benchmark_group("encoder/batcher");
+    configure(&mut group);
+    group.throughput(Throughput::Elements((CLIENTS * PER_CLIENT) as u64));
+    group.bench_function(format!("clients{CLIENTS}"), |bench| bench.iter(round));
+    group.finish();
 }
 
 #[cfg(feature = "stock-candle")]
