@@ -196,39 +196,34 @@ impl QuantMatrix {
             Repr::K4(_) | Repr::K6(_) => Acts::quantize_k(x, k),
             _ => Acts::quantize(x, k),
         };
-        // Work on the transposed output [n, m] so that chunks of weight rows
-        // own contiguous memory; with one activation row it is `out` itself.
-        let mut buf = Vec::new();
-        let out_t: &mut [f32] = if m == 1 {
-            out
-        } else {
-            buf.resize(n * m, 0f32);
-            &mut buf
+        // Chunk `ci` owns weight rows (output columns) `16 ci..16 ci + 16`
+        // and writes only those columns of `out`.
+        let shared = Out {
+            ptr: out.as_mut_ptr(),
+            n,
+            m,
         };
-        let work = |(ci, chunk): (usize, &mut [f32])| {
+        let work = |ci: usize| {
             let r0 = ci * CHUNK_ROWS;
-            self.block(isa, &acts, r0..r0 + chunk.len() / m, chunk);
+            // SAFETY: chunks have disjoint row ranges, so no two write the
+            // same element; `out` outlives the calls (all end before return).
+            unsafe { self.block(isa, &acts, r0..(r0 + CHUNK_ROWS).min(n), shared) };
         };
+        let chunks = n.div_ceil(CHUNK_ROWS);
         if m * n * k >= PARALLEL_MIN_WORK && rayon::current_num_threads() > 1 {
-            out_t
-                .par_chunks_mut(CHUNK_ROWS * m)
-                .enumerate()
-                .for_each(work);
+            (0..chunks).into_par_iter().for_each(work);
         } else {
-            out_t.chunks_mut(CHUNK_ROWS * m).enumerate().for_each(work);
-        }
-        if m > 1 {
-            for (r, row) in buf.chunks_exact(m).enumerate() {
-                for (i, v) in row.iter().enumerate() {
-                    out[i * n + r] = *v;
-                }
-            }
+            (0..chunks).for_each(work);
         }
     }
 
-    /// Weight rows `rows` times every activation row into `out`, laid out
-    /// `[rows.len(), m]`.
-    fn block(&self, isa: Isa, acts: &Acts, rows: Range<usize>, out: &mut [f32]) {
+    /// Weight rows `rows` times every activation row into columns `rows` of
+    /// `out`.
+    ///
+    /// # Safety
+    /// No other thread writes columns `rows` of `out` meanwhile, and `out`'s
+    /// buffer is alive.
+    unsafe fn block(&self, isa: Isa, acts: &Acts, rows: Range<usize>, out: Out) {
         // The K-quants have scalar and AVX2 kernels (AVX-512 CPUs run the
         // AVX2 one).
         match (&self.repr, isa) {
@@ -297,25 +292,50 @@ pub(crate) trait Tile {
     fn tile<const R: usize, const A: usize>(&self, r: usize, a: usize) -> [[f32; A]; R];
 }
 
-/// Stores a tile's results into `out` (`[rows, m]`, first row `r0`).
-fn put<const R: usize, const A: usize>(
-    out: &mut [f32],
+/// The `[m, n]` output of one matmul, shared by its chunks, each of which
+/// writes only the columns of its own weight rows.
+#[derive(Clone, Copy)]
+struct Out {
+    ptr: *mut f32,
+    n: usize,
     m: usize,
-    ri: usize,
-    a: usize,
-    t: [[f32; A]; R],
-) {
-    for (i, row) in t.iter().enumerate() {
-        out[(ri + i) * m + a..(ri + i) * m + a + A].copy_from_slice(row);
+}
+
+// SAFETY: an `Out` is only written through `put`, whose callers own disjoint
+// columns (see `QuantMatrix::block`).
+unsafe impl Send for Out {}
+// SAFETY: as above.
+unsafe impl Sync for Out {}
+
+impl Out {
+    /// Stores a tile: `t[i][j]` goes to `out[a + j][r + i]`.
+    ///
+    /// # Safety
+    /// Columns `r..r + R` belong to the caller (no concurrent writer) and
+    /// the buffer is alive.
+    unsafe fn put<const R: usize, const A: usize>(&self, r: usize, a: usize, t: [[f32; A]; R]) {
+        assert!(
+            r + R <= self.n && a + A <= self.m,
+            "tile outside the output"
+        );
+        for (i, row) in t.iter().enumerate() {
+            for (j, &v) in row.iter().enumerate() {
+                // SAFETY: in bounds (asserted); exclusive by the contract.
+                unsafe { *self.ptr.add((a + j) * self.n + r + i) = v };
+            }
+        }
     }
 }
 
-/// Weight rows `rows` x all activation rows through `t`, into `out` laid out
-/// `[rows.len(), m]`. Activation tiles of 8, 4, 2, 1 rows go outside and the
+/// Weight rows `rows` x all activation rows through `t`, into columns `rows`
+/// of `out`. Activation tiles of 8, 4, 2, 1 rows go outside and the
 /// weight rows inside, so the tile's activation rows and the chunk's weight
 /// rows both stay in L1. Tiles are 1x8, 2x4, 4x2 and 4x1 (weight x
 /// activation rows), 1xA for the last weight rows of a chunk.
-fn run_tiles<T: Tile>(t: &T, acts: &Acts, rows: Range<usize>, out: &mut [f32]) {
+///
+/// # Safety
+/// As [`QuantMatrix::block`].
+unsafe fn run_tiles<T: Tile>(t: &T, acts: &Acts, rows: Range<usize>, out: Out) {
     let m = acts.qs.len() / acts.nb;
     let mut a = 0;
     while a < m {
@@ -332,21 +352,22 @@ fn run_tiles<T: Tile>(t: &T, acts: &Acts, rows: Range<usize>, out: &mut [f32]) {
         };
         let mut r = rows.start;
         while r < rows.end {
-            let ri = r - rows.start;
+            // SAFETY (every `put` below): rows `r..` are inside `rows`, which
+            // the caller owns.
             if rows.end - r >= rt {
                 match at {
-                    8 => put(out, m, ri, a, t.tile::<1, 8>(r, a)),
-                    4 => put(out, m, ri, a, t.tile::<2, 4>(r, a)),
-                    2 => put(out, m, ri, a, t.tile::<4, 2>(r, a)),
-                    _ => put(out, m, ri, a, t.tile::<4, 1>(r, a)),
+                    8 => out.put(r, a, t.tile::<1, 8>(r, a)),
+                    4 => out.put(r, a, t.tile::<2, 4>(r, a)),
+                    2 => out.put(r, a, t.tile::<4, 2>(r, a)),
+                    _ => out.put(r, a, t.tile::<4, 1>(r, a)),
                 }
                 r += rt;
             } else {
                 match at {
-                    8 => put(out, m, ri, a, t.tile::<1, 8>(r, a)),
-                    4 => put(out, m, ri, a, t.tile::<1, 4>(r, a)),
-                    2 => put(out, m, ri, a, t.tile::<1, 2>(r, a)),
-                    _ => put(out, m, ri, a, t.tile::<1, 1>(r, a)),
+                    8 => out.put(r, a, t.tile::<1, 8>(r, a)),
+                    4 => out.put(r, a, t.tile::<1, 4>(r, a)),
+                    2 => out.put(r, a, t.tile::<1, 2>(r, a)),
+                    _ => out.put(r, a, t.tile::<1, 1>(r, a)),
                 }
                 r += 1;
             }
