@@ -130,18 +130,15 @@ unsafe fn i8_tile<const R: usize, const A: usize>(
 ) -> [[f32; A]; R] {
     let nb = w.nb;
     assert!(acts.nb == nb && (r + R) * nb <= w.qs.len() && (a + A) * nb <= acts.qs.len());
-    let (wq, wsc) = (w.qs.as_ptr().add(r * nb), w.sc.as_ptr().add(r * nb));
+    let (wq, wd) = (w.qs.as_ptr().add(r * nb), w.d.as_ptr().add(r * nb));
     let (aq, ad) = (acts.qs.as_ptr().add(a * nb), acts.d.as_ptr().add(a * nb));
     let ones = _mm256_set1_epi16(1);
-    // Lanes 0..4 take the first scale, 4..8 the second.
-    let spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
     let mut acc = [[_mm256_setzero_ps(); A]; R];
     for b in 0..nb {
         for (i, acc) in acc.iter_mut().enumerate() {
             let wv = _mm256_loadu_si256(wq.add(i * nb + b) as *const __m256i);
             let wabs = _mm256_abs_epi8(wv);
-            let sc2 = _mm_castpd_ps(_mm_load_sd(wsc.add(i * nb + b) as *const f64));
-            let sc = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(sc2), spread);
+            let sc = _mm256_set1_ps(*wd.add(i * nb + b));
             for (j, acc) in acc.iter_mut().enumerate() {
                 let av = _mm256_loadu_si256(aq.add(j * nb + b) as *const __m256i);
                 let signed = _mm256_sign_epi8(av, wv);

@@ -7,8 +7,8 @@
 //! `b + 1` low, `b + 1` high). The byte products are summed per 4 into 16
 //! i32 lanes, lanes 0..8 for block `b` and 8..16 for `b + 1`, by
 //! `vpdpbusd` with VNNI or `vpmaddubsw` + `vpmaddwd` without. The scales are
-//! spread to match with one `vpermps` (`[d_b x 8, d_b+1 x 8]`, or per 16
-//! values `[sc x 4, ...]` for I8). An odd last block runs alone with the
+//! spread to match with one `vpermps` (`[d_b x 8, d_b+1 x 8]`). An odd last
+//! block runs alone with the
 //! other half zero (zero weights and zero scales add nothing).
 //!
 //! Signed weights (I8) use `|w|` and `x` negated where `w < 0` (AVX-512 has
@@ -73,18 +73,6 @@ unsafe fn spread2(p: *const f32, single: bool) -> __m512 {
         _mm_castpd_ps(_mm_load_sd(p as *const f64))
     };
     let idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v))
-}
-
-/// Scales `p[0..4]` (`p[0..2]` if `single`) spread to `[p0 x 4, .., p3 x 4]`.
-#[inline(always)]
-unsafe fn spread4(p: *const f32, single: bool) -> __m512 {
-    let v = if single {
-        _mm_castpd_ps(_mm_load_sd(p as *const f64))
-    } else {
-        _mm_loadu_ps(p)
-    };
-    let idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v))
 }
 
@@ -166,7 +154,7 @@ unsafe fn i8_body<const R: usize, const A: usize, const VNNI: bool>(
 ) -> [[f32; A]; R] {
     let nb = w.nb;
     assert!(acts.nb == nb && (r + R) * nb <= w.qs.len() && (a + A) * nb <= acts.qs.len());
-    let (wq, wsc) = (w.qs.as_ptr().add(r * nb), w.sc.as_ptr().add(r * nb));
+    let (wq, wd) = (w.qs.as_ptr().add(r * nb), w.d.as_ptr().add(r * nb));
     let (aq, ad) = (acts.qs.as_ptr().add(a * nb), acts.d.as_ptr().add(a * nb));
     let zero = _mm512_setzero_si512();
     let mut acc = [[_mm512_setzero_ps(); A]; R];
@@ -177,7 +165,7 @@ unsafe fn i8_body<const R: usize, const A: usize, const VNNI: bool>(
             let wv = load_bytes(wq.add(i * nb + b) as *const u8, single);
             let wabs = _mm512_abs_epi8(wv);
             let neg = _mm512_movepi8_mask(wv);
-            let sc = spread4(wsc.add(i * nb + b) as *const f32, single);
+            let sc = spread2(wd.add(i * nb + b), single);
             for (j, acc) in acc.iter_mut().enumerate() {
                 let xv = load_bytes(aq.add(j * nb + b) as *const u8, single);
                 let signed = _mm512_mask_sub_epi8(xv, neg, zero, xv);

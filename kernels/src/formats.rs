@@ -8,8 +8,8 @@
 //!   `j` in its low nibble and value `j + 16` in its high nibble, the
 //!   Q4_0/Q4_1 order), a scale `d` and an offset `m`, so that `w = d q + m`.
 //!   Q4_0 (`d (q - 8)`, so `m = -8 d`) and Q4_1 (`d q + m`) fit.
-//! - [`I8`]: 32 signed bytes `q`, a scale per 16 values `sc[0]`, `sc[1]`,
-//!   and optionally an offset per block `m`: `w = sc[j / 16] q_j (+ m)`.
+//! - [`I8`]: 32 signed bytes `q`, a scale `d` and optionally an offset `m`
+//!   per block: `w = d q (+ m)`.
 //!   Q8_0 (`d q`), Q5_0 (`d (q - 16)`) and Q5_1 (`d q + m`, `q` in 0..32)
 //!   fit.
 //!
@@ -89,12 +89,12 @@ pub(crate) struct U4 {
     pub m: Vec<f32>,
 }
 
-/// Blocks `w_j = sc[j / 16] q_j (+ m)` with 8-bit `q`, laid out as [`U4`].
+/// Blocks `w_j = d q_j (+ m)` with 8-bit `q`, laid out as [`U4`].
 #[derive(Debug)]
 pub(crate) struct I8 {
     pub nb: usize,
     pub qs: Vec<Q8>,
-    pub sc: Vec<[f32; 2]>,
+    pub d: Vec<f32>,
     pub m: Option<Vec<f32>>,
 }
 
@@ -248,14 +248,13 @@ pub(crate) fn unpack(format: Format, data: &[u8], n: usize, k: usize) -> Result<
             let mut w = I8 {
                 nb,
                 qs: Vec::with_capacity(total),
-                sc: Vec::with_capacity(total),
+                d: Vec::with_capacity(total),
                 m: has_m.then(|| Vec::with_capacity(total)),
             };
             for b in chunks {
                 match format {
                     Format::Q8_0 => {
-                        let d = h(b, 0);
-                        w.sc.push([d, d]);
+                        w.d.push(h(b, 0));
                         w.qs.push(Q8(std::array::from_fn(|j| b[2 + j] as i8)));
                     }
                     Format::Q5_0 | Format::Q5_1 => {
@@ -270,7 +269,7 @@ pub(crate) fn unpack(format: Format, data: &[u8], n: usize, k: usize) -> Result<
                             let high = ((qh >> j) & 1) as u8;
                             ((low | (high << 4)) as i32 - bias) as i8
                         });
-                        w.sc.push([d, d]);
+                        w.d.push(d);
                         w.qs.push(Q8(q));
                         if let Some(m) = w.m.as_mut() {
                             m.push(h(b, 2));
@@ -298,13 +297,9 @@ impl Repr {
             }
             Repr::I8(w) => {
                 out.reserve(w.qs.len() * QK);
-                for (b, (q, sc)) in w.qs.iter().zip(&w.sc).enumerate() {
+                for (b, (q, &d)) in w.qs.iter().zip(&w.d).enumerate() {
                     let m = w.m.as_ref().map_or(0.0, |m| m[b]);
-                    out.extend(
-                        q.0.iter()
-                            .enumerate()
-                            .map(|(j, &v)| sc[j / 16] * v as f32 + m),
-                    );
+                    out.extend(q.0.iter().map(|&v| d * v as f32 + m));
                 }
             }
             Repr::K4(w) => w.dequantize(&mut out),

@@ -7,7 +7,7 @@
 //! How:
 //! - at load the blocks are unpacked into one of two layouts (`formats.rs`):
 //!   4-bit values with a scale and an offset per 32 values (Q4_0, Q4_1), or
-//!   8-bit values with a scale per 16 values and an optional offset per 32
+//!   8-bit values with a scale and an optional offset per 32
 //!   (Q5_0, Q5_1, Q8_0); the K-quants keep their integer sub-block scales
 //!   (`kquants.rs`); the weights are reproduced exactly;
 //! - the activations are quantized to 8 bits per 32 values as llama.cpp's

@@ -41,22 +41,22 @@ fn dot_u4(w: &U4, acts: &Acts, r: usize, a: usize) -> f32 {
     acc
 }
 
-/// `sum_b d_x (sc0 sum_{j<16} q_w q_x + sc1 sum_{j>=16} q_w q_x) (+ m s_x)`.
+/// `sum_b d_x d_w sum_j q_w q_x (+ m s_x)`.
 fn dot_i8(w: &I8, acts: &Acts, r: usize, a: usize) -> f32 {
     let nb = w.nb;
     let (wr, ar) = (r * nb..(r + 1) * nb, a * nb..(a + 1) * nb);
     let mut acc = 0f32;
-    for ((wq, sc), (aq, &dx)) in w.qs[wr.clone()]
+    for ((wq, &dw), (aq, &dx)) in w.qs[wr.clone()]
         .iter()
-        .zip(&w.sc[wr.clone()])
+        .zip(&w.d[wr.clone()])
         .zip(acts.qs[ar.clone()].iter().zip(&acts.d[ar.clone()]))
     {
-        let (mut lo, mut hi) = (0i32, 0i32);
-        for j in 0..16 {
-            lo += wq.0[j] as i32 * aq.0[j] as i32;
-            hi += wq.0[j + 16] as i32 * aq.0[j + 16] as i32;
-        }
-        acc += dx * (sc[0] * lo as f32 + sc[1] * hi as f32);
+        let sum: i32 =
+            wq.0.iter()
+                .zip(&aq.0)
+                .map(|(&w, &x)| w as i32 * x as i32)
+                .sum();
+        acc += dx * dw * sum as f32;
     }
     if let Some(m) = &w.m {
         acc += m[wr]
