@@ -267,7 +267,49 @@ fn page<T>(mut items: Vec<T>, limit: i64) -> (Vec<T>, bool) {
     (items, has_more)
 }
 
+/// Which rows a newest-first page lists: `columns` of `table` whose
+/// `owner_column` is `owner`.
+struct PageOf<'a> {
+    columns: &'a str,
+    table: &'a str,
+    owner_column: &'a str,
+    owner: &'a str,
+}
+
 impl Store {
+    /// A page of rows, newest (largest id) first: at most `limit`, with ids
+    /// before `after` when given; returns the page and whether more follow.
+    async fn newest_first<T>(
+        &self,
+        of: PageOf<'_>,
+        limit: i64,
+        after: Option<&str>,
+        from_row: fn(&AnyRow) -> Result<T>,
+    ) -> Result<(Vec<T>, bool)> {
+        let PageOf {
+            columns,
+            table,
+            owner_column,
+            owner,
+        } = of;
+        let sql = match after {
+            Some(_) => format!(
+                "SELECT {columns} FROM {table} \
+                 WHERE {owner_column} = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
+            ),
+            None => format!(
+                "SELECT {columns} FROM {table} \
+                 WHERE {owner_column} = $1 ORDER BY id DESC LIMIT $2"
+            ),
+        };
+        let mut query = sqlx::query(&sql).bind(owner);
+        if let Some(after) = after {
+            query = query.bind(after);
+        }
+        let rows = query.bind(limit.max(0) + 1).fetch_all(&self.pool).await?;
+        let items = rows.iter().map(from_row).collect::<Result<Vec<_>>>()?;
+        Ok(page(items, limit))
+    }
     /// Creates a job, `queued`, and its first event ("Created fine-tuning
     /// job"). The caller has checked everything (model, files, values).
     pub async fn create_ft_job(&self, new: NewFtJob) -> Result<FtJob> {
@@ -358,34 +400,13 @@ impl Store {
         limit: i64,
         after: Option<&str>,
     ) -> Result<(Vec<FtJob>, bool)> {
-        let rows = match after {
-            Some(after) => {
-                sqlx::query(&format!(
-                    "SELECT {JOB_COLUMNS} FROM fine_tuning_jobs \
-                     WHERE project_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
-                ))
-                .bind(project_id)
-                .bind(after)
-                .bind(limit.max(0) + 1)
-                .fetch_all(&self.pool)
-                .await?
-            }
-            None => {
-                sqlx::query(&format!(
-                    "SELECT {JOB_COLUMNS} FROM fine_tuning_jobs \
-                     WHERE project_id = $1 ORDER BY id DESC LIMIT $2"
-                ))
-                .bind(project_id)
-                .bind(limit.max(0) + 1)
-                .fetch_all(&self.pool)
-                .await?
-            }
+        let of = PageOf {
+            columns: JOB_COLUMNS,
+            table: "fine_tuning_jobs",
+            owner_column: "project_id",
+            owner: project_id,
         };
-        let jobs = rows
-            .iter()
-            .map(FtJob::from_row)
-            .collect::<Result<Vec<_>>>()?;
-        Ok(page(jobs, limit))
+        self.newest_first(of, limit, after, FtJob::from_row).await
     }
 
     /// Cancels the job at once: a `validating_files`, `queued` or `running`

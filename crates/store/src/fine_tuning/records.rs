@@ -47,34 +47,13 @@ impl Store {
         limit: i64,
         after: Option<&str>,
     ) -> Result<(Vec<FtEvent>, bool)> {
-        let rows = match after {
-            Some(after) => {
-                sqlx::query(&format!(
-                    "SELECT {EVENT_COLUMNS} FROM fine_tuning_events \
-                     WHERE job_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
-                ))
-                .bind(job_id)
-                .bind(after)
-                .bind(limit.max(0) + 1)
-                .fetch_all(&self.pool)
-                .await?
-            }
-            None => {
-                sqlx::query(&format!(
-                    "SELECT {EVENT_COLUMNS} FROM fine_tuning_events \
-                     WHERE job_id = $1 ORDER BY id DESC LIMIT $2"
-                ))
-                .bind(job_id)
-                .bind(limit.max(0) + 1)
-                .fetch_all(&self.pool)
-                .await?
-            }
+        let of = PageOf {
+            columns: EVENT_COLUMNS,
+            table: "fine_tuning_events",
+            owner_column: "job_id",
+            owner: job_id,
         };
-        let events = rows
-            .iter()
-            .map(FtEvent::from_row)
-            .collect::<Result<Vec<_>>>()?;
-        Ok(page(events, limit))
+        self.newest_first(of, limit, after, FtEvent::from_row).await
     }
 
     /// Records a checkpoint of the job (its blobs already written under
@@ -120,34 +99,14 @@ impl Store {
         limit: i64,
         after: Option<&str>,
     ) -> Result<(Vec<FtCheckpoint>, bool)> {
-        let rows = match after {
-            Some(after) => {
-                sqlx::query(&format!(
-                    "SELECT {CHECKPOINT_COLUMNS} FROM fine_tuning_checkpoints \
-                     WHERE job_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
-                ))
-                .bind(job_id)
-                .bind(after)
-                .bind(limit.max(0) + 1)
-                .fetch_all(&self.pool)
-                .await?
-            }
-            None => {
-                sqlx::query(&format!(
-                    "SELECT {CHECKPOINT_COLUMNS} FROM fine_tuning_checkpoints \
-                     WHERE job_id = $1 ORDER BY id DESC LIMIT $2"
-                ))
-                .bind(job_id)
-                .bind(limit.max(0) + 1)
-                .fetch_all(&self.pool)
-                .await?
-            }
+        let of = PageOf {
+            columns: CHECKPOINT_COLUMNS,
+            table: "fine_tuning_checkpoints",
+            owner_column: "job_id",
+            owner: job_id,
         };
-        let checkpoints = rows
-            .iter()
-            .map(FtCheckpoint::from_row)
-            .collect::<Result<Vec<_>>>()?;
-        Ok(page(checkpoints, limit))
+        self.newest_first(of, limit, after, FtCheckpoint::from_row)
+            .await
     }
 
     /// The checkpoint `id` of the job; [`StoreError::NotFound`] otherwise.
