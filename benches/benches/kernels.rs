@@ -92,10 +92,29 @@ fn bench_matmul(c: &mut Criterion) {
             let x = rng.f32s(m * k);
             let mut out = vec![0f32; m * n];
             group.throughput(Throughput::Elements((m * n * k) as u64));
-            group.bench_function(format!("M{m}"), |b| b.iter(|| q.matmul(&x, m, &mut out)));
+            group.bench_function(format!("M{m}"), |b| {
+                b.iter_custom(|iters| in_pool(|| time(iters, || q.matmul(&x, m, &mut out))))
+            });
         }
         group.finish();
     }
+}
+
+/// Runs `f` on a rayon worker, as the model's forward runs (a matmul called
+/// from outside the pool waits for a worker to wake up every call).
+fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    let mut out = None;
+    rayon::scope(|_| out = Some(f()));
+    out.expect("the scope ran its closure")
+}
+
+/// Wall time of `iters` calls of `f`.
+fn time(iters: u64, mut f: impl FnMut()) -> Duration {
+    let start = std::time::Instant::now();
+    for _ in 0..iters {
+        f();
+    }
+    start.elapsed()
 }
 
 /// A pool with `seqs` sequences of `CACHED` written positions each, and

@@ -2,7 +2,8 @@
 //! work on.
 //!
 //! The K-quants are unpacked by `kquants.rs`'s layouts. Every other format
-//! is cut into 32-value blocks, each stored as one of:
+//! is cut into 32-value blocks, each read as one of the following, then
+//! stored with eight rows interleaved (`x8/`):
 //!
 //! - [`U4`]: 32 unsigned 4-bit values `q` in 16 bytes (byte `j` holds value
 //!   `j` in its low nibble and value `j + 16` in its high nibble, the
@@ -13,12 +14,14 @@
 //!   Q8_0 (`d q`), Q5_0 (`d (q - 16)`) and Q5_1 (`d q + m`, `q` in 0..32)
 //!   fit.
 //!
-//! Every weight is reproduced exactly. The cost is memory: a U4 block takes
-//! 24 bytes where Q4_1 takes 20, an I8 block 40 where Q8_0 takes 34.
+//! Every weight is reproduced exactly. The cost is memory: a 4-bit block
+//! takes 24 bytes where Q4_1 takes 20 (f32 scale and offset), an 8-bit block
+//! 36 where Q8_0 takes 34, plus the padding of the last group of eight rows.
 
 use half::f16;
 
 use crate::kquants::{K4, K6};
+use crate::x8::{i8::I8x8, u4::U4x8};
 use crate::Error;
 
 /// A GGUF (GGML) block format.
@@ -100,8 +103,8 @@ pub(crate) struct I8 {
 
 #[derive(Debug)]
 pub(crate) enum Repr {
-    U4(U4),
-    I8(I8),
+    U4x8(U4x8),
+    I8x8(I8x8),
     K4(K4),
     K6(K6),
 }
@@ -241,7 +244,7 @@ pub(crate) fn unpack(format: Format, data: &[u8], n: usize, k: usize) -> Result<
                     _ => unreachable!("only Q4_0 and Q4_1 here"),
                 }
             }
-            Repr::U4(u)
+            Repr::U4x8(U4x8::new(&u, n))
         }
         Format::Q5_0 | Format::Q5_1 | Format::Q8_0 => {
             let has_m = format == Format::Q5_1;
@@ -278,7 +281,7 @@ pub(crate) fn unpack(format: Format, data: &[u8], n: usize, k: usize) -> Result<
                     _ => unreachable!("only Q5_0, Q5_1 and Q8_0 here"),
                 }
             }
-            Repr::I8(w)
+            Repr::I8x8(I8x8::new(&w, n))
         }
     })
 }
@@ -288,20 +291,8 @@ impl Repr {
     pub(crate) fn dequantize(&self) -> Vec<f32> {
         let mut out = Vec::new();
         match self {
-            Repr::U4(u) => {
-                out.reserve(u.qs.len() * QK);
-                for ((q, &d), &m) in u.qs.iter().zip(&u.d).zip(&u.m) {
-                    out.extend(q.0.iter().map(|&v| d * (v & 0xF) as f32 + m));
-                    out.extend(q.0.iter().map(|&v| d * (v >> 4) as f32 + m));
-                }
-            }
-            Repr::I8(w) => {
-                out.reserve(w.qs.len() * QK);
-                for (b, (q, &d)) in w.qs.iter().zip(&w.d).enumerate() {
-                    let m = w.m.as_ref().map_or(0.0, |m| m[b]);
-                    out.extend(q.0.iter().map(|&v| d * v as f32 + m));
-                }
-            }
+            Repr::U4x8(w) => w.dequantize(&mut out),
+            Repr::I8x8(w) => w.dequantize(&mut out),
             Repr::K4(w) => w.dequantize(&mut out),
             Repr::K6(w) => w.dequantize(&mut out),
         }

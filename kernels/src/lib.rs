@@ -26,13 +26,9 @@
 //!   when there is enough work.
 
 mod act;
-#[cfg(target_arch = "x86_64")]
-mod avx2;
-#[cfg(target_arch = "x86_64")]
-mod avx512;
 mod formats;
 mod kquants;
-mod scalar;
+mod x8;
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -224,66 +220,46 @@ impl QuantMatrix {
     /// No other thread writes columns `rows` of `out` meanwhile, and `out`'s
     /// buffer is alive.
     unsafe fn block(&self, isa: Isa, acts: &Acts, rows: Range<usize>, out: Out) {
-        // The K-quants have scalar and AVX2 kernels (AVX-512 CPUs run the
-        // AVX2 one).
         match (&self.repr, isa) {
+            (Repr::U4x8(w), Isa::Scalar) => x8::run_scalar(w, acts, groups(rows), out),
+            (Repr::I8x8(w), Isa::Scalar) => x8::run_scalar(w, acts, groups(rows), out),
             (Repr::K4(w), Isa::Scalar) => {
-                return run_tiles(&kquants::scalar::K4Tile { w, acts }, acts, rows, out)
+                run_tiles(&kquants::scalar::K4Tile { w, acts }, acts, rows, out)
             }
             (Repr::K6(w), Isa::Scalar) => {
-                return run_tiles(&kquants::scalar::K6Tile { w, acts }, acts, rows, out)
+                run_tiles(&kquants::scalar::K6Tile { w, acts }, acts, rows, out)
             }
+            // SAFETY (every arm below): `matmul_with` checked that the CPU
+            // has `isa`; every non-scalar `Isa` implies AVX2 + FMA.
+            #[cfg(target_arch = "x86_64")]
+            (Repr::U4x8(w), Isa::Avx512Vnni) => x8::simd::run_vnni(w, acts, groups(rows), out),
+            #[cfg(target_arch = "x86_64")]
+            (Repr::I8x8(w), Isa::Avx512Vnni) => x8::simd::run_vnni(w, acts, groups(rows), out),
+            #[cfg(target_arch = "x86_64")]
+            (Repr::U4x8(w), _) => x8::simd::run_avx2(w, acts, groups(rows), out),
+            #[cfg(target_arch = "x86_64")]
+            (Repr::I8x8(w), _) => x8::simd::run_avx2(w, acts, groups(rows), out),
             #[cfg(target_arch = "x86_64")]
             (Repr::K4(w), _) => {
-                // SAFETY: every non-scalar `Isa` implies AVX2 + FMA, checked
-                // by `matmul_with`.
                 let t = unsafe { kquants::avx2::K4Tile::new(w, acts) };
-                return run_tiles(&t, acts, rows, out);
+                run_tiles(&t, acts, rows, out)
             }
             #[cfg(target_arch = "x86_64")]
             (Repr::K6(w), _) => {
-                // SAFETY: as above.
                 let t = unsafe { kquants::avx2::K6Tile::new(w, acts) };
-                return run_tiles(&t, acts, rows, out);
+                run_tiles(&t, acts, rows, out)
             }
-            _ => {}
-        }
-        match isa {
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => match &self.repr {
-                // SAFETY (all three arms): `matmul_with` checked that the CPU
-                // has the instruction set.
-                Repr::U4(w) => run_tiles(&unsafe { avx2::U4Tile::new(w, acts) }, acts, rows, out),
-                Repr::I8(w) => run_tiles(&unsafe { avx2::I8Tile::new(w, acts) }, acts, rows, out),
-                Repr::K4(_) | Repr::K6(_) => unreachable!("K-quants dispatched above"),
-            },
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 | Isa::Avx512Vnni => {
-                let vnni = isa == Isa::Avx512Vnni;
-                // SAFETY: as above (VNNI only for `Isa::Avx512Vnni`).
-                match &self.repr {
-                    Repr::U4(w) => run_tiles(
-                        &unsafe { avx512::U4Tile::new(w, acts, vnni) },
-                        acts,
-                        rows,
-                        out,
-                    ),
-                    Repr::I8(w) => run_tiles(
-                        &unsafe { avx512::I8Tile::new(w, acts, vnni) },
-                        acts,
-                        rows,
-                        out,
-                    ),
-                    Repr::K4(_) | Repr::K6(_) => unreachable!("K-quants dispatched above"),
-                }
-            }
-            _ => match &self.repr {
-                Repr::U4(w) => run_tiles(&scalar::U4Tile { w, acts }, acts, rows, out),
-                Repr::I8(w) => run_tiles(&scalar::I8Tile { w, acts }, acts, rows, out),
-                Repr::K4(_) | Repr::K6(_) => unreachable!("K-quants dispatched above"),
-            },
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => unreachable!("only the scalar kernels exist off x86-64"),
         }
     }
+}
+
+/// The row groups of the interleaved layouts (`x8/`) that hold weight rows `rows` (whose
+/// start is a multiple of the group size).
+fn groups(rows: Range<usize>) -> Range<usize> {
+    debug_assert!(rows.start.is_multiple_of(x8::G) && CHUNK_ROWS.is_multiple_of(x8::G));
+    rows.start / x8::G..rows.end.div_ceil(x8::G)
 }
 
 /// Dot products of a tile of weight rows and activation rows.

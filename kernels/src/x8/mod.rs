@@ -1,0 +1,164 @@
+//! Weight layouts with eight rows interleaved, and their kernels.
+//!
+//! The 32-value formats are stored by *groups* of eight consecutive weight
+//! rows: for each 32-value block the eight rows' values sit together, so
+//! that one 256-bit register holds four consecutive values of each of the
+//! eight rows (one row per 32-bit lane). One activation block then feeds
+//! eight rows at once: its four bytes `4 i..4 i + 4` are broadcast into
+//! every lane and multiplied with register `i` (`vpmaddubsw`, or `vpdpbusd`
+//! with AVX-512 VNNI), and after eight such steps each lane holds its row's
+//! integer dot product over the block. The float work, `d_w d_x isum (+ m_w
+//! s_x)`, is then a handful of instructions for all eight rows (the scales
+//! of a group's block are stored as eight f32), and the eight lanes are
+//! eight consecutive output columns: no horizontal sums.
+//!
+//! - [`u4`]: Q4_0, Q4_1 (4-bit values, `w = d q + m`);
+//! - [`i8`]: Q5_0, Q5_1, Q8_0 (8-bit values, `w = d q (+ m)`).
+//!
+//! Rows are padded to a multiple of eight with zero weights; padded rows are
+//! never written out. Work is cut into tiles of one group x 1, 2 or 4
+//! activation rows; a chunk of groups runs every activation tile with the
+//! activation tiles outside, so the chunk's weights stay in L1.
+
+pub(crate) mod i8;
+pub(crate) mod u4;
+
+use std::ops::Range;
+
+use crate::act::Acts;
+use crate::Out;
+
+/// Rows per group.
+pub(crate) const G: usize = 8;
+
+/// An interleaved matrix's kernels.
+pub(crate) trait Group8 {
+    /// Real rows.
+    fn rows(&self) -> usize;
+
+    /// Row `8 g + l` . activation row `a`, exactly summed per block in i32
+    /// (the portable kernel).
+    fn dot(&self, acts: &Acts, g: usize, l: usize, a: usize) -> f32;
+
+    /// Group `g` times activation rows `a..a + A`: lane `l` of `[j]` is row
+    /// `8 g + l` . activation row `a + j`. Implementations are
+    /// `#[inline(always)]`, compiled into the callers of [`simd`], which
+    /// enable the instruction sets.
+    ///
+    /// # Safety
+    /// AVX2 and FMA, and AVX-512 VNNI + VL if `VNNI`; the group and the
+    /// activation rows exist.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile<const A: usize, const VNNI: bool>(
+        &self,
+        acts: &Acts,
+        g: usize,
+        a: usize,
+    ) -> [std::arch::x86_64::__m256; A];
+}
+
+/// Stores the rows of group `g` that exist (`t[l][j]` to `out[a + j][8 g +
+/// l]`).
+///
+/// # Safety
+/// Nobody else writes the group's columns of `out` meanwhile; the buffer is
+/// alive.
+unsafe fn put_group<const A: usize>(n: usize, g: usize, a: usize, t: [[f32; A]; G], out: Out) {
+    let r = G * g;
+    if r + G <= n {
+        // SAFETY: forwarded.
+        unsafe { out.put(r, a, t) };
+    } else {
+        for (l, row) in t.iter().enumerate().take(n - r) {
+            // SAFETY: forwarded.
+            unsafe { out.put::<1, A>(r + l, a, [*row]) };
+        }
+    }
+}
+
+/// Groups `groups` times every activation row with [`Group8::dot`].
+///
+/// # Safety
+/// As [`put_group`] for the groups' columns.
+pub(crate) unsafe fn run_scalar<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
+    let m = acts.qs.len() / acts.nb;
+    for g in groups {
+        for a in 0..m {
+            let t = std::array::from_fn(|l| [w.dot(acts, g, l, a)]);
+            // SAFETY: forwarded.
+            unsafe { put_group(w.rows(), g, a, t, out) };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod simd {
+    use std::arch::x86_64::*;
+    use std::ops::Range;
+
+    use super::{put_group, Group8, G};
+    use crate::act::Acts;
+    use crate::Out;
+
+    /// Computes and stores one tile.
+    #[inline(always)]
+    unsafe fn put_tile<W: Group8, const A: usize, const VNNI: bool>(
+        w: &W,
+        acts: &Acts,
+        g: usize,
+        a: usize,
+        out: Out,
+    ) {
+        let v = w.tile::<A, VNNI>(acts, g, a);
+        let mut lanes = [[0f32; G]; A];
+        for (l, v) in lanes.iter_mut().zip(v) {
+            _mm256_storeu_ps(l.as_mut_ptr(), v);
+        }
+        let t: [[f32; A]; G] = std::array::from_fn(|l| std::array::from_fn(|j| lanes[j][l]));
+        put_group(w.rows(), g, a, t, out);
+    }
+
+    #[inline(always)]
+    unsafe fn run_body<W: Group8, const VNNI: bool>(
+        w: &W,
+        acts: &Acts,
+        groups: Range<usize>,
+        out: Out,
+    ) {
+        let m = acts.qs.len() / acts.nb;
+        let mut a = 0;
+        while a < m {
+            let at = match m - a {
+                4.. => 4,
+                2.. => 2,
+                _ => 1,
+            };
+            for g in groups.clone() {
+                match at {
+                    4 => put_tile::<W, 4, VNNI>(w, acts, g, a, out),
+                    2 => put_tile::<W, 2, VNNI>(w, acts, g, a, out),
+                    _ => put_tile::<W, 1, VNNI>(w, acts, g, a, out),
+                }
+            }
+            a += at;
+        }
+    }
+
+    /// Groups `groups` times every activation row, AVX2.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; as [`super::run_scalar`] for `out`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(crate) unsafe fn run_avx2<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
+        run_body::<W, false>(w, acts, groups, out)
+    }
+
+    /// [`run_avx2`] with `vpdpbusd` (AVX-512 VNNI on 256-bit registers).
+    ///
+    /// # Safety
+    /// AVX2, FMA, AVX-512 F/VL/VNNI; as [`super::run_scalar`] for `out`.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512vnni")]
+    pub(crate) unsafe fn run_vnni<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
+        run_body::<W, true>(w, acts, groups, out)
+    }
+}

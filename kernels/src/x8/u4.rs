@@ -1,0 +1,168 @@
+//! The 4-bit formats (Q4_0, Q4_1) with eight weight rows interleaved (see
+//! the parent module).
+//!
+//! [`U4x8`] keeps the weights of [`U4`] (`w = d q + m`, 4-bit `q`) with a
+//! group's block in 128 bytes of nibbles:
+//!
+//! - byte `32 k + 4 l + t` (`k` in 0..4, `l` in 0..8, `t` in 0..4) holds
+//!   value `4 k + t` of row `l` in its low nibble and value `16 + 4 k + t`
+//!   in its high nibble, which is exactly byte `4 k + t` of that row's
+//!   GGUF block;
+//! - the scales and offsets of the group's block are eight f32 each.
+//!
+//! The SIMD kernel unpacks a group's block into eight registers (`w_i`:
+//! values `4 i..4 i + 4` of every row, low nibbles of the four 32-byte
+//! loads then high nibbles); `vpmaddubsw` against the broadcast activation
+//! bytes adds two pairs per lane, eight of those are summed in i16 (at most
+//! `8 * 2 * 15 * 127 = 30480`: no overflow) and one `vpmaddwd` makes each
+//! lane a row's block sum (with VNNI, eight `vpdpbusd` into i32).
+
+use super::{Group8, G};
+use crate::act::Acts;
+use crate::formats::{Nib, QK, U4};
+
+/// One block of a group: 8 rows x 32 values as nibbles (see the module
+/// docs).
+#[repr(C, align(32))]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Nib8(pub [u8; 128]);
+
+/// A [`U4`] matrix with its rows interleaved by eight; block `b` of group
+/// `g` at `g * nb + b`.
+#[derive(Debug)]
+pub(crate) struct U4x8 {
+    /// Real rows (the last group may be partly padding).
+    pub n: usize,
+    pub nb: usize,
+    pub qs: Vec<Nib8>,
+    pub d: Vec<[f32; G]>,
+    pub m: Vec<[f32; G]>,
+}
+
+impl U4x8 {
+    /// Interleaves the `n` rows of `u`.
+    pub(crate) fn new(u: &U4, n: usize) -> Self {
+        let nb = u.nb;
+        let groups = n.div_ceil(G);
+        let mut w = U4x8 {
+            n,
+            nb,
+            qs: Vec::with_capacity(groups * nb),
+            d: Vec::with_capacity(groups * nb),
+            m: Vec::with_capacity(groups * nb),
+        };
+        let zero = Nib::default();
+        for g in 0..groups {
+            for b in 0..nb {
+                let row = |l: usize| {
+                    let r = G * g + l;
+                    (r < n).then(|| r * nb + b)
+                };
+                let mut q = [0u8; 128];
+                for l in 0..G {
+                    let src = row(l).map_or(&zero, |i| &u.qs[i]);
+                    for k in 0..4 {
+                        q[32 * k + 4 * l..32 * k + 4 * l + 4]
+                            .copy_from_slice(&src.0[4 * k..4 * k + 4]);
+                    }
+                }
+                w.qs.push(Nib8(q));
+                w.d.push(std::array::from_fn(|l| row(l).map_or(0.0, |i| u.d[i])));
+                w.m.push(std::array::from_fn(|l| row(l).map_or(0.0, |i| u.m[i])));
+            }
+        }
+        w
+    }
+
+    /// Value `j` (0..32) of row `l` of block `i` as a 4-bit integer.
+    fn q(&self, i: usize, l: usize, j: usize) -> u8 {
+        let (k, t, high) = ((j % 16) / 4, j % 4, j >= 16);
+        let byte = self.qs[i].0[32 * k + 4 * l + t];
+        if high {
+            byte >> 4
+        } else {
+            byte & 0xF
+        }
+    }
+
+    /// The weights as f32, `[n, k]` row major.
+    pub(crate) fn dequantize(&self, out: &mut Vec<f32>) {
+        out.reserve(self.n * self.nb * QK);
+        for r in 0..self.n {
+            let (g, l) = (r / G, r % G);
+            for b in 0..self.nb {
+                let i = g * self.nb + b;
+                let (d, m) = (self.d[i][l], self.m[i][l]);
+                out.extend((0..QK).map(|j| d * self.q(i, l, j) as f32 + m));
+            }
+        }
+    }
+}
+
+impl Group8 for U4x8 {
+    fn rows(&self) -> usize {
+        self.n
+    }
+
+    fn dot(&self, acts: &Acts, g: usize, l: usize, a: usize) -> f32 {
+        let nb = self.nb;
+        let mut acc = 0f32;
+        for b in 0..nb {
+            let (i, ai) = (g * nb + b, a * nb + b);
+            let x = &acts.qs[ai].0;
+            let isum: i32 = (0..QK).map(|j| self.q(i, l, j) as i32 * x[j] as i32).sum();
+            acc += self.d[i][l] * acts.d[ai] * isum as f32 + self.m[i][l] * acts.s[ai];
+        }
+        acc
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn tile<const A: usize, const VNNI: bool>(
+        &self,
+        acts: &Acts,
+        g: usize,
+        a: usize,
+    ) -> [std::arch::x86_64::__m256; A] {
+        use std::arch::x86_64::*;
+        let nb = self.nb;
+        assert!((g + 1) * nb <= self.qs.len() && (a + A) * nb <= acts.qs.len());
+        let low4 = _mm256_set1_epi8(0x0F);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); A];
+        for b in 0..nb {
+            let i = g * nb + b;
+            let p = self.qs.as_ptr().add(i) as *const __m256i;
+            let mut wv = [_mm256_setzero_si256(); G];
+            for k in 0..4 {
+                let raw = _mm256_load_si256(p.add(k));
+                wv[k] = _mm256_and_si256(raw, low4);
+                wv[k + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+            }
+            let dw = _mm256_loadu_ps(self.d.as_ptr().add(i) as *const f32);
+            let mw = _mm256_loadu_ps(self.m.as_ptr().add(i) as *const f32);
+            for (j, acc) in acc.iter_mut().enumerate() {
+                let ai = (a + j) * nb + b;
+                let x = acts.qs.as_ptr().add(ai) as *const i32;
+                let isum = if VNNI {
+                    let mut s = _mm256_setzero_si256();
+                    for (v, &wk) in wv.iter().enumerate() {
+                        s = _mm256_dpbusd_epi32(s, wk, _mm256_set1_epi32(x.add(v).read()));
+                    }
+                    s
+                } else {
+                    let mut s16 = _mm256_setzero_si256();
+                    for (v, &wk) in wv.iter().enumerate() {
+                        let xv = _mm256_set1_epi32(x.add(v).read());
+                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(wk, xv));
+                    }
+                    _mm256_madd_epi16(s16, ones)
+                };
+                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(*acts.d.get_unchecked(ai)));
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, *acc);
+                *acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(*acts.s.get_unchecked(ai)), *acc);
+            }
+        }
+        acc
+    }
+}
