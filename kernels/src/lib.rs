@@ -181,35 +181,82 @@ impl QuantMatrix {
     /// # Panics
     /// If `isa` is not available on this CPU or the lengths do not match.
     pub fn matmul_with(&self, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
-        let (n, k) = (self.n, self.k);
+        Self::matmul_many_with(isa, &mut [(self, out)], x, m)
+    }
+
+    /// `out_i = x W_i^T` for several matrices over the same input (the
+    /// query/key/value projections of a layer, say), `x` `[m, k]` and
+    /// `out_i` `[m, n_i]`: the input is quantized once, and the chunks of all
+    /// matrices share one parallel loop.
+    ///
+    /// # Panics
+    /// If a matrix's `k` or an output's length does not match.
+    pub fn matmul_many(mats: &mut [(&QuantMatrix, &mut [f32])], x: &[f32], m: usize) {
+        Self::matmul_many_with(Isa::best(), mats, x, m)
+    }
+
+    /// [`QuantMatrix::matmul_many`] with a given instruction set.
+    ///
+    /// # Panics
+    /// As [`QuantMatrix::matmul_with`].
+    pub fn matmul_many_with(
+        isa: Isa,
+        mats: &mut [(&QuantMatrix, &mut [f32])],
+        x: &[f32],
+        m: usize,
+    ) {
         assert!(isa.is_available(), "{isa:?} is not available on this CPU");
+        let Some(k) = mats.first().map(|(w, _)| w.k) else {
+            return;
+        };
         assert_eq!(x.len(), m * k, "x is not [{m}, {k}]");
-        assert_eq!(out.len(), m * n, "out is not [{m}, {n}]");
-        if m == 0 || n == 0 {
+        for (w, out) in mats.iter() {
+            assert_eq!(w.k, k, "matrices of different input sizes");
+            assert_eq!(out.len(), m * w.n, "out is not [{m}, {}]", w.n);
+        }
+        if m == 0 {
             return;
         }
-        let acts = match self.repr {
-            Repr::K4(_) | Repr::K6(_) => Acts::quantize_k(x, k),
-            _ => Acts::quantize(x, k),
-        };
-        // Chunk `ci` owns weight rows (output columns) `16 ci..16 ci + 16`
-        // and writes only those columns of `out`.
-        let shared = Out {
-            ptr: out.as_mut_ptr(),
-            n,
-            m,
-        };
-        let work = |ci: usize| {
+        let is_k = |w: &QuantMatrix| matches!(w.repr, Repr::K4(_) | Repr::K6(_));
+        let per32 = mats
+            .iter()
+            .any(|(w, _)| !is_k(w))
+            .then(|| Acts::quantize(x, k));
+        let per256 = mats
+            .iter()
+            .any(|(w, _)| is_k(w))
+            .then(|| Acts::quantize_k(x, k));
+        // Chunk `(i, ci)` owns weight rows (output columns) `16 ci..16 ci +
+        // 16` of matrix `i` and writes only those columns of `out_i`.
+        let mut chunks = Vec::new();
+        let mut work_size = 0;
+        let targets: Vec<(&QuantMatrix, &Acts, Out)> = mats
+            .iter_mut()
+            .enumerate()
+            .map(|(i, (w, out))| {
+                chunks.extend((0..w.n.div_ceil(CHUNK_ROWS)).map(|ci| (i, ci)));
+                work_size += m * w.n * k;
+                let acts = if is_k(w) { &per256 } else { &per32 };
+                let out = Out {
+                    ptr: out.as_mut_ptr(),
+                    n: w.n,
+                    m,
+                };
+                (&**w, acts.as_ref().expect("quantized above"), out)
+            })
+            .collect();
+        let work = |&(i, ci): &(usize, usize)| {
+            let (w, acts, out) = targets[i];
             let r0 = ci * CHUNK_ROWS;
-            // SAFETY: chunks have disjoint row ranges, so no two write the
-            // same element; `out` outlives the calls (all end before return).
-            unsafe { self.block(isa, &acts, r0..(r0 + CHUNK_ROWS).min(n), shared) };
+            // SAFETY: chunks have disjoint row ranges of their matrix, so no
+            // two write the same element; the outputs outlive the calls (all
+            // end before return).
+            unsafe { w.block(isa, acts, r0..(r0 + CHUNK_ROWS).min(w.n), out) };
         };
-        let chunks = n.div_ceil(CHUNK_ROWS);
-        if m * n * k >= PARALLEL_MIN_WORK && rayon::current_num_threads() > 1 {
-            (0..chunks).into_par_iter().for_each(work);
+        if work_size >= PARALLEL_MIN_WORK && rayon::current_num_threads() > 1 {
+            chunks.par_iter().for_each(work);
         } else {
-            (0..chunks).for_each(work);
+            chunks.iter().for_each(work);
         }
     }
 

@@ -18,8 +18,8 @@
 //! SIMD paths must agree with the scalar one within `1e-5 sum_j |w_j x_j|`
 //! (they differ only in f32 summation order).
 //!
-//! N = 37 also exercises the one-weight-row tiles at the end of a chunk, and
-//! K = 96 (3 blocks) the AVX-512 kernels' odd last block.
+//! N = 37 and 100 also exercise the padded last group of eight rows of the
+//! interleaved layouts.
 
 mod common;
 
@@ -233,5 +233,38 @@ fn zeros() {
         q.matmul_with(isa, &[0.0; 64], 2, &mut out);
         assert_eq!(out, [0.0; 4]);
         q.matmul_with(isa, &[], 0, &mut []);
+    }
+}
+
+/// `matmul_many` (one quantized input, one parallel loop over the chunks of
+/// every matrix) gives each matrix exactly its own `matmul`, formats with
+/// per-32 and per-256 activation scaling mixed, on every instruction set.
+#[test]
+fn many_matrices_share_one_input() {
+    let mut rng = Rng(99);
+    let k = 512;
+    let mats: Vec<QuantMatrix> = [(Format::Q4_1, 576), (Format::Q8_0, 40), (Format::Q4K, 37)]
+        .into_iter()
+        .map(|(format, n)| {
+            let (bytes, _, _) = quantize(format, &rng.matrix(n * k));
+            QuantMatrix::new(format, &bytes, n, k).unwrap()
+        })
+        .collect();
+    for isa in Isa::available() {
+        for m in [1usize, 5, 64] {
+            let x = rng.matrix(m * k);
+            let mut outs: Vec<Vec<f32>> = mats.iter().map(|w| vec![f32::NAN; m * w.n()]).collect();
+            let mut pairs: Vec<(&QuantMatrix, &mut [f32])> = mats
+                .iter()
+                .zip(outs.iter_mut())
+                .map(|(w, o)| (w, o.as_mut_slice()))
+                .collect();
+            QuantMatrix::matmul_many_with(isa, &mut pairs, &x, m);
+            for (w, got) in mats.iter().zip(&outs) {
+                let mut want = vec![0f32; m * w.n()];
+                w.matmul_with(isa, &x, m, &mut want);
+                assert_eq!(got, &want, "{:?} {isa:?} m={m}", w.format());
+            }
+        }
     }
 }
