@@ -33,6 +33,7 @@ mod gguf;
 mod kv_cache;
 mod linear;
 mod llama;
+mod llama_cpu;
 pub mod lora;
 mod lora_apply;
 mod packed_attention;

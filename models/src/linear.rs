@@ -165,6 +165,14 @@ impl Linear {
         self.out_features
     }
 
+    /// The `hearth-kernels` matrix of a kernel linear without bias.
+    pub(crate) fn kernel(&self) -> Option<&Arc<QuantMatrix>> {
+        match (&self.weight, &self.bias) {
+            (Weight::Kernel(op), None) => Some(&op.0),
+            _ => None,
+        }
+    }
+
     /// True when the weight stays quantized (matmul through `QMatMul`).
     pub fn is_quantized(&self) -> bool {
         matches!(

@@ -28,6 +28,7 @@ use serde::Deserialize;
 
 use crate::kv_cache::KvCache;
 use crate::linear::Linear;
+use crate::llama_cpu::CpuBlocks;
 use crate::lora::LoraTarget;
 use crate::lora_apply::{LoraBatch, LoraSpec};
 use crate::paged::{paged_attention, AttnShape, KvPool, SeqView};
@@ -153,6 +154,14 @@ impl RmsNorm {
         })
     }
 
+    pub(crate) fn weight_f32(&self) -> Result<Vec<f32>> {
+        self.weight.to_device(&Device::Cpu)?.to_vec1()
+    }
+
+    pub(crate) fn eps(&self) -> f32 {
+        self.eps
+    }
+
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps)
     }
@@ -191,6 +200,9 @@ pub struct Llama {
     lm_head: Linear,
     rotary: Rotary,
     device: Device,
+    /// The blocks on plain slices (CPU, kernel matrices only; `None`
+    /// otherwise or after [`Llama::candle_ops_only`]).
+    cpu_blocks: Option<CpuBlocks>,
     /// Storage dtype of caches made by `new_cache` (f16 unless changed).
     kv_dtype: DType,
 }
@@ -235,6 +247,11 @@ impl Llama {
             )
         }
         let device = embed.device().clone();
+        let cpu_blocks = if device.is_cpu() {
+            CpuBlocks::new(&blocks, &rotary, i.num_heads, i.num_kv_heads, i.head_dim)?
+        } else {
+            None
+        };
         Ok(Self {
             info,
             embed,
@@ -243,8 +260,17 @@ impl Llama {
             lm_head,
             rotary,
             device,
+            cpu_blocks,
             kv_dtype: DType::F16,
         })
+    }
+
+    /// Runs every block through candle operations, as on other devices and
+    /// for sequences with a LoRA adapter, instead of the slice path of CPU
+    /// models with kernel matrices (`llama_cpu.rs`); for comparisons.
+    pub fn candle_ops_only(mut self) -> Self {
+        self.cpu_blocks = None;
+        self
     }
 
     /// Sets the storage dtype of caches made by [`CausalLM::new_cache`]
@@ -449,12 +475,39 @@ impl Llama {
             )
         }
         let ids = Tensor::new(tokens.as_slice(), &self.device)?;
-        let positions = Tensor::new(positions.as_slice(), &self.device)?;
-        let lora = LoraBatch::new(seqs, &offsets, &self.device)?;
         let mut x = self.embed.index_select(&ids, 0)?.to_dtype(DType::F32)?;
+        let lora = LoraBatch::new(seqs, &offsets, &self.device)?;
+        match &self.cpu_blocks {
+            Some(cpu) => {
+                let mut rows = x.flatten_all()?.to_vec1::<f32>()?;
+                cpu.run(&mut rows, &positions, &views, pool, &lora)?;
+                x = Tensor::from_vec(rows, x.shape(), &self.device)?;
+            }
+            None => x = self.run_blocks(x, &lora, &views, &positions, pool)?,
+        }
+        let last = if last_rows.len() == 1 {
+            x.narrow(0, last_rows[0] as usize, 1)?
+        } else {
+            x.index_select(&Tensor::new(last_rows.as_slice(), &self.device)?, 0)?
+        };
+        self.lm_head
+            .forward(&self.norm.forward(&last)?)?
+            .to_dtype(DType::F32)
+    }
+
+    /// The blocks through candle operations: `x` is `[tokens, hidden]`.
+    fn run_blocks(
+        &self,
+        mut x: Tensor,
+        lora: &LoraBatch<'_>,
+        views: &[SeqView<'_>],
+        positions: &[u32],
+        pool: &mut KvPool,
+    ) -> Result<Tensor> {
+        let positions = Tensor::new(positions, &self.device)?;
         for (i, block) in self.blocks.iter().enumerate() {
             let n = block.attn_norm.forward(&x)?;
-            let h = self.attention(i, &n, &views, pool, &positions, &lora)?;
+            let h = self.attention(i, &n, views, pool, &positions, lora)?;
             x = (x + h)?;
             let n = block.ffn_norm.forward(&x)?;
             let m = &block.mlp;
@@ -469,14 +522,7 @@ impl Llama {
             let u = proj(&m.up, LoraTarget::Up, &n)?;
             x = (x + proj(&m.down, LoraTarget::Down, &(g * u)?)?)?;
         }
-        let last = if last_rows.len() == 1 {
-            x.narrow(0, last_rows[0] as usize, 1)?
-        } else {
-            x.index_select(&Tensor::new(last_rows.as_slice(), &self.device)?, 0)?
-        };
-        self.lm_head
-            .forward(&self.norm.forward(&last)?)?
-            .to_dtype(DType::F32)
+        Ok(x)
     }
 }
 

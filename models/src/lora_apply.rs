@@ -10,7 +10,7 @@
 //! the model's shapes, and whether the base stores its q/k rows in GGUF's
 //! permuted order (then the adapter's q/k `B` rows are permuted to match).
 
-use candle_core::{Device, Result, Tensor};
+use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor};
 
 use crate::lora::{LoraAdapter, LoraTarget};
 use crate::{ModelInfo, PagedSeq};
@@ -53,6 +53,8 @@ struct Group<'a> {
     scale: f64,
     /// Row indices into the flattened batch.
     rows: Tensor,
+    /// The same, for the slice path.
+    row_ids: Vec<usize>,
     /// `Some((start, len))` when the rows are one contiguous range.
     range: Option<(usize, usize)>,
     /// For every row of the batch, its row in the group's delta padded with
@@ -97,6 +99,7 @@ impl<'a> LoraBatch<'a> {
                 adapter,
                 scale: adapter.config.scale(),
                 rows: Tensor::new(rows.as_slice(), device)?,
+                row_ids: rows.iter().map(|&r| r as usize).collect(),
                 range,
                 spread: Tensor::new(spread.as_slice(), device)?,
             });
@@ -106,6 +109,46 @@ impl<'a> LoraBatch<'a> {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.groups.is_empty()
+    }
+
+    /// [`LoraBatch::apply`] on CPU slices, one row at a time: `x` is
+    /// `[tokens, in]` and `y` `[tokens, out]`, to which each group's rows get
+    /// `scale * B (A x)`. A row's delta is then the same whatever else is in
+    /// the batch, where a matrix product's summation order (candle's) changes
+    /// with its row count, so a sequence recomputed in one chunk after
+    /// preemption would drift from the one-token steps it first ran as.
+    pub(crate) fn apply_rows(
+        &self,
+        layer: usize,
+        target: LoraTarget,
+        x: &[f32],
+        y: &mut [f32],
+    ) -> Result<()> {
+        for g in &self.groups {
+            let Some(w) = g.adapter.layers.get(layer).and_then(|l| l.get(&target)) else {
+                continue;
+            };
+            let (rank, k) = w.a.dims2()?;
+            let n = w.b.dim(0)?;
+            let scale = g.scale as f32;
+            let mut h = vec![0f32; rank * g.row_ids.len()];
+            with_f32(&w.a, |a| {
+                for (&r, h) in g.row_ids.iter().zip(h.chunks_mut(rank)) {
+                    let xr = &x[r * k..(r + 1) * k];
+                    for (j, h) in h.iter_mut().enumerate() {
+                        *h = scale * dot(xr, &a[j * k..(j + 1) * k]);
+                    }
+                }
+            })?;
+            with_f32(&w.b, |b| {
+                for (&r, h) in g.row_ids.iter().zip(h.chunks(rank)) {
+                    for (o, y) in y[r * n..(r + 1) * n].iter_mut().enumerate() {
+                        *y += dot(&b[o * rank..(o + 1) * rank], h);
+                    }
+                }
+            })?;
+        }
+        Ok(())
     }
 
     /// `y` (the base projection of `x`, both flattened over the batch) plus
@@ -137,4 +180,23 @@ impl<'a> LoraBatch<'a> {
         }
         Ok(y)
     }
+}
+
+/// `f` over a tensor's values as f32, row major: borrowed from a contiguous
+/// f32 CPU tensor (a prepared adapter's), else converted.
+fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+    {
+        let (storage, layout) = t.storage_and_layout();
+        if let (Storage::Cpu(CpuStorage::F32(v)), Some((start, end))) =
+            (&*storage, layout.contiguous_offsets())
+        {
+            return Ok(f(&v[start..end]));
+        }
+    }
+    let v = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+    Ok(f(&v))
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }

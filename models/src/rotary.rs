@@ -131,7 +131,14 @@ impl Rotary {
         y.squeeze(0)
     }
 
-    /// Table length (most positions this table covers).
+    /// The cos and sin tables as `[max_len, head_dim / 2]` f32.
+    pub(crate) fn tables(&self) -> Result<(Vec<f32>, Vec<f32>)> {
+        Ok((
+            self.cos.flatten_all()?.to_vec1()?,
+            self.sin.flatten_all()?.to_vec1()?,
+        ))
+    }
+
     pub(crate) fn layout(&self) -> RopeLayout {
         self.layout
     }

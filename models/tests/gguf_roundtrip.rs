@@ -15,7 +15,7 @@ use candle_core::{DType, Device, Result};
 use candle_nn::{Init, VarBuilder, VarMap};
 use common::gguf::{gguf_name, permute};
 use common::max_diff;
-use hearth_models::{CausalLM, Llama, LlamaConfig};
+use hearth_models::{CausalLM, Llama, LlamaConfig, PagedSeq};
 
 const HIDDEN: usize = 64;
 const HEADS: usize = 4;
@@ -41,6 +41,12 @@ fn config(tie: bool) -> LlamaConfig {
 /// only in how the matmuls round their activations. (Quantization works row
 /// by row, so it commutes with the Q/K row permutation.)
 fn both_models(tie: bool, matrix_dtype: GgmlDType) -> Result<(Llama, Llama)> {
+    let (hf, bytes) = hf_and_gguf(tie, matrix_dtype)?;
+    Ok((hf, load_gguf(bytes)?))
+}
+
+/// The safetensors model and the GGUF file's bytes (see [`both_models`]).
+fn hf_and_gguf(tie: bool, matrix_dtype: GgmlDType) -> Result<(Llama, Vec<u8>)> {
     let dev = Device::Cpu;
     let varmap = VarMap::new();
     let vb = VarBuilder::from_varmap(&varmap, DType::F32, &dev);
@@ -112,11 +118,13 @@ fn both_models(tie: bool, matrix_dtype: GgmlDType) -> Result<(Llama, Llama)> {
     let md: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
     let ts: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     gguf_file::write(&mut file, &md, &ts)?;
+    Ok((hf, file.into_inner()))
+}
 
-    file.set_position(0);
+fn load_gguf(bytes: Vec<u8>) -> Result<Llama> {
+    let mut file = Cursor::new(bytes);
     let content = gguf_file::Content::read(&mut file)?;
-    let gguf = Llama::from_gguf(&content, &mut file, &dev)?.with_kv_dtype(DType::F32)?;
-    Ok((hf, gguf))
+    Llama::from_gguf(&content, &mut file, &Device::Cpu)?.with_kv_dtype(DType::F32)
 }
 
 const SEQ: [u32; 9] = [5, 61, 2, 99, 40, 17, 0, 33, 8];
@@ -181,5 +189,69 @@ fn unsupported_architecture_is_an_error() -> Result<()> {
     file.set_position(0);
     let content = gguf_file::Content::read(&mut file)?;
     assert!(Llama::from_gguf(&content, &mut file, &Device::Cpu).is_err());
+    Ok(())
+}
+
+/// The slice path of CPU models with kernel matrices (the default) against
+/// the same model run through candle operations: prefill then one-token
+/// steps through a cache, and a paged batch of three sequences at different
+/// positions (a prefill chunk, a decode row, a chunk after a cached prefix).
+/// Both use the same kernels, so they differ only in f32 rounding order.
+#[test]
+fn slice_path_matches_candle_ops() -> Result<()> {
+    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_1] {
+        let (_, bytes) = hf_and_gguf(false, dtype)?;
+        let fast = load_gguf(bytes.clone())?;
+        let slow = load_gguf(bytes)?.candle_ops_only();
+        let close = |a: &candle_core::Tensor, b: &candle_core::Tensor, what: &str| {
+            let spread = (a.max_all().unwrap().to_scalar::<f32>().unwrap()
+                - a.min_all().unwrap().to_scalar::<f32>().unwrap())
+            .abs();
+            let d = max_diff(a, b);
+            assert!(
+                d <= 1e-4 * spread.max(1.0),
+                "{dtype:?} {what}: differ by {d}"
+            );
+        };
+        let (mut cf, mut cs) = (fast.new_cache(), slow.new_cache());
+        close(
+            &fast.forward(&SEQ, &mut cf)?,
+            &slow.forward(&SEQ, &mut cs)?,
+            "prefill",
+        );
+        for (i, tok) in [7u32, 3, 88].into_iter().enumerate() {
+            let (a, b) = (
+                fast.forward(&[tok], &mut cf)?,
+                slow.forward(&[tok], &mut cs)?,
+            );
+            close(&a, &b, &format!("decode step {i}"));
+        }
+
+        let tables: [Vec<u32>; 3] = [vec![0], vec![1, 2], vec![3, 4]];
+        let (mut pf, mut ps) = (fast.new_pool(5)?, slow.new_pool(5)?);
+        // Cached prefixes first: 12 positions of the second sequence, 20 of
+        // the third.
+        let prefix: Vec<u32> = (0..20).map(|i| (i * 7 % 100) as u32).collect();
+        for (model, pool) in [(&fast, &mut pf), (&slow, &mut ps)] {
+            let seqs = [
+                PagedSeq::new(&prefix[..12], 0, &tables[1]),
+                PagedSeq::new(&prefix, 0, &tables[2]),
+            ];
+            model.forward_paged(&seqs, pool)?;
+        }
+        let batch = |model: &Llama, pool| {
+            let seqs = [
+                PagedSeq::new(&SEQ, 0, &tables[0]),
+                PagedSeq::new(&SEQ[..1], 12, &tables[1]),
+                PagedSeq::new(&SEQ[2..7], 20, &tables[2]),
+            ];
+            model.forward_paged(&seqs, pool)
+        };
+        close(
+            &batch(&fast, &mut pf)?,
+            &batch(&slow, &mut ps)?,
+            "paged batch",
+        );
+    }
     Ok(())
 }

@@ -1,0 +1,313 @@
+//! The Llama blocks on plain f32 slices, for CPU models whose linear layers
+//! are all `hearth-kernels` matrices (the GGUF 32-value formats, no bias).
+//!
+//! The same arithmetic as the candle path of `llama.rs` (RMSNorm, RoPE at
+//! each token's position, paged attention, SwiGLU, residual adds) without
+//! its per-operation costs: at one token per step a layer is about twenty
+//! candle operations of a few hundred values each, and their allocations,
+//! dispatch and thread hand-offs took as long as the matrix products. Here
+//! each layer quantizes its normed input once for Q/K/V and once for
+//! gate/up (`QuantMatrix::matmul_many`), rotates queries and keys straight
+//! into the head-major layout attention reads, and adds residuals in place.
+//! Element-wise work runs on the rayon pool only when a step has enough rows
+//! (prefill) to pay for it.
+//!
+//! LoRA adapters add their low-rank deltas to the projections' outputs on
+//! their own sequences' rows, one row at a time (`LoraBatch::apply_rows`):
+//! every row, with or without an adapter, comes out the same whatever else
+//! is in the batch.
+
+use std::sync::Arc;
+
+use candle_core::Result;
+use hearth_kernels::QuantMatrix;
+use rayon::prelude::*;
+
+use crate::linear::Linear;
+use crate::llama::{Block, RmsNorm};
+use crate::lora::LoraTarget;
+use crate::lora_apply::LoraBatch;
+use crate::paged::{paged_attention, AttnShape, KvPool, SeqView};
+use crate::rotary::{RopeLayout, Rotary};
+
+/// Rows from which element-wise work is split across the pool.
+const PARALLEL_ROWS: usize = 16;
+
+/// One block's weights as slices and kernel matrices.
+struct Layer {
+    attn_norm: Norm,
+    ffn_norm: Norm,
+    q: Arc<QuantMatrix>,
+    k: Arc<QuantMatrix>,
+    v: Arc<QuantMatrix>,
+    o: Arc<QuantMatrix>,
+    gate: Arc<QuantMatrix>,
+    up: Arc<QuantMatrix>,
+    down: Arc<QuantMatrix>,
+}
+
+struct Norm {
+    weight: Vec<f32>,
+    eps: f32,
+}
+
+impl Norm {
+    fn new(n: &RmsNorm) -> Result<Self> {
+        Ok(Self {
+            weight: n.weight_f32()?,
+            eps: n.eps(),
+        })
+    }
+
+    /// `out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight` for each row.
+    fn apply(&self, x: &[f32], out: &mut [f32]) {
+        let h = self.weight.len();
+        let row = |(x, out): (&[f32], &mut [f32])| {
+            let ms = x.iter().map(|v| v * v).sum::<f32>() / h as f32;
+            let scale = 1.0 / (ms + self.eps).sqrt();
+            for ((o, &v), &w) in out.iter_mut().zip(x).zip(&self.weight) {
+                *o = v * scale * w;
+            }
+        };
+        if x.len() / h >= PARALLEL_ROWS {
+            x.par_chunks(h).zip(out.par_chunks_mut(h)).for_each(row);
+        } else {
+            x.chunks(h).zip(out.chunks_mut(h)).for_each(row);
+        }
+    }
+}
+
+/// The model's blocks prepared for [`CpuBlocks::run`].
+pub(crate) struct CpuBlocks {
+    layers: Vec<Layer>,
+    /// `[positions, head_dim / 2]`.
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    layout: RopeLayout,
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+}
+
+/// The shapes and scratch buffers of one forward.
+struct Scratch {
+    normed: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    q_heads: Vec<f32>,
+    k_heads: Vec<f32>,
+    v_heads: Vec<f32>,
+    proj: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+}
+
+impl CpuBlocks {
+    /// `Some` when every linear layer of every block is a kernel matrix
+    /// without bias.
+    pub(crate) fn new(
+        blocks: &[Block],
+        rotary: &Rotary,
+        num_heads: usize,
+        num_kv_heads: usize,
+        head_dim: usize,
+    ) -> Result<Option<Self>> {
+        let kernel = |l: &Linear| l.kernel().cloned();
+        let mut layers = Vec::with_capacity(blocks.len());
+        for b in blocks {
+            let (a, m) = (&b.attn, &b.mlp);
+            let (Some(q), Some(k), Some(v), Some(o), Some(gate), Some(up), Some(down)) = (
+                kernel(&a.q),
+                kernel(&a.k),
+                kernel(&a.v),
+                kernel(&a.o),
+                kernel(&m.gate),
+                kernel(&m.up),
+                kernel(&m.down),
+            ) else {
+                return Ok(None);
+            };
+            layers.push(Layer {
+                attn_norm: Norm::new(&b.attn_norm)?,
+                ffn_norm: Norm::new(&b.ffn_norm)?,
+                q,
+                k,
+                v,
+                o,
+                gate,
+                up,
+                down,
+            });
+        }
+        let (cos, sin) = rotary.tables()?;
+        Ok(Some(Self {
+            layers,
+            cos,
+            sin,
+            layout: rotary.layout(),
+            num_heads,
+            num_kv_heads,
+            head_dim,
+        }))
+    }
+
+    /// Runs every block over `x` (`[tokens, hidden]`, the flattened new
+    /// tokens of `seqs`, token `t` at position `positions[t]`), in place.
+    pub(crate) fn run(
+        &self,
+        x: &mut [f32],
+        positions: &[u32],
+        seqs: &[SeqView<'_>],
+        pool: &mut KvPool,
+        lora: &LoraBatch<'_>,
+    ) -> Result<()> {
+        let t = positions.len();
+        let (nh, nkv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        let Some(first) = self.layers.first() else {
+            return Ok(());
+        };
+        let ff = first.gate.n();
+        let mut s = Scratch {
+            normed: vec![0.0; x.len()],
+            q: vec![0.0; t * nh * d],
+            k: vec![0.0; t * nkv * d],
+            v: vec![0.0; t * nkv * d],
+            q_heads: vec![0.0; t * nh * d],
+            k_heads: vec![0.0; t * nkv * d],
+            v_heads: vec![0.0; t * nkv * d],
+            proj: vec![0.0; x.len()],
+            gate: vec![0.0; t * ff],
+            up: vec![0.0; t * ff],
+        };
+        for (i, layer) in self.layers.iter().enumerate() {
+            layer.attn_norm.apply(x, &mut s.normed);
+            QuantMatrix::matmul_many(
+                &mut [
+                    (&layer.q, &mut s.q),
+                    (&layer.k, &mut s.k),
+                    (&layer.v, &mut s.v),
+                ],
+                &s.normed,
+                t,
+            );
+            for (target, y) in [
+                (LoraTarget::Q, &mut s.q),
+                (LoraTarget::K, &mut s.k),
+                (LoraTarget::V, &mut s.v),
+            ] {
+                add_lora(lora, i, target, &s.normed, y)?;
+            }
+            self.rope_heads(&s.q, nh, positions, &mut s.q_heads);
+            self.rope_heads(&s.k, nkv, positions, &mut s.k_heads);
+            to_heads(&s.v, nkv, d, &mut s.v_heads);
+            for seq in seqs {
+                pool.write(i, seq, &s.k_heads, &s.v_heads, t);
+            }
+            let shape = AttnShape {
+                num_heads: nh,
+                tokens: t,
+            };
+            let y = paged_attention(pool, i, &s.q_heads, shape, seqs);
+            layer.o.matmul(&y, t, &mut s.proj);
+            add_lora(lora, i, LoraTarget::O, &y, &mut s.proj)?;
+            add_into(x, &s.proj);
+
+            layer.ffn_norm.apply(x, &mut s.normed);
+            QuantMatrix::matmul_many(
+                &mut [(&layer.gate, &mut s.gate), (&layer.up, &mut s.up)],
+                &s.normed,
+                t,
+            );
+            add_lora(lora, i, LoraTarget::Gate, &s.normed, &mut s.gate)?;
+            add_lora(lora, i, LoraTarget::Up, &s.normed, &mut s.up)?;
+            silu_mul(&mut s.gate, &s.up, ff);
+            layer.down.matmul(&s.gate, t, &mut s.proj);
+            add_lora(lora, i, LoraTarget::Down, &s.gate, &mut s.proj)?;
+            add_into(x, &s.proj);
+        }
+        Ok(())
+    }
+
+    /// `y` (`[tokens, heads * d]`) rotated at each token's position into
+    /// `out` (`[heads, tokens, d]`).
+    fn rope_heads(&self, y: &[f32], heads: usize, positions: &[u32], out: &mut [f32]) {
+        let (d, t) = (self.head_dim, positions.len());
+        let half = d / 2;
+        for h in 0..heads {
+            for (i, &p) in positions.iter().enumerate() {
+                let src = &y[(i * heads + h) * d..][..d];
+                let dst = &mut out[(h * t + i) * d..][..d];
+                let (cos, sin) = (
+                    &self.cos[p as usize * half..][..half],
+                    &self.sin[p as usize * half..][..half],
+                );
+                match self.layout {
+                    RopeLayout::Halves => {
+                        let (x0, x1) = src.split_at(half);
+                        let (d0, d1) = dst.split_at_mut(half);
+                        for j in 0..half {
+                            d0[j] = x0[j] * cos[j] - x1[j] * sin[j];
+                            d1[j] = x0[j] * sin[j] + x1[j] * cos[j];
+                        }
+                    }
+                    RopeLayout::Interleaved => {
+                        for j in 0..half {
+                            let (a, b) = (src[2 * j], src[2 * j + 1]);
+                            dst[2 * j] = a * cos[j] - b * sin[j];
+                            dst[2 * j + 1] = a * sin[j] + b * cos[j];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `y += ` the LoRA deltas of `lora`'s sequences for `target` of `layer`,
+/// `x` (`[tokens, in]`) being the projection's input and `y` `[tokens,
+/// out]`.
+fn add_lora(
+    lora: &LoraBatch<'_>,
+    layer: usize,
+    target: LoraTarget,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<()> {
+    if lora.is_empty() {
+        return Ok(());
+    }
+    lora.apply_rows(layer, target, x, y)
+}
+
+/// `[tokens, heads * d]` to `[heads, tokens, d]`.
+fn to_heads(y: &[f32], heads: usize, d: usize, out: &mut [f32]) {
+    let t = y.len() / (heads * d);
+    for h in 0..heads {
+        for i in 0..t {
+            out[(h * t + i) * d..][..d].copy_from_slice(&y[(i * heads + h) * d..][..d]);
+        }
+    }
+}
+
+fn add_into(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+/// `g = silu(g) * u`, rows of `width` split across the pool when many.
+fn silu_mul(g: &mut [f32], u: &[f32], width: usize) {
+    let row = |(g, u): (&mut [f32], &[f32])| {
+        for (g, &u) in g.iter_mut().zip(u) {
+            *g = *g / (1.0 + (-*g).exp()) * u;
+        }
+    };
+    if g.len() / width >= PARALLEL_ROWS {
+        g.par_chunks_mut(width)
+            .zip(u.par_chunks(width))
+            .for_each(row);
+    } else {
+        g.chunks_mut(width).zip(u.chunks(width)).for_each(row);
+    }
+}
