@@ -14,9 +14,9 @@
 //!   Q8_0 (`d q`), Q5_0 (`d (q - 16)`) and Q5_1 (`d q + m`, `q` in 0..32)
 //!   fit.
 //!
-//! Every weight is reproduced exactly. The cost is memory: a 4-bit block
-//! takes 24 bytes where Q4_1 takes 20 (f32 scale and offset), an 8-bit block
-//! 36 where Q8_0 takes 34, plus the padding of the last group of eight rows.
+//! Every weight is reproduced exactly, in as many bytes as the GGUF blocks
+//! (scales and offsets stay f16; Q4_0's offset `-8 d` is one too), plus the
+//! padding of the last group of eight rows.
 
 use half::f16;
 
@@ -244,7 +244,7 @@ pub(crate) fn unpack(format: Format, data: &[u8], n: usize, k: usize) -> Result<
                     _ => unreachable!("only Q4_0 and Q4_1 here"),
                 }
             }
-            Repr::U4x8(U4x8::new(&u, n))
+            Repr::U4x8(U4x8::new(&u, n)?)
         }
         Format::Q5_0 | Format::Q5_1 | Format::Q8_0 => {
             let has_m = format == Format::Q5_1;
@@ -281,7 +281,7 @@ pub(crate) fn unpack(format: Format, data: &[u8], n: usize, k: usize) -> Result<
                     _ => unreachable!("only Q5_0, Q5_1 and Q8_0 here"),
                 }
             }
-            Repr::I8x8(I8x8::new(&w, n))
+            Repr::I8x8(I8x8::new(&w, n)?)
         }
     })
 }

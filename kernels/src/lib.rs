@@ -61,7 +61,7 @@ impl std::error::Error for Error {}
 pub enum Isa {
     /// Portable loops (any target).
     Scalar,
-    /// x86-64 AVX2 + FMA.
+    /// x86-64 AVX2 + FMA + F16C.
     Avx2,
     /// x86-64 AVX-512 F/BW/VL.
     Avx512,
@@ -80,11 +80,14 @@ impl Isa {
                     && std::is_x86_feature_detected!("avx512vl")
                     && std::is_x86_feature_detected!("avx2")
                     && std::is_x86_feature_detected!("fma")
+                    && std::is_x86_feature_detected!("f16c")
             };
             match self {
                 Isa::Scalar => true,
                 Isa::Avx2 => {
-                    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+                    std::is_x86_feature_detected!("avx2")
+                        && std::is_x86_feature_detected!("fma")
+                        && std::is_x86_feature_detected!("f16c")
                 }
                 Isa::Avx512 => avx512(),
                 Isa::Avx512Vnni => avx512() && std::is_x86_feature_detected!("avx512vnni"),
@@ -277,7 +280,7 @@ impl QuantMatrix {
                 run_tiles(&kquants::scalar::K6Tile { w, acts }, acts, rows, out)
             }
             // SAFETY (every arm below): `matmul_with` checked that the CPU
-            // has `isa`; every non-scalar `Isa` implies AVX2 + FMA.
+            // has `isa`; every non-scalar `Isa` implies AVX2, FMA and F16C.
             #[cfg(target_arch = "x86_64")]
             (Repr::U4x8(w), Isa::Avx512Vnni) => x8::simd::run_vnni(w, acts, groups(rows), out),
             #[cfg(target_arch = "x86_64")]

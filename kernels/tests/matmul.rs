@@ -236,6 +236,18 @@ fn zeros() {
     }
 }
 
+/// A Q4_0 block whose offset `-8 d` overflows f16 (the kernels keep
+/// offsets as f16) is refused rather than computed wrong.
+#[test]
+fn unrepresentable_q4_0_offset_is_an_error() {
+    let mut block = vec![0u8; 18];
+    block[..2].copy_from_slice(&half::f16::MAX.to_le_bytes());
+    let err = QuantMatrix::new(Format::Q4_0, &block, 1, 32).unwrap_err();
+    assert!(err.0.contains("not an f16 value"), "{err}");
+    block[..2].copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes());
+    assert!(QuantMatrix::new(Format::Q4_0, &block, 1, 32).is_ok());
+}
+
 /// `matmul_many` (one quantized input, one parallel loop over the chunks of
 /// every matrix) gives each matrix exactly its own `matmul`, formats with
 /// per-32 and per-256 activation scaling mixed, on every instruction set.

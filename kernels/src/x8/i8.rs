@@ -4,7 +4,7 @@
 //! [`I8x8`] keeps the weights of [`I8`] (`w = d q (+ m)`, signed 8-bit `q`
 //! in -127..=127) with a group's block in 256 bytes: byte `32 k + 4 l + t`
 //! (`k` in 0..8, `l` in 0..8, `t` in 0..4) is value `4 k + t` of row `l`,
-//! and eight f32 scales (and offsets for Q5_1) per group's block.
+//! and eight f16 scales (and offsets for Q5_1) per group's block.
 //!
 //! `vpmaddubsw` wants an unsigned first operand, so the SIMD kernel
 //! multiplies `|w|` by the activation bytes carrying the sign of `w`
@@ -12,9 +12,10 @@
 //! to i32 at once (`vpmaddwd`) before the eight are added (with VNNI, eight
 //! `vpdpbusd`).
 
-use super::{Group8, G};
+use super::{Group8, Half8, G};
 use crate::act::Acts;
 use crate::formats::{I8, Q8, QK};
+use crate::Error;
 
 /// One block of a group: 8 rows x 32 signed bytes (see the module docs).
 #[repr(C, align(32))]
@@ -29,13 +30,13 @@ pub(crate) struct I8x8 {
     pub n: usize,
     pub nb: usize,
     pub qs: Vec<Q8x8>,
-    pub d: Vec<[f32; G]>,
-    pub m: Option<Vec<[f32; G]>>,
+    pub d: Vec<Half8>,
+    pub m: Option<Vec<Half8>>,
 }
 
 impl I8x8 {
     /// Interleaves the `n` rows of `w`.
-    pub(crate) fn new(w: &I8, n: usize) -> Self {
+    pub(crate) fn new(w: &I8, n: usize) -> Result<Self, Error> {
         let nb = w.nb;
         let groups = n.div_ceil(G);
         let mut x = I8x8 {
@@ -61,13 +62,17 @@ impl I8x8 {
                     }
                 }
                 x.qs.push(Q8x8(q));
-                x.d.push(std::array::from_fn(|l| row(l).map_or(0.0, |i| w.d[i])));
+                x.d.push(Half8::exact(std::array::from_fn(|l| {
+                    row(l).map_or(0.0, |i| w.d[i])
+                }))?);
                 if let (Some(out), Some(m)) = (x.m.as_mut(), w.m.as_ref()) {
-                    out.push(std::array::from_fn(|l| row(l).map_or(0.0, |i| m[i])));
+                    out.push(Half8::exact(std::array::from_fn(|l| {
+                        row(l).map_or(0.0, |i| m[i])
+                    }))?);
                 }
             }
         }
-        x
+        Ok(x)
     }
 
     /// Value `j` (0..32) of row `l` of block `i`.
@@ -82,8 +87,8 @@ impl I8x8 {
             let (g, l) = (r / G, r % G);
             for b in 0..self.nb {
                 let i = g * self.nb + b;
-                let d = self.d[i][l];
-                let m = self.m.as_ref().map_or(0.0, |m| m[i][l]);
+                let d = self.d[i].get(l);
+                let m = self.m.as_ref().map_or(0.0, |m| m[i].get(l));
                 out.extend((0..QK).map(|j| d * self.q(i, l, j) as f32 + m));
             }
         }
@@ -103,9 +108,9 @@ impl Group8 for I8x8 {
             let (i, ai) = (g * nb + b, a * nb + b);
             let x = &acts.qs[ai].0;
             let isum: i32 = (0..QK).map(|j| self.q(i, l, j) as i32 * x[j] as i32).sum();
-            acc += self.d[i][l] * acts.d[ai] * isum as f32;
+            acc += self.d[i].get(l) * acts.d[ai] * isum as f32;
             if let Some(m) = &self.m {
-                mins += m[i][l] * acts.s[ai];
+                mins += m[i].get(l) * acts.s[ai];
             }
         }
         acc + mins
@@ -130,7 +135,7 @@ impl Group8 for I8x8 {
             let p = self.qs.as_ptr().add(i) as *const __m256i;
             let wabs: [__m256i; G] =
                 std::array::from_fn(|k| _mm256_abs_epi8(_mm256_load_si256(p.add(k))));
-            let dw = _mm256_loadu_ps(self.d.as_ptr().add(i) as *const f32);
+            let dw = self.d.get_unchecked(i).load();
             for (j, acc) in acc.iter_mut().enumerate() {
                 let ai = (a + j) * nb + b;
                 let x = acts.qs.as_ptr().add(ai) as *const i32;
@@ -151,7 +156,7 @@ impl Group8 for I8x8 {
                 *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, *acc);
             }
             if let Some(m) = &self.m {
-                let mw = _mm256_loadu_ps(m.as_ptr().add(i) as *const f32);
+                let mw = m.get_unchecked(i).load();
                 for (j, mins) in mins.iter_mut().enumerate() {
                     let s = *acts.s.get_unchecked((a + j) * nb + b);
                     *mins = _mm256_fmadd_ps(mw, _mm256_set1_ps(s), *mins);

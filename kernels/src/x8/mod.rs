@@ -9,8 +9,9 @@
 //! with AVX-512 VNNI), and after eight such steps each lane holds its row's
 //! integer dot product over the block. The float work, `d_w d_x isum (+ m_w
 //! s_x)`, is then a handful of instructions for all eight rows (the scales
-//! of a group's block are stored as eight f32), and the eight lanes are
-//! eight consecutive output columns: no horizontal sums.
+//! of a group's block are eight f16, as in the GGUF blocks, widened with one
+//! `vcvtph2ps`), and the eight lanes are eight consecutive output columns:
+//! no horizontal sums.
 //!
 //! - [`u4`]: Q4_0, Q4_1 (4-bit values, `w = d q + m`);
 //! - [`i8`]: Q5_0, Q5_1, Q8_0 (8-bit values, `w = d q (+ m)`).
@@ -25,11 +26,49 @@ pub(crate) mod u4;
 
 use std::ops::Range;
 
+use half::f16;
+
 use crate::act::Acts;
-use crate::Out;
+use crate::{Error, Out};
 
 /// Rows per group.
 pub(crate) const G: usize = 8;
+
+/// The scales (or offsets) of one group's block: eight f16, one per row.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(16))]
+pub(crate) struct Half8(pub [u16; G]);
+
+impl Half8 {
+    /// From per-row f32 values that must be f16 values (they come from
+    /// GGUF f16 fields, or are a power-of-two multiple of one).
+    pub(crate) fn exact(v: [f32; G]) -> Result<Self, Error> {
+        let mut out = Half8::default();
+        for (o, &x) in out.0.iter_mut().zip(&v) {
+            let h = f16::from_f32(x);
+            if h.to_f32() != x {
+                return Err(Error(format!("block scale {x} is not an f16 value")));
+            }
+            *o = h.to_bits();
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn get(&self, l: usize) -> f32 {
+        f16::from_bits(self.0[l]).to_f32()
+    }
+
+    /// The eight values as f32 lanes.
+    ///
+    /// # Safety
+    /// F16C.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub(crate) unsafe fn load(&self) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        _mm256_cvtph_ps(_mm_load_si128(self.0.as_ptr() as *const __m128i))
+    }
+}
 
 /// An interleaved matrix's kernels.
 pub(crate) trait Group8 {
@@ -46,7 +85,7 @@ pub(crate) trait Group8 {
     /// enable the instruction sets.
     ///
     /// # Safety
-    /// AVX2 and FMA, and AVX-512 VNNI + VL if `VNNI`; the group and the
+    /// AVX2, FMA and F16C, and AVX-512 VNNI + VL if `VNNI`; the group and the
     /// activation rows exist.
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile<const A: usize, const VNNI: bool>(
@@ -147,8 +186,8 @@ pub(crate) mod simd {
     /// Groups `groups` times every activation row, AVX2.
     ///
     /// # Safety
-    /// AVX2 and FMA; as [`super::run_scalar`] for `out`.
-    #[target_feature(enable = "avx2,fma")]
+    /// AVX2, FMA and F16C; as [`super::run_scalar`] for `out`.
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) unsafe fn run_avx2<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
         run_body::<W, false>(w, acts, groups, out)
     }
@@ -156,8 +195,8 @@ pub(crate) mod simd {
     /// [`run_avx2`] with `vpdpbusd` (AVX-512 VNNI on 256-bit registers).
     ///
     /// # Safety
-    /// AVX2, FMA, AVX-512 F/VL/VNNI; as [`super::run_scalar`] for `out`.
-    #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512vnni")]
+    /// AVX2, FMA, F16C, AVX-512 F/VL/VNNI; as [`super::run_scalar`] for `out`.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
     pub(crate) unsafe fn run_vnni<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
         run_body::<W, true>(w, acts, groups, out)
     }

@@ -8,7 +8,7 @@
 //!   value `4 k + t` of row `l` in its low nibble and value `16 + 4 k + t`
 //!   in its high nibble, which is exactly byte `4 k + t` of that row's
 //!   GGUF block;
-//! - the scales and offsets of the group's block are eight f32 each.
+//! - the scales and offsets of the group's block are eight f16 each.
 //!
 //! The SIMD kernel unpacks a group's block into eight registers (`w_i`:
 //! values `4 i..4 i + 4` of every row, low nibbles of the four 32-byte
@@ -17,9 +17,10 @@
 //! `8 * 2 * 15 * 127 = 30480`: no overflow) and one `vpmaddwd` makes each
 //! lane a row's block sum (with VNNI, eight `vpdpbusd` into i32).
 
-use super::{Group8, G};
+use super::{Group8, Half8, G};
 use crate::act::Acts;
 use crate::formats::{Nib, QK, U4};
+use crate::Error;
 
 /// One block of a group: 8 rows x 32 values as nibbles (see the module
 /// docs).
@@ -35,13 +36,13 @@ pub(crate) struct U4x8 {
     pub n: usize,
     pub nb: usize,
     pub qs: Vec<Nib8>,
-    pub d: Vec<[f32; G]>,
-    pub m: Vec<[f32; G]>,
+    pub d: Vec<Half8>,
+    pub m: Vec<Half8>,
 }
 
 impl U4x8 {
     /// Interleaves the `n` rows of `u`.
-    pub(crate) fn new(u: &U4, n: usize) -> Self {
+    pub(crate) fn new(u: &U4, n: usize) -> Result<Self, Error> {
         let nb = u.nb;
         let groups = n.div_ceil(G);
         let mut w = U4x8 {
@@ -67,11 +68,15 @@ impl U4x8 {
                     }
                 }
                 w.qs.push(Nib8(q));
-                w.d.push(std::array::from_fn(|l| row(l).map_or(0.0, |i| u.d[i])));
-                w.m.push(std::array::from_fn(|l| row(l).map_or(0.0, |i| u.m[i])));
+                w.d.push(Half8::exact(std::array::from_fn(|l| {
+                    row(l).map_or(0.0, |i| u.d[i])
+                }))?);
+                w.m.push(Half8::exact(std::array::from_fn(|l| {
+                    row(l).map_or(0.0, |i| u.m[i])
+                }))?);
             }
         }
-        w
+        Ok(w)
     }
 
     /// Value `j` (0..32) of row `l` of block `i` as a 4-bit integer.
@@ -92,7 +97,7 @@ impl U4x8 {
             let (g, l) = (r / G, r % G);
             for b in 0..self.nb {
                 let i = g * self.nb + b;
-                let (d, m) = (self.d[i][l], self.m[i][l]);
+                let (d, m) = (self.d[i].get(l), self.m[i].get(l));
                 out.extend((0..QK).map(|j| d * self.q(i, l, j) as f32 + m));
             }
         }
@@ -111,7 +116,7 @@ impl Group8 for U4x8 {
             let (i, ai) = (g * nb + b, a * nb + b);
             let x = &acts.qs[ai].0;
             let isum: i32 = (0..QK).map(|j| self.q(i, l, j) as i32 * x[j] as i32).sum();
-            acc += self.d[i][l] * acts.d[ai] * isum as f32 + self.m[i][l] * acts.s[ai];
+            acc += self.d[i].get(l) * acts.d[ai] * isum as f32 + self.m[i].get(l) * acts.s[ai];
         }
         acc
     }
@@ -139,8 +144,8 @@ impl Group8 for U4x8 {
                 wv[k] = _mm256_and_si256(raw, low4);
                 wv[k + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
             }
-            let dw = _mm256_loadu_ps(self.d.as_ptr().add(i) as *const f32);
-            let mw = _mm256_loadu_ps(self.m.as_ptr().add(i) as *const f32);
+            let dw = self.d.get_unchecked(i).load();
+            let mw = self.m.get_unchecked(i).load();
             for (j, acc) in acc.iter_mut().enumerate() {
                 let ai = (a + j) * nb + b;
                 let x = acts.qs.as_ptr().add(ai) as *const i32;
