@@ -39,6 +39,7 @@ mod lora_apply;
 mod packed_attention;
 mod paged;
 mod rotary;
+mod vecmath;
 
 pub use bert::{
     l2_normalize, pool, Bert, BertConfig, BertCrossEncoder, EncoderConfig, EncoderInput, Pooling,

@@ -19,14 +19,18 @@
 //! time and folds it into every query row of the task with an online
 //! softmax (running max, running sum, rescaled accumulator), so no score
 //! matrix is materialised and a block is converted once for all the query
-//! heads that share its KV head.
+//! heads that share its KV head. The loops are compiled for AVX2 + FMA
+//! where the CPU has them (`vecmath.rs`): a query's 16 scores against a
+//! block are two 8-wide accumulators over the head dimension (the block's
+//! keys transposed once), and the exponentials are a polynomial, not a
+//! library call per score.
 
 use candle_core::{DType, Result};
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use crate::packed_attention::dot;
+use crate::vecmath;
 
 /// Token positions per block.
 pub const BLOCK_SIZE: usize = 16;
@@ -344,67 +348,129 @@ fn attend_task(
     r0: usize,
     r1: usize,
 ) -> Vec<f32> {
-    let (nh, t, d) = (shape.num_heads, shape.tokens, pool.head_dim);
-    let n_rep = nh / pool.num_kv_heads;
-    let nq = (r1 - r0) * n_rep;
-    let scale = 1.0 / (d as f32).sqrt();
-    let mut qs = Vec::with_capacity(nq * d);
-    for i in r0..r1 {
-        for r in 0..n_rep {
-            let h = g * n_rep + r;
-            let at = (h * t + seq.offset + i) * d;
-            qs.extend_from_slice(&q[at..at + d]);
+    let task = Task {
+        pool,
+        layer,
+        q,
+        shape,
+        seq,
+        g,
+        r0,
+        r1,
+    };
+    #[cfg(target_arch = "x86_64")]
+    if vecmath::has_fma() {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn run_fma(task: &Task<'_>) -> Vec<f32> {
+            task.run::<true>()
         }
+        // SAFETY: the CPU has the features `run_fma` is compiled for.
+        return unsafe { run_fma(&task) };
     }
-    round_to(pool.dtype, &mut qs);
-    qs.iter_mut().for_each(|x| *x *= scale);
+    task.run::<false>()
+}
 
-    let mut m = vec![f32::NEG_INFINITY; nq];
-    let mut l = vec![0f32; nq];
-    let mut acc = vec![0f32; nq * d];
-    let mut kb = vec![0f32; BLOCK_SIZE * d];
-    let mut vb = vec![0f32; BLOCK_SIZE * d];
-    let mut scores = [0f32; BLOCK_SIZE];
-    let last = seq.pos + r1 - 1;
-    for b in 0..=last / BLOCK_SIZE {
-        let block = seq.blocks[b];
-        pool.read_block(layer, false, block, g, &mut kb);
-        pool.read_block(layer, true, block, g, &mut vb);
-        let base = b * BLOCK_SIZE;
-        for qi in 0..nq {
-            let p = seq.pos + r0 + qi / n_rep;
-            if base > p {
-                continue;
+/// The arguments of [`attend_task`].
+struct Task<'a> {
+    pool: &'a KvPool,
+    layer: usize,
+    q: &'a [f32],
+    shape: AttnShape,
+    seq: &'a SeqView<'a>,
+    g: usize,
+    r0: usize,
+    r1: usize,
+}
+
+impl Task<'_> {
+    /// Per key block: the block's keys transposed to `[d, 16]`, so that one
+    /// query's 16 scores are 16 lanes accumulated over `d` (no horizontal
+    /// sums); the online-softmax update with the 16 exponentials at once;
+    /// then the weighted values added to the query's accumulator.
+    #[inline(always)]
+    fn run<const FMA: bool>(&self) -> Vec<f32> {
+        let Task {
+            pool,
+            layer,
+            q,
+            shape,
+            seq,
+            g,
+            r0,
+            r1,
+        } = *self;
+        let (nh, t, d) = (shape.num_heads, shape.tokens, pool.head_dim);
+        let n_rep = nh / pool.num_kv_heads;
+        let nq = (r1 - r0) * n_rep;
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut qs = Vec::with_capacity(nq * d);
+        for i in r0..r1 {
+            for r in 0..n_rep {
+                let h = g * n_rep + r;
+                let at = (h * t + seq.offset + i) * d;
+                qs.extend_from_slice(&q[at..at + d]);
             }
-            let valid = (p - base + 1).min(BLOCK_SIZE);
-            let qv = &qs[qi * d..(qi + 1) * d];
-            let mut mx = f32::NEG_INFINITY;
-            for (j, s) in scores[..valid].iter_mut().enumerate() {
-                *s = dot(qv, &kb[j * d..(j + 1) * d]);
-                mx = mx.max(*s);
-            }
-            let new_m = m[qi].max(mx);
-            let corr = (m[qi] - new_m).exp();
-            let a = &mut acc[qi * d..(qi + 1) * d];
-            if corr != 1.0 {
-                l[qi] *= corr;
-                a.iter_mut().for_each(|x| *x *= corr);
-            }
-            for (j, &s) in scores[..valid].iter().enumerate() {
-                let e = (s - new_m).exp();
-                l[qi] += e;
-                for (x, &vv) in a.iter_mut().zip(&vb[j * d..(j + 1) * d]) {
-                    *x += e * vv;
+        }
+        round_to(pool.dtype, &mut qs);
+        qs.iter_mut().for_each(|x| *x *= scale);
+
+        let mut m = vec![f32::NEG_INFINITY; nq];
+        let mut l = vec![0f32; nq];
+        let mut acc = vec![0f32; nq * d];
+        let mut kb = vec![0f32; BLOCK_SIZE * d];
+        let mut kt = vec![0f32; BLOCK_SIZE * d];
+        let mut vb = vec![0f32; BLOCK_SIZE * d];
+        let last = seq.pos + r1 - 1;
+        for b in 0..=last / BLOCK_SIZE {
+            let block = seq.blocks[b];
+            pool.read_block(layer, false, block, g, &mut kb);
+            pool.read_block(layer, true, block, g, &mut vb);
+            for (j, key) in kb.chunks_exact(d).enumerate() {
+                for (c, &x) in key.iter().enumerate() {
+                    kt[c * BLOCK_SIZE + j] = x;
                 }
             }
-            m[qi] = new_m;
+            let base = b * BLOCK_SIZE;
+            for qi in 0..nq {
+                let p = seq.pos + r0 + qi / n_rep;
+                if base > p {
+                    continue;
+                }
+                let valid = (p - base + 1).min(BLOCK_SIZE);
+                let qv = &qs[qi * d..(qi + 1) * d];
+                let mut s = [0f32; BLOCK_SIZE];
+                for (&x, kc) in qv.iter().zip(kt.chunks_exact(BLOCK_SIZE)) {
+                    for (s, &k) in s.iter_mut().zip(kc) {
+                        *s = vecmath::madd::<FMA>(x, k, *s);
+                    }
+                }
+                let mx = s[..valid].iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                let new_m = m[qi].max(mx);
+                let corr = vecmath::exp(m[qi] - new_m);
+                let mut e = [0f32; BLOCK_SIZE];
+                for (e, &s) in e.iter_mut().zip(&s) {
+                    *e = vecmath::exp(s - new_m);
+                }
+                e[valid..].iter_mut().for_each(|e| *e = 0.0);
+                l[qi] = l[qi] * corr + e.iter().sum::<f32>();
+                let a = &mut acc[qi * d..(qi + 1) * d];
+                if corr != 1.0 {
+                    a.iter_mut().for_each(|x| *x *= corr);
+                }
+                for (&ej, vrow) in e[..valid].iter().zip(vb.chunks_exact(d)) {
+                    for (x, &v) in a.iter_mut().zip(vrow) {
+                        *x = vecmath::madd::<FMA>(ej, v, *x);
+                    }
+                }
+                m[qi] = new_m;
+            }
         }
+        for qi in 0..nq {
+            let inv = 1.0 / l[qi];
+            acc[qi * d..(qi + 1) * d].iter_mut().for_each(|x| *x *= inv);
+        }
+        acc
     }
-    for qi in 0..nq {
-        let inv = 1.0 / l[qi];
-        acc[qi * d..(qi + 1) * d].iter_mut().for_each(|x| *x *= inv);
-    }
-    acc
 }
 
 #[cfg(test)]
