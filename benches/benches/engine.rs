@@ -6,6 +6,8 @@
 //!   prefilled in the first step), `ignore_eos`, 33 tokens each; the time is
 //!   from the last sequence's first token to the last one's end, and the
 //!   throughput counts the 32 tokens each sequence decodes in it.
+//! - `decode/B1x128`: llama-bench's `tg128` shape: one sequence, a 1-token
+//!   prompt, 128 decoded tokens timed as above.
 //! - `prefill/512`: one 512-token prompt with `max_tokens` 1, submit to end.
 //! - `scheduler/B`: the engine's own cost per step. The same rounds as
 //!   `decode/B` through an engine whose model is a tiny random Llama (2
@@ -132,17 +134,24 @@ async fn drain(mut stream: TokenStream) -> (Instant, usize) {
     (first.expect("at least one token"), tokens)
 }
 
-/// One decode round of `b` sequences: the decode-phase time.
-fn decode_round(rt: &tokio::runtime::Runtime, engine: &EngineHandle, b: usize) -> Duration {
+/// One decode round of `b` sequences with prompts of `prompt` tokens,
+/// `decode` tokens after the first: the decode-phase time.
+fn decode_round(
+    rt: &tokio::runtime::Runtime,
+    engine: &EngineHandle,
+    b: usize,
+    prompt: usize,
+    decode: usize,
+) -> Duration {
     let streams: Vec<TokenStream> = (0..b)
-        .map(|i| submit(engine, i, PROMPT_LEN, DECODE + 1))
+        .map(|i| submit(engine, i, prompt, decode + 1))
         .collect();
     let outcomes = rt.block_on(futures_util::future::join_all(
         streams.into_iter().map(drain),
     ));
     let end = Instant::now();
     let last_first = outcomes.iter().map(|o| o.0).max().unwrap();
-    assert!(outcomes.iter().all(|o| o.1 == DECODE + 1));
+    assert!(outcomes.iter().all(|o| o.1 == decode + 1));
     end - last_first
 }
 
@@ -154,7 +163,7 @@ fn bench_engine(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    decode_round(&rt, &engine, 4); // page the weights in
+    decode_round(&rt, &engine, 4, PROMPT_LEN, DECODE); // page the weights in
 
     let mut group = c.benchmark_group("decode");
     group
@@ -165,9 +174,21 @@ fn bench_engine(c: &mut Criterion) {
     for b in BATCHES {
         group.throughput(Throughput::Elements((b * DECODE) as u64));
         group.bench_function(format!("B{b}"), |bench| {
-            bench.iter_custom(|iters| (0..iters).map(|_| decode_round(&rt, &engine, b)).sum())
+            bench.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| decode_round(&rt, &engine, b, PROMPT_LEN, DECODE))
+                    .sum()
+            })
         });
     }
+    group.throughput(Throughput::Elements(128));
+    group.bench_function("B1x128", |bench| {
+        bench.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| decode_round(&rt, &engine, 1, 1, 128))
+                .sum()
+        })
+    });
     group.finish();
 
     let mut group = c.benchmark_group("prefill");
@@ -211,7 +232,11 @@ fn bench_scheduler(c: &mut Criterion) {
     for b in BATCHES {
         group.throughput(Throughput::Elements(DECODE as u64));
         group.bench_function(format!("B{b}"), |bench| {
-            bench.iter_custom(|iters| (0..iters).map(|_| decode_round(&rt, &engine, b)).sum())
+            bench.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| decode_round(&rt, &engine, b, PROMPT_LEN, DECODE))
+                    .sum()
+            })
         });
     }
     group.finish();

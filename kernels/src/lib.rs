@@ -5,25 +5,30 @@
 //! computes `y = x W^T` for `m` f32 activation rows ([`QuantMatrix::matmul`]).
 //!
 //! How:
-//! - at load the blocks are unpacked into one of two layouts (`formats.rs`):
-//!   4-bit values with a scale and an offset per 32 values (Q4_0, Q4_1), or
-//!   8-bit values with a scale and an optional offset per 32
-//!   (Q5_0, Q5_1, Q8_0); the K-quants keep their integer sub-block scales
-//!   (`kquants.rs`); the weights are reproduced exactly;
+//! - at load the 32-value formats are stored with eight weight rows
+//!   interleaved (`x8/`): 4-bit values with an f16 scale and offset per 32
+//!   (Q4_0, Q4_1), or 8-bit values with an f16 scale and optional offset
+//!   per 32 (Q5_0, Q5_1, Q8_0); the K-quants keep their integer sub-block
+//!   scales, one row at a time (`kquants.rs`); the weights are reproduced
+//!   exactly;
 //! - the activations are quantized to 8 bits per 32 values as llama.cpp's
 //!   Q8_0/Q8_1, or per 256 as its Q8_K for the K-quants (`act.rs`, which
 //!   states the error bounds);
 //! - each 32-value block pair contributes `d_w d_x sum(q_w q_x) + m_w s_x`
-//!   (a K-quant super-block: one integer sum with the sub-block scales),
-//!   the integer dot product done with SIMD (`avx2.rs`, `avx512.rs`) or
-//!   plain loops (`scalar.rs`, also the path of non-x86 builds), picked at
-//!   run time ([`Isa`]; the K-quants have scalar and AVX2 kernels only);
-//! - the work is cut into tiles of `R` weight rows x `A` activation rows
-//!   ([`Tile`]): a weight block is loaded and unpacked once per tile and
-//!   used for `A` activation rows, and `R * A` independent accumulators
-//!   hide the latency of the multiply-add chain;
+//!   (a K-quant super-block: one integer sum with the sub-block scales). In
+//!   the interleaved layouts one activation block's bytes, broadcast, meet
+//!   eight weight rows in one register, so eight rows' sums come out of one
+//!   chain of `vpmaddubsw` (or `vpdpbusd`) and the float work and output
+//!   stores are per eight rows; tiles are one group x 1, 2 or 4 activation
+//!   rows. The K-quants use tiles of `R` weight rows x `A` activation rows
+//!   ([`Tile`]) with horizontal sums;
+//! - kernels are picked at run time ([`Isa`]): AVX2 + FMA + F16C, the
+//!   interleaved ones with 256-bit AVX-512 VNNI `vpdpbusd` where present
+//!   (AVX-512 CPUs without VNNI run the AVX2 code, as do the K-quants), and
+//!   plain loops on other CPUs and non-x86 builds;
 //! - output columns (weight rows) go in chunks of 16 across the rayon pool
-//!   when there is enough work.
+//!   when there is enough work; [`QuantMatrix::matmul_many`] quantizes one
+//!   input for several matrices and runs all their chunks in one loop.
 
 mod act;
 mod formats;
@@ -63,7 +68,7 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 + FMA + F16C.
     Avx2,
-    /// x86-64 AVX-512 F/BW/VL.
+    /// x86-64 AVX-512 F/BW/VL (runs the AVX2 kernels).
     Avx512,
     /// [`Isa::Avx512`] plus VNNI (`vpdpbusd`).
     Avx512Vnni,

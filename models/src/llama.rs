@@ -21,6 +21,11 @@
 //! keys/values as views without repeating them for grouped-query attention:
 //! the query heads that share a KV head are stacked into the rows of one
 //! matmul.
+//!
+//! On the CPU, when every linear layer of the blocks is a `hearth-kernels`
+//! matrix (GGUF Q4_0/Q4_1/Q5_x/Q8_0), the blocks run on plain f32 slices
+//! instead (`llama_cpu.rs`, same arithmetic); [`Llama::candle_ops_only`]
+//! turns that off for comparisons.
 
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Init, VarBuilder};
