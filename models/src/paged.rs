@@ -2,8 +2,11 @@
 //! tables ([`paged_attention`]).
 //!
 //! The pool is a fixed array of blocks of [`BLOCK_SIZE`] token positions.
-//! For every layer it holds one key and one value buffer laid out as
-//! `[num_blocks, num_kv_heads, BLOCK_SIZE, head_dim]`, so the 16 keys of one
+//! For every layer it holds one value buffer laid out as `[num_blocks,
+//! num_kv_heads, BLOCK_SIZE, head_dim]` and one key buffer with each
+//! block's keys transposed, `[num_blocks, num_kv_heads, head_dim,
+//! BLOCK_SIZE]` (dimension `c` of the block's 16 keys contiguous, the order
+//! in which attention multiplies them), so the 16 keys or values of one
 //! head in one block are contiguous. A sequence owns an ordered list of block
 //! ids (its block table): position `p` lives in block `table[p / 16]`, slot
 //! `p % 16`. Who owns which block is decided outside the model (the engine's
@@ -34,6 +37,9 @@ use crate::vecmath;
 
 /// Token positions per block.
 pub const BLOCK_SIZE: usize = 16;
+
+/// Query-key multiply-adds from which attention runs on the pool.
+const PARALLEL_MIN_WORK: usize = 1 << 16;
 
 /// Query rows per attention task (a long prefill is split into tasks).
 const ROWS_PER_TASK: usize = 32;
@@ -73,6 +79,27 @@ impl Store {
                 .reinterpret_cast_mut::<bf16>()
                 .convert_from_f32_slice(src),
             Store::F32(v) => v[at..end].copy_from_slice(src),
+        }
+    }
+
+    /// `src[i]` to element `at + i * stride`.
+    fn write_strided(&mut self, at: usize, src: &[f32], stride: usize) {
+        match self {
+            Store::F16(v) => {
+                for (i, &x) in src.iter().enumerate() {
+                    v[at + i * stride] = f16::from_f32(x).to_bits();
+                }
+            }
+            Store::Bf16(v) => {
+                for (i, &x) in src.iter().enumerate() {
+                    v[at + i * stride] = bf16::from_f32(x).to_bits();
+                }
+            }
+            Store::F32(v) => {
+                for (i, &x) in src.iter().enumerate() {
+                    v[at + i * stride] = x;
+                }
+            }
         }
     }
 
@@ -194,7 +221,8 @@ impl KvPool {
         self.num_blocks = num_blocks;
     }
 
-    /// Element offset of `(block, head, slot)` in a layer buffer.
+    /// Element offset of `(block, head, slot)` in a layer's value buffer;
+    /// with `slot` 0, where `(block, head)` starts in either buffer.
     fn offset(&self, block: u32, head: usize, slot: usize) -> usize {
         ((block as usize * self.num_kv_heads + head) * BLOCK_SIZE + slot) * self.head_dim
     }
@@ -216,14 +244,15 @@ impl KvPool {
             let block = seq.blocks[p / BLOCK_SIZE];
             for g in 0..self.num_kv_heads {
                 let src = (g * tokens + seq.offset + i) * d;
-                let dst = self.offset(block, g, p % BLOCK_SIZE);
-                self.keys[layer].write(dst, &k[src..src + d]);
-                self.values[layer].write(dst, &v[src..src + d]);
+                let (base, slot) = (self.offset(block, g, 0), p % BLOCK_SIZE);
+                self.keys[layer].write_strided(base + slot, &k[src..src + d], BLOCK_SIZE);
+                self.values[layer].write(base + slot * d, &v[src..src + d]);
             }
         }
     }
 
-    /// Reads keys (or values) of one head in one block as f32 `[16, d]`.
+    /// Reads the keys (`[d, 16]`, transposed) or values (`[16, d]`) of one
+    /// head in one block as f32.
     fn read_block(&self, layer: usize, values: bool, block: u32, head: usize, dst: &mut [f32]) {
         let store = if values {
             &self.values[layer]
@@ -278,7 +307,11 @@ pub(crate) fn paged_attention(
     let run = |&(s, g, r0, r1): &(usize, usize, usize, usize)| {
         attend_task(pool, layer, q, shape, &seqs[s], g, r0, r1)
     };
-    let results: Vec<Vec<f32>> = if tasks.len() > 1 && t * d > 64 {
+    // Query-key products of the whole call: worth the pool from a few
+    // tens of microseconds of work (one decoding sequence past ~100
+    // positions).
+    let work: usize = seqs.iter().map(|s| s.len * (s.pos + s.len)).sum::<usize>() * nh * d;
+    let results: Vec<Vec<f32>> = if tasks.len() > 1 && work >= PARALLEL_MIN_WORK {
         tasks.par_iter().map(run).collect()
     } else {
         tasks.iter().map(run).collect()
@@ -383,8 +416,8 @@ struct Task<'a> {
 }
 
 impl Task<'_> {
-    /// Per key block: the block's keys transposed to `[d, 16]`, so that one
-    /// query's 16 scores are 16 lanes accumulated over `d` (no horizontal
+    /// Per key block: the block's keys, stored transposed (`[d, 16]`), give
+    /// a query's 16 scores as 16 lanes accumulated over `d` (no horizontal
     /// sums); the online-softmax update with the 16 exponentials at once;
     /// then the weighted values added to the query's accumulator.
     #[inline(always)]
@@ -417,20 +450,14 @@ impl Task<'_> {
         let mut m = vec![f32::NEG_INFINITY; nq];
         let mut l = vec![0f32; nq];
         let mut acc = vec![0f32; nq * d];
-        let mut kb = vec![0f32; BLOCK_SIZE * d];
         let mut kt = vec![0f32; BLOCK_SIZE * d];
         let mut vb = vec![0f32; BLOCK_SIZE * d];
         let mut scores = vec![0f32; nq * BLOCK_SIZE];
         let last = seq.pos + r1 - 1;
         for b in 0..=last / BLOCK_SIZE {
             let block = seq.blocks[b];
-            pool.read_block(layer, false, block, g, &mut kb);
+            pool.read_block(layer, false, block, g, &mut kt);
             pool.read_block(layer, true, block, g, &mut vb);
-            for (j, key) in kb.chunks_exact(d).enumerate() {
-                for (c, &x) in key.iter().enumerate() {
-                    kt[c * BLOCK_SIZE + j] = x;
-                }
-            }
             let base = b * BLOCK_SIZE;
             // Queries before this block (earlier rows of a chunk) skip it.
             let first = (0..nq)
@@ -522,20 +549,26 @@ mod fma {
         let n = qs.len() / d;
         let (q, kt, out) = (qs.as_ptr(), kt.as_ptr(), out.as_mut_ptr());
         let mut i = 0;
-        while i + 4 <= n {
-            tile::<4>(q.add(i * d), kt, d, out.add(i * BLOCK_SIZE));
-            i += 4;
-        }
         while i < n {
-            tile::<1>(q.add(i * d), kt, d, out.add(i * BLOCK_SIZE));
-            i += 1;
+            let (q, out) = (q.add(i * d), out.add(i * BLOCK_SIZE));
+            i += match n - i {
+                4.. => tile::<4>(q, kt, d, out),
+                3 => tile::<3>(q, kt, d, out),
+                2 => tile::<2>(q, kt, d, out),
+                _ => tile::<1>(q, kt, d, out),
+            };
         }
     }
 
     /// `Q` queries against the 16 keys: two 8-lane accumulators each, the
-    /// transposed keys' row `c` loaded once for all `Q`.
+    /// transposed keys' row `c` loaded once for all `Q`. Returns `Q`.
     #[inline(always)]
-    unsafe fn tile<const Q: usize>(q: *const f32, kt: *const f32, d: usize, out: *mut f32) {
+    unsafe fn tile<const Q: usize>(
+        q: *const f32,
+        kt: *const f32,
+        d: usize,
+        out: *mut f32,
+    ) -> usize {
         let mut s = [[_mm256_setzero_ps(); 2]; Q];
         for c in 0..d {
             let k0 = _mm256_loadu_ps(kt.add(c * BLOCK_SIZE));
@@ -550,6 +583,7 @@ mod fma {
             _mm256_storeu_ps(out.add(i * BLOCK_SIZE), s[0]);
             _mm256_storeu_ps(out.add(i * BLOCK_SIZE + 8), s[1]);
         }
+        Q
     }
 
     /// # Safety
