@@ -57,6 +57,7 @@ fn configure(group: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>) {
 }
 
 fn bench_encoder(c: &mut Criterion) {
+    hearth_benches::pin_rayon_threads();
     let dir = model_dir();
     if !dir.join("model.safetensors").exists() {
         eprintln!(

@@ -156,6 +156,7 @@ fn decode_round(
 }
 
 fn bench_engine(c: &mut Criterion) {
+    hearth_benches::pin_rayon_threads();
     let Some(engine) = start_engine(false) else {
         return;
     };

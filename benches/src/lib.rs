@@ -19,3 +19,15 @@ pub mod sse;
 pub mod stats;
 
 pub use run::{run, Endpoint, LoadConfig, RequestResult, Summary, Target};
+
+/// Sets `RAYON_NUM_THREADS` to the machine's parallelism when unset, as the
+/// `hearth` binary does at start: candle 0.11 asks for its thread count on
+/// every matmul and, without the variable, parses `/proc/cpuinfo` each time
+/// (a seventh of an engine step with a tiny model). Call it first in a
+/// bench, before anything starts rayon's pool.
+pub fn pin_rayon_threads() {
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+    }
+}
