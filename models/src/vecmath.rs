@@ -42,6 +42,42 @@ pub(crate) fn exp(x: f32) -> f32 {
     e_r * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
 
+/// `erf(x)` in f32 without a library call: Abramowitz and Stegun 7.1.26,
+/// `1 - (a1 t + ... + a5 t^5) e^(-x^2)` with `t = 1 / (1 + p |x|)`, odd in
+/// `x`; absolute error below 1e-6 (1.5e-7 for the formula, the rest f32
+/// rounding), against candle's (libm's) f32 `erf` at about 1e-7.
+#[inline(always)]
+pub(crate) fn erf(x: f32) -> f32 {
+    let a = x.abs();
+    let t = 1.0 / (1.0 + 0.327_591_1 * a);
+    let poly = ((((1.061_405_4 * t - 1.453_152_1) * t + 1.421_413_7) * t - 0.284_496_74) * t
+        + 0.254_829_6)
+        * t;
+    let y = 1.0 - poly * exp(-a * a);
+    y.copysign(x)
+}
+
+/// Exact (erf) GELU in place, `x (1 + erf(x / sqrt 2)) / 2` with [`erf`],
+/// compiled for AVX2 + FMA where present.
+pub(crate) fn gelu_erf_inplace(x: &mut [f32]) {
+    #[inline(always)]
+    fn body(x: &mut [f32]) {
+        for y in x {
+            *y = 0.5 * *y * (1.0 + erf(*y * std::f32::consts::FRAC_1_SQRT_2));
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_fma() {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn fast(x: &mut [f32]) {
+            body(x)
+        }
+        // SAFETY: the CPU has the features `fast` is compiled for.
+        return unsafe { fast(x) };
+    }
+    body(x)
+}
+
 /// Whether this CPU has AVX2, FMA and F16C.
 #[inline]
 pub(crate) fn has_fma() -> bool {
@@ -73,5 +109,19 @@ mod tests {
         assert!(worst < 2e-7, "worst relative error {worst}");
         assert_eq!(exp(0.0), 1.0);
         assert!(exp(f32::NEG_INFINITY) < 1e-37);
+    }
+
+    #[test]
+    fn erf_is_within_1e6_of_f64() {
+        let mut worst = 0f64;
+        let mut x = -6.0f32;
+        while x < 6.0 {
+            let want = candle_core::cpu::erf::erf_f64(x as f64);
+            worst = worst.max((erf(x) as f64 - want).abs());
+            x += 0.00731;
+        }
+        assert!(worst < 1e-6, "worst absolute error {worst}");
+        assert!(erf(0.0).abs() < 1e-6, "erf(0) = {}", erf(0.0));
+        assert_eq!(erf(-2.0), -erf(2.0));
     }
 }
