@@ -1,7 +1,8 @@
 //! Criterion bench of the default embedding model
 //! (sentence-transformers/all-MiniLM-L6-v2) on ~20-word sentences: Hearth's
 //! packed BERT forward with mean pooling and normalisation, at batch 1, 8,
-//! 32 and 128 (throughput in sentences).
+//! 32 and 128 (throughput in sentences); `mixed32`: one batch of 32
+//! sentences of 4 to 60 words.
 //!
 //! `encoder/batcher/clients16`: 16 concurrent clients, each sending 8
 //! one-sentence requests through the token-budget batcher (the path of
@@ -36,7 +37,12 @@ const WORDS: &[&str] = &[
 ];
 
 fn sentence(i: usize) -> String {
-    (0..20)
+    sentence_of(i, 20)
+}
+
+/// Sentence `i` with `words` words.
+fn sentence_of(i: usize, words: usize) -> String {
+    (0..words)
         .map(|k| WORDS[(i * 7 + k * 3 + k * k) % WORDS.len()])
         .collect::<Vec<_>>()
         .join(" ")
@@ -78,6 +84,16 @@ fn bench_encoder(c: &mut Criterion) {
         })
         .collect();
 
+    // 32 sentences of 4 to 60 words: a batch as clients send them, where
+    // padding to the longest costs the padded model the most.
+    let mixed: Vec<Vec<u32>> = (0..32)
+        .map(|i| {
+            let text = sentence_of(i, 4 + (i * 17) % 57);
+            let enc = loaded.tokenizer.encode(text, true).expect("tokenize");
+            enc.get_ids().to_vec()
+        })
+        .collect();
+
     let mut group = c.benchmark_group("encoder/hearth");
     configure(&mut group);
     for b in BATCHES {
@@ -87,12 +103,17 @@ fn bench_encoder(c: &mut Criterion) {
             bench.iter(|| loaded.encoder.embed(&batch).expect("embed"))
         });
     }
+    let batch: Vec<&[u32]> = mixed.iter().map(Vec::as_slice).collect();
+    group.throughput(Throughput::Elements(32));
+    group.bench_function("mixed32", |bench| {
+        bench.iter(|| loaded.encoder.embed(&batch).expect("embed"))
+    });
     group.finish();
 
     bench_batcher(c, &dir, &ids);
 
     #[cfg(feature = "stock-candle")]
-    stock::bench(c, &dir, &ids, &loaded.encoder);
+    stock::bench(c, &dir, &ids, &mixed, &loaded.encoder);
 }
 
 /// 16 clients x 8 single-sentence requests through the batcher.
@@ -169,7 +190,13 @@ mod stock {
         pooled.broadcast_div(&norm)
     }
 
-    pub fn bench(c: &mut Criterion, dir: &Path, ids: &[Vec<u32>], hearth: &SentenceEncoder) {
+    pub fn bench(
+        c: &mut Criterion,
+        dir: &Path,
+        ids: &[Vec<u32>],
+        mixed: &[Vec<u32>],
+        hearth: &SentenceEncoder,
+    ) {
         let config: Config =
             serde_json::from_slice(&std::fs::read(dir.join("config.json")).expect("config.json"))
                 .expect("BERT config");
@@ -207,6 +234,11 @@ mod stock {
                 bench.iter(|| embed(&model, &batch).expect("stock embed"))
             });
         }
+        let batch: Vec<&[u32]> = mixed.iter().map(Vec::as_slice).collect();
+        group.throughput(Throughput::Elements(batch.len() as u64));
+        group.bench_function("mixed32", |bench| {
+            bench.iter(|| embed(&model, &batch).expect("stock embed"))
+        });
         group.finish();
     }
 }
