@@ -12,9 +12,9 @@
 //! to i32 at once (`vpmaddwd`) before the eight are added (with VNNI, eight
 //! `vpdpbusd`).
 
-use super::{Group8, Half8, G};
+use super::{group_rows, interleave, Group8, Half8, G};
 use crate::act::Acts;
-use crate::formats::{I8, Q8, QK};
+use crate::formats::{I8, QK};
 use crate::Error;
 
 /// One block of a group: 8 rows x 32 signed bytes (see the module docs).
@@ -46,29 +46,13 @@ impl I8x8 {
             d: Vec::with_capacity(groups * nb),
             m: w.m.as_ref().map(|_| Vec::with_capacity(groups * nb)),
         };
-        let zero = Q8([0; QK]);
         for g in 0..groups {
             for b in 0..nb {
-                let row = |l: usize| {
-                    let r = G * g + l;
-                    (r < n).then(|| r * nb + b)
-                };
-                let mut q = [0i8; 256];
-                for l in 0..G {
-                    let src = row(l).map_or(&zero, |i| &w.qs[i]);
-                    for k in 0..8 {
-                        q[32 * k + 4 * l..32 * k + 4 * l + 4]
-                            .copy_from_slice(&src.0[4 * k..4 * k + 4]);
-                    }
-                }
-                x.qs.push(Q8x8(q));
-                x.d.push(Half8::exact(std::array::from_fn(|l| {
-                    row(l).map_or(0.0, |i| w.d[i])
-                }))?);
+                let rows = group_rows(n, nb, g, b);
+                x.qs.push(Q8x8(interleave(rows.map(|i| i.map(|i| &w.qs[i].0)))));
+                x.d.push(Half8::gather(rows, &w.d)?);
                 if let (Some(out), Some(m)) = (x.m.as_mut(), w.m.as_ref()) {
-                    out.push(Half8::exact(std::array::from_fn(|l| {
-                        row(l).map_or(0.0, |i| m[i])
-                    }))?);
+                    out.push(Half8::gather(rows, m)?);
                 }
             }
         }

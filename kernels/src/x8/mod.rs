@@ -34,6 +34,33 @@ use crate::{Error, Out};
 /// Rows per group.
 pub(crate) const G: usize = 8;
 
+/// The source block index of each row of group `g`'s block `b` in a
+/// one-row-at-a-time layout of `n` rows of `nb` blocks; `None` for the
+/// padding rows past `n`.
+pub(crate) fn group_rows(n: usize, nb: usize, g: usize, b: usize) -> [Option<usize>; G] {
+    std::array::from_fn(|l| {
+        let r = G * g + l;
+        (r < n).then(|| r * nb + b)
+    })
+}
+
+/// Eight rows' blocks of `N` values interleaved by runs of four: value
+/// `32 k + 4 l + t` of the result is value `4 k + t` of row `l` (zero for a
+/// missing row). `OUT` is `8 N`.
+pub(crate) fn interleave<T: Copy + Default, const N: usize, const OUT: usize>(
+    rows: [Option<&[T; N]>; G],
+) -> [T; OUT] {
+    assert_eq!(OUT, G * N, "an interleaved block holds eight rows");
+    let mut out = [T::default(); OUT];
+    for (l, row) in rows.iter().enumerate() {
+        let Some(row) = row else { continue };
+        for k in 0..N / 4 {
+            out[32 * k + 4 * l..32 * k + 4 * l + 4].copy_from_slice(&row[4 * k..4 * k + 4]);
+        }
+    }
+    out
+}
+
 /// The scales (or offsets) of one group's block: eight f16, one per row.
 #[derive(Debug, Clone, Copy, Default)]
 #[repr(C, align(16))]
@@ -52,6 +79,12 @@ impl Half8 {
             *o = h.to_bits();
         }
         Ok(out)
+    }
+
+    /// `values[i]` for each row's source block `i` (see [`group_rows`]), 0
+    /// for padding rows; as [`Half8::exact`].
+    pub(crate) fn gather(rows: [Option<usize>; G], values: &[f32]) -> Result<Self, Error> {
+        Self::exact(rows.map(|i| i.map_or(0.0, |i| values[i])))
     }
 
     pub(crate) fn get(&self, l: usize) -> f32 {

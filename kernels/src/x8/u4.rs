@@ -17,9 +17,9 @@
 //! `8 * 2 * 15 * 127 = 30480`: no overflow) and one `vpmaddwd` makes each
 //! lane a row's block sum (with VNNI, eight `vpdpbusd` into i32).
 
-use super::{Group8, Half8, G};
+use super::{group_rows, interleave, Group8, Half8, G};
 use crate::act::Acts;
-use crate::formats::{Nib, QK, U4};
+use crate::formats::{QK, U4};
 use crate::Error;
 
 /// One block of a group: 8 rows x 32 values as nibbles (see the module
@@ -52,28 +52,12 @@ impl U4x8 {
             d: Vec::with_capacity(groups * nb),
             m: Vec::with_capacity(groups * nb),
         };
-        let zero = Nib::default();
         for g in 0..groups {
             for b in 0..nb {
-                let row = |l: usize| {
-                    let r = G * g + l;
-                    (r < n).then(|| r * nb + b)
-                };
-                let mut q = [0u8; 128];
-                for l in 0..G {
-                    let src = row(l).map_or(&zero, |i| &u.qs[i]);
-                    for k in 0..4 {
-                        q[32 * k + 4 * l..32 * k + 4 * l + 4]
-                            .copy_from_slice(&src.0[4 * k..4 * k + 4]);
-                    }
-                }
-                w.qs.push(Nib8(q));
-                w.d.push(Half8::exact(std::array::from_fn(|l| {
-                    row(l).map_or(0.0, |i| u.d[i])
-                }))?);
-                w.m.push(Half8::exact(std::array::from_fn(|l| {
-                    row(l).map_or(0.0, |i| u.m[i])
-                }))?);
+                let rows = group_rows(n, nb, g, b);
+                w.qs.push(Nib8(interleave(rows.map(|i| i.map(|i| &u.qs[i].0)))));
+                w.d.push(Half8::gather(rows, &u.d)?);
+                w.m.push(Half8::gather(rows, &u.m)?);
             }
         }
         Ok(w)
