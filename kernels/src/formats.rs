@@ -21,7 +21,7 @@
 use half::f16;
 
 use crate::kquants::{K4, K6};
-use crate::x8::{i8::I8x8, u4::U4x8};
+use crate::x8::{i8::I8x8, u4::U4x8, Group8};
 use crate::Error;
 
 /// A GGUF (GGML) block format.
@@ -291,8 +291,8 @@ impl Repr {
     pub(crate) fn dequantize(&self) -> Vec<f32> {
         let mut out = Vec::new();
         match self {
-            Repr::U4x8(w) => w.dequantize(&mut out),
-            Repr::I8x8(w) => w.dequantize(&mut out),
+            Repr::U4x8(w) => w.dequantize_into(&mut out),
+            Repr::I8x8(w) => w.dequantize_into(&mut out),
             Repr::K4(w) => w.dequantize(&mut out),
             Repr::K6(w) => w.dequantize(&mut out),
         }

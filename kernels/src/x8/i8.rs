@@ -14,7 +14,7 @@
 
 use super::{group_rows, interleave, Group8, Half8, G};
 use crate::act::Acts;
-use crate::formats::{I8, QK};
+use crate::formats::I8;
 use crate::Error;
 
 /// One block of a group: 8 rows x 32 signed bytes (see the module docs).
@@ -58,25 +58,6 @@ impl I8x8 {
         }
         Ok(x)
     }
-
-    /// Value `j` (0..32) of row `l` of block `i`.
-    fn q(&self, i: usize, l: usize, j: usize) -> i8 {
-        self.qs[i].0[32 * (j / 4) + 4 * l + j % 4]
-    }
-
-    /// The weights as f32, `[n, k]` row major.
-    pub(crate) fn dequantize(&self, out: &mut Vec<f32>) {
-        out.reserve(self.n * self.nb * QK);
-        for r in 0..self.n {
-            let (g, l) = (r / G, r % G);
-            for b in 0..self.nb {
-                let i = g * self.nb + b;
-                let d = self.d[i].get(l);
-                let m = self.m.as_ref().map_or(0.0, |m| m[i].get(l));
-                out.extend((0..QK).map(|j| d * self.q(i, l, j) as f32 + m));
-            }
-        }
-    }
 }
 
 impl Group8 for I8x8 {
@@ -84,20 +65,19 @@ impl Group8 for I8x8 {
         self.n
     }
 
-    fn dot(&self, acts: &Acts, g: usize, l: usize, a: usize) -> f32 {
-        let nb = self.nb;
-        let mut acc = 0f32;
-        let mut mins = 0f32;
-        for b in 0..nb {
-            let (i, ai) = (g * nb + b, a * nb + b);
-            let x = &acts.qs[ai].0;
-            let isum: i32 = (0..QK).map(|j| self.q(i, l, j) as i32 * x[j] as i32).sum();
-            acc += self.d[i].get(l) * acts.d[ai] * isum as f32;
-            if let Some(m) = &self.m {
-                mins += m[i].get(l) * acts.s[ai];
-            }
-        }
-        acc + mins
+    fn blocks(&self) -> usize {
+        self.nb
+    }
+
+    fn q(&self, i: usize, l: usize, j: usize) -> i32 {
+        self.qs[i].0[32 * (j / 4) + 4 * l + j % 4] as i32
+    }
+
+    fn scale_offset(&self, i: usize, l: usize) -> (f32, f32) {
+        (
+            self.d[i].get(l),
+            self.m.as_ref().map_or(0.0, |m| m[i].get(l)),
+        )
     }
 
     #[cfg(target_arch = "x86_64")]

@@ -29,6 +29,7 @@ use std::ops::Range;
 use half::f16;
 
 use crate::act::Acts;
+use crate::formats::QK;
 use crate::{Error, Out};
 
 /// Rows per group.
@@ -108,9 +109,43 @@ pub(crate) trait Group8 {
     /// Real rows.
     fn rows(&self) -> usize;
 
+    /// Blocks per row.
+    fn blocks(&self) -> usize;
+
+    /// Value `j` (0..32) of row `l` of group block `i`, as stored.
+    fn q(&self, i: usize, l: usize, j: usize) -> i32;
+
+    /// Scale and offset of row `l` of group block `i` (`w = d q + m`).
+    fn scale_offset(&self, i: usize, l: usize) -> (f32, f32);
+
     /// Row `8 g + l` . activation row `a`, exactly summed per block in i32
     /// (the portable kernel).
-    fn dot(&self, acts: &Acts, g: usize, l: usize, a: usize) -> f32;
+    fn dot(&self, acts: &Acts, g: usize, l: usize, a: usize) -> f32 {
+        let nb = self.blocks();
+        let mut acc = 0f32;
+        for b in 0..nb {
+            let (i, ai) = (g * nb + b, a * nb + b);
+            let x = &acts.qs[ai].0;
+            let isum: i32 = (0..QK).map(|j| self.q(i, l, j) * x[j] as i32).sum();
+            let (d, m) = self.scale_offset(i, l);
+            acc += d * acts.d[ai] * isum as f32 + m * acts.s[ai];
+        }
+        acc
+    }
+
+    /// Appends the weights as f32, `[rows, blocks * 32]` row major.
+    fn dequantize_into(&self, out: &mut Vec<f32>) {
+        let nb = self.blocks();
+        out.reserve(self.rows() * nb * QK);
+        for r in 0..self.rows() {
+            let (g, l) = (r / G, r % G);
+            for b in 0..nb {
+                let i = g * nb + b;
+                let (d, m) = self.scale_offset(i, l);
+                out.extend((0..QK).map(|j| d * self.q(i, l, j) as f32 + m));
+            }
+        }
+    }
 
     /// Group `g` times activation rows `a..a + A`: lane `l` of `[j]` is row
     /// `8 g + l` . activation row `a + j`. Implementations are

@@ -19,7 +19,7 @@
 
 use super::{group_rows, interleave, Group8, Half8, G};
 use crate::act::Acts;
-use crate::formats::{QK, U4};
+use crate::formats::U4;
 use crate::Error;
 
 /// One block of a group: 8 rows x 32 values as nibbles (see the module
@@ -64,26 +64,13 @@ impl U4x8 {
     }
 
     /// Value `j` (0..32) of row `l` of block `i` as a 4-bit integer.
-    fn q(&self, i: usize, l: usize, j: usize) -> u8 {
+    fn nibble(&self, i: usize, l: usize, j: usize) -> u8 {
         let (k, t, high) = ((j % 16) / 4, j % 4, j >= 16);
         let byte = self.qs[i].0[32 * k + 4 * l + t];
         if high {
             byte >> 4
         } else {
             byte & 0xF
-        }
-    }
-
-    /// The weights as f32, `[n, k]` row major.
-    pub(crate) fn dequantize(&self, out: &mut Vec<f32>) {
-        out.reserve(self.n * self.nb * QK);
-        for r in 0..self.n {
-            let (g, l) = (r / G, r % G);
-            for b in 0..self.nb {
-                let i = g * self.nb + b;
-                let (d, m) = (self.d[i].get(l), self.m[i].get(l));
-                out.extend((0..QK).map(|j| d * self.q(i, l, j) as f32 + m));
-            }
         }
     }
 }
@@ -93,16 +80,16 @@ impl Group8 for U4x8 {
         self.n
     }
 
-    fn dot(&self, acts: &Acts, g: usize, l: usize, a: usize) -> f32 {
-        let nb = self.nb;
-        let mut acc = 0f32;
-        for b in 0..nb {
-            let (i, ai) = (g * nb + b, a * nb + b);
-            let x = &acts.qs[ai].0;
-            let isum: i32 = (0..QK).map(|j| self.q(i, l, j) as i32 * x[j] as i32).sum();
-            acc += self.d[i].get(l) * acts.d[ai] * isum as f32 + self.m[i].get(l) * acts.s[ai];
-        }
-        acc
+    fn blocks(&self) -> usize {
+        self.nb
+    }
+
+    fn q(&self, i: usize, l: usize, j: usize) -> i32 {
+        self.nibble(i, l, j) as i32
+    }
+
+    fn scale_offset(&self, i: usize, l: usize) -> (f32, f32) {
+        (self.d[i].get(l), self.m[i].get(l))
     }
 
     #[cfg(target_arch = "x86_64")]
