@@ -24,7 +24,7 @@
 //!   applies them per sequence inside a paged batch ([`PagedSeq::lora`],
 //!   checked and prepared through [`LoraSpec`]).
 //!
-//! Other files: `paged.rs` ([`KvPool`] and the paged attention op),
+//! Other files: `paged/` ([`KvPool`] and the paged attention op),
 //! `kv_cache.rs` ([`KvCache`]), `linear.rs` ([`Linear`]), `rotary.rs` (RoPE
 //! tables).
 

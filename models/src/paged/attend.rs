@@ -1,0 +1,248 @@
+//! The attention of one task (one sequence, one KV head, a run of query
+//! rows) over its blocks: see the parent module for the algorithm. The
+//! loops are compiled for AVX2 + FMA where the CPU has them.
+
+use super::{round_to, AttnShape, KvPool, SeqView, BLOCK_SIZE};
+use crate::vecmath;
+
+/// Rows `r0..r1` of one sequence, the query heads of KV head `g`: returns
+/// `[(r1 - r0) * n_rep, d]`, row-major by (row, head within the group).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn attend_task(
+    pool: &KvPool,
+    layer: usize,
+    q: &[f32],
+    shape: AttnShape,
+    seq: &SeqView<'_>,
+    g: usize,
+    r0: usize,
+    r1: usize,
+) -> Vec<f32> {
+    let task = Task {
+        pool,
+        layer,
+        q,
+        shape,
+        seq,
+        g,
+        r0,
+        r1,
+    };
+    #[cfg(target_arch = "x86_64")]
+    if vecmath::has_fma() {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn run_fma(task: &Task<'_>) -> Vec<f32> {
+            task.run::<true>()
+        }
+        // SAFETY: the CPU has the features `run_fma` is compiled for.
+        return unsafe { run_fma(&task) };
+    }
+    task.run::<false>()
+}
+
+/// The arguments of [`attend_task`].
+struct Task<'a> {
+    pool: &'a KvPool,
+    layer: usize,
+    q: &'a [f32],
+    shape: AttnShape,
+    seq: &'a SeqView<'a>,
+    g: usize,
+    r0: usize,
+    r1: usize,
+}
+
+impl Task<'_> {
+    /// Per key block: the block's keys, stored transposed (`[d, 16]`), give
+    /// a query's 16 scores as 16 lanes accumulated over `d` (no horizontal
+    /// sums); the online-softmax update with the 16 exponentials at once;
+    /// then the weighted values added to the query's accumulator.
+    #[inline(always)]
+    fn run<const FMA: bool>(&self) -> Vec<f32> {
+        let Task {
+            pool,
+            layer,
+            q,
+            shape,
+            seq,
+            g,
+            r0,
+            r1,
+        } = *self;
+        let (nh, t, d) = (shape.num_heads, shape.tokens, pool.head_dim);
+        let n_rep = nh / pool.num_kv_heads;
+        let nq = (r1 - r0) * n_rep;
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut qs = Vec::with_capacity(nq * d);
+        for i in r0..r1 {
+            for r in 0..n_rep {
+                let h = g * n_rep + r;
+                let at = (h * t + seq.offset + i) * d;
+                qs.extend_from_slice(&q[at..at + d]);
+            }
+        }
+        round_to(pool.dtype, &mut qs);
+        qs.iter_mut().for_each(|x| *x *= scale);
+
+        let mut m = vec![f32::NEG_INFINITY; nq];
+        let mut l = vec![0f32; nq];
+        let mut acc = vec![0f32; nq * d];
+        let mut kt = vec![0f32; BLOCK_SIZE * d];
+        let mut vb = vec![0f32; BLOCK_SIZE * d];
+        let mut scores = vec![0f32; nq * BLOCK_SIZE];
+        let last = seq.pos + r1 - 1;
+        for b in 0..=last / BLOCK_SIZE {
+            let block = seq.blocks[b];
+            pool.read_block(layer, false, block, g, &mut kt);
+            pool.read_block(layer, true, block, g, &mut vb);
+            let base = b * BLOCK_SIZE;
+            // Queries before this block (earlier rows of a chunk) skip it.
+            let first = (0..nq)
+                .find(|&qi| seq.pos + r0 + qi / n_rep >= base)
+                .unwrap_or(nq);
+            block_scores::<FMA>(&qs[first * d..], &kt, d, &mut scores[first * BLOCK_SIZE..]);
+            for qi in first..nq {
+                let p = seq.pos + r0 + qi / n_rep;
+                let valid = (p - base + 1).min(BLOCK_SIZE);
+                let s = &scores[qi * BLOCK_SIZE..(qi + 1) * BLOCK_SIZE];
+                let mx = s[..valid].iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                let new_m = m[qi].max(mx);
+                let corr = vecmath::exp(m[qi] - new_m);
+                let mut e = [0f32; BLOCK_SIZE];
+                for (e, &s) in e.iter_mut().zip(s) {
+                    *e = vecmath::exp(s - new_m);
+                }
+                e[valid..].iter_mut().for_each(|e| *e = 0.0);
+                l[qi] = l[qi] * corr + e.iter().sum::<f32>();
+                add_values::<FMA>(&mut acc[qi * d..(qi + 1) * d], corr, &e[..valid], &vb);
+                m[qi] = new_m;
+            }
+        }
+        for qi in 0..nq {
+            let inv = 1.0 / l[qi];
+            acc[qi * d..(qi + 1) * d].iter_mut().for_each(|x| *x *= inv);
+        }
+        acc
+    }
+}
+
+/// `out[i * 16 + j] = q_i . key_j` for the queries `qs` (`[n, d]`) and one
+/// block's keys transposed (`kt`, `[d, 16]`).
+#[inline(always)]
+fn block_scores<const FMA: bool>(qs: &[f32], kt: &[f32], d: usize, out: &mut [f32]) {
+    let n = qs.len() / d;
+    assert!(kt.len() == d * BLOCK_SIZE && out.len() >= n * BLOCK_SIZE);
+    #[cfg(target_arch = "x86_64")]
+    if FMA {
+        // SAFETY: `FMA` bodies run only inside functions compiled with AVX2
+        // and FMA on CPUs that have them; the lengths are asserted above.
+        unsafe { fma::block_scores(qs, kt, d, out) };
+        return;
+    }
+    for (q, s) in qs.chunks_exact(d).zip(out.chunks_exact_mut(BLOCK_SIZE)) {
+        s.fill(0.0);
+        for (&x, kc) in q.iter().zip(kt.chunks_exact(BLOCK_SIZE)) {
+            for (s, &k) in s.iter_mut().zip(kc) {
+                *s = vecmath::madd::<FMA>(x, k, *s);
+            }
+        }
+    }
+}
+
+/// `acc = acc * corr + sum_j e_j v_j` over the first `e.len()` value rows
+/// of a block (`vb`, `[16, d]`).
+#[inline(always)]
+fn add_values<const FMA: bool>(acc: &mut [f32], corr: f32, e: &[f32], vb: &[f32]) {
+    let d = acc.len();
+    assert!(vb.len() >= e.len() * d);
+    #[cfg(target_arch = "x86_64")]
+    if FMA && d.is_multiple_of(32) {
+        // SAFETY: as in `block_scores`; lengths asserted above.
+        unsafe { fma::add_values(acc, corr, e, vb) };
+        return;
+    }
+    if corr != 1.0 {
+        acc.iter_mut().for_each(|x| *x *= corr);
+    }
+    for (&ej, vrow) in e.iter().zip(vb.chunks_exact(d)) {
+        for (x, &v) in acc.iter_mut().zip(vrow) {
+            *x = vecmath::madd::<FMA>(ej, v, *x);
+        }
+    }
+}
+
+/// The AVX2 + FMA bodies of [`block_scores`] and [`add_values`], inlined
+/// into `attend_task`'s `run_fma`.
+#[cfg(target_arch = "x86_64")]
+mod fma {
+    use std::arch::x86_64::*;
+
+    use super::BLOCK_SIZE;
+
+    /// # Safety
+    /// AVX2 + FMA; `kt` is `[d, 16]`, `out` holds `qs.len() / d` rows of 16.
+    #[inline(always)]
+    pub(super) unsafe fn block_scores(qs: &[f32], kt: &[f32], d: usize, out: &mut [f32]) {
+        let n = qs.len() / d;
+        let (q, kt, out) = (qs.as_ptr(), kt.as_ptr(), out.as_mut_ptr());
+        let mut i = 0;
+        while i < n {
+            let (q, out) = (q.add(i * d), out.add(i * BLOCK_SIZE));
+            i += match n - i {
+                4.. => tile::<4>(q, kt, d, out),
+                3 => tile::<3>(q, kt, d, out),
+                2 => tile::<2>(q, kt, d, out),
+                _ => tile::<1>(q, kt, d, out),
+            };
+        }
+    }
+
+    /// `Q` queries against the 16 keys: two 8-lane accumulators each, the
+    /// transposed keys' row `c` loaded once for all `Q`. Returns `Q`.
+    #[inline(always)]
+    unsafe fn tile<const Q: usize>(
+        q: *const f32,
+        kt: *const f32,
+        d: usize,
+        out: *mut f32,
+    ) -> usize {
+        let mut s = [[_mm256_setzero_ps(); 2]; Q];
+        for c in 0..d {
+            let k0 = _mm256_loadu_ps(kt.add(c * BLOCK_SIZE));
+            let k1 = _mm256_loadu_ps(kt.add(c * BLOCK_SIZE + 8));
+            for (i, s) in s.iter_mut().enumerate() {
+                let x = _mm256_broadcast_ss(&*q.add(i * d + c));
+                s[0] = _mm256_fmadd_ps(x, k0, s[0]);
+                s[1] = _mm256_fmadd_ps(x, k1, s[1]);
+            }
+        }
+        for (i, s) in s.iter().enumerate() {
+            _mm256_storeu_ps(out.add(i * BLOCK_SIZE), s[0]);
+            _mm256_storeu_ps(out.add(i * BLOCK_SIZE + 8), s[1]);
+        }
+        Q
+    }
+
+    /// # Safety
+    /// AVX2 + FMA; `acc.len()` is a multiple of 32 and `vb` holds
+    /// `e.len()` rows of `acc.len()`.
+    #[inline(always)]
+    pub(super) unsafe fn add_values(acc: &mut [f32], corr: f32, e: &[f32], vb: &[f32]) {
+        let d = acc.len();
+        let (a, v) = (acc.as_mut_ptr(), vb.as_ptr());
+        let c = _mm256_set1_ps(corr);
+        for c0 in (0..d).step_by(32) {
+            let mut r: [__m256; 4] =
+                std::array::from_fn(|k| _mm256_mul_ps(c, _mm256_loadu_ps(a.add(c0 + 8 * k))));
+            for (j, &ej) in e.iter().enumerate() {
+                let w = _mm256_set1_ps(ej);
+                for (k, r) in r.iter_mut().enumerate() {
+                    *r = _mm256_fmadd_ps(w, _mm256_loadu_ps(v.add(j * d + c0 + 8 * k)), *r);
+                }
+            }
+            for (k, r) in r.iter().enumerate() {
+                _mm256_storeu_ps(a.add(c0 + 8 * k), *r);
+            }
+        }
+    }
+}
