@@ -29,6 +29,7 @@ use crate::lora::LoraTarget;
 use crate::lora_apply::LoraBatch;
 use crate::paged::{paged_attention, AttnShape, KvPool, SeqView};
 use crate::rotary::{RopeLayout, Rotary};
+use crate::vecmath;
 
 /// Rows from which element-wise work is split across the pool.
 const PARALLEL_ROWS: usize = 16;
@@ -298,11 +299,7 @@ fn add_into(x: &mut [f32], y: &[f32]) {
 
 /// `g = silu(g) * u`, rows of `width` split across the pool when many.
 fn silu_mul(g: &mut [f32], u: &[f32], width: usize) {
-    let row = |(g, u): (&mut [f32], &[f32])| {
-        for (g, &u) in g.iter_mut().zip(u) {
-            *g = *g / (1.0 + (-*g).exp()) * u;
-        }
-    };
+    let row = |(g, u): (&mut [f32], &[f32])| vecmath::silu_mul_inplace(g, u);
     if g.len() / width >= PARALLEL_ROWS {
         g.par_chunks_mut(width)
             .zip(u.par_chunks(width))

@@ -78,6 +78,27 @@ pub(crate) fn gelu_erf_inplace(x: &mut [f32]) {
     body(x)
 }
 
+/// `g = silu(g) * u` (`silu(x) = x / (1 + e^-x)`) with [`exp`], compiled
+/// for AVX2 + FMA where present.
+pub(crate) fn silu_mul_inplace(g: &mut [f32], u: &[f32]) {
+    #[inline(always)]
+    fn body(g: &mut [f32], u: &[f32]) {
+        for (g, &u) in g.iter_mut().zip(u) {
+            *g = *g / (1.0 + exp(-*g)) * u;
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_fma() {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn fast(g: &mut [f32], u: &[f32]) {
+            body(g, u)
+        }
+        // SAFETY: the CPU has the features `fast` is compiled for.
+        return unsafe { fast(g, u) };
+    }
+    body(g, u)
+}
+
 /// Whether this CPU has AVX2, FMA and F16C.
 #[inline]
 pub(crate) fn has_fma() -> bool {
