@@ -5,54 +5,35 @@
 use super::{round_to, AttnShape, KvPool, SeqView, BLOCK_SIZE};
 use crate::vecmath;
 
-/// Rows `r0..r1` of one sequence, the query heads of KV head `g`: returns
-/// `[(r1 - r0) * n_rep, d]`, row-major by (row, head within the group).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn attend_task(
-    pool: &KvPool,
-    layer: usize,
-    q: &[f32],
-    shape: AttnShape,
-    seq: &SeqView<'_>,
-    g: usize,
-    r0: usize,
-    r1: usize,
-) -> Vec<f32> {
-    let task = Task {
-        pool,
-        layer,
-        q,
-        shape,
-        seq,
-        g,
-        r0,
-        r1,
-    };
-    #[cfg(target_arch = "x86_64")]
-    if vecmath::has_fma() {
-        #[target_feature(enable = "avx2,fma,f16c")]
-        fn run_fma(task: &Task<'_>) -> Vec<f32> {
-            task.run::<true>()
-        }
-        // SAFETY: the CPU has the features `run_fma` is compiled for.
-        return unsafe { run_fma(&task) };
-    }
-    task.run::<false>()
-}
-
-/// The arguments of [`attend_task`].
-struct Task<'a> {
-    pool: &'a KvPool,
-    layer: usize,
-    q: &'a [f32],
-    shape: AttnShape,
-    seq: &'a SeqView<'a>,
-    g: usize,
-    r0: usize,
-    r1: usize,
+/// One attention task: rows `r0..r1` of one sequence, the query heads of
+/// KV head `g`.
+pub(super) struct Task<'a> {
+    pub(super) pool: &'a KvPool,
+    pub(super) layer: usize,
+    pub(super) q: &'a [f32],
+    pub(super) shape: AttnShape,
+    pub(super) seq: &'a SeqView<'a>,
+    pub(super) g: usize,
+    pub(super) r0: usize,
+    pub(super) r1: usize,
 }
 
 impl Task<'_> {
+    /// Returns `[(r1 - r0) * n_rep, d]`, row-major by (row, head within the
+    /// group), with the AVX2 + FMA body where the CPU has it.
+    pub(super) fn attend(&self) -> Vec<f32> {
+        #[cfg(target_arch = "x86_64")]
+        if vecmath::has_fma() {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            fn run_fma(task: &Task<'_>) -> Vec<f32> {
+                task.run::<true>()
+            }
+            // SAFETY: the CPU has the features `run_fma` is compiled for.
+            return unsafe { run_fma(self) };
+        }
+        self.run::<false>()
+    }
+
     /// Per key block: the block's keys, stored transposed (`[d, 16]`), give
     /// a query's 16 scores as 16 lanes accumulated over `d` (no horizontal
     /// sums); the online-softmax update with the 16 exponentials at once;
@@ -172,7 +153,7 @@ fn add_values<const FMA: bool>(acc: &mut [f32], corr: f32, e: &[f32], vb: &[f32]
 }
 
 /// The AVX2 + FMA bodies of [`block_scores`] and [`add_values`], inlined
-/// into `attend_task`'s `run_fma`.
+/// into `Task::attend`'s `run_fma`.
 #[cfg(target_arch = "x86_64")]
 mod fma {
     use std::arch::x86_64::*;

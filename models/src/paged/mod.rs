@@ -35,7 +35,7 @@ use rayon::prelude::*;
 
 mod attend;
 
-use attend::attend_task;
+use attend::Task;
 
 /// Token positions per block.
 pub const BLOCK_SIZE: usize = 16;
@@ -307,7 +307,17 @@ pub(crate) fn paged_attention(
         }
     }
     let run = |&(s, g, r0, r1): &(usize, usize, usize, usize)| {
-        attend_task(pool, layer, q, shape, &seqs[s], g, r0, r1)
+        Task {
+            pool,
+            layer,
+            q,
+            shape,
+            seq: &seqs[s],
+            g,
+            r0,
+            r1,
+        }
+        .attend()
     };
     // Query-key products of the whole call: worth the pool from a few
     // tens of microseconds of work (one decoding sequence past ~100
