@@ -168,7 +168,7 @@ async fn uploads_over_the_limit_are_413_and_leave_nothing() {
 #[tokio::test]
 async fn unknown_and_foreign_ids_are_403_alike() {
     let state = bare_state();
-    let (other, other_key) = other_project(&state);
+    let (other, other_key) = other_project(&state).await;
     let reply = upload_as(
         &state,
         &other_key,

@@ -315,7 +315,7 @@ async fn given_values_are_kept_and_jobs_page_newest_first() {
 async fn every_bad_request_is_refused_before_a_job_exists() {
     let state = state();
     let file = training_file(&state).await;
-    let (_, other_key) = raw::other_project(&state);
+    let (_, other_key) = raw::other_project(&state).await;
     let theirs = raw::upload_as(
         &state,
         &other_key,
@@ -604,7 +604,7 @@ async fn other_projects_jobs_are_403_and_finished_jobs_cannot_be_cancelled() {
         .await
         .json();
     let id = job["id"].as_str().unwrap().to_string();
-    let (other, other_key) = raw::other_project(&state);
+    let (other, other_key) = raw::other_project(&state).await;
     for (method, uri) in [
         ("GET", format!("/v1/fine_tuning/jobs/{id}")),
         ("POST", format!("/v1/fine_tuning/jobs/{id}/cancel")),
@@ -643,10 +643,13 @@ async fn other_projects_jobs_are_403_and_finished_jobs_cannot_be_cancelled() {
     );
     let _ = other;
 
-    // A worker runs it to success; cancelling is then refused (400 B).
+    // A worker runs it to success; cancelling is then refused (400 B). The
+    // store is used on the test's own runtime: a second runtime on another
+    // thread, with this one blocked waiting for it, could strand pool
+    // connections whose release is still queued here (seen as PoolTimedOut).
     let store = state.store.clone();
     let job_id = id.clone();
-    let checkpoint = block_on(async move {
+    let checkpoint = {
         let claimed = store
             .claim_ft_job("test-worker", 60)
             .await
@@ -674,7 +677,7 @@ async fn other_projects_jobs_are_403_and_finished_jobs_cannot_be_cancelled() {
             .await
             .unwrap());
         ckpt
-    });
+    };
     let reply = send_as(
         &state,
         "POST",

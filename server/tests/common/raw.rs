@@ -7,7 +7,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use tower::ServiceExt;
 
-use super::{block_on, KEY};
+use super::KEY;
 use hearth_server::AppState;
 
 pub const BOUNDARY: &str = "hearth-test-boundary-7MA4YWxkTrZu0gW";
@@ -137,14 +137,13 @@ pub fn shape_c(reply: &Raw) -> Value {
 }
 
 /// A second project with a key of its own.
-pub fn other_project(state: &AppState) -> (String, String) {
-    let store = state.store.clone();
-    block_on(async move {
-        let project = store.create_project("Other").await.unwrap();
-        let key = store
-            .create_key("other", Some(&project.id), false)
-            .await
-            .unwrap();
-        (project.id, key.secret)
-    })
+pub async fn other_project(state: &AppState) -> (String, String) {
+    // On the test's own runtime: see `fine_tuning.rs` on stranded connections.
+    let project = state.store.create_project("Other").await.unwrap();
+    let key = state
+        .store
+        .create_key("other", Some(&project.id), false)
+        .await
+        .unwrap();
+    (project.id, key.secret)
 }
