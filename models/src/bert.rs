@@ -21,14 +21,8 @@ use crate::packed_attention::packed_attention;
 use crate::vecmath;
 use crate::Linear;
 
-/// `config.json` of an encoder, dispatched on `model_type`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(tag = "model_type", rename_all = "lowercase")]
-pub enum EncoderConfig {
-    Bert(BertConfig),
-}
-
-/// The fields of a BERT `config.json` that matter here (others are ignored).
+/// The fields of a BERT (or RoBERTa) `config.json` that matter here (others
+/// are ignored).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct BertConfig {
     pub vocab_size: usize,
@@ -49,6 +43,9 @@ pub struct BertConfig {
     /// Labels of a classification head; their count sizes the classifier.
     #[serde(default)]
     pub id2label: Option<std::collections::BTreeMap<String, String>>,
+    /// The padding token; RoBERTa counts positions from the one after it.
+    #[serde(default)]
+    pub pad_token_id: Option<u32>,
 }
 
 fn default_act() -> String {
@@ -73,7 +70,7 @@ impl BertConfig {
         self.id2label.as_ref().map_or(1, |m| m.len().max(1))
     }
 
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         if self.hidden_act != "gelu" {
             candle_core::bail!(
                 "unsupported hidden_act `{}` (only exact gelu)",
@@ -112,7 +109,7 @@ impl<'a> EncoderInput<'a> {
     }
 }
 
-fn linear(vb: VarBuilder, inp: usize, out: usize) -> Result<Linear> {
+pub(crate) fn linear(vb: VarBuilder, inp: usize, out: usize) -> Result<Linear> {
     Linear::dense(vb.get((out, inp), "weight")?)?.with_bias(vb.get(out, "bias")?)
 }
 
@@ -189,7 +186,26 @@ fn gelu_erf(x: &Tensor) -> Result<Tensor> {
     Tensor::from_vec(v, x.shape(), x.device())
 }
 
-/// A BERT encoder (`BertModel` without its pooler).
+/// Where a BERT-family encoder differs from BERT's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// The position of a sequence's first token (0 in BERT; RoBERTa starts
+    /// after its padding token).
+    pub position_offset: usize,
+    /// Whether segment (token type) ids are read; when not, every token is
+    /// segment 0.
+    pub segments: bool,
+}
+
+impl Layout {
+    pub(crate) const BERT: Layout = Layout {
+        position_offset: 0,
+        segments: true,
+    };
+}
+
+/// A BERT-family encoder (`BertModel` without its pooler; RoBERTa through
+/// `roberta.rs`).
 pub struct Bert {
     word: Tensor,
     position: Tensor,
@@ -197,6 +213,7 @@ pub struct Bert {
     embed_norm: LayerNorm,
     layers: Vec<Layer>,
     cfg: BertConfig,
+    layout: Layout,
     device: Device,
 }
 
@@ -204,7 +221,14 @@ impl Bert {
     /// Loads the weights under `vb` (the root of a `BertModel` checkpoint, or
     /// its `bert.` prefix for task checkpoints: see [`Bert::load`]).
     pub fn new(cfg: &BertConfig, vb: VarBuilder) -> Result<Self> {
+        Self::with_layout(cfg, vb, Layout::BERT)
+    }
+
+    pub(crate) fn with_layout(cfg: &BertConfig, vb: VarBuilder, layout: Layout) -> Result<Self> {
         cfg.check()?;
+        if cfg.max_position_embeddings <= layout.position_offset {
+            candle_core::bail!("max_position_embeddings leaves no position for tokens")
+        }
         let h = cfg.hidden_size;
         let e = vb.pp("embeddings");
         let layers = (0..cfg.num_hidden_layers)
@@ -220,6 +244,7 @@ impl Bert {
             embed_norm: layer_norm(e.pp("LayerNorm"), h, cfg.layer_norm_eps)?,
             layers,
             cfg: cfg.clone(),
+            layout,
             device: vb.device().clone(),
         })
     }
@@ -227,10 +252,21 @@ impl Bert {
     /// Loads from a checkpoint root, looking under `bert.` when the weights
     /// are stored there (as in `BertForSequenceClassification`).
     pub fn load(cfg: &BertConfig, vb: VarBuilder) -> Result<Self> {
-        if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
-            Self::new(cfg, vb.pp("bert"))
+        Self::load_under(cfg, vb, "bert", Layout::BERT)
+    }
+
+    /// Loads from `vb` or, when the weights are stored there, from its
+    /// `prefix.` (task checkpoints keep the encoder under the model's name).
+    pub(crate) fn load_under(
+        cfg: &BertConfig,
+        vb: VarBuilder,
+        prefix: &str,
+        layout: Layout,
+    ) -> Result<Self> {
+        if vb.contains_tensor(&format!("{prefix}.embeddings.word_embeddings.weight")) {
+            Self::with_layout(cfg, vb.pp(prefix), layout)
         } else {
-            Self::new(cfg, vb)
+            Self::with_layout(cfg, vb, layout)
         }
     }
 
@@ -240,7 +276,7 @@ impl Bert {
 
     /// Longest sequence the position table allows.
     pub fn max_positions(&self) -> usize {
-        self.cfg.max_position_embeddings
+        self.cfg.max_position_embeddings - self.layout.position_offset
     }
 
     pub fn hidden_size(&self) -> usize {
@@ -259,10 +295,10 @@ impl Bert {
         let mut lens = Vec::with_capacity(batch.len());
         for input in batch {
             let n = input.ids.len();
-            if n == 0 || n > self.cfg.max_position_embeddings {
+            if n == 0 || n > self.max_positions() {
                 candle_core::bail!(
                     "sequence of {n} tokens (1 to {} allowed)",
-                    self.cfg.max_position_embeddings
+                    self.max_positions()
                 )
             }
             if let Some(&bad) = input
@@ -272,7 +308,7 @@ impl Bert {
             {
                 candle_core::bail!("token id {bad} is out of the vocabulary")
             }
-            match input.type_ids {
+            match input.type_ids.filter(|_| self.layout.segments) {
                 Some(t) if t.len() != n => candle_core::bail!("type ids do not match the ids"),
                 Some(t) if t.iter().any(|&x| x as usize >= self.cfg.type_vocab_size) => {
                     candle_core::bail!("segment id out of range")
@@ -281,7 +317,8 @@ impl Bert {
                 None => types.extend(std::iter::repeat_n(0u32, n)),
             }
             ids.extend_from_slice(input.ids);
-            positions.extend(0..n as u32);
+            let first = self.layout.position_offset;
+            positions.extend((first..first + n).map(|p| p as u32));
             lens.push(n);
         }
         if lens.is_empty() {
@@ -337,37 +374,39 @@ pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {
     x.broadcast_div(&norm)
 }
 
-/// `BertForSequenceClassification`: the encoder, the pooler (dense + tanh over
-/// the [CLS] vector) and a linear classifier; a cross-encoder for reranking.
-pub struct BertCrossEncoder {
-    bert: Bert,
-    pooler: Linear,
-    classifier: Linear,
+/// A sequence-classification model: the encoder, then over the first
+/// token's vector a dense layer, tanh and a linear classifier; a
+/// cross-encoder for reranking. BERT's head is its pooler plus `classifier`
+/// (`BertForSequenceClassification`); RoBERTa's is `classifier.dense` plus
+/// `classifier.out_proj` (`roberta.rs`).
+pub struct CrossEncoder {
+    pub(crate) encoder: Bert,
+    pub(crate) dense: Linear,
+    pub(crate) classifier: Linear,
 }
 
-impl BertCrossEncoder {
+impl CrossEncoder {
     /// Loads a `BertForSequenceClassification` checkpoint (`bert.*`,
     /// `bert.pooler.dense`, `classifier`).
-    pub fn load(cfg: &BertConfig, vb: VarBuilder) -> Result<Self> {
+    pub fn load_bert(cfg: &BertConfig, vb: VarBuilder) -> Result<Self> {
         let h = cfg.hidden_size;
-        let bert = Bert::new(cfg, vb.pp("bert"))?;
         Ok(Self {
-            bert,
-            pooler: linear(vb.pp("bert.pooler.dense"), h, h)?,
+            encoder: Bert::new(cfg, vb.pp("bert"))?,
+            dense: linear(vb.pp("bert.pooler.dense"), h, h)?,
             classifier: linear(vb.pp("classifier"), h, cfg.num_labels())?,
         })
     }
 
     pub fn encoder(&self) -> &Bert {
-        &self.bert
+        &self.encoder
     }
 
     /// Logits `[batch, num_labels]` for a packed batch of sentence pairs.
     pub fn forward(&self, batch: &[EncoderInput]) -> Result<Tensor> {
-        let hidden = self.bert.forward_packed(batch)?;
+        let hidden = self.encoder.forward_packed(batch)?;
         let lens: Vec<usize> = batch.iter().map(|b| b.ids.len()).collect();
-        let cls = pool(&hidden, &lens, Pooling::Cls)?;
-        let pooled = self.pooler.forward(&cls)?.tanh()?;
+        let first = pool(&hidden, &lens, Pooling::Cls)?;
+        let pooled = self.dense.forward(&first)?.tanh()?;
         self.classifier.forward(&pooled)
     }
 }

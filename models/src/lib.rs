@@ -15,9 +15,11 @@
 //!   ([`LlamaConfig`]).
 //!
 //! - [`Bert`] (`bert.rs`): a BERT encoder over packed (unpadded) batches,
-//!   [`pool`]ing into sentence vectors, and [`BertCrossEncoder`] (the
-//!   sequence-classification head) for reranking; configs through
-//!   [`EncoderConfig`], tagged on `model_type`.
+//!   [`pool`]ing into sentence vectors, and [`CrossEncoder`] (the
+//!   sequence-classification head) for reranking; RoBERTa and XLM-R
+//!   (`roberta.rs`) are the same encoder with their own positions and
+//!   names; configs through [`EncoderConfig`] (`encoder.rs`), tagged on
+//!   `model_type`.
 //!
 //! - [`lora`]: LoRA adapters ([`LoraAdapter`]) in PEFT's files, with the q/k
 //!   row permutation between Hugging Face and GGUF layouts; `lora_apply.rs`
@@ -29,6 +31,7 @@
 //! tables).
 
 mod bert;
+mod encoder;
 mod gguf;
 mod kv_cache;
 mod linear;
@@ -38,14 +41,14 @@ pub mod lora;
 mod lora_apply;
 mod packed_attention;
 mod paged;
+mod roberta;
 mod rotary;
 mod vecmath;
 
-pub use bert::{
-    l2_normalize, pool, Bert, BertConfig, BertCrossEncoder, EncoderConfig, EncoderInput, Pooling,
-};
+pub use bert::{l2_normalize, pool, Bert, BertConfig, CrossEncoder, EncoderInput, Pooling};
 pub use candle_core::quantized::gguf_file;
 pub use candle_core::{DType, Device, Tensor};
+pub use encoder::EncoderConfig;
 pub use kv_cache::KvCache;
 pub use linear::Linear;
 pub use llama::{Llama, LlamaConfig, RopeScaling};

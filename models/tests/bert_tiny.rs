@@ -1,15 +1,14 @@
-//! Tiny random-weight BERT: the packed (unpadded) encoder against a plain
-//! candle reference that pads to the longest sequence and masks; a packed
-//! batch against one sequence at a time; the cross-encoder head against the
-//! reference pooler + classifier; pooling and normalisation; bad inputs.
+//! Tiny random-weight BERT and RoBERTa: the packed (unpadded) encoder
+//! against a plain candle reference that pads to the longest sequence and
+//! masks; a packed batch against one sequence at a time; the cross-encoder
+//! heads against the reference pooler + classifier (BERT) and dense +
+//! out_proj (RoBERTa); pooling and normalisation; bad inputs.
 
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::VarBuilder;
-use hearth_models::{
-    l2_normalize, pool, Bert, BertConfig, BertCrossEncoder, EncoderConfig, EncoderInput, Pooling,
-};
+use hearth_models::{l2_normalize, pool, Bert, BertConfig, EncoderConfig, EncoderInput, Pooling};
 
 const H: usize = 32;
 const HEADS: usize = 4;
@@ -18,38 +17,80 @@ const LAYERS: usize = 2;
 const VOCAB: usize = 50;
 const POS: usize = 40;
 
-fn config(labels: usize) -> BertConfig {
+/// The two layouts under test.
+#[derive(Clone, Copy, PartialEq)]
+enum Arch {
+    Bert,
+    Roberta,
+}
+
+impl Arch {
+    fn prefix(self) -> &'static str {
+        match self {
+            Arch::Bert => "bert.",
+            Arch::Roberta => "roberta.",
+        }
+    }
+
+    /// Rows of the position table before the first token's (RoBERTa:
+    /// `pad_token_id + 1` with pad id 1).
+    fn position_offset(self) -> usize {
+        match self {
+            Arch::Bert => 0,
+            Arch::Roberta => 2,
+        }
+    }
+
+    fn type_vocab(self) -> usize {
+        match self {
+            Arch::Bert => 2,
+            Arch::Roberta => 1,
+        }
+    }
+}
+
+fn encoder_config(labels: usize, arch: Arch) -> EncoderConfig {
     let id2label: serde_json::Map<String, serde_json::Value> = (0..labels)
         .map(|i| (i.to_string(), format!("L{i}").into()))
         .collect();
-    let cfg: EncoderConfig = serde_json::from_value(serde_json::json!({
-        "model_type": "bert",
+    let (model_type, architecture) = match arch {
+        Arch::Bert => ("bert", "BertForSequenceClassification"),
+        Arch::Roberta => ("xlm-roberta", "XLMRobertaForSequenceClassification"),
+    };
+    serde_json::from_value(serde_json::json!({
+        "model_type": model_type,
         "vocab_size": VOCAB,
         "hidden_size": H,
         "num_hidden_layers": LAYERS,
         "num_attention_heads": HEADS,
         "intermediate_size": FF,
         "hidden_act": "gelu",
-        "max_position_embeddings": POS,
-        "type_vocab_size": 2,
+        "max_position_embeddings": POS + arch.position_offset(),
+        "type_vocab_size": arch.type_vocab(),
         "layer_norm_eps": 1e-12,
+        "pad_token_id": 1,
         "id2label": id2label,
-        "architectures": ["BertForSequenceClassification"],
+        "architectures": [architecture],
     }))
-    .expect("valid config");
-    let EncoderConfig::Bert(cfg) = cfg;
-    cfg
+    .expect("valid config")
+}
+
+fn config(labels: usize) -> BertConfig {
+    match encoder_config(labels, Arch::Bert) {
+        EncoderConfig::Bert(cfg) => cfg,
+        other => panic!("{other:?}"),
+    }
 }
 
 /// Random weights for every tensor of a `BertForSequenceClassification`.
-fn weights(labels: usize) -> HashMap<String, Tensor> {
+fn weights(labels: usize, arch: Arch) -> HashMap<String, Tensor> {
     let dev = Device::Cpu;
     let mut w = HashMap::new();
     let mut put = |name: String, shape: &[usize], scale: f64| {
         let t = (Tensor::randn(0f32, 1f32, shape, &dev).unwrap() * scale).unwrap();
         w.insert(name, t);
     };
-    let b = "bert.";
+    let b = arch.prefix();
     put(
         format!("{b}embeddings.word_embeddings.weight"),
         &[VOCAB, H],
@@ -57,12 +98,12 @@ fn weights(labels: usize) -> HashMap<String, Tensor> {
     );
     put(
         format!("{b}embeddings.position_embeddings.weight"),
-        &[POS, H],
+        &[POS + arch.position_offset(), H],
         1.0,
     );
     put(
         format!("{b}embeddings.token_type_embeddings.weight"),
-        &[2, H],
+        &[arch.type_vocab(), H],
         1.0,
     );
     put(format!("{b}embeddings.LayerNorm.weight"), &[H], 1.0);
@@ -85,10 +126,14 @@ fn weights(labels: usize) -> HashMap<String, Tensor> {
             put(format!("{p}{ln}.bias"), &[H], 0.1);
         }
     }
-    put(format!("{b}pooler.dense.weight"), &[H, H], 0.3);
-    put(format!("{b}pooler.dense.bias"), &[H], 0.1);
-    put("classifier.weight".into(), &[labels, H], 0.3);
-    put("classifier.bias".into(), &[labels], 0.1);
+    let (dense, out) = match arch {
+        Arch::Bert => ("bert.pooler.dense", "classifier"),
+        Arch::Roberta => ("classifier.dense", "classifier.out_proj"),
+    };
+    put(format!("{dense}.weight"), &[H, H], 0.3);
+    put(format!("{dense}.bias"), &[H], 0.1);
+    put(format!("{out}.weight"), &[labels, H], 0.3);
+    put(format!("{out}.bias"), &[labels], 0.1);
     w
 }
 
@@ -100,11 +145,12 @@ fn vb(w: &HashMap<String, Tensor>) -> VarBuilder<'static> {
 /// Returns hidden states `[batch, longest, H]`.
 fn reference(
     w: &HashMap<String, Tensor>,
+    arch: Arch,
     seqs: &[Vec<u32>],
     types: Option<&[Vec<u32>]>,
 ) -> Result<Tensor> {
     let dev = Device::Cpu;
-    let g = |n: &str| w[&format!("bert.{n}")].clone();
+    let g = |n: &str| w[&format!("{}{n}", arch.prefix())].clone();
     let lin = |x: &Tensor, n: &str| -> Result<Tensor> {
         candle_nn::Linear::new(g(&format!("{n}.weight")), Some(g(&format!("{n}.bias")))).forward(x)
     };
@@ -128,7 +174,8 @@ fn reference(
     }
     let ids = Tensor::from_vec(ids, (b, l), &dev)?;
     let tys = Tensor::from_vec(tys, (b, l), &dev)?;
-    let pos = Tensor::arange(0u32, l as u32, &dev)?;
+    let first = arch.position_offset() as u32;
+    let pos = Tensor::arange(first, first + l as u32, &dev)?;
     let emb = candle_nn::Embedding::new(g("embeddings.word_embeddings.weight"), H).forward(&ids)?;
     let pemb =
         candle_nn::Embedding::new(g("embeddings.position_embeddings.weight"), H).forward(&pos)?;
@@ -181,12 +228,20 @@ fn seqs() -> Vec<Vec<u32>> {
 
 #[test]
 fn packed_batch_equals_padded_reference_and_single_runs() -> Result<()> {
-    let w = weights(1);
-    let bert = Bert::load(&config(1), vb(&w))?;
+    for arch in [Arch::Bert, Arch::Roberta] {
+        packed_batch_equals_reference(arch)?;
+    }
+    Ok(())
+}
+
+fn packed_batch_equals_reference(arch: Arch) -> Result<()> {
+    let w = weights(1, arch);
+    let bert = encoder_config(1, arch).load_encoder(vb(&w))?;
+    assert_eq!(bert.max_positions(), POS);
     let seqs = seqs();
     let inputs: Vec<EncoderInput> = seqs.iter().map(|s| EncoderInput::new(s)).collect();
     let packed = bert.forward_packed(&inputs)?;
-    let reference = reference(&w, &seqs, None)?;
+    let reference = reference(&w, arch, &seqs, None)?;
     let mut offset = 0;
     for (i, s) in seqs.iter().enumerate() {
         let ours = packed.narrow(0, offset, s.len())?;
@@ -211,9 +266,6 @@ fn packed_batch_equals_padded_reference_and_single_runs() -> Result<()> {
 
 #[test]
 fn cross_encoder_matches_reference_head() -> Result<()> {
-    let labels = 1;
-    let w = weights(labels);
-    let model = BertCrossEncoder::load(&config(labels), vb(&w))?;
     let pairs: Vec<(Vec<u32>, Vec<u32>)> = vec![
         (vec![1, 4, 5, 2, 7, 8, 9, 2], vec![0, 0, 0, 0, 1, 1, 1, 1]),
         (vec![1, 4, 2, 11, 2], vec![0, 0, 0, 1, 1]),
@@ -229,25 +281,73 @@ fn cross_encoder_matches_reference_head() -> Result<()> {
             type_ids: Some(tys),
         })
         .collect();
-    let logits = model.forward(&inputs)?;
-    assert_eq!(logits.dims(), &[3, labels]);
     let seqs: Vec<Vec<u32>> = pairs.iter().map(|p| p.0.clone()).collect();
     let types: Vec<Vec<u32>> = pairs.iter().map(|p| p.1.clone()).collect();
-    let hidden = reference(&w, &seqs, Some(&types))?;
-    let cls = hidden.narrow(1, 0, 1)?.squeeze(1)?;
-    let pooler = candle_nn::Linear::new(
-        w["bert.pooler.dense.weight"].clone(),
-        Some(w["bert.pooler.dense.bias"].clone()),
+    let lin = |w: &HashMap<String, Tensor>, n: &str| {
+        candle_nn::Linear::new(
+            w[&format!("{n}.weight")].clone(),
+            Some(w[&format!("{n}.bias")].clone()),
+        )
+    };
+    for (arch, labels) in [(Arch::Bert, 1), (Arch::Roberta, 3)] {
+        let w = weights(labels, arch);
+        let model = encoder_config(labels, arch).load_cross_encoder(vb(&w))?;
+        let logits = model.forward(&inputs)?;
+        assert_eq!(logits.dims(), &[3, labels]);
+        // RoBERTa has one segment: its reference sees no segment ids.
+        let segments = (arch == Arch::Bert).then_some(types.as_slice());
+        let hidden = reference(&w, arch, &seqs, segments)?;
+        let cls = hidden.narrow(1, 0, 1)?.squeeze(1)?;
+        let (dense, out) = match arch {
+            Arch::Bert => (lin(&w, "bert.pooler.dense"), lin(&w, "classifier")),
+            Arch::Roberta => (lin(&w, "classifier.dense"), lin(&w, "classifier.out_proj")),
+        };
+        let want = out.forward(&dense.forward(&cls)?.tanh()?)?;
+        assert!(max_diff(&logits, &want) < 1e-4, "{logits} vs {want}");
+        // BERT reads segment ids (the same ids as one segment score
+        // differently); RoBERTa has none to read.
+        let plain = model.forward(&[EncoderInput::new(&pairs[0].0)])?;
+        let diff = max_diff(&plain, &logits.narrow(0, 0, 1)?);
+        match arch {
+            Arch::Bert => assert!(diff > 1e-6),
+            Arch::Roberta => assert!(diff < 1e-5, "{diff}"),
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn roberta_positions_start_after_the_padding_token() -> Result<()> {
+    // The same weights read as BERT (positions from 0) give other vectors.
+    let w = weights(1, Arch::Roberta);
+    let roberta = encoder_config(1, Arch::Roberta).load_encoder(vb(&w))?;
+    let seq = [0u32, 7, 9, 2];
+    let ours = roberta.forward_packed(&[EncoderInput::new(&seq)])?;
+    let shifted = reference(&w, Arch::Roberta, &[seq.to_vec()], None)?.get(0)?;
+    assert!(max_diff(&ours, &shifted) < 1e-4);
+    let mut at_zero = w.clone();
+    let table = &w["roberta.embeddings.position_embeddings.weight"];
+    at_zero.insert(
+        "roberta.embeddings.position_embeddings.weight".into(),
+        table.narrow(0, 2, POS)?.pad_with_zeros(0, 0, 2)?,
     );
-    let classifier = candle_nn::Linear::new(
-        w["classifier.weight"].clone(),
-        Some(w["classifier.bias"].clone()),
-    );
-    let want = classifier.forward(&pooler.forward(&cls)?.tanh()?)?;
-    assert!(max_diff(&logits, &want) < 1e-4, "{logits} vs {want}");
-    // Segment ids matter: the same ids as one segment score differently.
-    let plain = model.forward(&[EncoderInput::new(&pairs[0].0)])?;
-    assert!(max_diff(&plain, &logits.narrow(0, 0, 1)?) > 1e-6);
+    let moved = encoder_config(1, Arch::Roberta).load_encoder(vb(&at_zero))?;
+    let moved = moved.forward_packed(&[EncoderInput::new(&seq)])?;
+    assert!(max_diff(&ours, &moved) > 1e-3, "positions are offset by 2");
+    // 40 tokens fit the 42-row table, 41 do not.
+    assert!(roberta
+        .forward_packed(&[EncoderInput::new(&[5; POS])])
+        .is_ok());
+    assert!(roberta
+        .forward_packed(&[EncoderInput::new(&[5; POS + 1])])
+        .is_err());
+    // Unknown architectures are refused by name.
+    let err = serde_json::from_value::<EncoderConfig>(serde_json::json!({
+        "model_type": "distilbert", "vocab_size": 5, "hidden_size": 4,
+        "num_hidden_layers": 1, "num_attention_heads": 1, "intermediate_size": 4
+    }))
+    .unwrap_err();
+    assert!(err.to_string().contains("distilbert"), "{err}");
     Ok(())
 }
 
@@ -270,7 +370,7 @@ fn pooling_modes_and_normalisation() -> Result<()> {
 
 #[test]
 fn bad_inputs_fail_cleanly() -> Result<()> {
-    let w = weights(1);
+    let w = weights(1, Arch::Bert);
     let bert = Bert::load(&config(1), vb(&w))?;
     assert!(bert.forward_packed(&[]).is_err());
     assert!(bert.forward_packed(&[EncoderInput::new(&[])]).is_err());

@@ -8,16 +8,17 @@
 //! lists it as a `rerank` model.
 
 mod common;
+#[path = "../../crates/engine/tests/common/tiny_cross_encoder.rs"]
+mod tiny_cross_encoder;
 
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device, Tensor};
-use candle_nn::{VarBuilder, VarMap};
+use candle_core::Device;
 use common::*;
 use hearth_engine::catalog::Catalog;
 use hearth_engine::cross_encoder::{load_cross_encoder, pair_items};
 use hearth_engine::pull::{self, Progress};
-use hearth_models::{BertCrossEncoder, EncoderConfig, EncoderInput};
+use hearth_models::EncoderInput;
 use hearth_server::serve::build_state;
 use hearth_server::AppState;
 use serde_json::{json, Value};
@@ -33,16 +34,6 @@ const DOCS: [&str; 4] = [
     "Leaves hold chlorophyll.",
 ];
 
-fn config() -> Value {
-    json!({
-        "model_type": "bert", "architectures": ["BertForSequenceClassification"],
-        "vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "intermediate_size": 64, "hidden_act": "gelu",
-        "max_position_embeddings": 64, "type_vocab_size": 2, "layer_norm_eps": 1e-12,
-        "id2label": {"0": "LABEL_0"}
-    })
-}
-
 /// MiniLM's folder (pulled once into the shared data folder if missing).
 fn minilm_dir() -> PathBuf {
     let catalog = Catalog::built_in();
@@ -52,32 +43,13 @@ fn minilm_dir() -> PathBuf {
     pull::ensure(entry, &data_dir().join("models"), Progress::Quiet).expect("fetching MiniLM")
 }
 
-/// Writes config.json, model.safetensors (random, in the weight names and
-/// shapes `BertCrossEncoder::load` asks for) and MiniLM's tokenizer.json.
+/// Writes the tiny random BERT cross-encoder with MiniLM's tokenizer.
 fn write_model(dir: &Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("config.json"), config().to_string()).unwrap();
-    let EncoderConfig::Bert(cfg) = serde_json::from_value(config()).unwrap();
-    let varmap = VarMap::new();
-    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
-    BertCrossEncoder::load(&cfg, vb).unwrap();
-    // `VarBuilder::get` creates zeros: give every weight random values.
-    for (name, var) in varmap.data().lock().unwrap().iter() {
-        let scale = if name.contains("LayerNorm") { 0.1 } else { 0.5 };
-        let noise = Tensor::randn(0f32, scale, var.shape(), &Device::Cpu).unwrap();
-        let value = if name.contains("LayerNorm.weight") {
-            (noise + 1.0).unwrap()
-        } else {
-            noise
-        };
-        var.set(&value).unwrap();
-    }
-    varmap.save(dir.join("model.safetensors")).unwrap();
-    std::fs::copy(
-        minilm_dir().join("tokenizer.json"),
-        dir.join("tokenizer.json"),
-    )
-    .unwrap();
+    tiny_cross_encoder::write_model(
+        dir,
+        &tiny_cross_encoder::config("bert"),
+        &minilm_dir().join("tokenizer.json"),
+    );
 }
 
 /// A catalogue file with the cross-encoder as a local `rerank` entry.

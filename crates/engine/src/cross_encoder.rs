@@ -1,10 +1,12 @@
-//! Cross-encoder rerank models: a `BertForSequenceClassification` folder
-//! (Hugging Face `config.json`, `model.safetensors`, `tokenizer.json`) that
+//! Cross-encoder rerank models: a `BertForSequenceClassification` or
+//! `(XLM)RobertaForSequenceClassification` folder (Hugging Face
+//! `config.json`, `model.safetensors`, `tokenizer.json`) that
 //! reads the query and one document together as a sentence pair and gives
 //! the pair a relevance score.
 //!
-//! The query and the document are tokenized as a pair (`[CLS] query [SEP]
-//! document [SEP]`, segment ids 0 then 1), cut longest-first to the model's
+//! The query and the document are tokenized as a pair by the model's
+//! tokenizer (BERT: `[CLS] query [SEP] document [SEP]`, segment ids 0 then
+//! 1; RoBERTa: `<s> query </s></s> document </s>`), cut longest-first to the model's
 //! maximum length, and go through the same [`crate::batcher`] as embeddings,
 //! one pair per input. The score is what sentence-transformers'
 //! `CrossEncoder.predict` gives by default: the sigmoid of the logit for a
@@ -14,14 +16,14 @@
 use std::path::Path;
 
 use candle_core::{DType, Device};
-use hearth_models::{BertCrossEncoder, EncoderConfig, EncoderInput};
+use hearth_models::{CrossEncoder as CrossEncoderModel, EncoderConfig, EncoderInput};
 use tokenizers::{Tokenizer, TruncationParams, TruncationStrategy};
 
 use crate::batcher::{EncodeItem, Encoder};
 
 /// A loaded cross-encoder, run by the batcher.
 pub struct CrossEncoder {
-    pub model: BertCrossEncoder,
+    pub model: CrossEncoderModel,
 }
 
 /// Scores from `[batch, labels]` logits (see the module docs).
@@ -69,13 +71,12 @@ pub fn load_cross_encoder(
     device: &Device,
     max_tokens: usize,
 ) -> anyhow::Result<LoadedCrossEncoder> {
-    let EncoderConfig::Bert(config) =
-        serde_json::from_slice(&std::fs::read(dir.join("config.json"))?)?;
+    let config: EncoderConfig = serde_json::from_slice(&std::fs::read(dir.join("config.json"))?)?;
     let weights = dir.join("model.safetensors");
     // SAFETY: the file is memory-mapped read-only and not modified while mapped.
     let vb =
         unsafe { candle_nn::VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, device)? };
-    let model = BertCrossEncoder::load(&config, vb)?;
+    let model = config.load_cross_encoder(vb)?;
     let max_tokens = max_tokens.min(model.encoder().max_positions()).max(4);
     let mut tokenizer = crate::embed::load_tokenizer(&dir.join("tokenizer.json"))?;
     tokenizer

@@ -170,15 +170,14 @@ pub struct LoadedEncoder {
 
 /// Reads a sentence-transformers folder onto `device` (f32).
 pub fn load_sentence_encoder(dir: &Path, device: &Device) -> anyhow::Result<LoadedEncoder> {
-    let EncoderConfig::Bert(config) =
-        serde_json::from_slice(&std::fs::read(dir.join("config.json"))?)?;
+    let config: EncoderConfig = serde_json::from_slice(&std::fs::read(dir.join("config.json"))?)?;
     let st = read_sentence_config(dir)?;
     let tokenizer = load_tokenizer(&dir.join("tokenizer.json"))?;
     let weights = dir.join("model.safetensors");
     // SAFETY: the file is memory-mapped read-only and not modified while mapped.
     let vb =
         unsafe { candle_nn::VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, device)? };
-    let bert = Bert::load(&config, vb)?;
+    let bert = config.load_encoder(vb)?;
     let max_tokens = st
         .max_seq_length
         .unwrap_or(bert.max_positions())

@@ -5,52 +5,27 @@
 //! catalogue entry with a local source.
 
 mod common;
+#[path = "common/tiny_cross_encoder.rs"]
+mod tiny_cross_encoder;
 
 use std::path::Path;
 
-use candle_core::{DType, Device};
-use candle_nn::{VarBuilder, VarMap};
+use candle_core::Device;
 use hearth_engine::catalog::Catalog;
 use hearth_engine::cross_encoder::{load_cross_encoder, pair_items};
 use hearth_engine::{BatcherConfig, EmbedModel};
-use hearth_models::{BertCrossEncoder, EncoderConfig, EncoderInput};
+use hearth_models::EncoderInput;
 
 const MAX_TOKENS: usize = 24;
 
-fn config() -> serde_json::Value {
-    serde_json::json!({
-        "model_type": "bert", "architectures": ["BertForSequenceClassification"],
-        "vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "intermediate_size": 64, "hidden_act": "gelu",
-        "max_position_embeddings": 64, "type_vocab_size": 2, "layer_norm_eps": 1e-12,
-        "id2label": {"0": "LABEL_0"}
-    })
-}
-
-/// Writes config.json, model.safetensors (random) and tokenizer.json.
-fn write_model(dir: &Path) {
-    std::fs::write(dir.join("config.json"), config().to_string()).unwrap();
-    let EncoderConfig::Bert(cfg) = serde_json::from_value(config()).unwrap();
-    let varmap = VarMap::new();
-    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
-    BertCrossEncoder::load(&cfg, vb).unwrap();
-    // `VarBuilder::get` creates zeros: give every weight random values.
-    for (name, var) in varmap.data().lock().unwrap().iter() {
-        let scale = if name.contains("LayerNorm") { 0.1 } else { 0.5 };
-        let noise = candle_core::Tensor::randn(0f32, scale, var.shape(), &Device::Cpu).unwrap();
-        let value = if name.contains("LayerNorm.weight") {
-            (noise + 1.0).unwrap()
-        } else {
-            noise
-        };
-        var.set(&value).unwrap();
-    }
-    varmap.save(dir.join("model.safetensors")).unwrap();
-    std::fs::copy(
-        common::minilm_dir().join("tokenizer.json"),
-        dir.join("tokenizer.json"),
-    )
-    .unwrap();
+/// Writes a tiny random cross-encoder of `model_type` with MiniLM's
+/// tokenizer.
+fn write_model(dir: &Path, model_type: &str) {
+    tiny_cross_encoder::write_model(
+        dir,
+        &tiny_cross_encoder::config(model_type),
+        &common::minilm_dir().join("tokenizer.json"),
+    );
 }
 
 fn catalog(dir: &Path) -> Catalog {
@@ -79,7 +54,7 @@ const DOCS: [&str; 3] = [
 #[test]
 fn pairs_are_scored_through_the_batcher_as_the_model_scores_them() {
     let dir = tempfile::tempdir().unwrap();
-    write_model(dir.path());
+    write_model(dir.path(), "bert");
     let catalog = catalog(dir.path());
     let entry = catalog.get("test/tiny-cross-encoder").unwrap();
     let model = EmbedModel::start(
@@ -159,4 +134,50 @@ fn pairs_are_scored_through_the_batcher_as_the_model_scores_them() {
         .iter()
         .zip(&logits)
         .any(|(a, b)| (a[0] - b[0]).abs() > 1e-6));
+}
+
+#[test]
+fn an_xlm_roberta_cross_encoder_is_served_as_its_model_scores_it() {
+    let dir = tempfile::tempdir().unwrap();
+    write_model(dir.path(), "xlm-roberta");
+    let catalog = catalog(dir.path());
+    let entry = catalog.get("test/tiny-cross-encoder").unwrap();
+    let model = EmbedModel::start(
+        entry,
+        Path::new("/nonexistent"),
+        &Device::Cpu,
+        BatcherConfig::default(),
+    )
+    .unwrap();
+    assert!(model.cross_encoder);
+    let docs: Vec<String> = DOCS.iter().map(|d| d.to_string()).collect();
+    let items = pair_items(&model.tokenizer, QUERY, &docs).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let served: Vec<f32> = rt
+        .block_on(model.encoder.encode_items(items.clone()))
+        .unwrap()
+        .into_iter()
+        .map(|v| v[0])
+        .collect();
+    let direct = load_cross_encoder(dir.path(), &Device::Cpu, MAX_TOKENS).unwrap();
+    // RoBERTa has one segment: the tokenizer's segment ids are not read, so
+    // the pairs score the same with and without them.
+    for (item, s) in items.iter().zip(&served) {
+        for type_ids in [item.type_ids.as_deref(), None] {
+            let input = EncoderInput {
+                ids: &item.ids,
+                type_ids,
+            };
+            let logit = direct.encoder.model.forward(&[input]).unwrap();
+            let logit = logit.to_vec2::<f32>().unwrap()[0][0];
+            let want = 1.0 / (1.0 + (-logit).exp());
+            assert!((s - want).abs() < 1e-5, "{s} vs {want}");
+        }
+    }
+    assert!(
+        (served[0] - served[1]).abs() > 1e-4,
+        "distinct pairs get distinct scores: {served:?}"
+    );
 }
