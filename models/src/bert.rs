@@ -17,6 +17,7 @@ use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::{LayerNorm, VarBuilder};
 use serde::Deserialize;
 
+use crate::bert_cpu::{CpuLayer, LayerTensors};
 use crate::packed_attention::packed_attention;
 use crate::vecmath;
 use crate::Linear;
@@ -126,13 +127,19 @@ struct Layer {
     ffn_norm: LayerNorm,
 }
 
-impl Layer {
-    fn new(cfg: &BertConfig, vb: VarBuilder) -> Result<Self> {
+/// A layer on candle ops, or on slices (`bert_cpu.rs`: f32 on the CPU).
+enum AnyLayer {
+    Candle(Layer),
+    Slices(CpuLayer),
+}
+
+impl AnyLayer {
+    fn new(cfg: &BertConfig, vb: VarBuilder, slices: bool) -> Result<Self> {
         let h = cfg.hidden_size;
         let eps = cfg.layer_norm_eps;
         let sa = vb.pp("attention.self");
         // Q, K and V as one [3h, h] matmul.
-        let w = Tensor::cat(
+        let qkv_w = Tensor::cat(
             &[
                 sa.get((h, h), "query.weight")?,
                 sa.get((h, h), "key.weight")?,
@@ -140,7 +147,7 @@ impl Layer {
             ],
             0,
         )?;
-        let b = Tensor::cat(
+        let qkv_b = Tensor::cat(
             &[
                 sa.get(h, "query.bias")?,
                 sa.get(h, "key.bias")?,
@@ -148,16 +155,43 @@ impl Layer {
             ],
             0,
         )?;
-        Ok(Self {
-            qkv: Linear::dense(w)?.with_bias(b)?,
-            attn_out: linear(vb.pp("attention.output.dense"), h, h)?,
-            attn_norm: layer_norm(vb.pp("attention.output.LayerNorm"), h, eps)?,
-            ffn_in: linear(vb.pp("intermediate.dense"), h, cfg.intermediate_size)?,
-            ffn_out: linear(vb.pp("output.dense"), cfg.intermediate_size, h)?,
-            ffn_norm: layer_norm(vb.pp("output.LayerNorm"), h, eps)?,
-        })
+        let ff = cfg.intermediate_size;
+        let dense = |vb: VarBuilder, inp: usize, out: usize| -> Result<(Tensor, Tensor)> {
+            Ok((vb.get((out, inp), "weight")?, vb.get(out, "bias")?))
+        };
+        let norm = |vb: VarBuilder| -> Result<(Tensor, Tensor)> {
+            Ok((vb.get(h, "weight")?, vb.get(h, "bias")?))
+        };
+        let attn_out = dense(vb.pp("attention.output.dense"), h, h)?;
+        let attn_norm = norm(vb.pp("attention.output.LayerNorm"))?;
+        let ffn_in = dense(vb.pp("intermediate.dense"), h, ff)?;
+        let ffn_out = dense(vb.pp("output.dense"), ff, h)?;
+        let ffn_norm = norm(vb.pp("output.LayerNorm"))?;
+        if slices {
+            return Ok(Self::Slices(CpuLayer::new(LayerTensors {
+                qkv: (&qkv_w, &qkv_b),
+                attn_out: (&attn_out.0, &attn_out.1),
+                attn_norm: (&attn_norm.0, &attn_norm.1),
+                ffn_in: (&ffn_in.0, &ffn_in.1),
+                ffn_out: (&ffn_out.0, &ffn_out.1),
+                ffn_norm: (&ffn_norm.0, &ffn_norm.1),
+                eps,
+            })?));
+        }
+        let linear = |(w, b): (Tensor, Tensor)| Linear::dense(w)?.with_bias(b);
+        let norm = |(w, b): (Tensor, Tensor)| LayerNorm::new(w, b, eps);
+        Ok(Self::Candle(Layer {
+            qkv: Linear::dense(qkv_w)?.with_bias(qkv_b)?,
+            attn_out: linear(attn_out)?,
+            attn_norm: norm(attn_norm),
+            ffn_in: linear(ffn_in)?,
+            ffn_out: linear(ffn_out)?,
+            ffn_norm: norm(ffn_norm),
+        }))
     }
+}
 
+impl Layer {
     /// `x`: packed `[total, h]`; `lens`: the sequences' lengths, in order.
     fn forward(&self, x: &Tensor, lens: &[usize], heads: usize) -> Result<Tensor> {
         let (_, h) = x.dims2()?;
@@ -211,7 +245,7 @@ pub struct Bert {
     position: Tensor,
     token_type: Tensor,
     embed_norm: LayerNorm,
-    layers: Vec<Layer>,
+    layers: Vec<AnyLayer>,
     cfg: BertConfig,
     layout: Layout,
     device: Device,
@@ -225,6 +259,23 @@ impl Bert {
     }
 
     pub(crate) fn with_layout(cfg: &BertConfig, vb: VarBuilder, layout: Layout) -> Result<Self> {
+        let slices = vb.device().is_cpu() && vb.dtype() == DType::F32;
+        Self::build(cfg, vb, layout, slices)
+    }
+
+    /// [`Bert::load`] keeping every layer on candle operations (as on a
+    /// GPU or with half-precision weights) even where the slice path
+    /// (`bert_cpu.rs`) would run: for comparisons.
+    pub fn load_candle_ops(cfg: &BertConfig, vb: VarBuilder) -> Result<Self> {
+        let vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
+            vb.pp("bert")
+        } else {
+            vb
+        };
+        Self::build(cfg, vb, Layout::BERT, false)
+    }
+
+    fn build(cfg: &BertConfig, vb: VarBuilder, layout: Layout, slices: bool) -> Result<Self> {
         cfg.check()?;
         if cfg.max_position_embeddings <= layout.position_offset {
             candle_core::bail!("max_position_embeddings leaves no position for tokens")
@@ -232,7 +283,7 @@ impl Bert {
         let h = cfg.hidden_size;
         let e = vb.pp("embeddings");
         let layers = (0..cfg.num_hidden_layers)
-            .map(|i| Layer::new(cfg, vb.pp(format!("encoder.layer.{i}"))))
+            .map(|i| AnyLayer::new(cfg, vb.pp(format!("encoder.layer.{i}")), slices))
             .collect::<Result<_>>()?;
         Ok(Self {
             word: e.get((cfg.vocab_size, h), "word_embeddings.weight")?,
@@ -331,10 +382,29 @@ impl Bert {
         let x = (self.word.index_select(&ids, 0)? + self.position.index_select(&positions, 0)?)?
             .add(&self.token_type.index_select(&types, 0)?)?;
         let mut x = self.embed_norm.forward(&x.to_dtype(DType::F32)?)?;
+        let heads = self.cfg.num_attention_heads;
+        let mut slices: Option<Vec<f32>> = None;
         for layer in &self.layers {
-            x = layer.forward(&x, &lens, self.cfg.num_attention_heads)?;
+            match layer {
+                AnyLayer::Candle(layer) => {
+                    if let Some(v) = slices.take() {
+                        x = Tensor::from_vec(v, x.shape(), &self.device)?;
+                    }
+                    x = layer.forward(&x, &lens, heads)?
+                }
+                AnyLayer::Slices(layer) => {
+                    let v = match &mut slices {
+                        Some(v) => v,
+                        None => slices.insert(x.flatten_all()?.to_vec1::<f32>()?),
+                    };
+                    layer.forward(v, &lens, heads);
+                }
+            }
         }
-        Ok(x)
+        match slices {
+            Some(v) => Tensor::from_vec(v, x.shape(), &self.device),
+            None => Ok(x),
+        }
     }
 }
 

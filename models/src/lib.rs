@@ -31,6 +31,7 @@
 //! tables).
 
 mod bert;
+mod bert_cpu;
 mod encoder;
 mod gguf;
 mod kv_cache;

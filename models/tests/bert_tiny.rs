@@ -389,3 +389,22 @@ fn bad_inputs_fail_cleanly() -> Result<()> {
     assert!(Bert::load(&cfg, vb(&w)).is_err());
     Ok(())
 }
+
+#[test]
+fn slice_layers_match_candle_ops() -> Result<()> {
+    // f32 on the CPU runs the layers on slices (`bert_cpu.rs`); the candle
+    // path (GPUs, half weights) must give the same vectors.
+    let w = weights(1, Arch::Bert);
+    let slices = Bert::load(&config(1), vb(&w))?;
+    let candle = Bert::load_candle_ops(&config(1), vb(&w))?;
+    let seqs = seqs();
+    let inputs: Vec<EncoderInput> = seqs.iter().map(|s| EncoderInput::new(s)).collect();
+    let (a, b) = (
+        slices.forward_packed(&inputs)?,
+        candle.forward_packed(&inputs)?,
+    );
+    assert_eq!(a.dims(), b.dims());
+    let d = max_diff(&a, &b);
+    assert!(d < 1e-5, "{d}");
+    Ok(())
+}

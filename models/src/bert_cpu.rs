@@ -1,0 +1,192 @@
+//! BERT layers on plain f32 slices, for f32 weights on the CPU.
+//!
+//! The candle path of a layer (`bert.rs`) is four matmuls plus a dozen
+//! whole-matrix passes around them: each bias is a broadcast add over the
+//! matmul's output, each residual another add, the QKV and FFN activations
+//! are copied out of and back into tensors for attention and GELU. Here
+//! the biases and residuals are written into the destination first and the
+//! matmul accumulates onto it (`gemm` with `read_dst`, the same GEMM candle
+//! calls), LayerNorm runs in place over rows in parallel, and GELU runs in
+//! place on the FFN activations: the only full passes left are the ones
+//! that compute something.
+
+use candle_core::{DType, Result, Tensor};
+use rayon::prelude::*;
+
+use crate::packed_attention::packed_attention;
+use crate::vecmath;
+
+/// `[out, in]` weights (row-major, as stored) and an `[out]` bias.
+struct Dense {
+    w: Vec<f32>,
+    b: Vec<f32>,
+    inp: usize,
+    out: usize,
+}
+
+impl Dense {
+    fn new(w: &Tensor, b: &Tensor) -> Result<Self> {
+        let (out, inp) = w.dims2()?;
+        if b.dims1()? != out {
+            candle_core::bail!("bias of {} for {out} outputs", b.dims1()?)
+        }
+        Ok(Self {
+            w: flat(w)?,
+            b: flat(b)?,
+            inp,
+            out,
+        })
+    }
+
+    /// `dst[rows, out] += x[rows, in] . W^T`.
+    fn accumulate(&self, x: &[f32], dst: &mut [f32]) {
+        let rows = x.len() / self.inp;
+        assert_eq!(x.len(), rows * self.inp);
+        assert_eq!(dst.len(), rows * self.out);
+        if rows == 0 {
+            return;
+        }
+        let threads = rayon::current_num_threads();
+        let parallelism = if threads > 1 {
+            gemm::Parallelism::Rayon(threads)
+        } else {
+            gemm::Parallelism::None
+        };
+        // SAFETY: the three buffers hold exactly [rows, out], [rows, in] and
+        // [out, in] (checked above and at construction); W^T is read as an
+        // [in, out] matrix with column stride `in` and row stride 1.
+        unsafe {
+            gemm::gemm(
+                rows,
+                self.out,
+                self.inp,
+                dst.as_mut_ptr(),
+                1,
+                self.out as isize,
+                true,
+                x.as_ptr(),
+                1,
+                self.inp as isize,
+                self.w.as_ptr(),
+                self.inp as isize,
+                1,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                parallelism,
+            )
+        }
+    }
+
+    /// `x . W^T + b` (+ `residual` when given), `[rows, out]`.
+    fn forward(&self, x: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
+        let rows = x.len() / self.inp;
+        let mut dst = match residual {
+            Some(r) => {
+                let mut d = r.to_vec();
+                d.par_chunks_mut(self.out * 64).for_each(|c| {
+                    for row in c.chunks_exact_mut(self.out) {
+                        row.iter_mut().zip(&self.b).for_each(|(v, b)| *v += b);
+                    }
+                });
+                d
+            }
+            None => {
+                let mut d = Vec::with_capacity(rows * self.out);
+                for _ in 0..rows {
+                    d.extend_from_slice(&self.b);
+                }
+                d
+            }
+        };
+        self.accumulate(x, &mut dst);
+        dst
+    }
+}
+
+fn flat(t: &Tensor) -> Result<Vec<f32>> {
+    t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()
+}
+
+/// LayerNorm with weight and bias over rows of `w.len()`, in place.
+struct Norm {
+    w: Vec<f32>,
+    b: Vec<f32>,
+    eps: f32,
+}
+
+impl Norm {
+    fn new(w: &Tensor, b: &Tensor, eps: f64) -> Result<Self> {
+        Ok(Self {
+            w: flat(w)?,
+            b: flat(b)?,
+            eps: eps as f32,
+        })
+    }
+
+    fn apply(&self, x: &mut [f32]) {
+        let h = self.w.len();
+        x.par_chunks_mut(h * 32).for_each(|c| {
+            for row in c.chunks_exact_mut(h) {
+                let mean = row.iter().sum::<f32>() / h as f32;
+                let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / h as f32;
+                let inv = 1.0 / (var + self.eps).sqrt();
+                for ((v, w), b) in row.iter_mut().zip(&self.w).zip(&self.b) {
+                    *v = (*v - mean) * inv * w + b;
+                }
+            }
+        });
+    }
+}
+
+/// One encoder layer's weights as slices.
+pub(crate) struct CpuLayer {
+    qkv: Dense,
+    attn_out: Dense,
+    attn_norm: Norm,
+    ffn_in: Dense,
+    ffn_out: Dense,
+    ffn_norm: Norm,
+}
+
+/// The tensors of one layer, as `bert.rs` loads them.
+pub(crate) struct LayerTensors<'a> {
+    pub qkv: (&'a Tensor, &'a Tensor),
+    pub attn_out: (&'a Tensor, &'a Tensor),
+    pub attn_norm: (&'a Tensor, &'a Tensor),
+    pub ffn_in: (&'a Tensor, &'a Tensor),
+    pub ffn_out: (&'a Tensor, &'a Tensor),
+    pub ffn_norm: (&'a Tensor, &'a Tensor),
+    pub eps: f64,
+}
+
+impl CpuLayer {
+    pub(crate) fn new(t: LayerTensors) -> Result<Self> {
+        Ok(Self {
+            qkv: Dense::new(t.qkv.0, t.qkv.1)?,
+            attn_out: Dense::new(t.attn_out.0, t.attn_out.1)?,
+            attn_norm: Norm::new(t.attn_norm.0, t.attn_norm.1, t.eps)?,
+            ffn_in: Dense::new(t.ffn_in.0, t.ffn_in.1)?,
+            ffn_out: Dense::new(t.ffn_out.0, t.ffn_out.1)?,
+            ffn_norm: Norm::new(t.ffn_norm.0, t.ffn_norm.1, t.eps)?,
+        })
+    }
+
+    /// `x`: packed `[total, hidden]`, replaced by the layer's output; `lens`:
+    /// the sequences' lengths in order.
+    pub(crate) fn forward(&self, x: &mut Vec<f32>, lens: &[usize], heads: usize) {
+        let h = self.attn_out.out;
+        let qkv = self.qkv.forward(x, None);
+        let ctx = packed_attention(&qkv, h, heads, lens);
+        drop(qkv);
+        let mut y = self.attn_out.forward(&ctx, Some(x));
+        self.attn_norm.apply(&mut y);
+        let mut f = self.ffn_in.forward(&y, None);
+        f.par_chunks_mut(8192).for_each(vecmath::gelu_erf_inplace);
+        let mut z = self.ffn_out.forward(&f, Some(&y));
+        self.ffn_norm.apply(&mut z);
+        *x = z;
+    }
+}
