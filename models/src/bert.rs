@@ -17,7 +17,7 @@ use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::{LayerNorm, VarBuilder};
 use serde::Deserialize;
 
-use crate::bert_cpu::{CpuLayer, LayerTensors};
+use crate::bert_cpu::{CpuLayer, LayerTensors, Scratch};
 use crate::packed_attention::packed_attention;
 use crate::vecmath;
 use crate::Linear;
@@ -384,6 +384,7 @@ impl Bert {
         let mut x = self.embed_norm.forward(&x.to_dtype(DType::F32)?)?;
         let heads = self.cfg.num_attention_heads;
         let mut slices: Option<Vec<f32>> = None;
+        let mut scratch = Scratch::default();
         for layer in &self.layers {
             match layer {
                 AnyLayer::Candle(layer) => {
@@ -397,7 +398,7 @@ impl Bert {
                         Some(v) => v,
                         None => slices.insert(x.flatten_all()?.to_vec1::<f32>()?),
                     };
-                    layer.forward(v, &lens, heads);
+                    layer.forward(v, &lens, heads, &mut scratch);
                 }
             }
         }

@@ -80,29 +80,27 @@ impl Dense {
         }
     }
 
-    /// `x . W^T + b` (+ `residual` when given), `[rows, out]`.
-    fn forward(&self, x: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
+    /// `dst = x . W^T + b` (+ `residual` when given), `[rows, out]`; `dst`'s
+    /// allocation is reused.
+    fn forward_into(&self, x: &[f32], residual: Option<&[f32]>, dst: &mut Vec<f32>) {
         let rows = x.len() / self.inp;
-        let mut dst = match residual {
+        dst.clear();
+        match residual {
             Some(r) => {
-                let mut d = r.to_vec();
-                d.par_chunks_mut(self.out * 64).for_each(|c| {
+                dst.extend_from_slice(r);
+                dst.par_chunks_mut(self.out * 64).for_each(|c| {
                     for row in c.chunks_exact_mut(self.out) {
                         row.iter_mut().zip(&self.b).for_each(|(v, b)| *v += b);
                     }
                 });
-                d
             }
             None => {
-                let mut d = Vec::with_capacity(rows * self.out);
                 for _ in 0..rows {
-                    d.extend_from_slice(&self.b);
+                    dst.extend_from_slice(&self.b);
                 }
-                d
             }
-        };
-        self.accumulate(x, &mut dst);
-        dst
+        }
+        self.accumulate(x, dst);
     }
 }
 
@@ -175,18 +173,32 @@ impl CpuLayer {
     }
 
     /// `x`: packed `[total, hidden]`, replaced by the layer's output; `lens`:
-    /// the sequences' lengths in order.
-    pub(crate) fn forward(&self, x: &mut Vec<f32>, lens: &[usize], heads: usize) {
+    /// the sequences' lengths in order; `scratch` is reused from layer to
+    /// layer (fresh multi-megabyte buffers cost page faults every time).
+    pub(crate) fn forward(
+        &self,
+        x: &mut Vec<f32>,
+        lens: &[usize],
+        heads: usize,
+        scratch: &mut Scratch,
+    ) {
         let h = self.attn_out.out;
-        let qkv = self.qkv.forward(x, None);
-        let ctx = packed_attention(&qkv, h, heads, lens);
-        drop(qkv);
-        let mut y = self.attn_out.forward(&ctx, Some(x));
-        self.attn_norm.apply(&mut y);
-        let mut f = self.ffn_in.forward(&y, None);
+        let Scratch { qkv, y, f } = scratch;
+        self.qkv.forward_into(x, None, qkv);
+        let ctx = packed_attention(qkv, h, heads, lens);
+        self.attn_out.forward_into(&ctx, Some(x), y);
+        self.attn_norm.apply(y);
+        self.ffn_in.forward_into(y, None, f);
         f.par_chunks_mut(8192).for_each(vecmath::gelu_erf_inplace);
-        let mut z = self.ffn_out.forward(&f, Some(&y));
-        self.ffn_norm.apply(&mut z);
-        *x = z;
+        self.ffn_out.forward_into(f, Some(y), x);
+        self.ffn_norm.apply(x);
     }
+}
+
+/// Buffers of a forward pass, shared by its layers.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    qkv: Vec<f32>,
+    y: Vec<f32>,
+    f: Vec<f32>,
 }
