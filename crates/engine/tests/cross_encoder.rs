@@ -13,7 +13,7 @@ use std::path::Path;
 use candle_core::Device;
 use hearth_engine::catalog::Catalog;
 use hearth_engine::cross_encoder::{load_cross_encoder, pair_items};
-use hearth_engine::{BatcherConfig, EmbedModel};
+use hearth_engine::{BatcherConfig, EmbedModel, EncodeItem};
 use hearth_models::EncoderInput;
 
 const MAX_TOKENS: usize = 24;
@@ -51,10 +51,11 @@ const DOCS: [&str; 3] = [
     "A very long document about gardening that goes on and on about soil, compost, watering schedules, pests and the many kinds of vegetables one might grow.",
 ];
 
-#[test]
-fn pairs_are_scored_through_the_batcher_as_the_model_scores_them() {
+/// A tiny random cross-encoder of `model_type` in a temporary folder,
+/// started as a `rerank` catalogue entry.
+fn start(model_type: &str) -> (tempfile::TempDir, EmbedModel) {
     let dir = tempfile::tempdir().unwrap();
-    write_model(dir.path(), "bert");
+    write_model(dir.path(), model_type);
     let catalog = catalog(dir.path());
     let entry = catalog.get("test/tiny-cross-encoder").unwrap();
     let model = EmbedModel::start(
@@ -65,6 +66,24 @@ fn pairs_are_scored_through_the_batcher_as_the_model_scores_them() {
     )
     .unwrap();
     assert!(model.cross_encoder);
+    (dir, model)
+}
+
+/// The scores the batcher gives `items`.
+fn served_scores(model: &EmbedModel, items: &[EncodeItem]) -> Vec<f32> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(model.encoder.encode_items(items.to_vec()))
+        .unwrap()
+        .into_iter()
+        .map(|v| v[0])
+        .collect()
+}
+
+#[test]
+fn pairs_are_scored_through_the_batcher_as_the_model_scores_them() {
+    let (dir, model) = start("bert");
     assert_eq!(model.max_tokens, MAX_TOKENS);
 
     let docs: Vec<String> = DOCS.iter().map(|d| d.to_string()).collect();
@@ -86,15 +105,7 @@ fn pairs_are_scored_through_the_batcher_as_the_model_scores_them() {
     }
     assert_eq!(items[2].ids.len(), MAX_TOKENS);
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let served: Vec<f32> = rt
-        .block_on(model.encoder.encode_items(items.clone()))
-        .unwrap()
-        .into_iter()
-        .map(|v| v[0])
-        .collect();
+    let served = served_scores(&model, &items);
 
     // The same pairs straight through the model: sigmoid of the logit.
     let direct = load_cross_encoder(dir.path(), &Device::Cpu, MAX_TOKENS).unwrap();
@@ -138,29 +149,10 @@ fn pairs_are_scored_through_the_batcher_as_the_model_scores_them() {
 
 #[test]
 fn an_xlm_roberta_cross_encoder_is_served_as_its_model_scores_it() {
-    let dir = tempfile::tempdir().unwrap();
-    write_model(dir.path(), "xlm-roberta");
-    let catalog = catalog(dir.path());
-    let entry = catalog.get("test/tiny-cross-encoder").unwrap();
-    let model = EmbedModel::start(
-        entry,
-        Path::new("/nonexistent"),
-        &Device::Cpu,
-        BatcherConfig::default(),
-    )
-    .unwrap();
-    assert!(model.cross_encoder);
+    let (dir, model) = start("xlm-roberta");
     let docs: Vec<String> = DOCS.iter().map(|d| d.to_string()).collect();
     let items = pair_items(&model.tokenizer, QUERY, &docs).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let served: Vec<f32> = rt
-        .block_on(model.encoder.encode_items(items.clone()))
-        .unwrap()
-        .into_iter()
-        .map(|v| v[0])
-        .collect();
+    let served = served_scores(&model, &items);
     let direct = load_cross_encoder(dir.path(), &Device::Cpu, MAX_TOKENS).unwrap();
     // RoBERTa has one segment: the tokenizer's segment ids are not read, so
     // the pairs score the same with and without them.
