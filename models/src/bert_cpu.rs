@@ -83,23 +83,38 @@ impl Dense {
     /// `dst = x . W^T + b` (+ `residual` when given), `[rows, out]`; `dst`'s
     /// allocation is reused.
     fn forward_into(&self, x: &[f32], residual: Option<&[f32]>, dst: &mut Vec<f32>) {
-        let rows = x.len() / self.inp;
-        dst.clear();
-        match residual {
-            Some(r) => {
-                dst.extend_from_slice(r);
-                dst.par_chunks_mut(self.out * 64).for_each(|c| {
-                    for row in c.chunks_exact_mut(self.out) {
-                        row.iter_mut().zip(&self.b).for_each(|(v, b)| *v += b);
-                    }
-                });
-            }
-            None => {
-                for _ in 0..rows {
-                    dst.extend_from_slice(&self.b);
-                }
-            }
+        let out = self.out;
+        let n = x.len() / self.inp * out;
+        if let Some(r) = residual {
+            assert_eq!(r.len(), n, "residual is not [rows, {out}]");
         }
+        // One parallel pass writes `residual + b` (or `b`) into the buffer.
+        dst.clear();
+        dst.reserve(n);
+        const ROWS: usize = 64;
+        dst.spare_capacity_mut()[..n]
+            .par_chunks_mut(out * ROWS)
+            .enumerate()
+            .for_each(|(i, chunk)| {
+                for (j, row) in chunk.chunks_exact_mut(out).enumerate() {
+                    let at = (i * ROWS + j) * out;
+                    match residual {
+                        Some(r) => {
+                            for ((d, r), b) in row.iter_mut().zip(&r[at..at + out]).zip(&self.b) {
+                                d.write(r + b);
+                            }
+                        }
+                        None => {
+                            for (d, b) in row.iter_mut().zip(&self.b) {
+                                d.write(*b);
+                            }
+                        }
+                    }
+                }
+            });
+        // SAFETY: the pass above wrote every one of the first `n` elements
+        // (`n` is a multiple of `out`, and each chunk is whole rows).
+        unsafe { dst.set_len(n) };
         self.accumulate(x, dst);
     }
 }

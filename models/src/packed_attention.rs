@@ -8,31 +8,13 @@
 //! (sequence, head) pair is one task on the rayon pool: scores, softmax and
 //! the weighted sum of values in f32 in one pass over the task's rows,
 //! compiled for AVX2 + FMA where present, with a polynomial `exp`
-//! (`vecmath.rs`).
+//! (`vecmath.rs`). The task's keys are first copied transposed, so a
+//! query's scores are multiply-adds across keys, vectorised, rather than
+//! one short dot product (and its horizontal sum) per key.
 
 use rayon::prelude::*;
 
 use crate::vecmath;
-
-/// Dot product with eight independent accumulators (vectorises), fused
-/// multiply-adds when `FMA`.
-#[inline(always)]
-fn dot<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for j in 0..8 {
-            acc[j] = vecmath::madd::<FMA>(x[j], y[j], acc[j]);
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
 
 /// Softmax attention of every sequence over its own rows. `qkv` is `[total,
 /// 3 * hidden]` (each row: the query, key and value of one token, each
@@ -118,15 +100,27 @@ fn attend<const FMA: bool>(
         let start = t * 3 * hidden + part * hidden + head * hd;
         &qkv[start..start + hd]
     };
+    // The head's keys transposed, `[hd, len]`: a query's scores are then
+    // `hd` multiply-adds of whole rows (vectorised across keys), with no
+    // horizontal sums.
+    let mut kt = vec![0f32; hd * len];
+    for j in 0..len {
+        for (d, &k) in at(offset + j, 1).iter().enumerate() {
+            kt[d * len + j] = k;
+        }
+    }
     let mut out = vec![0f32; len * hd];
     let mut scores = vec![0f32; len];
     for (i, o) in out.chunks_exact_mut(hd).enumerate() {
         let q = at(offset + i, 0);
-        let mut max = f32::NEG_INFINITY;
-        for (j, sc) in scores.iter_mut().enumerate() {
-            *sc = dot::<FMA>(q, at(offset + j, 1)) * scale;
-            max = max.max(*sc);
+        scores.fill(0.0);
+        for (&qd, row) in q.iter().zip(kt.chunks_exact(len)) {
+            let qd = qd * scale;
+            for (sc, &k) in scores.iter_mut().zip(row) {
+                *sc = vecmath::madd::<FMA>(qd, k, *sc);
+            }
         }
+        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut sum = 0f32;
         for sc in scores.iter_mut() {
             *sc = vecmath::exp(*sc - max);
