@@ -133,6 +133,38 @@ enum AnyLayer {
     Slices(CpuLayer),
 }
 
+/// The encoder's layers: all on candle ops or all on slices.
+enum Layers {
+    Candle(Vec<Layer>),
+    Slices(Vec<CpuLayer>),
+}
+
+impl Layers {
+    fn new(layers: Vec<AnyLayer>) -> Self {
+        if layers.iter().all(|l| matches!(l, AnyLayer::Slices(_))) {
+            Self::Slices(
+                layers
+                    .into_iter()
+                    .filter_map(|l| match l {
+                        AnyLayer::Slices(l) => Some(l),
+                        AnyLayer::Candle(_) => None,
+                    })
+                    .collect(),
+            )
+        } else {
+            Self::Candle(
+                layers
+                    .into_iter()
+                    .filter_map(|l| match l {
+                        AnyLayer::Candle(l) => Some(l),
+                        AnyLayer::Slices(_) => None,
+                    })
+                    .collect(),
+            )
+        }
+    }
+}
+
 impl AnyLayer {
     fn new(cfg: &BertConfig, vb: VarBuilder, slices: bool) -> Result<Self> {
         let h = cfg.hidden_size;
@@ -245,7 +277,7 @@ pub struct Bert {
     position: Tensor,
     token_type: Tensor,
     embed_norm: LayerNorm,
-    layers: Vec<AnyLayer>,
+    layers: Layers,
     cfg: BertConfig,
     layout: Layout,
     device: Device,
@@ -285,6 +317,7 @@ impl Bert {
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| AnyLayer::new(cfg, vb.pp(format!("encoder.layer.{i}")), slices))
             .collect::<Result<_>>()?;
+        let layers = Layers::new(layers);
         Ok(Self {
             word: e.get((cfg.vocab_size, h), "word_embeddings.weight")?,
             position: e.get(
@@ -340,6 +373,54 @@ impl Bert {
     /// Errors when a sequence is empty or longer than the position table, or
     /// a token or segment id is out of range.
     pub fn forward_packed(&self, batch: &[EncoderInput]) -> Result<Tensor> {
+        let (x, lens) = self.embed(batch)?;
+        let heads = self.cfg.num_attention_heads;
+        match &self.layers {
+            Layers::Candle(layers) => layers
+                .iter()
+                .try_fold(x, |x, layer| layer.forward(&x, &lens, heads)),
+            Layers::Slices(layers) => {
+                let mut v = x.flatten_all()?.to_vec1::<f32>()?;
+                let mut scratch = Scratch::default();
+                for layer in layers {
+                    layer.forward(&mut v, &lens, heads, &mut scratch);
+                }
+                Tensor::from_vec(v, x.shape(), &self.device)
+            }
+        }
+    }
+
+    /// One vector per sequence, `[batch, hidden]`: the last hidden states
+    /// [`pool`]ed. When only one token of each sequence is kept (`Cls`,
+    /// `LastToken`) and the layers run on slices, the last layer computes
+    /// only those rows (its keys and values still come from every token).
+    pub fn forward_pooled(&self, batch: &[EncoderInput], pooling: Pooling) -> Result<Tensor> {
+        let picks: Option<Vec<usize>> = match pooling {
+            Pooling::Mean => None,
+            Pooling::Cls => Some(vec![0; batch.len()]),
+            Pooling::LastToken => Some(batch.iter().map(|b| b.ids.len().max(1) - 1).collect()),
+        };
+        let (Layers::Slices(layers), Some(picks)) = (&self.layers, picks) else {
+            let lens: Vec<usize> = batch.iter().map(|b| b.ids.len()).collect();
+            return pool(&self.forward_packed(batch)?, &lens, pooling);
+        };
+        let (x, lens) = self.embed(batch)?;
+        let heads = self.cfg.num_attention_heads;
+        let mut v = x.flatten_all()?.to_vec1::<f32>()?;
+        let mut scratch = Scratch::default();
+        let Some((last, rest)) = layers.split_last() else {
+            return pool(&x, &lens, pooling);
+        };
+        for layer in rest {
+            layer.forward(&mut v, &lens, heads, &mut scratch);
+        }
+        let rows = last.forward_rows(&v, &lens, &picks, heads, &mut scratch);
+        Tensor::from_vec(rows, (lens.len(), self.cfg.hidden_size), &self.device)
+    }
+
+    /// The embeddings of a checked batch, packed `[total, hidden]` (f32),
+    /// and the sequences' lengths.
+    fn embed(&self, batch: &[EncoderInput]) -> Result<(Tensor, Vec<usize>)> {
         let mut ids = Vec::new();
         let mut positions = Vec::new();
         let mut types = Vec::new();
@@ -381,31 +462,7 @@ impl Bert {
         let types = Tensor::from_vec(types, total, &self.device)?;
         let x = (self.word.index_select(&ids, 0)? + self.position.index_select(&positions, 0)?)?
             .add(&self.token_type.index_select(&types, 0)?)?;
-        let mut x = self.embed_norm.forward(&x.to_dtype(DType::F32)?)?;
-        let heads = self.cfg.num_attention_heads;
-        let mut slices: Option<Vec<f32>> = None;
-        let mut scratch = Scratch::default();
-        for layer in &self.layers {
-            match layer {
-                AnyLayer::Candle(layer) => {
-                    if let Some(v) = slices.take() {
-                        x = Tensor::from_vec(v, x.shape(), &self.device)?;
-                    }
-                    x = layer.forward(&x, &lens, heads)?
-                }
-                AnyLayer::Slices(layer) => {
-                    let v = match &mut slices {
-                        Some(v) => v,
-                        None => slices.insert(x.flatten_all()?.to_vec1::<f32>()?),
-                    };
-                    layer.forward(v, &lens, heads, &mut scratch);
-                }
-            }
-        }
-        match slices {
-            Some(v) => Tensor::from_vec(v, x.shape(), &self.device),
-            None => Ok(x),
-        }
+        Ok((self.embed_norm.forward(&x.to_dtype(DType::F32)?)?, lens))
     }
 }
 
@@ -474,9 +531,7 @@ impl CrossEncoder {
 
     /// Logits `[batch, num_labels]` for a packed batch of sentence pairs.
     pub fn forward(&self, batch: &[EncoderInput]) -> Result<Tensor> {
-        let hidden = self.encoder.forward_packed(batch)?;
-        let lens: Vec<usize> = batch.iter().map(|b| b.ids.len()).collect();
-        let first = pool(&hidden, &lens, Pooling::Cls)?;
+        let first = self.encoder.forward_pooled(batch, Pooling::Cls)?;
         let pooled = self.dense.forward(&first)?.tanh()?;
         self.classifier.forward(&pooled)
     }

@@ -13,7 +13,7 @@
 use candle_core::{DType, Result, Tensor};
 use rayon::prelude::*;
 
-use crate::packed_attention::packed_attention;
+use crate::packed_attention::{packed_attention, packed_attention_rows};
 use crate::vecmath;
 
 /// `[out, in]` weights (row-major, as stored) and an `[out]` bias.
@@ -198,15 +198,60 @@ impl CpuLayer {
         scratch: &mut Scratch,
     ) {
         let h = self.attn_out.out;
-        let Scratch { qkv, y, f } = scratch;
+        let Scratch {
+            qkv,
+            y,
+            f,
+            residual,
+        } = scratch;
         self.qkv.forward_into(x, None, qkv);
         let ctx = packed_attention(qkv, h, heads, lens);
-        self.attn_out.forward_into(&ctx, Some(x), y);
+        // The input becomes the residual; its old buffer takes the output.
+        std::mem::swap(x, residual);
+        self.finish(&ctx, residual, x, y, f);
+    }
+
+    /// [`CpuLayer::forward`] for one row per sequence (`picks[s]` within
+    /// sequence `s`), over every row's keys and values: those rows' outputs,
+    /// `[lens.len(), hidden]`.
+    pub(crate) fn forward_rows(
+        &self,
+        x: &[f32],
+        lens: &[usize],
+        picks: &[usize],
+        heads: usize,
+        scratch: &mut Scratch,
+    ) -> Vec<f32> {
+        let h = self.attn_out.out;
+        self.qkv.forward_into(x, None, &mut scratch.qkv);
+        let ctx = packed_attention_rows(&scratch.qkv, h, heads, lens, picks);
+        let mut residual = Vec::with_capacity(lens.len() * h);
+        let mut start = 0;
+        for (&len, &pick) in lens.iter().zip(picks) {
+            residual.extend_from_slice(&x[(start + pick) * h..][..h]);
+            start += len;
+        }
+        let mut out = Vec::new();
+        self.finish(&ctx, &residual, &mut out, &mut scratch.y, &mut scratch.f);
+        out
+    }
+
+    /// The layer after attention: output projection onto `residual`,
+    /// LayerNorm, the feed-forward block and its LayerNorm, into `out`.
+    fn finish(
+        &self,
+        ctx: &[f32],
+        residual: &[f32],
+        out: &mut Vec<f32>,
+        y: &mut Vec<f32>,
+        f: &mut Vec<f32>,
+    ) {
+        self.attn_out.forward_into(ctx, Some(residual), y);
         self.attn_norm.apply(y);
         self.ffn_in.forward_into(y, None, f);
         f.par_chunks_mut(8192).for_each(vecmath::gelu_erf_inplace);
-        self.ffn_out.forward_into(f, Some(y), x);
-        self.ffn_norm.apply(x);
+        self.ffn_out.forward_into(f, Some(y), out);
+        self.ffn_norm.apply(out);
     }
 }
 
@@ -216,4 +261,5 @@ pub(crate) struct Scratch {
     qkv: Vec<f32>,
     y: Vec<f32>,
     f: Vec<f32>,
+    residual: Vec<f32>,
 }

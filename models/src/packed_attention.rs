@@ -12,6 +12,8 @@
 //! query's scores are multiply-adds across keys, vectorised, rather than
 //! one short dot product (and its horizontal sum) per key.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use crate::vecmath;
@@ -31,6 +33,41 @@ pub(crate) fn packed_attention(
     heads: usize,
     lens: &[usize],
 ) -> Vec<f32> {
+    attention(qkv, hidden, heads, lens, None)
+}
+
+/// [`packed_attention`] for one query per sequence, `picks[s]` (an index
+/// within sequence `s`): the context `[lens.len(), hidden]` of those rows
+/// only (over every key of their sequence).
+///
+/// # Panics
+/// As [`packed_attention`], or if a pick is outside its sequence.
+pub(crate) fn packed_attention_rows(
+    qkv: &[f32],
+    hidden: usize,
+    heads: usize,
+    lens: &[usize],
+    picks: &[usize],
+) -> Vec<f32> {
+    assert_eq!(picks.len(), lens.len(), "one pick per sequence");
+    assert!(
+        picks.iter().zip(lens).all(|(p, l)| p < l),
+        "a pick is outside its sequence"
+    );
+    attention(qkv, hidden, heads, lens, Some(picks))
+}
+
+/// One (sequence, head) task: the sequence's first row, its length, the
+/// head and the queries to answer (indices within the sequence).
+type Task = (usize, usize, usize, Range<usize>);
+
+fn attention(
+    qkv: &[f32],
+    hidden: usize,
+    heads: usize,
+    lens: &[usize],
+    picks: Option<&[usize]>,
+) -> Vec<f32> {
     let total: usize = lens.iter().sum();
     assert_eq!(
         qkv.len(),
@@ -43,35 +80,43 @@ pub(crate) fn packed_attention(
     );
     let hd = hidden / heads;
     let scale = 1.0 / (hd as f32).sqrt();
-    let mut tasks = Vec::with_capacity(lens.len() * heads);
+    let mut tasks: Vec<Task> = Vec::with_capacity(lens.len() * heads);
     let mut offset = 0;
-    for &len in lens {
-        tasks.extend((0..heads).map(|head| (offset, len, head)));
+    for (s, &len) in lens.iter().enumerate() {
+        let queries = picks.map_or(0..len, |p| p[s]..p[s] + 1);
+        tasks.extend((0..heads).map(|head| (offset, len, head, queries.clone())));
         offset += len;
     }
     let shape = Shape { hidden, hd, scale };
-    let run = |&(offset, len, head): &(usize, usize, usize)| -> Vec<f32> {
+    let run = |task: &Task| -> Vec<f32> {
         #[cfg(target_arch = "x86_64")]
         if vecmath::has_fma() {
             #[target_feature(enable = "avx2,fma,f16c")]
-            fn fast(qkv: &[f32], s: Shape, offset: usize, len: usize, head: usize) -> Vec<f32> {
-                attend::<true>(qkv, s, offset, len, head)
+            fn fast(qkv: &[f32], s: Shape, task: &Task) -> Vec<f32> {
+                attend::<true>(qkv, s, task)
             }
             // SAFETY: the CPU has the features `fast` is compiled for.
-            return unsafe { fast(qkv, shape, offset, len, head) };
+            return unsafe { fast(qkv, shape, task) };
         }
-        attend::<false>(qkv, shape, offset, len, head)
+        attend::<false>(qkv, shape, task)
     };
     let results: Vec<Vec<f32>> = if tasks.len() > 1 {
         tasks.par_iter().map(run).collect()
     } else {
         tasks.iter().map(run).collect()
     };
-    let mut ctx = vec![0f32; total * hidden];
-    for (&(offset, len, head), res) in tasks.iter().zip(&results) {
-        for i in 0..len {
-            let dst = (offset + i) * hidden + head * hd;
-            ctx[dst..dst + hd].copy_from_slice(&res[i * hd..(i + 1) * hd]);
+    // Output rows: every token, or one per sequence.
+    let rows = if picks.is_some() { lens.len() } else { total };
+    let mut ctx = vec![0f32; rows * hidden];
+    for (t, ((offset, _, head, queries), res)) in tasks.iter().zip(&results).enumerate() {
+        let first_row = if picks.is_some() {
+            t / heads
+        } else {
+            offset + queries.start
+        };
+        for (i, r) in res.chunks_exact(hd).enumerate() {
+            let dst = (first_row + i) * hidden + head * hd;
+            ctx[dst..dst + hd].copy_from_slice(r);
         }
     }
     ctx
@@ -85,16 +130,12 @@ struct Shape {
     scale: f32,
 }
 
-/// One sequence (rows `offset..offset + len`), one head: `[len, hd]`.
+/// One sequence (rows `offset..offset + len`), one head, the task's
+/// queries: `[queries, hd]`.
 #[inline(always)]
-fn attend<const FMA: bool>(
-    qkv: &[f32],
-    s: Shape,
-    offset: usize,
-    len: usize,
-    head: usize,
-) -> Vec<f32> {
+fn attend<const FMA: bool>(qkv: &[f32], s: Shape, task: &Task) -> Vec<f32> {
     let Shape { hidden, hd, scale } = s;
+    let (offset, len, head, ref queries) = *task;
     // Part 0, 1, 2 (query, key, value) of token `t`.
     let at = |t: usize, part: usize| {
         let start = t * 3 * hidden + part * hidden + head * hd;
@@ -109,9 +150,9 @@ fn attend<const FMA: bool>(
             kt[d * len + j] = k;
         }
     }
-    let mut out = vec![0f32; len * hd];
+    let mut out = vec![0f32; queries.len() * hd];
     let mut scores = vec![0f32; len];
-    for (i, o) in out.chunks_exact_mut(hd).enumerate() {
+    for (i, o) in queries.clone().zip(out.chunks_exact_mut(hd)) {
         let q = at(offset + i, 0);
         scores.fill(0.0);
         for (&qd, row) in q.iter().zip(kt.chunks_exact(len)) {
@@ -178,6 +219,25 @@ mod tests {
             offset += len;
         }
         Ok(())
+    }
+
+    #[test]
+    fn picked_rows_equal_those_rows_of_the_full_context() {
+        let (h, heads) = (16, 2);
+        let lens = [5usize, 1, 9];
+        let total: usize = lens.iter().sum();
+        let qkv: Vec<f32> = (0..total * 3 * h)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.02)
+            .collect();
+        let full = packed_attention(&qkv, h, heads, &lens);
+        let picks = [4usize, 0, 3];
+        let rows = packed_attention_rows(&qkv, h, heads, &lens, &picks);
+        assert_eq!(rows.len(), lens.len() * h);
+        let starts = [0usize, 5, 6];
+        for (s, (&start, &pick)) in starts.iter().zip(&picks).enumerate() {
+            let want = &full[(start + pick) * h..][..h];
+            assert_eq!(&rows[s * h..][..h], want, "sequence {s}");
+        }
     }
 
     #[test]

@@ -406,5 +406,17 @@ fn slice_layers_match_candle_ops() -> Result<()> {
     assert_eq!(a.dims(), b.dims());
     let d = max_diff(&a, &b);
     assert!(d < 1e-5, "{d}");
+    // Pooled: with one row kept per sequence the slice path's last layer
+    // computes only those rows; the vectors are the pooled full states.
+    let lens: Vec<usize> = seqs.iter().map(Vec::len).collect();
+    for pooling in [Pooling::Cls, Pooling::LastToken, Pooling::Mean] {
+        let want = pool(&b, &lens, pooling)?;
+        for model in [&slices, &candle] {
+            let got = model.forward_pooled(&inputs, pooling)?;
+            assert_eq!(got.dims(), &[seqs.len(), H]);
+            let d = max_diff(&got, &want);
+            assert!(d < 1e-5, "{pooling:?}: {d}");
+        }
+    }
     Ok(())
 }

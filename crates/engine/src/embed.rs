@@ -19,7 +19,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use candle_core::{DType, Device};
-use hearth_models::{l2_normalize, pool, Bert, EncoderConfig, EncoderInput, Pooling};
+use hearth_models::{l2_normalize, Bert, EncoderConfig, EncoderInput, Pooling};
 use serde::Deserialize;
 use tokenizers::Tokenizer;
 
@@ -132,9 +132,7 @@ impl SentenceEncoder {
     /// Encodes a batch into one vector per sequence.
     pub fn embed(&self, batch: &[&[u32]]) -> candle_core::Result<Vec<Vec<f32>>> {
         let inputs: Vec<EncoderInput> = batch.iter().map(|ids| EncoderInput::new(ids)).collect();
-        let hidden = self.bert.forward_packed(&inputs)?;
-        let lens: Vec<usize> = batch.iter().map(|s| s.len()).collect();
-        let mut pooled = pool(&hidden, &lens, self.pooling)?;
+        let mut pooled = self.bert.forward_pooled(&inputs, self.pooling)?;
         if self.normalize {
             pooled = l2_normalize(&pooled)?;
         }
