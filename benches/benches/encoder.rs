@@ -26,6 +26,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use hearth_engine::embed::load_sentence_encoder;
 use hearth_engine::{BatcherConfig, Device, EncoderHandle};
+use hearth_models::{EncoderInput, Pooling};
 
 const MODEL: &str = "models/sentence-transformers--all-MiniLM-L6-v2";
 const BATCHES: [usize; 4] = [1, 8, 32, 128];
@@ -107,6 +108,17 @@ fn bench_encoder(c: &mut Criterion) {
     group.throughput(Throughput::Elements(32));
     group.bench_function("mixed32", |bench| {
         bench.iter(|| loaded.encoder.embed(&batch).expect("embed"))
+    });
+    // The B32 batch pooled on [CLS], as a cross-encoder or a CLS-pooled
+    // model of this size runs it (the last layer keeps one row per
+    // sequence).
+    let inputs: Vec<EncoderInput> = ids[..32].iter().map(|s| EncoderInput::new(s)).collect();
+    group.bench_function("B32cls", |bench| {
+        bench.iter(|| {
+            (loaded.encoder.bert)
+                .forward_pooled(&inputs, Pooling::Cls)
+                .expect("encode")
+        })
     });
     group.finish();
 
