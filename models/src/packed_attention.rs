@@ -88,38 +88,75 @@ fn attention(
         offset += len;
     }
     let shape = Shape { hidden, hd, scale };
-    let run = |task: &Task| -> Vec<f32> {
-        #[cfg(target_arch = "x86_64")]
-        if vecmath::has_fma() {
-            #[target_feature(enable = "avx2,fma,f16c")]
-            fn fast(qkv: &[f32], s: Shape, task: &Task) -> Vec<f32> {
-                attend::<true>(qkv, s, task)
-            }
-            // SAFETY: the CPU has the features `fast` is compiled for.
-            return unsafe { fast(qkv, shape, task) };
-        }
-        attend::<false>(qkv, shape, task)
-    };
-    let results: Vec<Vec<f32>> = if tasks.len() > 1 {
-        tasks.par_iter().map(run).collect()
-    } else {
-        tasks.iter().map(run).collect()
-    };
     // Output rows: every token, or one per sequence.
     let rows = if picks.is_some() { lens.len() } else { total };
     let mut ctx = vec![0f32; rows * hidden];
-    for (t, ((offset, _, head, queries), res)) in tasks.iter().zip(&results).enumerate() {
+    let out = CtxPtr(ctx.as_mut_ptr());
+    let run = |b: &mut Buffers, (t, task): (usize, &Task)| {
+        #[cfg(target_arch = "x86_64")]
+        if vecmath::has_fma() {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            fn fast(qkv: &[f32], s: Shape, task: &Task, b: &mut Buffers) {
+                attend::<true>(qkv, s, task, b)
+            }
+            // SAFETY: the CPU has the features `fast` is compiled for.
+            unsafe { fast(qkv, shape, task, b) };
+        } else {
+            attend::<false>(qkv, shape, task, b);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        attend::<false>(qkv, shape, task, b);
+        let (offset, _, head, ref queries) = *task;
         let first_row = if picks.is_some() {
             t / heads
         } else {
             offset + queries.start
         };
-        for (i, r) in res.chunks_exact(hd).enumerate() {
-            let dst = (first_row + i) * hidden + head * hd;
-            ctx[dst..dst + hd].copy_from_slice(r);
+        for (i, r) in b.o.chunks_exact(hd).enumerate() {
+            let at = (first_row + i) * hidden + head * hd;
+            // SAFETY: `at..at + hd` lies in `ctx` (row < rows, head * hd +
+            // hd <= hidden), and no other task writes it: tasks differ in
+            // their sequence (so rows) or head (so columns). `ctx` outlives
+            // the loop.
+            unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), out.at(at), hd) };
         }
+    };
+    if tasks.len() > 1 {
+        tasks
+            .par_iter()
+            .enumerate()
+            .for_each_init(Buffers::default, run);
+    } else {
+        let mut b = Buffers::default();
+        tasks.iter().enumerate().for_each(|task| run(&mut b, task));
     }
     ctx
+}
+
+/// `ctx`'s buffer, written by the tasks at disjoint places.
+#[derive(Clone, Copy)]
+struct CtxPtr(*mut f32);
+impl CtxPtr {
+    /// # Safety
+    /// `i` is within the buffer.
+    unsafe fn at(self, i: usize) -> *mut f32 {
+        // SAFETY: forwarded.
+        unsafe { self.0.add(i) }
+    }
+}
+
+// SAFETY: the tasks write disjoint ranges (see `attention`).
+unsafe impl Send for CtxPtr {}
+// SAFETY: as above.
+unsafe impl Sync for CtxPtr {}
+
+/// A worker's buffers, reused from task to task: the head's keys
+/// transposed, a tile's scores, the task's output rows.
+#[derive(Default)]
+struct Buffers {
+    kt: Vec<f32>,
+    scores: Vec<f32>,
+    o: Vec<f32>,
 }
 
 /// The sizes of one [`packed_attention`] call.
@@ -130,10 +167,19 @@ struct Shape {
     scale: f32,
 }
 
+/// Queries per score tile, and keys per block.
+const QT: usize = 4;
+const KB: usize = 8;
+
 /// One sequence (rows `offset..offset + len`), one head, the task's
-/// queries: `[queries, hd]`.
+/// queries: `[queries, hd]` into `b.o`.
+///
+/// The head's keys are copied transposed (`[hd, len]`, padded with zero
+/// keys to a multiple of 8), so scores come in tiles of 4 queries x 8 keys:
+/// 32 accumulators in registers, one broadcast query value and one 8-key
+/// load per step, no horizontal sums.
 #[inline(always)]
-fn attend<const FMA: bool>(qkv: &[f32], s: Shape, task: &Task) -> Vec<f32> {
+fn attend<const FMA: bool>(qkv: &[f32], s: Shape, task: &Task, b: &mut Buffers) {
     let Shape { hidden, hd, scale } = s;
     let (offset, len, head, ref queries) = *task;
     // Part 0, 1, 2 (query, key, value) of token `t`.
@@ -141,41 +187,60 @@ fn attend<const FMA: bool>(qkv: &[f32], s: Shape, task: &Task) -> Vec<f32> {
         let start = t * 3 * hidden + part * hidden + head * hd;
         &qkv[start..start + hd]
     };
-    // The head's keys transposed, `[hd, len]`: a query's scores are then
-    // `hd` multiply-adds of whole rows (vectorised across keys), with no
-    // horizontal sums.
-    let mut kt = vec![0f32; hd * len];
+    let lp = len.div_ceil(KB) * KB;
+    b.kt.clear();
+    b.kt.resize(hd * lp, 0.0);
     for j in 0..len {
         for (d, &k) in at(offset + j, 1).iter().enumerate() {
-            kt[d * len + j] = k;
+            b.kt[d * lp + j] = k;
         }
     }
-    let mut out = vec![0f32; queries.len() * hd];
-    let mut scores = vec![0f32; len];
-    for (i, o) in queries.clone().zip(out.chunks_exact_mut(hd)) {
-        let q = at(offset + i, 0);
-        scores.fill(0.0);
-        for (&qd, row) in q.iter().zip(kt.chunks_exact(len)) {
-            let qd = qd * scale;
-            for (sc, &k) in scores.iter_mut().zip(row) {
-                *sc = vecmath::madd::<FMA>(qd, k, *sc);
+    let nq = queries.len();
+    b.scores.clear();
+    b.scores.resize(QT * lp, 0.0);
+    b.o.clear();
+    b.o.resize(nq * hd, 0.0);
+    for q0 in (0..nq).step_by(QT) {
+        // A short last tile repeats its last query (results unused).
+        let qs: [&[f32]; QT] =
+            std::array::from_fn(|a| at(offset + queries.start + (q0 + a).min(nq - 1), 0));
+        for jb in (0..lp).step_by(KB) {
+            let mut acc = [[0f32; KB]; QT];
+            for d in 0..hd {
+                let k: &[f32; KB] = b.kt[d * lp + jb..][..KB].try_into().expect("8 keys");
+                for (acc, q) in acc.iter_mut().zip(&qs) {
+                    let qd = q[d];
+                    for l in 0..KB {
+                        acc[l] = vecmath::madd::<FMA>(qd, k[l], acc[l]);
+                    }
+                }
+            }
+            for (a, acc) in acc.iter().enumerate() {
+                b.scores[a * lp + jb..][..KB].copy_from_slice(acc);
             }
         }
-        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0f32;
-        for sc in scores.iter_mut() {
-            *sc = vecmath::exp(*sc - max);
-            sum += *sc;
-        }
-        let inv = 1.0 / sum;
-        for (j, &p) in scores.iter().enumerate() {
-            let p = p * inv;
-            for (o, &v) in o.iter_mut().zip(at(offset + j, 2)) {
-                *o = vecmath::madd::<FMA>(p, v, *o);
+        for a in 0..QT.min(nq - q0) {
+            let sc = &mut b.scores[a * lp..a * lp + len];
+            let mut max = f32::NEG_INFINITY;
+            for x in sc.iter_mut() {
+                *x *= scale;
+                max = max.max(*x);
+            }
+            let mut sum = 0f32;
+            for x in sc.iter_mut() {
+                *x = vecmath::exp(*x - max);
+                sum += *x;
+            }
+            let inv = 1.0 / sum;
+            let o = &mut b.o[(q0 + a) * hd..][..hd];
+            for (j, &p) in sc.iter().enumerate() {
+                let p = p * inv;
+                for (o, &v) in o.iter_mut().zip(at(offset + j, 2)) {
+                    *o = vecmath::madd::<FMA>(p, v, *o);
+                }
             }
         }
     }
-    out
 }
 
 #[cfg(test)]
