@@ -127,99 +127,77 @@ struct Layer {
     ffn_norm: LayerNorm,
 }
 
-/// A layer on candle ops, or on slices (`bert_cpu.rs`: f32 on the CPU).
-enum AnyLayer {
-    Candle(Layer),
-    Slices(CpuLayer),
-}
-
-/// The encoder's layers: all on candle ops or all on slices.
+/// The encoder's layers: on candle ops, or on slices (`bert_cpu.rs`: f32 on
+/// the CPU).
 enum Layers {
     Candle(Vec<Layer>),
     Slices(Vec<CpuLayer>),
 }
 
-impl Layers {
-    fn new(layers: Vec<AnyLayer>) -> Self {
-        if layers.iter().all(|l| matches!(l, AnyLayer::Slices(_))) {
-            Self::Slices(
-                layers
-                    .into_iter()
-                    .filter_map(|l| match l {
-                        AnyLayer::Slices(l) => Some(l),
-                        AnyLayer::Candle(_) => None,
-                    })
-                    .collect(),
-            )
-        } else {
-            Self::Candle(
-                layers
-                    .into_iter()
-                    .filter_map(|l| match l {
-                        AnyLayer::Candle(l) => Some(l),
-                        AnyLayer::Slices(_) => None,
-                    })
-                    .collect(),
-            )
-        }
-    }
+/// One layer's tensors as stored (Q, K and V stacked into one `[3h, h]`
+/// matmul), before they become a [`Layer`] or a [`CpuLayer`].
+struct LayerWeights {
+    qkv: (Tensor, Tensor),
+    attn_out: (Tensor, Tensor),
+    attn_norm: (Tensor, Tensor),
+    ffn_in: (Tensor, Tensor),
+    ffn_out: (Tensor, Tensor),
+    ffn_norm: (Tensor, Tensor),
+    eps: f64,
 }
 
-impl AnyLayer {
-    fn new(cfg: &BertConfig, vb: VarBuilder, slices: bool) -> Result<Self> {
-        let h = cfg.hidden_size;
-        let eps = cfg.layer_norm_eps;
+impl LayerWeights {
+    fn load(cfg: &BertConfig, vb: VarBuilder) -> Result<Self> {
+        let (h, ff) = (cfg.hidden_size, cfg.intermediate_size);
         let sa = vb.pp("attention.self");
-        // Q, K and V as one [3h, h] matmul.
-        let qkv_w = Tensor::cat(
-            &[
-                sa.get((h, h), "query.weight")?,
-                sa.get((h, h), "key.weight")?,
-                sa.get((h, h), "value.weight")?,
-            ],
-            0,
-        )?;
-        let qkv_b = Tensor::cat(
-            &[
-                sa.get(h, "query.bias")?,
-                sa.get(h, "key.bias")?,
-                sa.get(h, "value.bias")?,
-            ],
-            0,
-        )?;
-        let ff = cfg.intermediate_size;
+        // Q, K and V stacked, weights `[3h, h]` or biases `[3h]`.
+        let qkv = |weights: bool| -> Result<Tensor> {
+            let get = |name: &str| match weights {
+                true => sa.get((h, h), &format!("{name}.weight")),
+                false => sa.get(h, &format!("{name}.bias")),
+            };
+            Tensor::cat(&[get("query")?, get("key")?, get("value")?], 0)
+        };
         let dense = |vb: VarBuilder, inp: usize, out: usize| -> Result<(Tensor, Tensor)> {
             Ok((vb.get((out, inp), "weight")?, vb.get(out, "bias")?))
         };
         let norm = |vb: VarBuilder| -> Result<(Tensor, Tensor)> {
             Ok((vb.get(h, "weight")?, vb.get(h, "bias")?))
         };
-        let attn_out = dense(vb.pp("attention.output.dense"), h, h)?;
-        let attn_norm = norm(vb.pp("attention.output.LayerNorm"))?;
-        let ffn_in = dense(vb.pp("intermediate.dense"), h, ff)?;
-        let ffn_out = dense(vb.pp("output.dense"), ff, h)?;
-        let ffn_norm = norm(vb.pp("output.LayerNorm"))?;
-        if slices {
-            return Ok(Self::Slices(CpuLayer::new(LayerTensors {
-                qkv: (&qkv_w, &qkv_b),
-                attn_out: (&attn_out.0, &attn_out.1),
-                attn_norm: (&attn_norm.0, &attn_norm.1),
-                ffn_in: (&ffn_in.0, &ffn_in.1),
-                ffn_out: (&ffn_out.0, &ffn_out.1),
-                ffn_norm: (&ffn_norm.0, &ffn_norm.1),
-                eps,
-            })?));
-        }
+        Ok(Self {
+            qkv: (qkv(true)?, qkv(false)?),
+            attn_out: dense(vb.pp("attention.output.dense"), h, h)?,
+            attn_norm: norm(vb.pp("attention.output.LayerNorm"))?,
+            ffn_in: dense(vb.pp("intermediate.dense"), h, ff)?,
+            ffn_out: dense(vb.pp("output.dense"), ff, h)?,
+            ffn_norm: norm(vb.pp("output.LayerNorm"))?,
+            eps: cfg.layer_norm_eps,
+        })
+    }
+
+    fn candle(self) -> Result<Layer> {
         let linear = |(w, b): (Tensor, Tensor)| Linear::dense(w)?.with_bias(b);
-        let norm = |(w, b): (Tensor, Tensor)| LayerNorm::new(w, b, eps);
-        Ok(Self::Candle(Layer {
-            qkv: Linear::dense(qkv_w)?.with_bias(qkv_b)?,
-            attn_out: linear(attn_out)?,
-            attn_norm: norm(attn_norm),
-            ffn_in: linear(ffn_in)?,
-            ffn_out: linear(ffn_out)?,
-            ffn_norm: norm(ffn_norm),
-        }))
+        let norm = |(w, b): (Tensor, Tensor)| LayerNorm::new(w, b, self.eps);
+        Ok(Layer {
+            qkv: linear(self.qkv)?,
+            attn_out: linear(self.attn_out)?,
+            attn_norm: norm(self.attn_norm),
+            ffn_in: linear(self.ffn_in)?,
+            ffn_out: linear(self.ffn_out)?,
+            ffn_norm: norm(self.ffn_norm),
+        })
+    }
+
+    fn slices(&self) -> Result<CpuLayer> {
+        CpuLayer::new(LayerTensors {
+            qkv: &self.qkv,
+            attn_out: &self.attn_out,
+            attn_norm: &self.attn_norm,
+            ffn_in: &self.ffn_in,
+            ffn_out: &self.ffn_out,
+            ffn_norm: &self.ffn_norm,
+            eps: self.eps,
+        })
     }
 }
 
@@ -299,12 +277,7 @@ impl Bert {
     /// GPU or with half-precision weights) even where the slice path
     /// (`bert_cpu.rs`) would run: for comparisons.
     pub fn load_candle_ops(cfg: &BertConfig, vb: VarBuilder) -> Result<Self> {
-        let vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
-            vb.pp("bert")
-        } else {
-            vb
-        };
-        Self::build(cfg, vb, Layout::BERT, false)
+        Self::build(cfg, under(vb, "bert"), Layout::BERT, false)
     }
 
     fn build(cfg: &BertConfig, vb: VarBuilder, layout: Layout, slices: bool) -> Result<Self> {
@@ -314,10 +287,13 @@ impl Bert {
         }
         let h = cfg.hidden_size;
         let e = vb.pp("embeddings");
-        let layers = (0..cfg.num_hidden_layers)
-            .map(|i| AnyLayer::new(cfg, vb.pp(format!("encoder.layer.{i}")), slices))
-            .collect::<Result<_>>()?;
-        let layers = Layers::new(layers);
+        let weights = (0..cfg.num_hidden_layers)
+            .map(|i| LayerWeights::load(cfg, vb.pp(format!("encoder.layer.{i}"))));
+        let layers = if slices {
+            Layers::Slices(weights.map(|w| w?.slices()).collect::<Result<_>>()?)
+        } else {
+            Layers::Candle(weights.map(|w| w?.candle()).collect::<Result<_>>()?)
+        };
         Ok(Self {
             word: e.get((cfg.vocab_size, h), "word_embeddings.weight")?,
             position: e.get(
@@ -347,11 +323,7 @@ impl Bert {
         prefix: &str,
         layout: Layout,
     ) -> Result<Self> {
-        if vb.contains_tensor(&format!("{prefix}.embeddings.word_embeddings.weight")) {
-            Self::with_layout(cfg, vb.pp(prefix), layout)
-        } else {
-            Self::with_layout(cfg, vb, layout)
-        }
+        Self::with_layout(cfg, under(vb, prefix), layout)
     }
 
     pub fn config(&self) -> &BertConfig {
@@ -463,6 +435,15 @@ impl Bert {
         let x = (self.word.index_select(&ids, 0)? + self.position.index_select(&positions, 0)?)?
             .add(&self.token_type.index_select(&types, 0)?)?;
         Ok((self.embed_norm.forward(&x.to_dtype(DType::F32)?)?, lens))
+    }
+}
+
+/// `vb`'s `prefix.` when the encoder's weights are stored there, else `vb`.
+fn under<'a>(vb: VarBuilder<'a>, prefix: &str) -> VarBuilder<'a> {
+    if vb.contains_tensor(&format!("{prefix}.embeddings.word_embeddings.weight")) {
+        vb.pp(prefix)
+    } else {
+        vb
     }
 }
 

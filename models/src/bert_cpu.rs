@@ -164,26 +164,27 @@ pub(crate) struct CpuLayer {
     ffn_norm: Norm,
 }
 
-/// The tensors of one layer, as `bert.rs` loads them.
+/// The tensors of one layer, as `bert.rs` loads them: (weight, bias) pairs,
+/// Q/K/V stacked.
 pub(crate) struct LayerTensors<'a> {
-    pub qkv: (&'a Tensor, &'a Tensor),
-    pub attn_out: (&'a Tensor, &'a Tensor),
-    pub attn_norm: (&'a Tensor, &'a Tensor),
-    pub ffn_in: (&'a Tensor, &'a Tensor),
-    pub ffn_out: (&'a Tensor, &'a Tensor),
-    pub ffn_norm: (&'a Tensor, &'a Tensor),
+    pub qkv: &'a (Tensor, Tensor),
+    pub attn_out: &'a (Tensor, Tensor),
+    pub attn_norm: &'a (Tensor, Tensor),
+    pub ffn_in: &'a (Tensor, Tensor),
+    pub ffn_out: &'a (Tensor, Tensor),
+    pub ffn_norm: &'a (Tensor, Tensor),
     pub eps: f64,
 }
 
 impl CpuLayer {
     pub(crate) fn new(t: LayerTensors) -> Result<Self> {
         Ok(Self {
-            qkv: Dense::new(t.qkv.0, t.qkv.1)?,
-            attn_out: Dense::new(t.attn_out.0, t.attn_out.1)?,
-            attn_norm: Norm::new(t.attn_norm.0, t.attn_norm.1, t.eps)?,
-            ffn_in: Dense::new(t.ffn_in.0, t.ffn_in.1)?,
-            ffn_out: Dense::new(t.ffn_out.0, t.ffn_out.1)?,
-            ffn_norm: Norm::new(t.ffn_norm.0, t.ffn_norm.1, t.eps)?,
+            qkv: Dense::new(&t.qkv.0, &t.qkv.1)?,
+            attn_out: Dense::new(&t.attn_out.0, &t.attn_out.1)?,
+            attn_norm: Norm::new(&t.attn_norm.0, &t.attn_norm.1, t.eps)?,
+            ffn_in: Dense::new(&t.ffn_in.0, &t.ffn_in.1)?,
+            ffn_out: Dense::new(&t.ffn_out.0, &t.ffn_out.1)?,
+            ffn_norm: Norm::new(&t.ffn_norm.0, &t.ffn_norm.1, t.eps)?,
         })
     }
 
