@@ -86,22 +86,15 @@ impl Store {
 
     /// `src[i]` to element `at + i * stride`.
     fn write_strided(&mut self, at: usize, src: &[f32], stride: usize) {
+        fn put<T>(v: &mut [T], at: usize, src: &[f32], stride: usize, conv: impl Fn(f32) -> T) {
+            for (i, &x) in src.iter().enumerate() {
+                v[at + i * stride] = conv(x);
+            }
+        }
         match self {
-            Store::F16(v) => {
-                for (i, &x) in src.iter().enumerate() {
-                    v[at + i * stride] = f16::from_f32(x).to_bits();
-                }
-            }
-            Store::Bf16(v) => {
-                for (i, &x) in src.iter().enumerate() {
-                    v[at + i * stride] = bf16::from_f32(x).to_bits();
-                }
-            }
-            Store::F32(v) => {
-                for (i, &x) in src.iter().enumerate() {
-                    v[at + i * stride] = x;
-                }
-            }
+            Store::F16(v) => put(v, at, src, stride, |x| f16::from_f32(x).to_bits()),
+            Store::Bf16(v) => put(v, at, src, stride, |x| bf16::from_f32(x).to_bits()),
+            Store::F32(v) => put(v, at, src, stride, |x| x),
         }
     }
 
