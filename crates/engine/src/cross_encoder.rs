@@ -15,8 +15,8 @@
 
 use std::path::Path;
 
-use candle_core::{DType, Device};
-use hearth_models::{CrossEncoder as CrossEncoderModel, EncoderConfig, EncoderInput};
+use candle_core::Device;
+use hearth_models::{CrossEncoder as CrossEncoderModel, EncoderInput};
 use tokenizers::{Tokenizer, TruncationParams, TruncationStrategy};
 
 use crate::batcher::{EncodeItem, Encoder};
@@ -71,11 +71,7 @@ pub fn load_cross_encoder(
     device: &Device,
     max_tokens: usize,
 ) -> anyhow::Result<LoadedCrossEncoder> {
-    let config: EncoderConfig = serde_json::from_slice(&std::fs::read(dir.join("config.json"))?)?;
-    let weights = dir.join("model.safetensors");
-    // SAFETY: the file is memory-mapped read-only and not modified while mapped.
-    let vb =
-        unsafe { candle_nn::VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, device)? };
+    let (config, vb) = crate::embed::read_encoder_folder(dir, device)?;
     let model = config.load_cross_encoder(vb)?;
     let max_tokens = max_tokens.min(model.encoder().max_positions()).max(4);
     let mut tokenizer = crate::embed::load_tokenizer(&dir.join("tokenizer.json"))?;

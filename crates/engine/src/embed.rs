@@ -166,15 +166,25 @@ pub struct LoadedEncoder {
     pub dimensions: usize,
 }
 
-/// Reads a sentence-transformers folder onto `device` (f32).
-pub fn load_sentence_encoder(dir: &Path, device: &Device) -> anyhow::Result<LoadedEncoder> {
+/// An encoder folder's `config.json` and its `model.safetensors` weights
+/// (f32, memory-mapped) on `device`.
+pub fn read_encoder_folder(
+    dir: &Path,
+    device: &Device,
+) -> anyhow::Result<(EncoderConfig, candle_nn::VarBuilder<'static>)> {
     let config: EncoderConfig = serde_json::from_slice(&std::fs::read(dir.join("config.json"))?)?;
-    let st = read_sentence_config(dir)?;
-    let tokenizer = load_tokenizer(&dir.join("tokenizer.json"))?;
     let weights = dir.join("model.safetensors");
     // SAFETY: the file is memory-mapped read-only and not modified while mapped.
     let vb =
         unsafe { candle_nn::VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, device)? };
+    Ok((config, vb))
+}
+
+/// Reads a sentence-transformers folder onto `device` (f32).
+pub fn load_sentence_encoder(dir: &Path, device: &Device) -> anyhow::Result<LoadedEncoder> {
+    let (config, vb) = read_encoder_folder(dir, device)?;
+    let st = read_sentence_config(dir)?;
+    let tokenizer = load_tokenizer(&dir.join("tokenizer.json"))?;
     let bert = config.load_encoder(vb)?;
     let max_tokens = st
         .max_seq_length
