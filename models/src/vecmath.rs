@@ -99,6 +99,75 @@ pub(crate) fn silu_mul_inplace(g: &mut [f32], u: &[f32]) {
     body(g, u)
 }
 
+/// IEEE half-precision bits to f32 (`dst.len() == src.len()`), eight at a
+/// time with F16C where the CPU has it.
+pub(crate) fn f16_to_f32(src: &[u16], dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_fma() {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn fast(src: &[u16], dst: &mut [f32]) {
+            use std::arch::x86_64::*;
+            let n8 = src.len() / 8 * 8;
+            for i in (0..n8).step_by(8) {
+                // SAFETY: `i + 8 <= len` for both slices (equal lengths).
+                unsafe {
+                    let h = _mm_loadu_si128(src.as_ptr().add(i).cast());
+                    _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+                }
+            }
+            for (d, &s) in dst[n8..].iter_mut().zip(&src[n8..]) {
+                *d = half::f16::from_bits(s).to_f32();
+            }
+        }
+        // SAFETY: the CPU has the features `fast` is compiled for.
+        return unsafe { fast(src, dst) };
+    }
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = half::f16::from_bits(s).to_f32();
+    }
+}
+
+/// f32 to IEEE half-precision bits, rounding to nearest even
+/// (`dst.len() == src.len()`), eight at a time with F16C where present.
+pub(crate) fn f32_to_f16(src: &[f32], dst: &mut [u16]) {
+    assert_eq!(src.len(), dst.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_fma() {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn fast(src: &[f32], dst: &mut [u16]) {
+            use std::arch::x86_64::*;
+            let n8 = src.len() / 8 * 8;
+            for i in (0..n8).step_by(8) {
+                // SAFETY: `i + 8 <= len` for both slices (equal lengths).
+                unsafe {
+                    let x = _mm256_loadu_ps(src.as_ptr().add(i));
+                    let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x);
+                    _mm_storeu_si128(dst.as_mut_ptr().add(i).cast(), h);
+                }
+            }
+            for (d, &s) in dst[n8..].iter_mut().zip(&src[n8..]) {
+                *d = half::f16::from_f32(s).to_bits();
+            }
+        }
+        // SAFETY: the CPU has the features `fast` is compiled for.
+        return unsafe { fast(src, dst) };
+    }
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = half::f16::from_f32(s).to_bits();
+    }
+}
+
+/// Rounds every value to the nearest half-precision value, in place.
+pub(crate) fn round_f16(x: &mut [f32]) {
+    let mut h = [0u16; 64];
+    for c in x.chunks_mut(64) {
+        let h = &mut h[..c.len()];
+        f32_to_f16(c, h);
+        f16_to_f32(h, c);
+    }
+}
+
 /// Whether this CPU has AVX2, FMA and F16C.
 #[inline]
 pub(crate) fn has_fma() -> bool {
@@ -117,6 +186,45 @@ pub(crate) fn has_fma() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn half_conversions_match_the_half_crate() {
+        // Ordinary values, ties, subnormals, overflow, infinities, NaN, and
+        // a length that leaves a tail after the 8-wide loop.
+        let mut xs: Vec<f32> = (0..203)
+            .map(|i| (i as f32 - 100.0) * 0.37e-3 * (i as f32))
+            .collect();
+        xs.extend([
+            1e-7,
+            -3e-8,
+            65504.0,
+            65520.0,
+            1e6,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            1.0 + 1.0 / 2048.0,
+        ]);
+        let want: Vec<u16> = xs
+            .iter()
+            .map(|&x| half::f16::from_f32(x).to_bits())
+            .collect();
+        let mut got = vec![0u16; xs.len()];
+        f32_to_f16(&xs, &mut got);
+        assert_eq!(got, want);
+        let mut back = vec![0f32; xs.len()];
+        f16_to_f32(&got, &mut back);
+        let want_back: Vec<f32> = want
+            .iter()
+            .map(|&h| half::f16::from_bits(h).to_f32())
+            .collect();
+        assert_eq!(back, want_back);
+        let mut r = xs.clone();
+        round_f16(&mut r);
+        assert_eq!(r, want_back);
+        let mut nan = [f32::NAN; 9];
+        round_f16(&mut nan);
+        assert!(nan.iter().all(|v| v.is_nan()));
+    }
 
     #[test]
     fn exp_is_within_two_ulps_of_libm() {

@@ -29,8 +29,8 @@
 //! a library call per score.
 
 use candle_core::{DType, Result};
+use half::bf16;
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
-use half::{bf16, f16};
 use rayon::prelude::*;
 
 mod attend;
@@ -74,9 +74,7 @@ impl Store {
     fn write(&mut self, at: usize, src: &[f32]) {
         let end = at + src.len();
         match self {
-            Store::F16(v) => v[at..end]
-                .reinterpret_cast_mut::<f16>()
-                .convert_from_f32_slice(src),
+            Store::F16(v) => crate::vecmath::f32_to_f16(src, &mut v[at..end]),
             Store::Bf16(v) => v[at..end]
                 .reinterpret_cast_mut::<bf16>()
                 .convert_from_f32_slice(src),
@@ -86,24 +84,30 @@ impl Store {
 
     /// `src[i]` to element `at + i * stride`.
     fn write_strided(&mut self, at: usize, src: &[f32], stride: usize) {
-        fn put<T>(v: &mut [T], at: usize, src: &[f32], stride: usize, conv: impl Fn(f32) -> T) {
-            for (i, &x) in src.iter().enumerate() {
+        fn put<S, T>(v: &mut [T], at: usize, src: &[S], stride: usize, conv: impl Fn(&S) -> T) {
+            for (i, x) in src.iter().enumerate() {
                 v[at + i * stride] = conv(x);
             }
         }
         match self {
-            Store::F16(v) => put(v, at, src, stride, |x| f16::from_f32(x).to_bits()),
-            Store::Bf16(v) => put(v, at, src, stride, |x| bf16::from_f32(x).to_bits()),
-            Store::F32(v) => put(v, at, src, stride, |x| x),
+            Store::F16(v) => {
+                // Converted eight at a time, then scattered.
+                let mut h = [0u16; 128];
+                for (c, src) in src.chunks(h.len()).enumerate() {
+                    let h = &mut h[..src.len()];
+                    crate::vecmath::f32_to_f16(src, h);
+                    put(v, at + c * 128 * stride, h, stride, |x| *x);
+                }
+            }
+            Store::Bf16(v) => put(v, at, src, stride, |&x| bf16::from_f32(x).to_bits()),
+            Store::F32(v) => put(v, at, src, stride, |&x| x),
         }
     }
 
     fn read(&self, at: usize, dst: &mut [f32]) {
         let end = at + dst.len();
         match self {
-            Store::F16(v) => v[at..end]
-                .reinterpret_cast::<f16>()
-                .convert_to_f32_slice(dst),
+            Store::F16(v) => crate::vecmath::f16_to_f32(&v[at..end], dst),
             Store::Bf16(v) => v[at..end]
                 .reinterpret_cast::<bf16>()
                 .convert_to_f32_slice(dst),
@@ -116,7 +120,7 @@ impl Store {
 /// attention kernel does to its queries); identity for f32.
 fn round_to(dtype: DType, x: &mut [f32]) {
     match dtype {
-        DType::F16 => x.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32()),
+        DType::F16 => crate::vecmath::round_f16(x),
         DType::BF16 => x.iter_mut().for_each(|v| *v = bf16::from_f32(*v).to_f32()),
         _ => {}
     }
