@@ -227,9 +227,7 @@ mod tests {
         let mut x: Vec<f32> = (0..32 * 40)
             .map(|i| {
                 let h = (i as u32).wrapping_mul(2654435761) >> 8;
-                (h as f32 / (1 << 24) as f32 - 0.5)
-                    * (1 + i % 7) as f32
-                    * 10f32.powi(i % 5 - 2)
+                (h as f32 / (1 << 24) as f32 - 0.5) * (1 + i % 7) as f32 * 10f32.powi(i % 5 - 2)
             })
             .collect();
         x.extend([0.0; QK]);

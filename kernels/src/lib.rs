@@ -24,8 +24,9 @@
 //!   ([`Tile`]) with horizontal sums;
 //! - kernels are picked at run time ([`Isa`]): AVX2 + FMA + F16C, the
 //!   interleaved ones with 256-bit AVX-512 VNNI `vpdpbusd` where present
-//!   (AVX-512 CPUs without VNNI run the AVX2 code, as do the K-quants), and
-//!   plain loops on other CPUs and non-x86 builds;
+//!   and where they pass a start-up comparison with the AVX2 kernels
+//!   ([`Isa::best`]; AVX-512 CPUs without VNNI run the AVX2 code, as do
+//!   the K-quants), and plain loops on other CPUs and non-x86 builds;
 //! - output columns (weight rows) go in chunks of 16 across the rayon pool
 //!   when there is enough work; [`QuantMatrix::matmul_many`] quantizes one
 //!   input for several matrices and runs all their chunks in one loop.
@@ -112,19 +113,103 @@ impl Isa {
             .collect()
     }
 
-    /// The instruction set [`QuantMatrix::matmul`] uses (detected once): AVX2
-    /// where available, else scalar. The AVX-512 paths are tested wherever the
-    /// CPU has AVX-512 but were never run on the development machine, so they
-    /// are used only with `HEARTH_KERNELS_AVX512=1` in the environment.
+    /// The instruction set [`QuantMatrix::matmul`] uses (detected once).
+    ///
+    /// AVX2 where available, else scalar; AVX-512 VNNI where the CPU has it
+    /// and its kernels give the AVX2 kernels' results on a set of test
+    /// matrices ([`Isa::self_check`]). The VNNI kernels were written on a
+    /// machine without AVX-512, so they are checked on the CPU that runs
+    /// them before they are trusted; a mismatch falls back to AVX2 with a
+    /// message on stderr. `HEARTH_KERNELS_AVX512=0` keeps AVX2,
+    /// `HEARTH_KERNELS_AVX512=1` takes the best available without the
+    /// check. AVX-512 without VNNI runs the AVX2 kernels either way.
     pub fn best() -> Isa {
         static BEST: OnceLock<Isa> = OnceLock::new();
         *BEST.get_or_init(|| {
-            let avx512 = std::env::var("HEARTH_KERNELS_AVX512").is_ok_and(|v| v == "1");
-            Isa::available()
-                .into_iter()
-                .rfind(|i| avx512 || !matches!(i, Isa::Avx512 | Isa::Avx512Vnni))
-                .expect("scalar is always available")
+            let setting = std::env::var("HEARTH_KERNELS_AVX512").ok();
+            let base = if Isa::Avx2.is_available() {
+                Isa::Avx2
+            } else {
+                Isa::Scalar
+            };
+            match setting.as_deref() {
+                Some("0") => base,
+                Some("1") => *Isa::available().last().expect("scalar is always available"),
+                _ if Isa::Avx512Vnni.is_available() => match Isa::Avx512Vnni.self_check(base) {
+                    Ok(()) => Isa::Avx512Vnni,
+                    Err(e) => {
+                        eprintln!("hearth-kernels: AVX-512 VNNI kernels not used: {e}");
+                        base
+                    }
+                },
+                _ => base,
+            }
         })
+    }
+
+    /// Runs `self`'s kernels against `base`'s on small matrices of every
+    /// 32-value format (random blocks, a padded last group, every tile
+    /// height from 1 to 9 activation rows); an error names the first
+    /// mismatch. The integer sums are exact, so the two must agree to f32
+    /// rounding (`1e-5` of the sum of the products' magnitudes).
+    ///
+    /// # Panics
+    /// If either instruction set is not available on this CPU.
+    pub fn self_check(self, base: Isa) -> Result<(), Error> {
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (n, k) = (20, 96);
+        for format in [
+            Format::Q4_0,
+            Format::Q4_1,
+            Format::Q5_0,
+            Format::Q5_1,
+            Format::Q8_0,
+        ] {
+            let bb = format.block_bytes();
+            let mut bytes: Vec<u8> = (0..n * k / QK * bb).map(|_| next() as u8).collect();
+            // Scales (and offsets) at the start of each block: small f16s.
+            let with_offset = matches!(format, Format::Q4_1 | Format::Q5_1);
+            for block in bytes.chunks_exact_mut(bb) {
+                let d = half::f16::from_f32(1e-3 * (1 + next() % 64) as f32);
+                block[..2].copy_from_slice(&d.to_le_bytes());
+                if with_offset {
+                    let m = half::f16::from_f32(-1e-2 * (next() % 16) as f32);
+                    block[2..4].copy_from_slice(&m.to_le_bytes());
+                }
+            }
+            let w = QuantMatrix::new(format, &bytes, n, k)?;
+            let deq = w.dequantize();
+            for m in 1..=9 {
+                let x: Vec<f32> = (0..m * k)
+                    .map(|_| (next() % 2001) as f32 / 100.0 - 10.0)
+                    .collect();
+                let (mut got, mut want) = (vec![0f32; m * n], vec![0f32; m * n]);
+                w.matmul_with(self, &x, m, &mut got);
+                w.matmul_with(base, &x, m, &mut want);
+                for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                    // Relative to the sum of the products' magnitudes: f32
+                    // summation order may differ between the two.
+                    let (row, col) = (i / n, i % n);
+                    let mag: f32 = deq[col * k..][..k]
+                        .iter()
+                        .zip(&x[row * k..][..k])
+                        .map(|(w, x)| (w * x).abs())
+                        .sum();
+                    if (g - e).abs() > 1e-5 * mag + 1e-6 {
+                        return Err(Error(format!(
+                            "{format:?}, {m} rows: output {i} is {g} with {self:?}, {e} with {base:?}"
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -280,3 +280,20 @@ fn many_matrices_share_one_input() {
         }
     }
 }
+
+/// The start-up check that decides whether the VNNI kernels are used
+/// passes for every instruction set this CPU has, against the portable
+/// kernels, and the chosen one is available.
+#[test]
+fn every_instruction_set_passes_the_start_up_self_check() {
+    for isa in Isa::available() {
+        isa.self_check(Isa::Scalar)
+            .unwrap_or_else(|e| panic!("{isa:?}: {e}"));
+    }
+    assert!(Isa::best().is_available());
+    assert_ne!(
+        Isa::best(),
+        Isa::Avx512,
+        "AVX-512 without VNNI runs the AVX2 kernels"
+    );
+}
