@@ -531,4 +531,44 @@ mod tests {
             }
         }
     }
+
+    /// The f16 cache attends exactly as an f32 cache holding the same
+    /// f16-rounded values: decode and chunks, head_dim 64 and 8 (the scalar
+    /// value path).
+    #[test]
+    fn f16_cache_equals_f32_cache_of_the_rounded_values() {
+        let round = |x: Vec<f32>| -> Vec<f32> {
+            x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
+        };
+        let gen = |n: usize, seed: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| (((i + seed) * 2_654_435_761usize) % 10_007) as f32 / 5_003.0 - 1.0)
+                .collect()
+        };
+        for d in [64, 8] {
+            let (nh, nkv) = (6, 2);
+            let mut pools =
+                [DType::F16, DType::F32].map(|dt| KvPool::new(1, nkv, d, 8, dt).unwrap());
+            let blocks = [5u32, 1, 6, 3];
+            // 37 tokens in three steps: a 20-row chunk, a 16-row chunk, one row.
+            let mut pos = 0;
+            for (step, len) in [20usize, 16, 1].into_iter().enumerate() {
+                let tokens = vec![0u32; len];
+                let seq = [crate::PagedSeq {
+                    tokens: &tokens,
+                    pos,
+                    blocks: &blocks,
+                    lora: None,
+                }];
+                let q = round(gen(nh * len * d, 3 * step));
+                let k = round(gen(nkv * len * d, 3 * step + 1));
+                let v = round(gen(nkv * len * d, 3 * step + 2));
+                let [a, b] = &mut pools;
+                let got = paged_attention_step(a, 0, nh, &seq, &q, &k, &v);
+                let want = paged_attention_step(b, 0, nh, &seq, &q, &k, &v);
+                assert_eq!(got, want, "d {d}, step {step}");
+                pos += len;
+            }
+        }
+    }
 }
