@@ -62,7 +62,7 @@ fn scales(amax: f32, sum: i32) -> (f32, f32) {
 }
 
 /// [`quantize_blocks`] with AVX2: the same operations in the same order
-/// (so the same bits), eight values per instruction.
+/// (so the same bits for finite inputs), eight values per instruction.
 ///
 /// # Safety
 /// The CPU has AVX2, FMA and F16C.
