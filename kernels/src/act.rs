@@ -112,11 +112,9 @@ unsafe fn quantize_blocks_avx2(x: &[f32], qs: &mut [Q8], d: &mut [f32], s: &mut 
 /// Per-32 quantization of whole blocks, with AVX2 where present.
 fn quantize_into(x: &[f32], qs: &mut [Q8], d: &mut [f32], s: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2")
-        && std::is_x86_feature_detected!("fma")
-        && std::is_x86_feature_detected!("f16c")
-    {
-        // SAFETY: the CPU has the features the function is compiled for.
+    if crate::Isa::Avx2.is_available() {
+        // SAFETY: `Isa::Avx2` is AVX2 + FMA + F16C, the features the
+        // function is compiled for.
         return unsafe { quantize_blocks_avx2(x, qs, d, s) };
     }
     #[cfg(target_arch = "x86_64")]
@@ -246,10 +244,7 @@ mod tests {
             "ties go to even"
         );
         #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma")
-            && std::is_x86_feature_detected!("f16c")
-        {
+        if crate::Isa::Avx2.is_available() {
             let (mut q2, mut d2, mut s2) = blocks(&x);
             // SAFETY: the features were checked just above.
             unsafe { quantize_blocks_avx2(&x, &mut q2, &mut d2, &mut s2) };

@@ -164,13 +164,8 @@ impl Isa {
             state
         };
         let (n, k) = (20, 96);
-        for format in [
-            Format::Q4_0,
-            Format::Q4_1,
-            Format::Q5_0,
-            Format::Q5_1,
-            Format::Q8_0,
-        ] {
+        // The interleaved formats: the only ones with a VNNI kernel.
+        for format in Format::ALL.into_iter().filter(|f| f.block_values() == QK) {
             let bb = format.block_bytes();
             let mut bytes: Vec<u8> = (0..n * k / QK * bb).map(|_| next() as u8).collect();
             // Scales (and offsets) at the start of each block: small f16s.
