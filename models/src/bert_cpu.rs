@@ -143,8 +143,8 @@ impl Norm {
         let h = self.w.len();
         x.par_chunks_mut(h * 32).for_each(|c| {
             for row in c.chunks_exact_mut(h) {
-                let mean = row.iter().sum::<f32>() / h as f32;
-                let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / h as f32;
+                let mean = vecmath::sum_by(row, |v| v) / h as f32;
+                let var = vecmath::sum_by(row, |v| (v - mean) * (v - mean)) / h as f32;
                 let inv = 1.0 / (var + self.eps).sqrt();
                 for ((v, w), b) in row.iter_mut().zip(&self.w).zip(&self.b) {
                     *v = (*v - mean) * inv * w + b;
