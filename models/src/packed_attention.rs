@@ -221,17 +221,12 @@ fn attend<const FMA: bool>(qkv: &[f32], s: Shape, task: &Task, b: &mut Buffers) 
         }
         for a in 0..QT.min(nq - q0) {
             let sc = &mut b.scores[a * lp..a * lp + len];
-            let mut max = f32::NEG_INFINITY;
-            for x in sc.iter_mut() {
-                *x *= scale;
-                max = max.max(*x);
-            }
-            let mut sum = 0f32;
-            for x in sc.iter_mut() {
-                *x = vecmath::exp(*x - max);
-                sum += *x;
-            }
-            let inv = 1.0 / sum;
+            // Separate passes, so that each vectorises: a loop that also
+            // carries a running max or sum is one serial chain.
+            sc.iter_mut().for_each(|x| *x *= scale);
+            let max = vecmath::max(sc);
+            sc.iter_mut().for_each(|x| *x = vecmath::exp(*x - max));
+            let inv = 1.0 / vecmath::sum_by(sc, |x| x);
             let o = &mut b.o[(q0 + a) * hd..][..hd];
             for (j, &p) in sc.iter().enumerate() {
                 let p = p * inv;

@@ -64,6 +64,21 @@ pub(crate) fn sum_by(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
+/// The largest of `x` (`-inf` when empty), over 16 interleaved partial
+/// maxima like [`sum_by`]. NaNs are skipped, as by `f32::max`.
+#[inline(always)]
+pub(crate) fn max(x: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 16];
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = a.max(v);
+        }
+    }
+    let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+    acc.iter().fold(tail, |a, &v| a.max(v))
+}
+
 /// `erf(x)` in f32 without a library call: Abramowitz and Stegun 7.1.26,
 /// `1 - (a1 t + ... + a5 t^5) e^(-x^2)` with `t = 1 / (1 + p |x|)`, odd in
 /// `x`; absolute error below 1e-6 (1.5e-7 for the formula, the rest f32
@@ -275,6 +290,20 @@ mod tests {
             assert!((got - want).abs() <= 1e-6 * want.max(1.0), "{n}: {got} vs {want}");
             let plain: f64 = x.iter().map(|&v| v as f64).sum();
             assert!((sum_by(&x, |v| v) as f64 - plain).abs() < 1e-3, "{n}");
+        }
+    }
+
+    #[test]
+    fn max_matches_a_fold() {
+        assert_eq!(max(&[]), f32::NEG_INFINITY);
+        for n in [1, 15, 16, 17, 40] {
+            let x: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+            let want = x.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+            assert_eq!(max(&x), want, "{n}");
+            let mut y = x.clone();
+            y[n / 2] = f32::NAN;
+            y[n - 1] = 100.0;
+            assert_eq!(max(&y), 100.0, "{n}");
         }
     }
 
