@@ -75,7 +75,10 @@ pub(crate) fn max(x: &[f32]) -> f32 {
             *a = a.max(v);
         }
     }
-    let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+    let tail = chunks
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |a, &v| a.max(v));
     acc.iter().fold(tail, |a, &v| a.max(v))
 }
 
@@ -284,10 +287,15 @@ mod tests {
     #[test]
     fn sum_by_matches_an_f64_sum() {
         for n in [0, 1, 15, 16, 17, 384, 1000] {
-            let x: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+                .collect();
             let want: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
             let got = sum_by(&x, |v| v * v) as f64;
-            assert!((got - want).abs() <= 1e-6 * want.max(1.0), "{n}: {got} vs {want}");
+            assert!(
+                (got - want).abs() <= 1e-6 * want.max(1.0),
+                "{n}: {got} vs {want}"
+            );
             let plain: f64 = x.iter().map(|&v| v as f64).sum();
             assert!((sum_by(&x, |v| v) as f64 - plain).abs() < 1e-3, "{n}");
         }
@@ -297,7 +305,9 @@ mod tests {
     fn max_matches_a_fold() {
         assert_eq!(max(&[]), f32::NEG_INFINITY);
         for n in [1, 15, 16, 17, 40] {
-            let x: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+                .collect();
             let want = x.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
             assert_eq!(max(&x), want, "{n}");
             let mut y = x.clone();
