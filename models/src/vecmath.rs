@@ -48,38 +48,39 @@ pub(crate) fn exp(x: f32) -> f32 {
     e_r * f32::from_bits((n + (127.0 + MAGIC)).to_bits() << 23)
 }
 
-/// `sum f(x_i)` over 16 interleaved partial sums, so that the additions
-/// vectorise and do not wait on one another (a plain `sum` is one serial
-/// chain of additions: f32 addition is not reassociated by the compiler).
+/// Folds `x` into 16 interleaved accumulators (`step`), then merges them
+/// and the tail's own fold (`merge`): the 16 chains are independent, so the
+/// loop vectorises where a single running value (f32 addition or `max` is
+/// not reassociated by the compiler) would be one serial chain.
 #[inline(always)]
-pub(crate) fn sum_by(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
-    let mut acc = [0f32; 16];
+fn fold16(
+    x: &[f32],
+    init: f32,
+    step: impl Fn(f32, f32) -> f32,
+    merge: impl Fn(f32, f32) -> f32,
+) -> f32 {
+    let mut acc = [init; 16];
     let mut chunks = x.chunks_exact(16);
     for c in &mut chunks {
         for (a, &v) in acc.iter_mut().zip(c) {
-            *a += f(v);
+            *a = step(*a, v);
         }
     }
-    let tail: f32 = chunks.remainder().iter().map(|&v| f(v)).sum();
-    acc.iter().sum::<f32>() + tail
+    let tail = chunks.remainder().iter().fold(init, |a, &v| step(a, v));
+    merge(acc.iter().fold(init, |a, &v| merge(a, v)), tail)
+}
+
+/// `sum f(x_i)`, over 16 interleaved partial sums ([`fold16`]).
+#[inline(always)]
+pub(crate) fn sum_by(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    fold16(x, 0.0, |a, v| a + f(v), |a, b| a + b)
 }
 
 /// The largest of `x` (`-inf` when empty), over 16 interleaved partial
-/// maxima like [`sum_by`]. NaNs are skipped, as by `f32::max`.
+/// maxima ([`fold16`]). NaNs are skipped, as by `f32::max`.
 #[inline(always)]
 pub(crate) fn max(x: &[f32]) -> f32 {
-    let mut acc = [f32::NEG_INFINITY; 16];
-    let mut chunks = x.chunks_exact(16);
-    for c in &mut chunks {
-        for (a, &v) in acc.iter_mut().zip(c) {
-            *a = a.max(v);
-        }
-    }
-    let tail = chunks
-        .remainder()
-        .iter()
-        .fold(f32::NEG_INFINITY, |a, &v| a.max(v));
-    acc.iter().fold(tail, |a, &v| a.max(v))
+    fold16(x, f32::NEG_INFINITY, f32::max, f32::max)
 }
 
 /// `erf(x)` in f32 without a library call: Abramowitz and Stegun 7.1.26,
