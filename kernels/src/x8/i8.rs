@@ -80,9 +80,12 @@ impl Group8 for I8x8 {
         )
     }
 
+    /// `PREFETCH` is ignored: the one 8-bit matrix of the default model
+    /// (its 30 MB output head, one long stream the hardware prefetchers
+    /// follow) decoded no faster with it.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn tile<const A: usize, const VNNI: bool>(
+    unsafe fn tile<const A: usize, const VNNI: bool, const PREFETCH: bool>(
         &self,
         acts: &Acts,
         g: usize,

@@ -104,6 +104,19 @@ impl Half8 {
     }
 }
 
+/// How far ahead, in blocks, a kernel over one activation row (one
+/// decoding sequence) prefetches its weights into L1 (8 blocks: 1 KiB of
+/// 4-bit values). The matrices of a small model are a few hundred
+/// kilobytes, read in parallel in pieces of 16 rows; the hardware
+/// prefetchers restart at every piece and lag behind, and asking ahead
+/// keeps more of the memory bus busy. With more activation rows there is
+/// more arithmetic per weight byte, and the hints did not pay for
+/// themselves (`benches/README.md` has the figures).
+pub(crate) const PREFETCH_BLOCKS: usize = 8;
+
+/// Activation rows up to which the kernels prefetch weights.
+pub(crate) const PREFETCH_MAX_ROWS: usize = 1;
+
 /// An interleaved matrix's kernels.
 pub(crate) trait Group8 {
     /// Real rows.
@@ -152,11 +165,14 @@ pub(crate) trait Group8 {
     /// `#[inline(always)]`, compiled into the callers of [`simd`], which
     /// enable the instruction sets.
     ///
+    /// With `PREFETCH`, each block also asks for the weights
+    /// [`PREFETCH_BLOCKS`] blocks ahead (see there).
+    ///
     /// # Safety
     /// AVX2, FMA and F16C, and AVX-512 VNNI + VL if `VNNI`; the group and the
     /// activation rows exist.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn tile<const A: usize, const VNNI: bool>(
+    unsafe fn tile<const A: usize, const VNNI: bool, const PREFETCH: bool>(
         &self,
         acts: &Acts,
         g: usize,
@@ -203,20 +219,20 @@ pub(crate) mod simd {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::{put_group, Group8, G};
+    use super::{put_group, Group8, G, PREFETCH_MAX_ROWS};
     use crate::act::Acts;
     use crate::Out;
 
     /// Computes and stores one tile.
     #[inline(always)]
-    unsafe fn put_tile<W: Group8, const A: usize, const VNNI: bool>(
+    unsafe fn put_tile<W: Group8, const A: usize, const VNNI: bool, const PF: bool>(
         w: &W,
         acts: &Acts,
         g: usize,
         a: usize,
         out: Out,
     ) {
-        let v = w.tile::<A, VNNI>(acts, g, a);
+        let v = w.tile::<A, VNNI, PF>(acts, g, a);
         let mut lanes = [[0f32; G]; A];
         for (l, v) in lanes.iter_mut().zip(v) {
             _mm256_storeu_ps(l.as_mut_ptr(), v);
@@ -241,10 +257,13 @@ pub(crate) mod simd {
                 _ => 1,
             };
             for g in groups.clone() {
-                match at {
-                    4 => put_tile::<W, 4, VNNI>(w, acts, g, a, out),
-                    2 => put_tile::<W, 2, VNNI>(w, acts, g, a, out),
-                    _ => put_tile::<W, 1, VNNI>(w, acts, g, a, out),
+                match (at, m <= PREFETCH_MAX_ROWS) {
+                    (4, true) => put_tile::<W, 4, VNNI, true>(w, acts, g, a, out),
+                    (4, false) => put_tile::<W, 4, VNNI, false>(w, acts, g, a, out),
+                    (2, true) => put_tile::<W, 2, VNNI, true>(w, acts, g, a, out),
+                    (2, false) => put_tile::<W, 2, VNNI, false>(w, acts, g, a, out),
+                    (_, true) => put_tile::<W, 1, VNNI, true>(w, acts, g, a, out),
+                    (_, false) => put_tile::<W, 1, VNNI, false>(w, acts, g, a, out),
                 }
             }
             a += at;

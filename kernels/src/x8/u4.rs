@@ -17,7 +17,7 @@
 //! `8 * 2 * 15 * 127 = 30480`: no overflow) and one `vpmaddwd` makes each
 //! lane a row's block sum (with VNNI, eight `vpdpbusd` into i32).
 
-use super::{group_rows, interleave, Group8, Half8, G};
+use super::{group_rows, interleave, Group8, Half8, G, PREFETCH_BLOCKS};
 use crate::act::Acts;
 use crate::formats::U4;
 use crate::Error;
@@ -94,7 +94,7 @@ impl Group8 for U4x8 {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn tile<const A: usize, const VNNI: bool>(
+    unsafe fn tile<const A: usize, const VNNI: bool, const PREFETCH: bool>(
         &self,
         acts: &Acts,
         g: usize,
@@ -109,6 +109,16 @@ impl Group8 for U4x8 {
         for b in 0..nb {
             let i = g * nb + b;
             let p = self.qs.as_ptr().add(i) as *const __m256i;
+            if PREFETCH {
+                // Past the matrix's end these are hints about addresses
+                // that are never read, which do not fault.
+                let ahead = i + PREFETCH_BLOCKS;
+                let q = self.qs.as_ptr().wrapping_add(ahead).cast::<i8>();
+                _mm_prefetch::<_MM_HINT_T0>(q);
+                _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(64));
+                _mm_prefetch::<_MM_HINT_T0>(self.d.as_ptr().wrapping_add(ahead).cast());
+                _mm_prefetch::<_MM_HINT_T0>(self.m.as_ptr().wrapping_add(ahead).cast());
+            }
             let mut wv = [_mm256_setzero_si256(); G];
             for k in 0..4 {
                 let raw = _mm256_load_si256(p.add(k));
