@@ -17,7 +17,7 @@ use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::{LayerNorm, VarBuilder};
 use serde::Deserialize;
 
-use crate::bert_cpu::{CpuLayer, LayerTensors, Scratch};
+use crate::bert_cpu::{CpuLayer, LayerTensors, Norm, Scratch};
 use crate::packed_attention::packed_attention;
 use crate::vecmath;
 use crate::Linear;
@@ -255,6 +255,8 @@ pub struct Bert {
     position: Tensor,
     token_type: Tensor,
     embed_norm: LayerNorm,
+    /// `embed_norm` on slices, for the slice layers.
+    embed_norm_rows: Option<Norm>,
     layers: Layers,
     cfg: BertConfig,
     layout: Layout,
@@ -294,6 +296,13 @@ impl Bert {
         } else {
             Layers::Candle(weights.map(|w| w?.candle()).collect::<Result<_>>()?)
         };
+        let embed_norm = layer_norm(e.pp("LayerNorm"), h, cfg.layer_norm_eps)?;
+        let embed_norm_rows = match (&layers, embed_norm.bias()) {
+            (Layers::Slices(_), Some(b)) => {
+                Some(Norm::new(embed_norm.weight(), b, cfg.layer_norm_eps)?)
+            }
+            _ => None,
+        };
         Ok(Self {
             word: e.get((cfg.vocab_size, h), "word_embeddings.weight")?,
             position: e.get(
@@ -301,7 +310,8 @@ impl Bert {
                 "position_embeddings.weight",
             )?,
             token_type: e.get((cfg.type_vocab_size, h), "token_type_embeddings.weight")?,
-            embed_norm: layer_norm(e.pp("LayerNorm"), h, cfg.layer_norm_eps)?,
+            embed_norm,
+            embed_norm_rows,
             layers,
             cfg: cfg.clone(),
             layout,
@@ -345,19 +355,22 @@ impl Bert {
     /// Errors when a sequence is empty or longer than the position table, or
     /// a token or segment id is out of range.
     pub fn forward_packed(&self, batch: &[EncoderInput]) -> Result<Tensor> {
-        let (x, lens) = self.embed(batch)?;
         let heads = self.cfg.num_attention_heads;
         match &self.layers {
-            Layers::Candle(layers) => layers
-                .iter()
-                .try_fold(x, |x, layer| layer.forward(&x, &lens, heads)),
+            Layers::Candle(layers) => {
+                let (x, lens) = self.embed(batch)?;
+                layers
+                    .iter()
+                    .try_fold(x, |x, layer| layer.forward(&x, &lens, heads))
+            }
             Layers::Slices(layers) => {
-                let mut v = x.flatten_all()?.to_vec1::<f32>()?;
+                let (mut v, lens) = self.embed_rows(batch)?;
                 let mut scratch = Scratch::default();
                 for layer in layers {
                     layer.forward(&mut v, &lens, heads, &mut scratch);
                 }
-                Tensor::from_vec(v, x.shape(), &self.device)
+                let rows = v.len() / self.cfg.hidden_size;
+                Tensor::from_vec(v, (rows, self.cfg.hidden_size), &self.device)
             }
         }
     }
@@ -376,11 +389,12 @@ impl Bert {
             let lens: Vec<usize> = batch.iter().map(|b| b.ids.len()).collect();
             return pool(&self.forward_packed(batch)?, &lens, pooling);
         };
-        let (x, lens) = self.embed(batch)?;
+        let (mut v, lens) = self.embed_rows(batch)?;
         let heads = self.cfg.num_attention_heads;
-        let mut v = x.flatten_all()?.to_vec1::<f32>()?;
         let mut scratch = Scratch::default();
         let Some((last, rest)) = layers.split_last() else {
+            let rows = v.len() / self.cfg.hidden_size;
+            let x = Tensor::from_vec(v, (rows, self.cfg.hidden_size), &self.device)?;
             return pool(&x, &lens, pooling);
         };
         for layer in rest {
@@ -393,6 +407,27 @@ impl Bert {
     /// The embeddings of a checked batch, packed `[total, hidden]` (f32),
     /// and the sequences' lengths.
     fn embed(&self, batch: &[EncoderInput]) -> Result<(Tensor, Vec<usize>)> {
+        let (x, lens) = self.embed_sum(batch)?;
+        Ok((self.embed_norm.forward(&x)?, lens))
+    }
+
+    /// [`Bert::embed`] as rows for the slice layers, normalised on slices.
+    fn embed_rows(&self, batch: &[EncoderInput]) -> Result<(Vec<f32>, Vec<usize>)> {
+        let (x, lens) = self.embed_sum(batch)?;
+        let mut v = x.flatten_all()?.to_vec1::<f32>()?;
+        match &self.embed_norm_rows {
+            Some(norm) => norm.apply(&mut v),
+            None => {
+                let normed = self.embed_norm.forward(&x)?;
+                v = normed.flatten_all()?.to_vec1::<f32>()?;
+            }
+        }
+        Ok((v, lens))
+    }
+
+    /// The summed word, position and segment embeddings of a checked batch
+    /// (before the LayerNorm), `[total, hidden]` f32, and the lengths.
+    fn embed_sum(&self, batch: &[EncoderInput]) -> Result<(Tensor, Vec<usize>)> {
         let mut ids = Vec::new();
         let mut positions = Vec::new();
         let mut types = Vec::new();
@@ -434,7 +469,7 @@ impl Bert {
         let types = Tensor::from_vec(types, total, &self.device)?;
         let x = (self.word.index_select(&ids, 0)? + self.position.index_select(&positions, 0)?)?
             .add(&self.token_type.index_select(&types, 0)?)?;
-        Ok((self.embed_norm.forward(&x.to_dtype(DType::F32)?)?, lens))
+        Ok((x.to_dtype(DType::F32)?, lens))
     }
 }
 

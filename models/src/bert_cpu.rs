@@ -96,21 +96,9 @@ impl Dense {
             .par_chunks_mut(out * ROWS)
             .enumerate()
             .for_each(|(i, chunk)| {
-                for (j, row) in chunk.chunks_exact_mut(out).enumerate() {
-                    let at = (i * ROWS + j) * out;
-                    match residual {
-                        Some(r) => {
-                            for ((d, r), b) in row.iter_mut().zip(&r[at..at + out]).zip(&self.b) {
-                                d.write(r + b);
-                            }
-                        }
-                        None => {
-                            for (d, b) in row.iter_mut().zip(&self.b) {
-                                d.write(*b);
-                            }
-                        }
-                    }
-                }
+                let at = i * ROWS * out;
+                let r = residual.map(|r| &r[at..at + chunk.len()]);
+                vecmath::write_rows_plus(chunk, r, &self.b);
             });
         // SAFETY: the pass above wrote every one of the first `n` elements
         // (`n` is a multiple of `out`, and each chunk is whole rows).
@@ -124,14 +112,14 @@ fn flat(t: &Tensor) -> Result<Vec<f32>> {
 }
 
 /// LayerNorm with weight and bias over rows of `w.len()`, in place.
-struct Norm {
+pub(crate) struct Norm {
     w: Vec<f32>,
     b: Vec<f32>,
     eps: f32,
 }
 
 impl Norm {
-    fn new(w: &Tensor, b: &Tensor, eps: f64) -> Result<Self> {
+    pub(crate) fn new(w: &Tensor, b: &Tensor, eps: f64) -> Result<Self> {
         Ok(Self {
             w: flat(w)?,
             b: flat(b)?,
@@ -139,18 +127,10 @@ impl Norm {
         })
     }
 
-    fn apply(&self, x: &mut [f32]) {
+    pub(crate) fn apply(&self, x: &mut [f32]) {
         let h = self.w.len();
-        x.par_chunks_mut(h * 32).for_each(|c| {
-            for row in c.chunks_exact_mut(h) {
-                let mean = vecmath::sum_by(row, |v| v) / h as f32;
-                let var = vecmath::sum_by(row, |v| (v - mean) * (v - mean)) / h as f32;
-                let inv = 1.0 / (var + self.eps).sqrt();
-                for ((v, w), b) in row.iter_mut().zip(&self.w).zip(&self.b) {
-                    *v = (*v - mean) * inv * w + b;
-                }
-            }
-        });
+        x.par_chunks_mut(h * 32)
+            .for_each(|c| vecmath::layer_norm_rows(c, &self.w, &self.b, self.eps));
     }
 }
 

@@ -119,6 +119,76 @@ pub(crate) fn gelu_erf_inplace(x: &mut [f32]) {
     body(x)
 }
 
+/// LayerNorm of every row of `x` (rows of `w.len()`) in place:
+/// `(v - mean) / sqrt(var + eps) * w + b`, mean and variance over 16
+/// partial sums ([`sum_by`]); compiled for AVX2 + FMA where present (the
+/// same operations in the same order either way, so the same bits).
+pub(crate) fn layer_norm_rows(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    #[inline(always)]
+    fn body(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+        let h = w.len();
+        for row in x.chunks_exact_mut(h) {
+            let mean = sum_by(row, |v| v) / h as f32;
+            let var = sum_by(row, |v| (v - mean) * (v - mean)) / h as f32;
+            let inv = 1.0 / (var + eps).sqrt();
+            for ((v, w), b) in row.iter_mut().zip(w).zip(b) {
+                *v = (*v - mean) * inv * w + b;
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_fma() {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn fast(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+            body(x, w, b, eps)
+        }
+        // SAFETY: the CPU has the features `fast` is compiled for.
+        return unsafe { fast(x, w, b, eps) };
+    }
+    body(x, w, b, eps)
+}
+
+/// `dst[i] = a[i] + b[i]` over the rows of `dst` (rows of `b.len()`; `a`
+/// as long as `dst`), or `dst[i] = b[i]` without `a`: a bias, with or
+/// without a residual, written into an uninitialised buffer. Compiled for
+/// AVX2 where present.
+pub(crate) fn write_rows_plus(
+    dst: &mut [std::mem::MaybeUninit<f32>],
+    a: Option<&[f32]>,
+    b: &[f32],
+) {
+    #[inline(always)]
+    fn body(dst: &mut [std::mem::MaybeUninit<f32>], a: Option<&[f32]>, b: &[f32]) {
+        let h = b.len();
+        match a {
+            Some(a) => {
+                for (row, a) in dst.chunks_exact_mut(h).zip(a.chunks_exact(h)) {
+                    for ((d, a), b) in row.iter_mut().zip(a).zip(b) {
+                        d.write(a + b);
+                    }
+                }
+            }
+            None => {
+                for row in dst.chunks_exact_mut(h) {
+                    for (d, b) in row.iter_mut().zip(b) {
+                        d.write(*b);
+                    }
+                }
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_fma() {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn fast(dst: &mut [std::mem::MaybeUninit<f32>], a: Option<&[f32]>, b: &[f32]) {
+            body(dst, a, b)
+        }
+        // SAFETY: the CPU has the features `fast` is compiled for.
+        return unsafe { fast(dst, a, b) };
+    }
+    body(dst, a, b)
+}
+
 /// `g = silu(g) * u` (`silu(x) = x / (1 + e^-x)`) with [`exp`], compiled
 /// for AVX2 + FMA where present.
 pub(crate) fn silu_mul_inplace(g: &mut [f32], u: &[f32]) {

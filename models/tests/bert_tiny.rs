@@ -432,4 +432,3 @@ fn slice_layers_match_candle_ops() -> Result<()> {
     }
     Ok(())
 }
-
