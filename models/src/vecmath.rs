@@ -28,17 +28,32 @@ pub(crate) fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
 /// very negative inputs (and `-inf`) give about 1.6e-38 rather than 0.
 #[inline(always)]
 pub(crate) fn exp(x: f32) -> f32 {
+    exp_with::<false>(x)
+}
+
+/// [`exp`] with fused multiply-adds when `FMA` (a shorter dependency chain
+/// and fewer instructions; last-bit differences from [`exp`]). The decoder
+/// keeps [`exp`]: its greedy tokens are compared with llama.cpp's, and some
+/// of those choices are close enough for a last bit to flip them.
+#[inline(always)]
+pub(crate) fn exp_with<const FMA: bool>(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const C1: f32 = 0.693_359_4;
     const C2: f32 = -2.121_944_4e-4;
     let x = x.clamp(-87.0, 88.0);
-    let n = (x * LOG2E + 0.5).floor();
-    let r = x - n * C1 - n * C2;
-    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
-        + 1.666_666_5e-1)
-        * r
-        + 0.5;
-    let e_r = p * r * r + r + 1.0;
+    let n = (madd::<FMA>(x, LOG2E, 0.5)).floor();
+    let r = madd::<FMA>(-n, C2, madd::<FMA>(-n, C1, x));
+    let mut p = 1.987_569_1e-4;
+    for c in [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        0.5,
+    ] {
+        p = madd::<FMA>(p, r, c);
+    }
+    let e_r = madd::<FMA>(p * r, r, r) + 1.0;
     // 2^n from the bits of `n + 127` placed in the exponent field. `n + 127`
     // is an integer in 1..=254 (from the clamp), so adding 1.5 * 2^23 puts
     // it in the low mantissa bits exactly, and the shift drops the rest:
@@ -88,13 +103,14 @@ pub(crate) fn max(x: &[f32]) -> f32 {
 /// `x`; absolute error below 1e-6 (1.5e-7 for the formula, the rest f32
 /// rounding), against candle's (libm's) f32 `erf` at about 1e-7.
 #[inline(always)]
-pub(crate) fn erf(x: f32) -> f32 {
+pub(crate) fn erf<const FMA: bool>(x: f32) -> f32 {
     let a = x.abs();
-    let t = 1.0 / (1.0 + 0.327_591_1 * a);
-    let poly = ((((1.061_405_4 * t - 1.453_152_1) * t + 1.421_413_7) * t - 0.284_496_74) * t
-        + 0.254_829_6)
-        * t;
-    let y = 1.0 - poly * exp(-a * a);
+    let t = 1.0 / madd::<FMA>(0.327_591_1, a, 1.0);
+    let mut poly = 1.061_405_4;
+    for c in [-1.453_152_1, 1.421_413_7, -0.284_496_74, 0.254_829_6] {
+        poly = madd::<FMA>(poly, t, c);
+    }
+    let y = madd::<FMA>(-(poly * t), exp_with::<FMA>(-a * a), 1.0);
     y.copysign(x)
 }
 
@@ -102,21 +118,29 @@ pub(crate) fn erf(x: f32) -> f32 {
 /// compiled for AVX2 + FMA where present.
 pub(crate) fn gelu_erf_inplace(x: &mut [f32]) {
     #[inline(always)]
-    fn body(x: &mut [f32]) {
-        for y in x {
-            *y = 0.5 * *y * (1.0 + erf(*y * std::f32::consts::FRAC_1_SQRT_2));
+    fn body<const FMA: bool>(x: &mut [f32]) {
+        let gelu = |y: &mut f32| {
+            *y = 0.5 * *y * (1.0 + erf::<FMA>(*y * std::f32::consts::FRAC_1_SQRT_2));
+        };
+        // Two vectors' worth per step: each value is a long chain of
+        // dependent operations, and two independent chains keep the
+        // multiply-add units busier than one.
+        let mut chunks = x.chunks_exact_mut(16);
+        for c in &mut chunks {
+            c.iter_mut().for_each(gelu);
         }
+        chunks.into_remainder().iter_mut().for_each(gelu);
     }
     #[cfg(target_arch = "x86_64")]
     if has_fma() {
         #[target_feature(enable = "avx2,fma,f16c")]
         fn fast(x: &mut [f32]) {
-            body(x)
+            body::<true>(x)
         }
         // SAFETY: the CPU has the features `fast` is compiled for.
         return unsafe { fast(x) };
     }
-    body(x)
+    body::<false>(x)
 }
 
 /// LayerNorm of every row of `x` (rows of `w.len()`) in place:
@@ -390,15 +414,33 @@ mod tests {
 
     #[test]
     fn erf_is_within_1e6_of_f64() {
-        let mut worst = 0f64;
-        let mut x = -6.0f32;
-        while x < 6.0 {
-            let want = candle_core::cpu::erf::erf_f64(x as f64);
-            worst = worst.max((erf(x) as f64 - want).abs());
-            x += 0.00731;
+        fn check<const FMA: bool>() {
+            let mut worst = 0f64;
+            let mut x = -6.0f32;
+            while x < 6.0 {
+                let want = candle_core::cpu::erf::erf_f64(x as f64);
+                worst = worst.max((erf::<FMA>(x) as f64 - want).abs());
+                x += 0.00731;
+            }
+            assert!(worst < 1e-6, "FMA {FMA}: worst absolute error {worst}");
+            assert!(erf::<FMA>(0.0).abs() < 1e-6, "erf(0) = {}", erf::<FMA>(0.0));
+            assert_eq!(erf::<FMA>(-2.0), -erf::<FMA>(2.0));
         }
-        assert!(worst < 1e-6, "worst absolute error {worst}");
-        assert!(erf(0.0).abs() < 1e-6, "erf(0) = {}", erf(0.0));
-        assert_eq!(erf(-2.0), -erf(2.0));
+        check::<false>();
+        check::<true>();
+    }
+
+    #[test]
+    fn exp_with_fma_is_within_3e7_relative() {
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let want = (x as f64).exp();
+            let got = exp_with::<true>(x) as f64;
+            assert!(
+                (got - want).abs() <= 3e-7 * want,
+                "exp({x}) = {got}, want {want}"
+            );
+            x += 0.0137;
+        }
     }
 }
