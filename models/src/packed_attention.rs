@@ -170,6 +170,8 @@ struct Shape {
 /// Queries per score tile, and keys per block.
 const QT: usize = 4;
 const KB: usize = 8;
+/// Output values per register-held accumulator (four AVX2 vectors).
+const PV: usize = 32;
 
 /// One sequence (rows `offset..offset + len`), one head, the task's
 /// queries: `[queries, hd]` into `b.o`.
@@ -227,11 +229,30 @@ fn attend<const FMA: bool>(qkv: &[f32], s: Shape, task: &Task, b: &mut Buffers) 
             let max = vecmath::max(sc);
             sc.iter_mut().for_each(|x| *x = vecmath::exp(*x - max));
             let inv = 1.0 / vecmath::sum_by(sc, |x| x);
+            sc.iter_mut().for_each(|p| *p *= inv);
+            // The output in registers, 32 values at a time: accumulated in
+            // place it was a load and a store per key, each waiting on the
+            // last.
             let o = &mut b.o[(q0 + a) * hd..][..hd];
-            for (j, &p) in sc.iter().enumerate() {
-                let p = p * inv;
-                for (o, &v) in o.iter_mut().zip(at(offset + j, 2)) {
-                    *o = vecmath::madd::<FMA>(p, v, *o);
+            for (c, o) in o.chunks_mut(PV).enumerate() {
+                let col = c * PV;
+                if let Ok(o) = <&mut [f32; PV]>::try_from(&mut *o) {
+                    let mut acc = [0f32; PV];
+                    for (j, &p) in sc.iter().enumerate() {
+                        let v: &[f32; PV] = at(offset + j, 2)[col..col + PV]
+                            .try_into()
+                            .expect("PV values");
+                        for (acc, &v) in acc.iter_mut().zip(v) {
+                            *acc = vecmath::madd::<FMA>(p, v, *acc);
+                        }
+                    }
+                    *o = acc;
+                } else {
+                    for (j, &p) in sc.iter().enumerate() {
+                        for (o, &v) in o.iter_mut().zip(&at(offset + j, 2)[col..]) {
+                            *o = vecmath::madd::<FMA>(p, v, *o);
+                        }
+                    }
                 }
             }
         }
@@ -262,21 +283,24 @@ mod tests {
 
     #[test]
     fn matches_candle_attention_per_sequence() -> Result<()> {
-        let (h, heads) = (24, 3);
-        let lens = [5usize, 1, 17, 9];
-        let total: usize = lens.iter().sum();
-        let qkv = Tensor::randn(0f32, 1.0, (total, 3 * h), &Device::Cpu)?;
-        let got = packed_attention(&qkv.flatten_all()?.to_vec1()?, h, heads, &lens);
-        let got = Tensor::from_vec(got, (total, h), &Device::Cpu)?;
-        let mut offset = 0;
-        for len in lens {
-            let want = reference(&qkv.narrow(0, offset, len)?, h, heads)?;
-            let diff = (got.narrow(0, offset, len)? - want)?
-                .abs()?
-                .max_all()?
-                .to_scalar::<f32>()?;
-            assert!(diff < 1e-5, "sequence at {offset}: max diff {diff}");
-            offset += len;
+        // Head sizes 8, 32 and 40: under, at, and past one register-held
+        // block of outputs (`PV`).
+        for (h, heads) in [(24, 3), (96, 3), (80, 2)] {
+            let lens = [5usize, 1, 17, 9];
+            let total: usize = lens.iter().sum();
+            let qkv = Tensor::randn(0f32, 1.0, (total, 3 * h), &Device::Cpu)?;
+            let got = packed_attention(&qkv.flatten_all()?.to_vec1()?, h, heads, &lens);
+            let got = Tensor::from_vec(got, (total, h), &Device::Cpu)?;
+            let mut offset = 0;
+            for len in lens {
+                let want = reference(&qkv.narrow(0, offset, len)?, h, heads)?;
+                let diff = (got.narrow(0, offset, len)? - want)?
+                    .abs()?
+                    .max_all()?
+                    .to_scalar::<f32>()?;
+                assert!(diff < 1e-5, "h {h}, sequence at {offset}: max diff {diff}");
+                offset += len;
+            }
         }
         Ok(())
     }
