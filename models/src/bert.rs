@@ -385,23 +385,31 @@ impl Bert {
             Pooling::Cls => Some(vec![0; batch.len()]),
             Pooling::LastToken => Some(batch.iter().map(|b| b.ids.len().max(1) - 1).collect()),
         };
-        let (Layers::Slices(layers), Some(picks)) = (&self.layers, picks) else {
+        let Layers::Slices(layers) = &self.layers else {
             let lens: Vec<usize> = batch.iter().map(|b| b.ids.len()).collect();
             return pool(&self.forward_packed(batch)?, &lens, pooling);
         };
         let (mut v, lens) = self.embed_rows(batch)?;
-        let heads = self.cfg.num_attention_heads;
+        let (h, heads) = (self.cfg.hidden_size, self.cfg.num_attention_heads);
         let mut scratch = Scratch::default();
-        let Some((last, rest)) = layers.split_last() else {
-            let rows = v.len() / self.cfg.hidden_size;
-            let x = Tensor::from_vec(v, (rows, self.cfg.hidden_size), &self.device)?;
-            return pool(&x, &lens, pooling);
+        let pooled = match (picks, layers.split_last()) {
+            (Some(picks), Some((last, rest))) => {
+                for layer in rest {
+                    layer.forward(&mut v, &lens, heads, &mut scratch);
+                }
+                last.forward_rows(&v, &lens, &picks, heads, &mut scratch)
+            }
+            (picks, _) => {
+                for layer in layers {
+                    layer.forward(&mut v, &lens, heads, &mut scratch);
+                }
+                match picks {
+                    Some(picks) => pick_rows(&v, &lens, &picks, h),
+                    None => mean_rows(&v, &lens, h),
+                }
+            }
         };
-        for layer in rest {
-            layer.forward(&mut v, &lens, heads, &mut scratch);
-        }
-        let rows = last.forward_rows(&v, &lens, &picks, heads, &mut scratch);
-        Tensor::from_vec(rows, (lens.len(), self.cfg.hidden_size), &self.device)
+        Tensor::from_vec(pooled, (lens.len(), h), &self.device)
     }
 
     /// The embeddings of a checked batch, packed `[total, hidden]` (f32),
@@ -510,6 +518,34 @@ pub fn pool(hidden: &Tensor, lens: &[usize], pooling: Pooling) -> Result<Tensor>
         offset += len;
     }
     Tensor::cat(&rows, 0)
+}
+
+/// The mean of each sequence's rows of `x` (packed `[total, h]`).
+fn mean_rows(x: &[f32], lens: &[usize], h: usize) -> Vec<f32> {
+    let mut out = vec![0f32; lens.len() * h];
+    let mut start = 0;
+    for (o, &len) in out.chunks_exact_mut(h).zip(lens) {
+        for row in x[start * h..(start + len) * h].chunks_exact(h) {
+            for (o, &r) in o.iter_mut().zip(row) {
+                *o += r;
+            }
+        }
+        let inv = 1.0 / len as f32;
+        o.iter_mut().for_each(|v| *v *= inv);
+        start += len;
+    }
+    out
+}
+
+/// Row `picks[s]` of each sequence `s` of `x` (packed `[total, h]`).
+fn pick_rows(x: &[f32], lens: &[usize], picks: &[usize], h: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(lens.len() * h);
+    let mut start = 0;
+    for (&len, &pick) in lens.iter().zip(picks) {
+        out.extend_from_slice(&x[(start + pick) * h..][..h]);
+        start += len;
+    }
+    out
 }
 
 /// Scales each row to unit L2 norm (a zero row stays zero).
