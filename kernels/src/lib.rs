@@ -21,7 +21,9 @@
 //!   chain of `vpmaddubsw` (or `vpdpbusd`) and the float work and output
 //!   stores are per eight rows; tiles are one group x 1, 2 or 4 activation
 //!   rows. The K-quants use tiles of `R` weight rows x `A` activation rows
-//!   ([`Tile`]) with horizontal sums;
+//!   ([`Tile`]) with horizontal sums. With one activation row (decoding
+//!   one sequence: a single pass over the weights, bound by memory) the
+//!   4-bit kernels prefetch the weights 1 KiB ahead;
 //! - kernels are picked at run time ([`Isa`]): AVX2 + FMA + F16C, the
 //!   interleaved ones with 256-bit AVX-512 VNNI `vpdpbusd` where present
 //!   and where they pass a start-up comparison with the AVX2 kernels
