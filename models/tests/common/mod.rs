@@ -48,6 +48,44 @@ pub fn tiny_model(tie: bool) -> Result<Llama> {
     tiny_model_f16_cache(tie)?.with_kv_dtype(DType::F32)
 }
 
+/// Replaces every variable of `varmap` (the tiny Llama's, as created by
+/// a first load) with values from a fixed seed, at the scales of their
+/// random initialisation: norm weights 1 +- 0.2 (as the tests ask for),
+/// embeddings of standard deviation 1, other matrices sqrt(2 / fan-in)
+/// (candle's Kaiming-normal default). The same weights in every run:
+/// tests whose paths quantize activations to 8 bits need that, since with
+/// fresh random weights a value now and then lands on a rounding boundary
+/// in one path and not the other, and a comparison meant for f32 rounding
+/// fails (a few runs in a hundred).
+pub fn reseed(varmap: &VarMap) -> Result<()> {
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let vars = varmap.data().lock().expect("varmap lock");
+    let mut names: Vec<&String> = vars.keys().collect();
+    names.sort();
+    for name in names {
+        let var = &vars[name];
+        let t = var.as_tensor();
+        let (mean, std) = match t.dims() {
+            [_] => (1.0, 0.2),
+            _ if name.contains("embed_tokens") => (0.0, 1.0),
+            [.., fan_in] => (0.0, (2.0 / *fan_in as f32).sqrt()),
+            [] => (0.0, 1.0),
+        };
+        // Uniform on [-sqrt 3, sqrt 3) has variance 1.
+        let values: Vec<f32> = (0..t.elem_count())
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let u = (state >> 40) as f32 / (1u64 << 24) as f32;
+                mean + (2.0 * u - 1.0) * 3f32.sqrt() * std
+            })
+            .collect();
+        var.set(&Tensor::from_vec(values, t.shape(), t.device())?)?;
+    }
+    Ok(())
+}
+
 /// Largest absolute difference between two tensors of the same shape.
 pub fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
     (a - b)
