@@ -28,6 +28,9 @@ pub fn config(model_type: &str) -> serde_json::Value {
 }
 
 /// Writes the folder: `config`, random weights, and `tokenizer`'s copy.
+/// The weights come from a fixed seed, the same in every run, so that what
+/// the tests assert of their scores (distinct pairs scoring apart, say)
+/// holds or fails for good rather than for some draws.
 pub fn write_model(dir: &Path, config: &serde_json::Value, tokenizer: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
@@ -35,17 +38,33 @@ pub fn write_model(dir: &Path, config: &serde_json::Value, tokenizer: &Path) {
     let varmap = VarMap::new();
     let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
     parsed.load_cross_encoder(vb).unwrap();
-    // `VarBuilder::get` creates zeros: give every weight random values.
-    for (name, var) in varmap.data().lock().unwrap().iter() {
+    // `VarBuilder::get` creates zeros: give every weight random values,
+    // uniform with standard deviation `scale` (in name order).
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let vars = varmap.data().lock().unwrap();
+    let mut names: Vec<&String> = vars.keys().collect();
+    names.sort();
+    for name in names {
+        let var = &vars[name];
         let scale = if name.contains("LayerNorm") { 0.1 } else { 0.5 };
-        let noise = Tensor::randn(0f32, scale, var.shape(), &Device::Cpu).unwrap();
-        let value = if name.contains("LayerNorm.weight") {
-            (noise + 1.0).unwrap()
+        let centre = if name.contains("LayerNorm.weight") {
+            1.0
         } else {
-            noise
+            0.0
         };
+        let values: Vec<f32> = (0..var.elem_count())
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let u = (state >> 40) as f32 / (1u64 << 24) as f32;
+                centre + (2.0 * u - 1.0) * 3f32.sqrt() * scale
+            })
+            .collect();
+        let value = Tensor::from_vec(values, var.shape(), &Device::Cpu).unwrap();
         var.set(&value).unwrap();
     }
+    drop(vars);
     varmap.save(dir.join("model.safetensors")).unwrap();
     std::fs::copy(tokenizer, dir.join("tokenizer.json")).unwrap();
 }
