@@ -4,6 +4,8 @@
 //! heads against the reference pooler + classifier (BERT) and dense +
 //! out_proj (RoBERTa); pooling and normalisation; bad inputs.
 
+mod common;
+
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Module, Result, Tensor, D};
@@ -92,16 +94,7 @@ fn weights(labels: usize, arch: Arch) -> HashMap<String, Tensor> {
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     let mut put = |name: String, shape: &[usize], scale: f64| {
         let n: usize = shape.iter().product();
-        // Uniform on [-sqrt 3, sqrt 3): mean 0, variance 1.
-        let values: Vec<f32> = (0..n)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                let u = (state >> 40) as f32 / (1u64 << 24) as f32;
-                (2.0 * u - 1.0) * 3f32.sqrt() * scale as f32
-            })
-            .collect();
+        let values = common::seeded_uniform(&mut state, n, 0.0, scale as f32);
         w.insert(name, Tensor::from_vec(values, shape, &dev).unwrap());
     };
     let b = arch.prefix();

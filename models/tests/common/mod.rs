@@ -71,19 +71,25 @@ pub fn reseed(varmap: &VarMap) -> Result<()> {
             [.., fan_in] => (0.0, (2.0 / *fan_in as f32).sqrt()),
             [] => (0.0, 1.0),
         };
-        // Uniform on [-sqrt 3, sqrt 3) has variance 1.
-        let values: Vec<f32> = (0..t.elem_count())
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                let u = (state >> 40) as f32 / (1u64 << 24) as f32;
-                mean + (2.0 * u - 1.0) * 3f32.sqrt() * std
-            })
-            .collect();
+        let values = seeded_uniform(&mut state, t.elem_count(), mean, std);
         var.set(&Tensor::from_vec(values, t.shape(), t.device())?)?;
     }
     Ok(())
+}
+
+/// `n` values uniform with mean `mean` and standard deviation `std`, from
+/// the xorshift generator `state` (advanced).
+pub fn seeded_uniform(state: &mut u64, n: usize, mean: f32, std: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            *state ^= *state << 13;
+            *state ^= *state >> 7;
+            *state ^= *state << 17;
+            let u = (*state >> 40) as f32 / (1u64 << 24) as f32;
+            // Uniform on [-sqrt 3, sqrt 3) has variance 1.
+            mean + (2.0 * u - 1.0) * 3f32.sqrt() * std
+        })
+        .collect()
 }
 
 /// Largest absolute difference between two tensors of the same shape.
