@@ -17,7 +17,7 @@ use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::{LayerNorm, VarBuilder};
 use serde::Deserialize;
 
-use crate::bert_cpu::{CpuLayer, LayerTensors, Norm, Scratch};
+use crate::bert_cpu::{pick_rows, CpuLayer, LayerTensors, Norm, Scratch};
 use crate::packed_attention::packed_attention;
 use crate::vecmath;
 use crate::Linear;
@@ -532,17 +532,6 @@ fn mean_rows(x: &[f32], lens: &[usize], h: usize) -> Vec<f32> {
         }
         let inv = 1.0 / len as f32;
         o.iter_mut().for_each(|v| *v *= inv);
-        start += len;
-    }
-    out
-}
-
-/// Row `picks[s]` of each sequence `s` of `x` (packed `[total, h]`).
-fn pick_rows(x: &[f32], lens: &[usize], picks: &[usize], h: usize) -> Vec<f32> {
-    let mut out = Vec::with_capacity(lens.len() * h);
-    let mut start = 0;
-    for (&len, &pick) in lens.iter().zip(picks) {
-        out.extend_from_slice(&x[(start + pick) * h..][..h]);
         start += len;
     }
     out

@@ -206,12 +206,7 @@ impl CpuLayer {
         let h = self.attn_out.out;
         self.qkv.forward_into(x, None, &mut scratch.qkv);
         let ctx = packed_attention_rows(&scratch.qkv, h, heads, lens, picks);
-        let mut residual = Vec::with_capacity(lens.len() * h);
-        let mut start = 0;
-        for (&len, &pick) in lens.iter().zip(picks) {
-            residual.extend_from_slice(&x[(start + pick) * h..][..h]);
-            start += len;
-        }
+        let residual = pick_rows(x, lens, picks, h);
         let mut out = Vec::new();
         self.finish(&ctx, &residual, &mut out, &mut scratch.y, &mut scratch.f);
         out
@@ -234,6 +229,18 @@ impl CpuLayer {
         self.ffn_out.forward_into(f, Some(y), out);
         self.ffn_norm.apply(out);
     }
+}
+
+/// Row `picks[s]` of each sequence `s` of `x` (packed `[total, h]`, the
+/// sequences `lens` long in order).
+pub(crate) fn pick_rows(x: &[f32], lens: &[usize], picks: &[usize], h: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(lens.len() * h);
+    let mut start = 0;
+    for (&len, &pick) in lens.iter().zip(picks) {
+        out.extend_from_slice(&x[(start + pick) * h..][..h]);
+        start += len;
+    }
+    out
 }
 
 /// Buffers of a forward pass, shared by its layers.
