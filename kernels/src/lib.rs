@@ -34,6 +34,7 @@
 //!   input for several matrices and runs all their chunks in one loop.
 
 mod act;
+mod bf16;
 mod formats;
 mod kquants;
 mod x8;
@@ -44,6 +45,7 @@ use std::sync::OnceLock;
 use rayon::prelude::*;
 
 use act::Acts;
+pub use bf16::Bf16Matrix;
 pub use formats::{quantize_q8_0, Format};
 use formats::{Repr, QK};
 

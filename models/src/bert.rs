@@ -17,7 +17,7 @@ use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::{LayerNorm, VarBuilder};
 use serde::Deserialize;
 
-use crate::bert_cpu::{pick_rows, CpuLayer, LayerTensors, Norm, Scratch};
+use crate::bert_cpu::{pick_rows, CpuLayer, EncoderPrecision, LayerTensors, Norm, Scratch};
 use crate::packed_attention::packed_attention;
 use crate::vecmath;
 use crate::Linear;
@@ -258,6 +258,8 @@ pub struct Bert {
     /// `embed_norm` on slices, for the slice layers.
     embed_norm_rows: Option<Norm>,
     layers: Layers,
+    /// The dense layers' arithmetic in effect (`F32` or `Bf16`).
+    precision: EncoderPrecision,
     cfg: BertConfig,
     layout: Layout,
     device: Device,
@@ -313,6 +315,7 @@ impl Bert {
             embed_norm,
             embed_norm_rows,
             layers,
+            precision: EncoderPrecision::F32,
             cfg: cfg.clone(),
             layout,
             device: vb.device().clone(),
@@ -334,6 +337,33 @@ impl Bert {
         layout: Layout,
     ) -> Result<Self> {
         Self::with_layout(cfg, under(vb, prefix), layout)
+    }
+
+    /// Runs the dense layers at `precision` from now on (loading gives
+    /// f32) and returns what that means here: `Auto` becomes `Bf16` on CPU
+    /// slice layers where the CPU has AVX-512 BF16, `F32` otherwise; `Bf16`
+    /// is an error where it cannot run.
+    pub fn set_precision(&mut self, precision: EncoderPrecision) -> Result<EncoderPrecision> {
+        let resolved = match &mut self.layers {
+            Layers::Slices(layers) => {
+                let p = precision.resolve()?;
+                for layer in layers {
+                    layer.set_precision(p)?;
+                }
+                p
+            }
+            Layers::Candle(_) if precision == EncoderPrecision::Bf16 => candle_core::bail!(
+                "bf16 encoder arithmetic is for f32 weights on the CPU"
+            ),
+            Layers::Candle(_) => EncoderPrecision::F32,
+        };
+        self.precision = resolved;
+        Ok(resolved)
+    }
+
+    /// The dense layers' arithmetic in effect (`F32` or `Bf16`).
+    pub fn precision(&self) -> EncoderPrecision {
+        self.precision
     }
 
     pub fn config(&self) -> &BertConfig {
@@ -568,6 +598,11 @@ impl CrossEncoder {
 
     pub fn encoder(&self) -> &Bert {
         &self.encoder
+    }
+
+    /// [`Bert::set_precision`] for the encoder (the head stays f32).
+    pub fn set_precision(&mut self, precision: EncoderPrecision) -> Result<EncoderPrecision> {
+        self.encoder.set_precision(precision)
     }
 
     /// Logits `[batch, num_labels]` for a packed batch of sentence pairs.

@@ -9,6 +9,9 @@
 //! calls), LayerNorm runs in place over rows in parallel, and GELU runs in
 //! place on the FFN activations: the only full passes left are the ones
 //! that compute something.
+//!
+//! The dense layers run in f32 or, on CPUs that multiply bf16 natively,
+//! with bf16 inputs and f32 sums ([`EncoderPrecision`]).
 
 use candle_core::{DType, Result, Tensor};
 use rayon::prelude::*;
@@ -16,9 +19,66 @@ use rayon::prelude::*;
 use crate::packed_attention::{packed_attention, packed_attention_rows};
 use crate::vecmath;
 
-/// `[out, in]` weights (row-major, as stored) and an `[out]` bias.
+/// The arithmetic of an encoder's dense layers on the CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum EncoderPrecision {
+    /// bf16 where the CPU multiplies bf16 natively (AVX-512 BF16), else f32.
+    #[default]
+    Auto,
+    /// f32 weights and activations (candle's GEMM).
+    F32,
+    /// Weights and activations rounded to bf16, sums in f32
+    /// ([`hearth_kernels::Bf16Matrix`]); only on CPUs with AVX-512 BF16.
+    Bf16,
+}
+
+impl EncoderPrecision {
+    /// What `self` means on this CPU: [`EncoderPrecision::F32`] or
+    /// [`EncoderPrecision::Bf16`].
+    pub fn resolve(self) -> Result<Self> {
+        let native = hearth_kernels::Bf16Matrix::is_supported();
+        match self {
+            Self::Auto if native => Ok(Self::Bf16),
+            Self::Auto | Self::F32 => Ok(Self::F32),
+            Self::Bf16 if native => Ok(Self::Bf16),
+            Self::Bf16 => candle_core::bail!(
+                "bf16 encoder arithmetic needs a CPU with AVX-512 BF16; this one has none (use f32 or auto)"
+            ),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::F32 => "f32",
+            Self::Bf16 => "bf16",
+        }
+    }
+}
+
+impl std::str::FromStr for EncoderPrecision {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "f32" => Ok(Self::F32),
+            "bf16" => Ok(Self::Bf16),
+            other => Err(format!("`{other}` is not an encoder precision (auto, f32, bf16)")),
+        }
+    }
+}
+
+/// A dense layer's weights: f32 `[out, in]` row-major as stored, or
+/// rounded to bf16 and packed for the bf16 kernel.
+enum Weights {
+    F32(Vec<f32>),
+    Bf16(hearth_kernels::Bf16Matrix),
+}
+
+/// `[out, in]` weights and an `[out]` bias.
 struct Dense {
-    w: Vec<f32>,
+    w: Weights,
     b: Vec<f32>,
     inp: usize,
     out: usize,
@@ -31,11 +91,26 @@ impl Dense {
             candle_core::bail!("bias of {} for {out} outputs", b.dims1()?)
         }
         Ok(Self {
-            w: flat(w)?,
+            w: Weights::F32(flat(w)?),
             b: flat(b)?,
             inp,
             out,
         })
+    }
+
+    /// Switches the weights to `precision` (resolved: `F32` or `Bf16`);
+    /// from bf16 back to f32 the weights stay rounded.
+    fn set_precision(&mut self, precision: EncoderPrecision) -> Result<()> {
+        let w = match (&self.w, precision) {
+            (Weights::F32(w), EncoderPrecision::Bf16) => Weights::Bf16(
+                hearth_kernels::Bf16Matrix::new(w, self.out, self.inp)
+                    .map_err(|e| candle_core::Error::Msg(e.to_string()))?,
+            ),
+            (Weights::Bf16(m), EncoderPrecision::F32) => Weights::F32(m.weights_f32()),
+            _ => return Ok(()),
+        };
+        self.w = w;
+        Ok(())
     }
 
     /// `dst[rows, out] += x[rows, in] . W^T`.
@@ -46,6 +121,10 @@ impl Dense {
         if rows == 0 {
             return;
         }
+        let w = match &self.w {
+            Weights::F32(w) => w,
+            Weights::Bf16(m) => return m.matmul_acc(x, rows, dst),
+        };
         let threads = rayon::current_num_threads();
         let parallelism = if threads > 1 {
             gemm::Parallelism::Rayon(threads)
@@ -67,7 +146,7 @@ impl Dense {
                 x.as_ptr(),
                 1,
                 self.inp as isize,
-                self.w.as_ptr(),
+                w.as_ptr(),
                 self.inp as isize,
                 1,
                 1.0,
@@ -166,6 +245,19 @@ impl CpuLayer {
             ffn_out: Dense::new(&t.ffn_out.0, &t.ffn_out.1)?,
             ffn_norm: Norm::new(&t.ffn_norm.0, &t.ffn_norm.1, t.eps)?,
         })
+    }
+
+    /// Switches the dense layers to `precision` (resolved).
+    pub(crate) fn set_precision(&mut self, precision: EncoderPrecision) -> Result<()> {
+        for d in [
+            &mut self.qkv,
+            &mut self.attn_out,
+            &mut self.ffn_in,
+            &mut self.ffn_out,
+        ] {
+            d.set_precision(precision)?;
+        }
+        Ok(())
     }
 
     /// `x`: packed `[total, hidden]`, replaced by the layer's output; `lens`:

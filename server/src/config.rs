@@ -104,6 +104,12 @@ pub struct ServeArgs {
     /// embedding and rerank requests are packed into batches under it.
     #[arg(long, env = "HEARTH_MAX_BATCH_TOKENS", default_value_t = 8192)]
     pub max_batch_tokens: usize,
+    /// Arithmetic of the embedding and rerank models' dense layers on the
+    /// CPU: `f32`, `bf16` (inputs rounded to bf16, sums in f32: twice the
+    /// multiply-adds per instruction; needs AVX-512 BF16), or `auto` (bf16
+    /// where the CPU has it, else f32).
+    #[arg(long, env = "HEARTH_ENCODER_PRECISION", default_value = "auto")]
+    pub encoder_precision: hearth_engine::EncoderPrecision,
     /// Most tokens a chat model runs in one step over all its sequences:
     /// each decoding sequence takes one, prompts share the rest (a long
     /// prompt is split over several steps so running streams keep flowing).

@@ -87,8 +87,15 @@ pub fn build_state(
             }
             ModelKind::Embed | ModelKind::Rerank => {
                 tracing::info!(model = %entry.id, "loading");
-                let model = EmbedModel::start(entry, &models_dir, &device, encoder_config.clone())
-                    .with_context(|| format!("loading {}", entry.id))?;
+                let model = EmbedModel::start(
+                    entry,
+                    &models_dir,
+                    &device,
+                    encoder_config.clone(),
+                    args.encoder_precision,
+                )
+                .with_context(|| format!("loading {}", entry.id))?;
+                tracing::info!(model = %entry.id, precision = model.precision.as_str(), "encoder arithmetic");
                 embed.insert(entry.id.clone(), model);
             }
             ModelKind::Adapter => adapter_entries.push(entry),

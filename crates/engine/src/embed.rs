@@ -19,7 +19,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use candle_core::{DType, Device};
-use hearth_models::{l2_normalize, Bert, EncoderConfig, EncoderInput, Pooling};
+use hearth_models::{l2_normalize, Bert, EncoderConfig, EncoderInput, EncoderPrecision, Pooling};
 use serde::Deserialize;
 use tokenizers::Tokenizer;
 
@@ -42,6 +42,8 @@ pub struct EmbedModel {
     /// pairs ([`crate::cross_encoder`]) and gives no embeddings; its
     /// tokenizer truncates pairs to `max_tokens`.
     pub cross_encoder: bool,
+    /// The dense layers' arithmetic in effect (`f32` or `bf16`).
+    pub precision: EncoderPrecision,
     pub encoder: EncoderHandle,
 }
 
@@ -204,17 +206,20 @@ pub fn load_sentence_encoder(dir: &Path, device: &Device) -> anyhow::Result<Load
 }
 
 impl EmbedModel {
-    /// Loads `entry` (an `embed` or `rerank` model) and starts its batcher.
+    /// Loads `entry` (an `embed` or `rerank` model) with its dense layers
+    /// at `precision` ([`Bert::set_precision`]) and starts its batcher.
     pub fn start(
         entry: &CatalogEntry,
         models_dir: &Path,
         device: &Device,
         config: BatcherConfig,
+        precision: EncoderPrecision,
     ) -> anyhow::Result<Self> {
         if entry.kind == ModelKind::Rerank {
             let limit = entry.context_length.max(1);
-            let loaded =
+            let mut loaded =
                 crate::cross_encoder::load_cross_encoder(&entry.dir(models_dir), device, limit)?;
+            let precision = loaded.encoder.model.set_precision(precision)?;
             return Ok(Self {
                 entry: entry.clone(),
                 tokenizer: Arc::new(loaded.tokenizer),
@@ -222,6 +227,7 @@ impl EmbedModel {
                 dimensions: 1,
                 normalize: false,
                 cross_encoder: true,
+                precision,
                 encoder: EncoderHandle::start(loaded.encoder, config),
             });
         }
@@ -230,7 +236,8 @@ impl EmbedModel {
             "model `{}` is not an embedding or rerank model",
             entry.id
         );
-        let loaded = load_sentence_encoder(&entry.dir(models_dir), device)?;
+        let mut loaded = load_sentence_encoder(&entry.dir(models_dir), device)?;
+        let precision = loaded.encoder.bert.set_precision(precision)?;
         let normalize = loaded.encoder.normalize;
         Ok(Self {
             entry: entry.clone(),
@@ -239,6 +246,7 @@ impl EmbedModel {
             dimensions: loaded.dimensions,
             normalize,
             cross_encoder: false,
+            precision,
             encoder: EncoderHandle::start(loaded.encoder, config),
         })
     }

@@ -14,7 +14,7 @@ use candle_core::Device;
 use hearth_engine::catalog::Catalog;
 use hearth_engine::cross_encoder::{load_cross_encoder, pair_items};
 use hearth_engine::{BatcherConfig, EmbedModel, EncodeItem};
-use hearth_models::EncoderInput;
+use hearth_models::{EncoderInput, EncoderPrecision};
 
 const MAX_TOKENS: usize = 24;
 
@@ -63,6 +63,7 @@ fn start(model_type: &str) -> (tempfile::TempDir, EmbedModel) {
         Path::new("/nonexistent"),
         &Device::Cpu,
         BatcherConfig::default(),
+        EncoderPrecision::Auto,
     )
     .unwrap();
     assert!(model.cross_encoder);
@@ -108,7 +109,10 @@ fn pairs_are_scored_through_the_batcher_as_the_model_scores_them() {
     let served = served_scores(&model, &items);
 
     // The same pairs straight through the model: sigmoid of the logit.
-    let direct = load_cross_encoder(dir.path(), &Device::Cpu, MAX_TOKENS).unwrap();
+    let mut direct = load_cross_encoder(dir.path(), &Device::Cpu, MAX_TOKENS).unwrap();
+    // The served model's arithmetic (bf16 on CPUs with AVX-512 BF16).
+    let precision = direct.encoder.model.set_precision(model.precision).unwrap();
+    assert_eq!(precision, model.precision);
     let inputs: Vec<EncoderInput> = items
         .iter()
         .map(|i| EncoderInput {
@@ -153,7 +157,10 @@ fn an_xlm_roberta_cross_encoder_is_served_as_its_model_scores_it() {
     let docs: Vec<String> = DOCS.iter().map(|d| d.to_string()).collect();
     let items = pair_items(&model.tokenizer, QUERY, &docs).unwrap();
     let served = served_scores(&model, &items);
-    let direct = load_cross_encoder(dir.path(), &Device::Cpu, MAX_TOKENS).unwrap();
+    let mut direct = load_cross_encoder(dir.path(), &Device::Cpu, MAX_TOKENS).unwrap();
+    // The served model's arithmetic (bf16 on CPUs with AVX-512 BF16).
+    let precision = direct.encoder.model.set_precision(model.precision).unwrap();
+    assert_eq!(precision, model.precision);
     // RoBERTa has one segment: the tokenizer's segment ids are not read, so
     // the pairs score the same with and without them.
     for (item, s) in items.iter().zip(&served) {
