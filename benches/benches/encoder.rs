@@ -2,7 +2,10 @@
 //! (sentence-transformers/all-MiniLM-L6-v2) on ~20-word sentences: Hearth's
 //! packed BERT forward with mean pooling and normalisation, at batch 1, 8,
 //! 32 and 128 (throughput in sentences); `mixed32`: one batch of 32
-//! sentences of 4 to 60 words.
+//! sentences of 4 to 60 words. `encoder/hearth` runs the dense layers as
+//! the server does by default (`--encoder-precision auto`: bf16 where the
+//! CPU has AVX-512 BF16); on such CPUs `encoder/hearth-f32` runs them in
+//! f32 too.
 //!
 //! `encoder/batcher/clients16`: 16 concurrent clients, each sending 8
 //! one-sentence requests through the token-budget batcher (the path of
@@ -24,8 +27,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
-use hearth_engine::embed::load_sentence_encoder;
-use hearth_engine::{BatcherConfig, Device, EncoderHandle};
+use hearth_engine::embed::{load_sentence_encoder, LoadedEncoder, SentenceEncoder};
+use hearth_engine::{BatcherConfig, Device, EncoderHandle, EncoderPrecision};
 use hearth_models::{EncoderInput, Pooling};
 
 const MODEL: &str = "models/sentence-transformers--all-MiniLM-L6-v2";
@@ -73,7 +76,7 @@ fn bench_encoder(c: &mut Criterion) {
         );
         return;
     }
-    let loaded = load_sentence_encoder(&dir, &Device::Cpu).expect("loading the encoder");
+    let loaded = load(&dir, EncoderPrecision::Auto);
     let ids: Vec<Vec<u32>> = (0..128)
         .map(|i| {
             loaded
@@ -95,44 +98,73 @@ fn bench_encoder(c: &mut Criterion) {
         })
         .collect();
 
-    let mut group = c.benchmark_group("encoder/hearth");
+    bench_batches(c, "encoder/hearth", &loaded.encoder, &ids, &mixed, true);
+    let f32 = load(&dir, EncoderPrecision::F32);
+    if loaded.encoder.bert.precision() != EncoderPrecision::F32 {
+        bench_batches(c, "encoder/hearth-f32", &f32.encoder, &ids, &mixed, false);
+    }
+
+    bench_batcher(c, &dir, &ids);
+
+    #[cfg(feature = "stock-candle")]
+    stock::bench(c, &dir, &ids, &mixed, &loaded.encoder, &f32.encoder);
+}
+
+/// The encoder with its dense layers at `precision`.
+fn load(dir: &std::path::Path, precision: EncoderPrecision) -> LoadedEncoder {
+    let mut loaded = load_sentence_encoder(dir, &Device::Cpu).expect("loading the encoder");
+    loaded
+        .encoder
+        .bert
+        .set_precision(precision)
+        .expect("encoder precision");
+    loaded
+}
+
+/// `B1`..`B128` and `mixed32` (and with `cls`, `B32cls`) as group `name`.
+fn bench_batches(
+    c: &mut Criterion,
+    name: &str,
+    encoder: &SentenceEncoder,
+    ids: &[Vec<u32>],
+    mixed: &[Vec<u32>],
+    cls: bool,
+) {
+    let mut group = c.benchmark_group(name);
     configure(&mut group);
     for b in BATCHES {
         let batch: Vec<&[u32]> = ids[..b].iter().map(Vec::as_slice).collect();
         group.throughput(Throughput::Elements(b as u64));
         group.bench_function(format!("B{b}"), |bench| {
-            bench.iter(|| loaded.encoder.embed(&batch).expect("embed"))
+            bench.iter(|| encoder.embed(&batch).expect("embed"))
         });
     }
     let batch: Vec<&[u32]> = mixed.iter().map(Vec::as_slice).collect();
     group.throughput(Throughput::Elements(32));
     group.bench_function("mixed32", |bench| {
-        bench.iter(|| loaded.encoder.embed(&batch).expect("embed"))
+        bench.iter(|| encoder.embed(&batch).expect("embed"))
     });
     // The B32 batch pooled on [CLS], as a cross-encoder or a CLS-pooled
     // model of this size runs it (the last layer keeps one row per
     // sequence).
-    let inputs: Vec<EncoderInput> = ids[..32].iter().map(|s| EncoderInput::new(s)).collect();
-    group.bench_function("B32cls", |bench| {
-        bench.iter(|| {
-            (loaded.encoder.bert)
-                .forward_pooled(&inputs, Pooling::Cls)
-                .expect("encode")
-        })
-    });
+    if cls {
+        let inputs: Vec<EncoderInput> = ids[..32].iter().map(|s| EncoderInput::new(s)).collect();
+        group.bench_function("B32cls", |bench| {
+            bench.iter(|| {
+                (encoder.bert)
+                    .forward_pooled(&inputs, Pooling::Cls)
+                    .expect("encode")
+            })
+        });
+    }
     group.finish();
-
-    bench_batcher(c, &dir, &ids);
-
-    #[cfg(feature = "stock-candle")]
-    stock::bench(c, &dir, &ids, &mixed, &loaded.encoder);
 }
 
 /// 16 clients x 8 single-sentence requests through the batcher.
 fn bench_batcher(c: &mut Criterion, dir: &std::path::Path, ids: &[Vec<u32>]) {
     const CLIENTS: usize = 16;
     const PER_CLIENT: usize = 8;
-    let encoder = load_sentence_encoder(dir, &Device::Cpu).expect("loading the encoder");
+    let encoder = load(dir, EncoderPrecision::Auto);
     let handle = EncoderHandle::start(encoder.encoder, BatcherConfig::default());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -208,6 +240,7 @@ mod stock {
         ids: &[Vec<u32>],
         mixed: &[Vec<u32>],
         hearth: &SentenceEncoder,
+        hearth_f32: &SentenceEncoder,
     ) {
         let config: Config =
             serde_json::from_slice(&std::fs::read(dir.join("config.json")).expect("config.json"))
@@ -223,12 +256,13 @@ mod stock {
         .expect("safetensors");
         let model = BertModel::load(vb, &config).expect("stock BertModel");
 
-        // Same vectors as Hearth's, or the comparison means nothing.
+        // Same vectors as Hearth's, or the comparison means nothing: within
+        // 1e-3 per component in f32, cosine >= 0.9999 as served (bf16).
         let batch: Vec<&[u32]> = ids[..8].iter().map(Vec::as_slice).collect();
-        let ours = hearth.embed(&batch).expect("hearth embed");
         let theirs = embed(&model, &batch)
             .and_then(|t| t.to_vec2::<f32>())
             .expect("stock embed");
+        let ours = hearth_f32.embed(&batch).expect("hearth embed");
         let diff = ours
             .iter()
             .flatten()
@@ -236,6 +270,11 @@ mod stock {
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
         assert!(diff < 1e-3, "stock and Hearth vectors differ by {diff}");
+        let served = hearth.embed(&batch).expect("hearth embed");
+        for (a, b) in served.iter().zip(&theirs) {
+            let c = hearth_engine::embed::cosine(a, b);
+            assert!(c >= 0.9999, "stock and served Hearth vectors: cosine {c}");
+        }
 
         let mut group = c.benchmark_group("encoder/stock-candle");
         super::configure(&mut group);

@@ -126,7 +126,17 @@ impl Bf16Matrix {
         if m == 0 {
             return;
         }
-        let a = pack_rows(x, self.k, self.kp);
+        // A nested call (rayon may run other work while this thread waits)
+        // finds the buffer taken and uses a fresh one.
+        PACKED.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut a) => self.run(&mut a, x, m, dst),
+            Err(_) => self.run(&mut Vec::new(), x, m, dst),
+        });
+    }
+
+    fn run(&self, a: &mut Vec<u32>, x: &[f32], m: usize, dst: &mut [f32]) {
+        pack_rows(x, self.k, self.kp, a);
+        let a = &a[..];
         let row_tasks = m.div_ceil(MR * TILES_PER_TASK);
         let panels_n = self.n.div_ceil(NR);
         let out = SendPtr(dst.as_mut_ptr());
@@ -141,16 +151,23 @@ impl Bf16Matrix {
             // two tasks touch the same element.
             #[cfg(target_arch = "x86_64")]
             unsafe {
-                avx512::block(&a, self.kp, panel, out, self.n, rows, cols)
+                avx512::block(a, self.kp, panel, out, self.n, rows, cols)
             }
         });
     }
 }
 
-/// The activations rounded to bf16, row `r` at `r * kp` (pairs).
-fn pack_rows(x: &[f32], k: usize, kp: usize) -> Vec<u32> {
+thread_local! {
+    /// The rounded activations of the last call on this thread, kept for
+    /// the next (a fresh multi-megabyte buffer costs page faults each time).
+    static PACKED: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The activations rounded to bf16 into `a`, row `r` at `r * kp` (pairs).
+fn pack_rows(x: &[f32], k: usize, kp: usize, a: &mut Vec<u32>) {
     let m = x.len() / k;
-    let mut a = vec![0u32; m * kp];
+    // Every element is written below; zeroing is only for new capacity.
+    a.resize(m * kp, 0);
     a.par_chunks_mut(kp * 16)
         .zip(x.par_chunks(k * 16))
         .for_each(|(a, x)| {
@@ -164,7 +181,6 @@ fn pack_rows(x: &[f32], k: usize, kp: usize) -> Vec<u32> {
                 let _ = (row, dst);
             }
         });
-    a
 }
 
 #[derive(Clone, Copy)]
