@@ -32,6 +32,10 @@
 //! - output columns (weight rows) go in chunks of 16 across the rayon pool
 //!   when there is enough work; [`QuantMatrix::matmul_many`] quantizes one
 //!   input for several matrices and runs all their chunks in one loop.
+//!
+//! [`Bf16Matrix`] is the one unquantized format: an f32 layer computed
+//! with bf16 inputs and f32 sums (`vdpbf16ps`) on CPUs with AVX-512 BF16,
+//! for the encoders' dense layers (`bf16.rs`).
 
 mod act;
 mod bf16;
