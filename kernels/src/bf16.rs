@@ -55,8 +55,7 @@ impl Bf16Matrix {
     pub fn is_supported() -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            std::is_x86_feature_detected!("avx512f")
-                && std::is_x86_feature_detected!("avx512bf16")
+            std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bf16")
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -108,7 +107,11 @@ impl Bf16Matrix {
             let panel = &self.panels[(r / NR) * self.kp * NR..];
             for (i, v) in row.iter_mut().enumerate() {
                 let pair = panel[(i / 2) * NR + r % NR];
-                *v = f32::from_bits(if i % 2 == 0 { pair << 16 } else { pair & 0xFFFF_0000 });
+                *v = f32::from_bits(if i % 2 == 0 {
+                    pair << 16
+                } else {
+                    pair & 0xFFFF_0000
+                });
             }
         }
         w
@@ -262,8 +265,9 @@ mod avx512 {
         let mut acc = [[_mm512_setzero_ps(); 4]; R];
         for q in 0..kp {
             let b = p.add(q * NR);
-            let w: [__m512bh; 4] =
-                std::array::from_fn(|t| std::mem::transmute(_mm512_loadu_si512(b.add(16 * t).cast())));
+            let w: [__m512bh; 4] = std::array::from_fn(|t| {
+                std::mem::transmute(_mm512_loadu_si512(b.add(16 * t).cast()))
+            });
             for (i, acc) in acc.iter_mut().enumerate() {
                 let x: __m512bh = std::mem::transmute(_mm512_set1_epi32(*a.add(i * kp + q) as i32));
                 for t in 0..4 {
@@ -289,7 +293,9 @@ mod tests {
         let mut s = seed;
         (0..len)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
             })
             .collect()
@@ -318,9 +324,17 @@ mod tests {
             return;
         }
         let round = |v: &[f32]| -> Vec<f64> {
-            v.iter().map(|&x| half::bf16::from_f32(x).to_f64()).collect()
+            v.iter()
+                .map(|&x| half::bf16::from_f32(x).to_f64())
+                .collect()
         };
-        for (m, n, k) in [(1, 64, 32), (3, 70, 33), (16, 384, 384), (64, 130, 1536), (7, 1, 17)] {
+        for (m, n, k) in [
+            (1, 64, 32),
+            (3, 70, 33),
+            (16, 384, 384),
+            (64, 130, 1536),
+            (7, 1, 17),
+        ] {
             let (x, w) = (seeded(m * k, 1), seeded(n * k, 2));
             let base = seeded(m * n, 3);
             let mat = Bf16Matrix::new(&w, n, k).unwrap();

@@ -352,9 +352,9 @@ impl Bert {
                 }
                 p
             }
-            Layers::Candle(_) if precision == EncoderPrecision::Bf16 => candle_core::bail!(
-                "bf16 encoder arithmetic is for f32 weights on the CPU"
-            ),
+            Layers::Candle(_) if precision == EncoderPrecision::Bf16 => {
+                candle_core::bail!("bf16 encoder arithmetic is for f32 weights on the CPU")
+            }
             Layers::Candle(_) => EncoderPrecision::F32,
         };
         self.precision = resolved;

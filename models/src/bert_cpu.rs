@@ -64,7 +64,9 @@ impl std::str::FromStr for EncoderPrecision {
             "auto" => Ok(Self::Auto),
             "f32" => Ok(Self::F32),
             "bf16" => Ok(Self::Bf16),
-            other => Err(format!("`{other}` is not an encoder precision (auto, f32, bf16)")),
+            other => Err(format!(
+                "`{other}` is not an encoder precision (auto, f32, bf16)"
+            )),
         }
     }
 }

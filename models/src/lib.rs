@@ -47,9 +47,9 @@ mod rotary;
 mod vecmath;
 
 pub use bert::{l2_normalize, pool, Bert, BertConfig, CrossEncoder, EncoderInput, Pooling};
+pub use bert_cpu::EncoderPrecision;
 pub use candle_core::quantized::gguf_file;
 pub use candle_core::{DType, Device, Tensor};
-pub use bert_cpu::EncoderPrecision;
 pub use encoder::EncoderConfig;
 pub use kv_cache::KvCache;
 pub use linear::Linear;

@@ -10,7 +10,9 @@ use std::collections::HashMap;
 
 use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::VarBuilder;
-use hearth_models::{l2_normalize, pool, Bert, BertConfig, EncoderConfig, EncoderInput, Pooling};
+use hearth_models::{
+    l2_normalize, pool, Bert, BertConfig, EncoderConfig, EncoderInput, EncoderPrecision, Pooling,
+};
 
 const H: usize = 32;
 const HEADS: usize = 4;
@@ -423,5 +425,57 @@ fn slice_layers_match_candle_ops() -> Result<()> {
             assert!(d < 1e-5, "{pooling:?}: {d}");
         }
     }
+    Ok(())
+}
+
+#[test]
+fn bf16_layers_stay_close_to_f32() -> Result<()> {
+    let w = weights(1, Arch::Bert);
+    let f32_model = Bert::load(&config(1), vb(&w))?;
+    assert_eq!(f32_model.precision(), EncoderPrecision::F32);
+    let mut candle = Bert::load_candle_ops(&config(1), vb(&w))?;
+    // The candle path (GPUs, half weights) has no bf16 kernel: auto keeps
+    // f32 there and asking for bf16 is an error.
+    assert_eq!(
+        candle.set_precision(EncoderPrecision::Auto)?,
+        EncoderPrecision::F32
+    );
+    assert!(candle.set_precision(EncoderPrecision::Bf16).is_err());
+    let mut model = Bert::load(&config(1), vb(&w))?;
+    if EncoderPrecision::Bf16.resolve().is_err() {
+        assert!(model.set_precision(EncoderPrecision::Bf16).is_err());
+        assert_eq!(
+            model.set_precision(EncoderPrecision::Auto)?,
+            EncoderPrecision::F32
+        );
+        eprintln!("no AVX-512 BF16 on this CPU: bf16 layers not run");
+        return Ok(());
+    }
+    assert_eq!(
+        model.set_precision(EncoderPrecision::Auto)?,
+        EncoderPrecision::Bf16
+    );
+    assert_eq!(model.precision(), EncoderPrecision::Bf16);
+    let seqs = seqs();
+    let inputs: Vec<EncoderInput> = seqs.iter().map(|s| EncoderInput::new(s)).collect();
+    let want = f32_model.forward_pooled(&inputs, Pooling::Mean)?;
+    let got = model.forward_pooled(&inputs, Pooling::Mean)?;
+    let d = max_diff(&got, &want);
+    // Inputs rounded to 8 mantissa bits: close, but not the same.
+    assert!(d > 0.0 && d < 0.05, "{d}");
+    let (rows, want_rows) = (got.to_vec2::<f32>()?, want.to_vec2::<f32>()?);
+    for (g, w) in rows.iter().zip(&want_rows) {
+        let dot: f32 = g.iter().zip(w).map(|(a, b)| a * b).sum();
+        let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let cos = dot / (norm(g) * norm(w));
+        assert!(cos > 0.9995, "cosine {cos}");
+    }
+    // Back to f32: the weights stay rounded, the activations are f32 again.
+    assert_eq!(
+        model.set_precision(EncoderPrecision::F32)?,
+        EncoderPrecision::F32
+    );
+    let back = model.forward_pooled(&inputs, Pooling::Mean)?;
+    assert!(max_diff(&back, &want) < 0.05);
     Ok(())
 }

@@ -92,7 +92,11 @@ async fn float_base64_dimensions_and_token_ids() {
     );
     let v = floats(&body["data"][0]["embedding"]);
     assert_eq!(v.len(), 384);
-    assert!(max_diff(&v, &floats(&s0["embedding"])) <= 1e-5);
+    // The served arithmetic is bf16 on CPUs with AVX-512 BF16 (see
+    // engine/tests/minilm_fixture.rs for both precisions' bounds).
+    let want = floats(&s0["embedding"]);
+    assert!(cos(&v, &want) >= 0.9999, "cosine {}", cos(&v, &want));
+    assert!(max_diff(&v, &want) <= 3e-3);
 
     let reply =
         embed(json!({"model": EMBED, "input": [s0["text"]], "encoding_format": "base64"})).await;

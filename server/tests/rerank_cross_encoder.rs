@@ -98,7 +98,11 @@ async fn setup() -> (AppState, PathBuf) {
 /// Scores of the pairs straight through the model, without the server or its
 /// batcher: sigmoid of the one logit; and the pairs' token count.
 fn direct_scores(model_dir: &Path, query: &str, docs: &[&str]) -> (Vec<f32>, usize) {
-    let direct = load_cross_encoder(model_dir, &Device::Cpu, MAX_TOKENS).unwrap();
+    let mut direct = load_cross_encoder(model_dir, &Device::Cpu, MAX_TOKENS).unwrap();
+    // As the server runs it (`serve_args`: `--encoder-precision auto`).
+    (direct.encoder.model)
+        .set_precision(hearth_engine::EncoderPrecision::Auto)
+        .unwrap();
     let docs: Vec<String> = docs.iter().map(|d| d.to_string()).collect();
     let items = pair_items(&direct.tokenizer, query, &docs).unwrap();
     assert!(items.iter().all(|i| i.ids.len() <= MAX_TOKENS));

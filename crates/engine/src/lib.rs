@@ -34,10 +34,10 @@ pub mod tokenizer;
 pub use adapters::{AdapterCache, AdapterLoader, LoadedAdapter, PeftFiles};
 pub use batcher::{BatcherConfig, EncodeItem, EncoderHandle};
 pub use embed::EmbedModel;
-pub use hearth_models::EncoderPrecision;
 pub use engine::{
     default_kv_cache_bytes, EngineConfig, EngineHandle, EngineParts, EngineSnapshot, TokenStream,
 };
+pub use hearth_models::EncoderPrecision;
 pub mod load;
 pub use candle_core::Device;
 pub use load::ChatModel;

@@ -52,7 +52,10 @@ fn minilm_in_bf16_matches_reference_vectors() {
 fn check(precision: EncoderPrecision, tol: Tolerance) {
     let fixture = common::fixture("minilm_embeddings.json");
     let mut loaded = load_sentence_encoder(&minilm_dir(), &hearth_engine::Device::Cpu).unwrap();
-    assert_eq!(loaded.encoder.bert.set_precision(precision).unwrap(), precision);
+    assert_eq!(
+        loaded.encoder.bert.set_precision(precision).unwrap(),
+        precision
+    );
     assert_eq!(loaded.max_tokens, 256);
     assert_eq!(loaded.dimensions, 384);
     let sentences = fixture["sentences"].as_array().unwrap();
