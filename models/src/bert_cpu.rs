@@ -345,3 +345,30 @@ pub(crate) struct Scratch {
     f: Vec<f32>,
     residual: Vec<f32>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::EncoderPrecision;
+
+    #[test]
+    fn precision_names_parse_and_print() {
+        for p in [
+            EncoderPrecision::Auto,
+            EncoderPrecision::F32,
+            EncoderPrecision::Bf16,
+        ] {
+            assert_eq!(p.as_str().parse::<EncoderPrecision>(), Ok(p));
+        }
+        let err = "fp16".parse::<EncoderPrecision>().unwrap_err();
+        assert!(err.contains("auto, f32, bf16"), "{err}");
+        // Auto always resolves; F32 always to itself.
+        assert_ne!(
+            EncoderPrecision::Auto.resolve().unwrap(),
+            EncoderPrecision::Auto
+        );
+        assert_eq!(
+            EncoderPrecision::F32.resolve().unwrap(),
+            EncoderPrecision::F32
+        );
+    }
+}
