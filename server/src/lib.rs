@@ -6,6 +6,7 @@ pub mod config;
 pub mod error;
 pub mod fine_tuned;
 pub mod keys_cli;
+pub mod malloc;
 pub mod models_cli;
 pub mod models_resolve;
 pub mod routes;

@@ -67,6 +67,7 @@ pub fn build_state(
     let mut chat = BTreeMap::new();
     let mut embed = BTreeMap::new();
     let mut adapter_entries = Vec::new();
+    crate::malloc::hold_thresholds();
     for entry in &entries {
         let progress = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             Progress::Bars
