@@ -37,6 +37,14 @@ fn to_bf16(v: f32) -> u16 {
     half::bf16::from_f32(v).to_bits()
 }
 
+/// One or two values rounded to bf16 as a pair: the first in the low half,
+/// the second (0 when absent, for an odd count) in the high half.
+fn pack_pair(pair: &[f32]) -> u32 {
+    let lo = to_bf16(pair[0]) as u32;
+    let hi = pair.get(1).map_or(0, |&v| to_bf16(v) as u32);
+    lo | (hi << 16)
+}
+
 /// A weight matrix `[n, k]` for `y += x W^T` in bf16 (see the module docs).
 #[derive(Debug, Clone)]
 pub struct Bf16Matrix {
@@ -81,9 +89,7 @@ impl Bf16Matrix {
                 for c in 0..NR.min(n - j * NR) {
                     let row = &w[(j * NR + c) * k..][..k];
                     for (p, pair) in row.chunks(2).enumerate() {
-                        let lo = to_bf16(pair[0]) as u32;
-                        let hi = pair.get(1).map_or(0, |&v| to_bf16(v) as u32);
-                        panel[p * NR + c] = lo | (hi << 16);
+                        panel[p * NR + c] = pack_pair(pair);
                     }
                 }
             });
@@ -198,7 +204,7 @@ mod avx512 {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::{to_bf16, SendPtr, MR, NR};
+    use super::{pack_pair, SendPtr, MR, NR};
 
     /// One row rounded to bf16 pairs (`dst.len() == row.len().div_ceil(2)`).
     #[target_feature(enable = "avx512f,avx512bf16")]
@@ -210,9 +216,7 @@ mod avx512 {
             _mm256_storeu_si256(dst.as_mut_ptr().add(8 * i).cast(), b);
         }
         for (p, pair) in row[16 * full..].chunks(2).enumerate() {
-            let lo = to_bf16(pair[0]) as u32;
-            let hi = pair.get(1).map_or(0, |&v| to_bf16(v) as u32);
-            dst[8 * full + p] = lo | (hi << 16);
+            dst[8 * full + p] = pack_pair(pair);
         }
     }
 
