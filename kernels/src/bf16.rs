@@ -138,7 +138,12 @@ impl Bf16Matrix {
         // A nested call (rayon may run other work while this thread waits)
         // finds the buffer taken and uses a fresh one.
         PACKED.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut a) => self.run(&mut a, x, m, dst),
+            Ok(mut a) => {
+                self.run(&mut a, x, m, dst);
+                if a.capacity() * size_of::<u32>() > KEEP_PACKED_BYTES {
+                    *a = Vec::new();
+                }
+            }
             Err(_) => self.run(&mut Vec::new(), x, m, dst),
         });
     }
@@ -166,9 +171,16 @@ impl Bf16Matrix {
     }
 }
 
+/// Largest activation buffer kept for the next call: batches of a few
+/// thousand values per row reuse theirs, while the buffer of one huge batch
+/// (25 MiB at 8192 tokens into a 1536-wide layer) goes back to the system
+/// instead of staying resident for the life of the thread.
+const KEEP_PACKED_BYTES: usize = 4 << 20;
+
 thread_local! {
     /// The rounded activations of the last call on this thread, kept for
-    /// the next (a fresh multi-megabyte buffer costs page faults each time).
+    /// the next (a fresh multi-megabyte buffer costs page faults each time)
+    /// up to [`KEEP_PACKED_BYTES`].
     static PACKED: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 

@@ -18,6 +18,8 @@
 //! (scales and offsets stay f16; Q4_0's offset `-8 d` is one too), plus the
 //! padding of the last group of eight rows.
 
+use std::ops::Range;
+
 use half::f16;
 
 use crate::kquants::{K4, K6};
@@ -287,16 +289,14 @@ pub(crate) fn unpack(format: Format, data: &[u8], n: usize, k: usize) -> Result<
 }
 
 impl Repr {
-    /// The weights as f32, row major.
-    pub(crate) fn dequantize(&self) -> Vec<f32> {
-        let mut out = Vec::new();
+    /// Appends rows `rows` as f32, row major.
+    pub(crate) fn dequantize_rows(&self, rows: Range<usize>, out: &mut Vec<f32>) {
         match self {
-            Repr::U4x8(w) => w.dequantize_into(&mut out),
-            Repr::I8x8(w) => w.dequantize_into(&mut out),
-            Repr::K4(w) => w.dequantize(&mut out),
-            Repr::K6(w) => w.dequantize(&mut out),
+            Repr::U4x8(w) => rows.for_each(|r| w.dequantize_row(r, out)),
+            Repr::I8x8(w) => rows.for_each(|r| w.dequantize_row(r, out)),
+            Repr::K4(w) => w.dequantize_rows(rows, out),
+            Repr::K6(w) => w.dequantize_rows(rows, out),
         }
-        out
     }
 }
 

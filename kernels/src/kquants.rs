@@ -19,6 +19,8 @@
 //! sub-block's scales (instead of ones), adding into i32 lanes; the f32 work
 //! is once per super-block.
 
+use std::ops::Range;
+
 use crate::act::Acts;
 use crate::formats::{Nib, Q8, QK};
 
@@ -44,8 +46,10 @@ pub(crate) struct K6 {
 }
 
 impl K4 {
-    pub(crate) fn dequantize(&self, out: &mut Vec<f32>) {
-        for (t, (&d, &dmin)) in self.d.iter().zip(&self.dmin).enumerate() {
+    /// Appends rows `rows` as f32.
+    pub(crate) fn dequantize_rows(&self, rows: Range<usize>, out: &mut Vec<f32>) {
+        for t in rows.start * self.ns..rows.end * self.ns {
+            let (d, dmin) = (self.d[t], self.dmin[t]);
             for s in 0..8 {
                 let ds = d * self.sc[t][s] as f32;
                 let ms = -(dmin * self.mn[t][s] as f32);
@@ -58,8 +62,10 @@ impl K4 {
 }
 
 impl K6 {
-    pub(crate) fn dequantize(&self, out: &mut Vec<f32>) {
-        for (t, &d) in self.d.iter().enumerate() {
+    /// Appends rows `rows` as f32.
+    pub(crate) fn dequantize_rows(&self, rows: Range<usize>, out: &mut Vec<f32>) {
+        for t in rows.start * self.ns..rows.end * self.ns {
+            let d = self.d[t];
             for s in 0..8 {
                 let q = &self.qs[8 * t + s].0;
                 out.extend(

@@ -260,7 +260,19 @@ impl QuantMatrix {
 
     /// The weights as f32, `[n, k]` row major.
     pub fn dequantize(&self) -> Vec<f32> {
-        self.repr.dequantize()
+        let mut out = Vec::with_capacity(self.n * self.k);
+        self.repr.dequantize_rows(0..self.n, &mut out);
+        out
+    }
+
+    /// Appends row `r` (`k` values) as f32: one token's embedding when the
+    /// matrix is a token table.
+    ///
+    /// # Panics
+    /// If `r >= n`.
+    pub fn dequantize_row(&self, r: usize, out: &mut Vec<f32>) {
+        assert!(r < self.n, "row {r} of a matrix of {} rows", self.n);
+        self.repr.dequantize_rows(r..r + 1, out)
     }
 
     /// `out = x W^T`: `x` is `[m, k]` and `out` `[m, n]`, row major, with

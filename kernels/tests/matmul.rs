@@ -46,6 +46,23 @@ fn blocks_decode_as_the_reference_quantizer_says() {
 }
 
 #[test]
+fn single_rows_decode_as_the_whole_matrix() {
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    for format in Format::ALL {
+        // 13 rows: a padded last group of eight in the interleaved layouts.
+        let (n, k) = (13, 2 * format.block_values().max(256));
+        let (bytes, want, _) = quantize(format, &rng.matrix(n * k));
+        let q = QuantMatrix::new(format, &bytes, n, k).unwrap();
+        let mut rows = Vec::new();
+        for r in [12, 0, 7, 8, 3] {
+            rows.clear();
+            q.dequantize_row(r, &mut rows);
+            assert_eq!(rows, want[r * k..(r + 1) * k], "{format:?} row {r}");
+        }
+    }
+}
+
+#[test]
 fn bad_shapes_are_errors() {
     let bytes = vec![0u8; 18 * 4];
     assert!(QuantMatrix::new(Format::Q4_0, &bytes, 2, 64).is_ok());

@@ -342,13 +342,20 @@ impl Bert {
     /// Runs the dense layers at `precision` from now on (loading gives
     /// f32) and returns what that means here: `Auto` becomes `Bf16` on CPU
     /// slice layers where the CPU has AVX-512 BF16, `F32` otherwise; `Bf16`
-    /// is an error where it cannot run.
+    /// is an error where it cannot run. With `Bf16` the word-embedding
+    /// table is kept in f16 as well. Going back to `F32` keeps the rounded
+    /// weights and table.
     pub fn set_precision(&mut self, precision: EncoderPrecision) -> Result<EncoderPrecision> {
         let resolved = match &mut self.layers {
             Layers::Slices(layers) => {
                 let p = precision.resolve()?;
                 for layer in layers {
                     layer.set_precision(p)?;
+                }
+                if p == EncoderPrecision::Bf16 && self.word.dtype() == DType::F32 {
+                    // Half the memory (22 MiB of MiniLM's 45), with 8x less
+                    // rounding than the bf16 inputs of the first layer.
+                    self.word = self.word.to_dtype(DType::F16)?;
                 }
                 p
             }
@@ -505,8 +512,10 @@ impl Bert {
         let ids = Tensor::from_vec(ids, total, &self.device)?;
         let positions = Tensor::from_vec(positions, total, &self.device)?;
         let types = Tensor::from_vec(types, total, &self.device)?;
-        let x = (self.word.index_select(&ids, 0)? + self.position.index_select(&positions, 0)?)?
-            .add(&self.token_type.index_select(&types, 0)?)?;
+        let words = self.word.index_select(&ids, 0)?;
+        let x = (words.to_dtype(self.position.dtype())?
+            + self.position.index_select(&positions, 0)?)?
+        .add(&self.token_type.index_select(&types, 0)?)?;
         Ok((x.to_dtype(DType::F32)?, lens))
     }
 }

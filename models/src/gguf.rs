@@ -14,9 +14,9 @@
 //! `attn_{q,k,v,output}.bias`.
 //!
 //! Matrices stay quantized (see [`Linear`]: `hearth-kernels` on the CPU for
-//! the 32-value block formats, candle's `QMatMul` otherwise). The token embedding is
-//! dequantized once to f16 for row lookups, while a tied head keeps the
-//! quantized `token_embd` tensor. A head stored as F16/BF16 (tied or not) is
+//! the 32-value block formats, candle's `QMatMul` otherwise). The token
+//! embedding stays in its blocks on the CPU, each looked-up row dequantized
+//! (shared with a tied head; see `token_embedding.rs`). A head stored as F16/BF16 (tied or not) is
 //! quantized to Q8_0 at load on the CPU by default ([`Llama::from_gguf_with`]),
 //! as the `[vocab, hidden]` head matmul is the largest of a decode step; an
 //! F32 head (test models) stays exact. GGUF Q/K rows are permuted for GGML's
@@ -29,9 +29,10 @@ use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Result, Tensor};
 
-use crate::linear::Linear;
+use crate::linear::{kernel_format, Linear};
 use crate::llama::{Attention, Block, Llama, Mlp, RmsNorm};
 use crate::rotary::{inv_freq, RopeLayout, Rotary};
+use crate::token_embedding::TokenEmbedding;
 use crate::ModelInfo;
 
 /// Integer metadata of any width.
@@ -148,28 +149,31 @@ impl Llama {
         }
         let rotary = Rotary::new(&freqs, context_length, RopeLayout::Interleaved, device)?;
 
-        let token_embd = ld.qtensor("token_embd.weight")?;
+        let token_embd = Arc::new(ld.qtensor("token_embd.weight")?);
         let (vocab_size, embd_hidden) = token_embd.shape().dims2()?;
         if embd_hidden != hidden {
             candle_core::bail!(
                 "token_embd width {embd_hidden} differs from embedding_length {hidden}"
             )
         }
-        let embed = match token_embd.dtype() {
-            GgmlDType::F32 => token_embd.dequantize(device)?,
-            _ => token_embd.dequantize_f16(device)?,
-        };
-        let lm_head = if ld.has("output.weight") {
-            let head = ld.qtensor("output.weight")?;
+        let tied = !ld.has("output.weight");
+        let lm_head = if tied {
+            head_linear(token_embd.clone(), q8_head)?
+        } else {
+            let head = Arc::new(ld.qtensor("output.weight")?);
             let lin = head_linear(head, q8_head)?;
             if ld.has("output.bias") {
                 lin.with_bias(ld.f32_vector("output.bias")?)?
             } else {
                 lin
             }
-        } else {
-            head_linear(token_embd, q8_head)?
         };
+        // A tied head on the table's own blocks (not re-quantized) serves
+        // the lookups too.
+        let shared = lm_head
+            .kernel()
+            .filter(|m| tied && kernel_format(token_embd.dtype()) == Some(m.format()));
+        let embed = TokenEmbedding::from_qtensor(&token_embd, shared)?;
 
         let output_norm = RmsNorm::new(ld.f32_vector("output_norm.weight")?, eps)?;
         let mut blocks = Vec::with_capacity(num_layers);
@@ -223,7 +227,7 @@ impl Llama {
 /// The output head over `w` (`[vocab, hidden]`): F16/BF16 on the CPU is
 /// quantized to Q8_0 for `hearth-kernels` when `q8_head`, else as
 /// [`Linear::from_arc`].
-fn head_linear(w: QTensor, q8_head: bool) -> Result<Linear> {
+fn head_linear(w: Arc<QTensor>, q8_head: bool) -> Result<Linear> {
     let (n, k) = w.shape().dims2()?;
     let half = matches!(w.dtype(), GgmlDType::F16 | GgmlDType::BF16);
     if q8_head && half && w.device().is_cpu() && k % 32 == 0 {
@@ -235,7 +239,7 @@ fn head_linear(w: QTensor, q8_head: bool) -> Result<Linear> {
             .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
         return Ok(Linear::from_kernel(m));
     }
-    Linear::from_arc(Arc::new(w))
+    Linear::from_arc(w)
 }
 
 /// Reads tensors of one GGUF file onto a device.
@@ -291,9 +295,9 @@ mod tests {
         let w = Tensor::randn(0f32, 1.0, (n, k), &dev)?;
         let x = Tensor::randn(0f32, 1.0, (2, k), &dev)?;
         let q = || QTensor::quantize(&w, GgmlDType::F16);
-        let head = head_linear(q()?, true)?;
+        let head = head_linear(Arc::new(q()?), true)?;
         assert!(head.is_quantized());
-        assert!(!head_linear(q()?, false)?.is_quantized());
+        assert!(!head_linear(Arc::new(q()?), false)?.is_quantized());
         let got = head.forward(&x)?.to_vec2::<f32>()?;
         let w16 = q()?.dequantize(&dev)?;
         let (ws, xs) = (w16.to_vec2::<f32>()?, x.to_vec2::<f32>()?);

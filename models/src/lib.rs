@@ -44,6 +44,7 @@ mod packed_attention;
 mod paged;
 mod roberta;
 mod rotary;
+mod token_embedding;
 mod vecmath;
 
 pub use bert::{l2_normalize, pool, Bert, BertConfig, CrossEncoder, EncoderInput, Pooling};

@@ -38,6 +38,7 @@ use crate::lora::LoraTarget;
 use crate::lora_apply::{LoraBatch, LoraSpec};
 use crate::paged::{paged_attention, AttnShape, KvPool, SeqView};
 use crate::rotary::{inv_freq, inv_freq_llama3, RopeLayout, Rotary};
+use crate::token_embedding::TokenEmbedding;
 use crate::{validate_paged, CausalLM, ModelInfo, PagedSeq};
 
 /// Hugging Face `config.json` of a Llama model (unknown fields are ignored).
@@ -198,8 +199,8 @@ pub(crate) struct Block {
 /// A Llama model: weights and RoPE tables only; sequences live in [`KvCache`].
 pub struct Llama {
     info: ModelInfo,
-    /// `[vocab, hidden]`, any float dtype; looked-up rows are cast to f32.
-    embed: Tensor,
+    /// `[vocab, hidden]`; looked-up rows are f32.
+    embed: TokenEmbedding,
     blocks: Vec<Block>,
     norm: RmsNorm,
     lm_head: Linear,
@@ -216,7 +217,7 @@ impl Llama {
     /// Assembles a model from loaded parts (used by both loaders).
     pub(crate) fn from_parts(
         info: ModelInfo,
-        embed: Tensor,
+        embed: TokenEmbedding,
         blocks: Vec<Block>,
         norm: RmsNorm,
         lm_head: Linear,
@@ -236,10 +237,10 @@ impl Llama {
         if blocks.len() != i.num_layers {
             candle_core::bail!("{} blocks for {} layers", blocks.len(), i.num_layers)
         }
-        if embed.dims2()? != (i.vocab_size, i.hidden_size) {
+        if embed.dims()? != (i.vocab_size, i.hidden_size) {
             candle_core::bail!(
                 "token embedding {:?} is not [{}, {}]",
-                embed.shape(),
+                embed.dims()?,
                 i.vocab_size,
                 i.hidden_size
             )
@@ -251,7 +252,7 @@ impl Llama {
                 lm_head.in_features()
             )
         }
-        let device = embed.device().clone();
+        let device = embed.device();
         let cpu_blocks = if device.is_cpu() {
             CpuBlocks::new(&blocks, &rotary, i.num_heads, i.num_kv_heads, i.head_dim)?
         } else {
@@ -393,6 +394,7 @@ impl Llama {
             num_kv_heads: nkv,
             head_dim: d,
         };
+        let embed = TokenEmbedding::Dense(embed);
         Self::from_parts(info, embed, blocks, final_norm, lm_head, rotary)
     }
 
@@ -479,8 +481,7 @@ impl Llama {
                 self.rotary.max_len()
             )
         }
-        let ids = Tensor::new(tokens.as_slice(), &self.device)?;
-        let mut x = self.embed.index_select(&ids, 0)?.to_dtype(DType::F32)?;
+        let mut x = self.embed.lookup(&tokens, &self.device)?;
         let lora = LoraBatch::new(seqs, &offsets, &self.device)?;
         match &self.cpu_blocks {
             Some(cpu) => {

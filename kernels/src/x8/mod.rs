@@ -146,17 +146,14 @@ pub(crate) trait Group8 {
         acc
     }
 
-    /// Appends the weights as f32, `[rows, blocks * 32]` row major.
-    fn dequantize_into(&self, out: &mut Vec<f32>) {
-        let nb = self.blocks();
-        out.reserve(self.rows() * nb * QK);
-        for r in 0..self.rows() {
-            let (g, l) = (r / G, r % G);
-            for b in 0..nb {
-                let i = g * nb + b;
-                let (d, m) = self.scale_offset(i, l);
-                out.extend((0..QK).map(|j| d * self.q(i, l, j) as f32 + m));
-            }
+    /// Appends row `r` as f32 (`blocks * 32` values).
+    fn dequantize_row(&self, r: usize, out: &mut Vec<f32>) {
+        let (nb, g, l) = (self.blocks(), r / G, r % G);
+        out.reserve(nb * QK);
+        for b in 0..nb {
+            let i = g * nb + b;
+            let (d, m) = self.scale_offset(i, l);
+            out.extend((0..QK).map(|j| d * self.q(i, l, j) as f32 + m));
         }
     }
 
