@@ -251,7 +251,7 @@ impl Layout {
 /// A BERT-family encoder (`BertModel` without its pooler; RoBERTa through
 /// `roberta.rs`).
 pub struct Bert {
-    word: Tensor,
+    word: WordTable,
     position: Tensor,
     token_type: Tensor,
     embed_norm: LayerNorm,
@@ -306,7 +306,7 @@ impl Bert {
             _ => None,
         };
         Ok(Self {
-            word: e.get((cfg.vocab_size, h), "word_embeddings.weight")?,
+            word: WordTable::Tensor(e.get((cfg.vocab_size, h), "word_embeddings.weight")?),
             position: e.get(
                 (cfg.max_position_embeddings, h),
                 "position_embeddings.weight",
@@ -352,10 +352,17 @@ impl Bert {
                 for layer in layers {
                     layer.set_precision(p)?;
                 }
-                if p == EncoderPrecision::Bf16 && self.word.dtype() == DType::F32 {
+                if let (EncoderPrecision::Bf16, WordTable::Tensor(t)) = (p, &self.word) {
                     // Half the memory (22 MiB of MiniLM's 45), with 8x less
                     // rounding than the bf16 inputs of the first layer.
-                    self.word = self.word.to_dtype(DType::F16)?;
+                    self.word = WordTable::F16(
+                        t.flatten_all()?
+                            .to_dtype(DType::F16)?
+                            .to_vec1::<half::f16>()?
+                            .into_iter()
+                            .map(half::f16::to_bits)
+                            .collect(),
+                    );
                 }
                 p
             }
@@ -509,15 +516,32 @@ impl Bert {
             candle_core::bail!("empty batch")
         }
         let total = ids.len();
-        let ids = Tensor::from_vec(ids, total, &self.device)?;
+        let words = match &self.word {
+            WordTable::Tensor(t) => {
+                t.index_select(&Tensor::new(ids.as_slice(), &self.device)?, 0)?
+            }
+            WordTable::F16(bits) => {
+                let h = self.cfg.hidden_size;
+                let mut rows = vec![0f32; total * h];
+                for (row, &id) in rows.chunks_mut(h).zip(&ids) {
+                    vecmath::f16_to_f32(&bits[id as usize * h..][..h], row);
+                }
+                Tensor::from_vec(rows, (total, h), &self.device)?
+            }
+        };
         let positions = Tensor::from_vec(positions, total, &self.device)?;
         let types = Tensor::from_vec(types, total, &self.device)?;
-        let words = self.word.index_select(&ids, 0)?;
-        let x = (words.to_dtype(self.position.dtype())?
-            + self.position.index_select(&positions, 0)?)?
-        .add(&self.token_type.index_select(&types, 0)?)?;
+        let x = (words + self.position.index_select(&positions, 0)?)?
+            .add(&self.token_type.index_select(&types, 0)?)?;
         Ok((x.to_dtype(DType::F32)?, lens))
     }
+}
+
+/// The word-embedding table: the checkpoint's tensor, or its values as f16
+/// bits `[vocab * hidden]` (CPU slice layers in bf16).
+enum WordTable {
+    Tensor(Tensor),
+    F16(Vec<u16>),
 }
 
 /// `vb`'s `prefix.` when the encoder's weights are stored there, else `vb`.
