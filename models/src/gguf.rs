@@ -16,11 +16,12 @@
 //! Matrices stay quantized (see [`Linear`]: `hearth-kernels` on the CPU for
 //! the 32-value block formats, candle's `QMatMul` otherwise). The token
 //! embedding stays in its blocks on the CPU, each looked-up row dequantized
-//! (shared with a tied head; see `token_embedding.rs`). A head stored as F16/BF16 (tied or not) is
-//! quantized to Q8_0 at load on the CPU by default ([`Llama::from_gguf_with`]),
-//! as the `[vocab, hidden]` head matmul is the largest of a decode step; an
-//! F32 head (test models) stays exact. GGUF Q/K rows are permuted for GGML's
-//! adjacent-pair rotary, so the model uses [`RopeLayout::Interleaved`].
+//! (shared with a tied head; see `token_embedding.rs`). A head stored as
+//! F16/BF16 (tied or not) is quantized to Q8_0 at load on the CPU by
+//! default ([`Llama::from_gguf_with`]), as the `[vocab, hidden]` head matmul
+//! is the largest of a decode step; an F32 head (test models) stays exact.
+//! GGUF Q/K rows are permuted for GGML's adjacent-pair rotary, so the model
+//! uses [`RopeLayout::Interleaved`].
 
 use std::io::{Read, Seek};
 use std::sync::Arc;
