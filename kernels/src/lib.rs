@@ -5,30 +5,28 @@
 //! computes `y = x W^T` for `m` f32 activation rows ([`QuantMatrix::matmul`]).
 //!
 //! How:
-//! - at load the 32-value formats are stored with eight weight rows
-//!   interleaved (`x8/`): 4-bit values with an f16 scale and offset per 32
-//!   (Q4_0, Q4_1), or 8-bit values with an f16 scale and optional offset
-//!   per 32 (Q5_0, Q5_1, Q8_0); the K-quants keep their integer sub-block
-//!   scales, one row at a time (`kquants.rs`); the weights are reproduced
-//!   exactly;
+//! - at load every format is stored with eight weight rows interleaved
+//!   (`x8/`): 4-bit values with an f16 scale and offset per 32 (Q4_0,
+//!   Q4_1), or 8-bit values with an f16 scale and optional offset per 32
+//!   (Q5_0, Q5_1, Q8_0); the K-quants' 256-value super-blocks as eight
+//!   such blocks whose factors come from their integer sub-block scales
+//!   (Q4_K as 4-bit, Q6_K as 8-bit, `kquants.rs`); the weights are
+//!   reproduced exactly;
 //! - the activations are quantized to 8 bits per 32 values as llama.cpp's
-//!   Q8_0/Q8_1, or per 256 as its Q8_K for the K-quants (`act.rs`, which
-//!   states the error bounds);
-//! - each 32-value block pair contributes `d_w d_x sum(q_w q_x) + m_w s_x`
-//!   (a K-quant super-block: one integer sum with the sub-block scales). In
-//!   the interleaved layouts one activation block's bytes, broadcast, meet
-//!   eight weight rows in one register, so eight rows' sums come out of one
-//!   chain of `vpmaddubsw` (or `vpdpbusd`) and the float work and output
-//!   stores are per eight rows; tiles are one group x 1, 2 or 4 activation
-//!   rows. The K-quants use tiles of `R` weight rows x `A` activation rows
-//!   ([`Tile`]) with horizontal sums. With one activation row (decoding
-//!   one sequence: a single pass over the weights, bound by memory) the
-//!   4-bit kernels prefetch the weights 1 KiB ahead;
-//! - kernels are picked at run time ([`Isa`]): AVX2 + FMA + F16C, the
-//!   interleaved ones with 256-bit AVX-512 VNNI `vpdpbusd` where present
-//!   and where they pass a start-up comparison with the AVX2 kernels
-//!   ([`Isa::best`]; AVX-512 CPUs without VNNI run the AVX2 code, as do
-//!   the K-quants), and plain loops on other CPUs and non-x86 builds;
+//!   Q8_0/Q8_1 (`act.rs`, which states the error bounds);
+//! - each 32-value block pair contributes `f_w d_x sum(q_w q_x) + m_w s_x`
+//!   (Q6_K: one such sum per 16 values). One activation block's bytes,
+//!   broadcast, meet eight weight rows in one register, so eight rows'
+//!   sums come out of one chain of `vpmaddubsw` (or `vpdpbusd`) and the
+//!   float work and output stores are per eight rows; tiles are one group
+//!   x 1, 2 or 4 activation rows. With one activation row (decoding one
+//!   sequence: a single pass over the weights, bound by memory) the 4-bit
+//!   kernels prefetch the weights 1 KiB ahead;
+//! - kernels are picked at run time ([`Isa`]): AVX2 + FMA + F16C, with
+//!   256-bit AVX-512 VNNI `vpdpbusd` where present and where they pass a
+//!   start-up comparison with the AVX2 kernels ([`Isa::best`]; AVX-512
+//!   CPUs without VNNI run the AVX2 code), and plain loops on other CPUs
+//!   and non-x86 builds;
 //! - output columns (weight rows) go in chunks of 16 across the rayon pool
 //!   when there is enough work; [`QuantMatrix::matmul_many`] quantizes one
 //!   input for several matrices and runs all their chunks in one loop.
@@ -156,7 +154,7 @@ impl Isa {
     }
 
     /// Runs `self`'s kernels against `base`'s on small matrices of every
-    /// 32-value format (random blocks, a padded last group, every tile
+    /// format (random blocks, a padded last group, every tile
     /// height from 1 to 9 activation rows); an error names the first
     /// mismatch. The integer sums are exact, so the two must agree to f32
     /// rounding (`1e-5` of the sum of the products' magnitudes).
@@ -171,19 +169,23 @@ impl Isa {
             state ^= state << 17;
             state
         };
-        let (n, k) = (20, 96);
-        // The interleaved formats: the only ones with a VNNI kernel.
-        for format in Format::ALL.into_iter().filter(|f| f.block_values() == QK) {
-            let bb = format.block_bytes();
-            let mut bytes: Vec<u8> = (0..n * k / QK * bb).map(|_| next() as u8).collect();
-            // Scales (and offsets) at the start of each block: small f16s.
-            let with_offset = matches!(format, Format::Q4_1 | Format::Q5_1);
+        let n = 20;
+        for format in Format::ALL {
+            let (bb, bv) = (format.block_bytes(), format.block_values());
+            let k = 3 * bv;
+            let mut bytes: Vec<u8> = (0..n * k / bv * bb).map(|_| next() as u8).collect();
+            // The f16 scales (and offsets): small values. The rest of each
+            // block (values, integer sub-block scales) stays random.
+            let f16s: &[(usize, f32)] = match format {
+                Format::Q4_1 | Format::Q5_1 => &[(0, 1e-3), (2, -1e-2)],
+                Format::Q4K => &[(0, 1e-4), (2, 1e-4)],
+                Format::Q6K => &[(208, 1e-5)],
+                _ => &[(0, 1e-3)],
+            };
             for block in bytes.chunks_exact_mut(bb) {
-                let d = half::f16::from_f32(1e-3 * (1 + next() % 64) as f32);
-                block[..2].copy_from_slice(&d.to_le_bytes());
-                if with_offset {
-                    let m = half::f16::from_f32(-1e-2 * (next() % 16) as f32);
-                    block[2..4].copy_from_slice(&m.to_le_bytes());
+                for &(at, unit) in f16s {
+                    let v = half::f16::from_f32(unit * (1 + next() % 64) as f32);
+                    block[at..at + 2].copy_from_slice(&v.to_le_bytes());
                 }
             }
             let w = QuantMatrix::new(format, &bytes, n, k)?;
@@ -325,41 +327,32 @@ impl QuantMatrix {
         if m == 0 {
             return;
         }
-        let is_k = |w: &QuantMatrix| matches!(w.repr, Repr::K4(_) | Repr::K6(_));
-        let per32 = mats
-            .iter()
-            .any(|(w, _)| !is_k(w))
-            .then(|| Acts::quantize(x, k));
-        let per256 = mats
-            .iter()
-            .any(|(w, _)| is_k(w))
-            .then(|| Acts::quantize_k(x, k));
+        let acts = Acts::quantize(x, k);
         // Chunk `(i, ci)` owns weight rows (output columns) `16 ci..16 ci +
         // 16` of matrix `i` and writes only those columns of `out_i`.
         let mut chunks = Vec::new();
         let mut work_size = 0;
-        let targets: Vec<(&QuantMatrix, &Acts, Out)> = mats
+        let targets: Vec<(&QuantMatrix, Out)> = mats
             .iter_mut()
             .enumerate()
             .map(|(i, (w, out))| {
                 chunks.extend((0..w.n.div_ceil(CHUNK_ROWS)).map(|ci| (i, ci)));
                 work_size += m * w.n * k;
-                let acts = if is_k(w) { &per256 } else { &per32 };
                 let out = Out {
                     ptr: out.as_mut_ptr(),
                     n: w.n,
                     m,
                 };
-                (&**w, acts.as_ref().expect("quantized above"), out)
+                (&**w, out)
             })
             .collect();
         let work = |&(i, ci): &(usize, usize)| {
-            let (w, acts, out) = targets[i];
+            let (w, out) = targets[i];
             let r0 = ci * CHUNK_ROWS;
             // SAFETY: chunks have disjoint row ranges of their matrix, so no
             // two write the same element; the outputs outlive the calls (all
             // end before return).
-            unsafe { w.block(isa, acts, r0..(r0 + CHUNK_ROWS).min(w.n), out) };
+            unsafe { w.block(isa, &acts, r0..(r0 + CHUNK_ROWS).min(w.n), out) };
         };
         if work_size >= PARALLEL_MIN_WORK && rayon::current_num_threads() > 1 {
             chunks.par_iter().for_each(work);
@@ -375,35 +368,30 @@ impl QuantMatrix {
     /// No other thread writes columns `rows` of `out` meanwhile, and `out`'s
     /// buffer is alive.
     unsafe fn block(&self, isa: Isa, acts: &Acts, rows: Range<usize>, out: Out) {
-        match (&self.repr, isa) {
-            (Repr::U4x8(w), Isa::Scalar) => x8::run_scalar(w, acts, groups(rows), out),
-            (Repr::I8x8(w), Isa::Scalar) => x8::run_scalar(w, acts, groups(rows), out),
-            (Repr::K4(w), Isa::Scalar) => {
-                run_tiles(&kquants::scalar::K4Tile { w, acts }, acts, rows, out)
-            }
-            (Repr::K6(w), Isa::Scalar) => {
-                run_tiles(&kquants::scalar::K6Tile { w, acts }, acts, rows, out)
-            }
+        let groups = groups(rows);
+        match isa {
+            Isa::Scalar => match &self.repr {
+                Repr::U4x8(w) => x8::run_scalar(w, acts, groups, out),
+                Repr::I8x8(w) => x8::run_scalar(w, acts, groups, out),
+                Repr::K4(w) => x8::run_scalar(w, acts, groups, out),
+                Repr::K6(w) => x8::run_scalar(w, acts, groups, out),
+            },
             // SAFETY (every arm below): `matmul_with` checked that the CPU
             // has `isa`; every non-scalar `Isa` implies AVX2, FMA and F16C.
             #[cfg(target_arch = "x86_64")]
-            (Repr::U4x8(w), Isa::Avx512Vnni) => x8::simd::run_vnni(w, acts, groups(rows), out),
+            Isa::Avx512Vnni => match &self.repr {
+                Repr::U4x8(w) => x8::simd::run_vnni(w, acts, groups, out),
+                Repr::I8x8(w) => x8::simd::run_vnni(w, acts, groups, out),
+                Repr::K4(w) => x8::simd::run_vnni(w, acts, groups, out),
+                Repr::K6(w) => x8::simd::run_vnni(w, acts, groups, out),
+            },
             #[cfg(target_arch = "x86_64")]
-            (Repr::I8x8(w), Isa::Avx512Vnni) => x8::simd::run_vnni(w, acts, groups(rows), out),
-            #[cfg(target_arch = "x86_64")]
-            (Repr::U4x8(w), _) => x8::simd::run_avx2(w, acts, groups(rows), out),
-            #[cfg(target_arch = "x86_64")]
-            (Repr::I8x8(w), _) => x8::simd::run_avx2(w, acts, groups(rows), out),
-            #[cfg(target_arch = "x86_64")]
-            (Repr::K4(w), _) => {
-                let t = unsafe { kquants::avx2::K4Tile::new(w, acts) };
-                run_tiles(&t, acts, rows, out)
-            }
-            #[cfg(target_arch = "x86_64")]
-            (Repr::K6(w), _) => {
-                let t = unsafe { kquants::avx2::K6Tile::new(w, acts) };
-                run_tiles(&t, acts, rows, out)
-            }
+            Isa::Avx2 | Isa::Avx512 => match &self.repr {
+                Repr::U4x8(w) => x8::simd::run_avx2(w, acts, groups, out),
+                Repr::I8x8(w) => x8::simd::run_avx2(w, acts, groups, out),
+                Repr::K4(w) => x8::simd::run_avx2(w, acts, groups, out),
+                Repr::K6(w) => x8::simd::run_avx2(w, acts, groups, out),
+            },
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("only the scalar kernels exist off x86-64"),
         }
@@ -415,12 +403,6 @@ impl QuantMatrix {
 fn groups(rows: Range<usize>) -> Range<usize> {
     debug_assert!(rows.start.is_multiple_of(x8::G) && CHUNK_ROWS.is_multiple_of(x8::G));
     rows.start / x8::G..rows.end.div_ceil(x8::G)
-}
-
-/// Dot products of a tile of weight rows and activation rows.
-pub(crate) trait Tile {
-    /// `[i][j]` = weight row `r + i` . activation row `a + j`.
-    fn tile<const R: usize, const A: usize>(&self, r: usize, a: usize) -> [[f32; A]; R];
 }
 
 /// The `[m, n]` output of one matmul, shared by its chunks, each of which
@@ -455,54 +437,5 @@ impl Out {
                 unsafe { *self.ptr.add((a + j) * self.n + r + i) = v };
             }
         }
-    }
-}
-
-/// Weight rows `rows` x all activation rows through `t`, into columns `rows`
-/// of `out`. Activation tiles of 8, 4, 2, 1 rows go outside and the
-/// weight rows inside, so the tile's activation rows and the chunk's weight
-/// rows both stay in L1. Tiles are 1x8, 2x4, 4x2 and 4x1 (weight x
-/// activation rows), 1xA for the last weight rows of a chunk.
-///
-/// # Safety
-/// As [`QuantMatrix::block`].
-unsafe fn run_tiles<T: Tile>(t: &T, acts: &Acts, rows: Range<usize>, out: Out) {
-    let m = acts.qs.len() / acts.nb;
-    let mut a = 0;
-    while a < m {
-        let at = match m - a {
-            8.. => 8,
-            4.. => 4,
-            2.. => 2,
-            _ => 1,
-        };
-        let rt = match at {
-            8 => 1,
-            4 => 2,
-            _ => 4,
-        };
-        let mut r = rows.start;
-        while r < rows.end {
-            // SAFETY (every `put` below): rows `r..` are inside `rows`, which
-            // the caller owns.
-            if rows.end - r >= rt {
-                match at {
-                    8 => out.put(r, a, t.tile::<1, 8>(r, a)),
-                    4 => out.put(r, a, t.tile::<2, 4>(r, a)),
-                    2 => out.put(r, a, t.tile::<4, 2>(r, a)),
-                    _ => out.put(r, a, t.tile::<4, 1>(r, a)),
-                }
-                r += rt;
-            } else {
-                match at {
-                    8 => out.put(r, a, t.tile::<1, 8>(r, a)),
-                    4 => out.put(r, a, t.tile::<1, 4>(r, a)),
-                    2 => out.put(r, a, t.tile::<1, 2>(r, a)),
-                    _ => out.put(r, a, t.tile::<1, 1>(r, a)),
-                }
-                r += 1;
-            }
-        }
-        a += at;
     }
 }

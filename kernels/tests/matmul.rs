@@ -7,8 +7,7 @@
 //! weight offsets `m` is f16 too, see `act.rs`), so each output must be
 //! within `sum_j 0.5625 |w_j| d(j) + sum_b |m_b| 2^-10 (sum_{j in b}
 //! |x_j| + 16 d_b)` (+ `1e-5 sum_j |w_j x_j|` for f32 summation order) of the f64
-//! reference. For the K-quants the activations are scaled per 256 values
-//! in f32 (`d` per 256 in the bound, no offset term). On top, over each
+//! reference (the K-quants too: Q4_K's offsets are its `-dmin mn`). On top, over each
 //! output matrix, the RMS error must stay
 //! below twice the RMS that rounding errors uniform in `[-d/2, d/2]` give
 //! (`sqrt(sum_j w_j^2 d(j)^2 / 12)`), which catches a
@@ -81,16 +80,12 @@ fn reference(
     x: &[f32],
     n: usize,
     k: usize,
-    ab: usize,
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>, f64) {
     let m = x.len() / k;
-    // Activation scale per `ab` values, as seen by each 32-block.
+    // Activation scale per 32 values.
     let dx: Vec<f32> = x
-        .chunks(ab)
-        .flat_map(|b| {
-            let d = b.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
-            std::iter::repeat_n(d, ab / 32)
-        })
+        .chunks(32)
+        .map(|b| b.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0)
         .collect();
     let (mut want, mut bound, mut mag) = (vec![0f32; m * n], vec![0f32; m * n], vec![0f32; m * n]);
     let mut var = 0f64;
@@ -125,12 +120,7 @@ fn check_format(format: Format, ks: &[usize]) {
     let (mut worst, mut worst_rms) = (0f32, 0f32);
     for &k in ks {
         for n in [16usize, 37, 100, 576] {
-            let (bytes, deq, mut offsets) = quantize(format, &rng.matrix(n * k));
-            // K-quants: activations scaled per 256 (f32), offsets exact.
-            let ab = format.block_values();
-            if ab == 256 {
-                offsets.iter_mut().for_each(|m| *m = 0.0);
-            }
+            let (bytes, deq, offsets) = quantize(format, &rng.matrix(n * k));
             let q = QuantMatrix::new(format, &bytes, n, k).unwrap();
             for m in [1usize, 3, 16, 64] {
                 let x: Vec<f32> = (0..m * k)
@@ -143,7 +133,7 @@ fn check_format(format: Format, ks: &[usize]) {
                         }
                     })
                     .collect();
-                let (want, bound, mag, var) = reference(&deq, &offsets, &x, n, k, ab);
+                let (want, bound, mag, var) = reference(&deq, &offsets, &x, n, k);
                 let max_ref = want.iter().fold(0f32, |a, v| a.max(v.abs()));
                 let mut scalar = vec![0f32; m * n];
                 q.matmul_with(Isa::Scalar, &x, m, &mut scalar);
@@ -266,8 +256,8 @@ fn unrepresentable_q4_0_offset_is_an_error() {
 }
 
 /// `matmul_many` (one quantized input, one parallel loop over the chunks of
-/// every matrix) gives each matrix exactly its own `matmul`, formats with
-/// per-32 and per-256 activation scaling mixed, on every instruction set.
+/// every matrix) gives each matrix exactly its own `matmul`, 32-value
+/// formats and K-quants mixed, on every instruction set.
 #[test]
 fn many_matrices_share_one_input() {
     let mut rng = Rng(99);

@@ -22,6 +22,7 @@
 //! activation tiles outside, so the chunk's weights stay in L1.
 
 pub(crate) mod i8;
+pub(crate) mod scales;
 pub(crate) mod u4;
 
 use std::ops::Range;
@@ -43,6 +44,12 @@ pub(crate) fn group_rows(n: usize, nb: usize, g: usize, b: usize) -> [Option<usi
         let r = G * g + l;
         (r < n).then(|| r * nb + b)
     })
+}
+
+/// [`group_rows`] of every group block of `n` rows of `nb` blocks, in
+/// storage order (block `b` of group `g` at `g * nb + b`).
+pub(crate) fn group_blocks(n: usize, nb: usize) -> impl Iterator<Item = [Option<usize>; G]> {
+    (0..n.div_ceil(G)).flat_map(move |g| (0..nb).map(move |b| group_rows(n, nb, g, b)))
 }
 
 /// Eight rows' blocks of `N` values interleaved by runs of four: value
@@ -104,6 +111,14 @@ impl Half8 {
     }
 }
 
+/// [`Half8::gather`] over every group block of `n` rows of `per_row`
+/// values `v` (`v[r * per_row + t]`).
+pub(crate) fn half_lanes(v: &[f32], n: usize, per_row: usize) -> Result<Vec<Half8>, Error> {
+    group_blocks(n, per_row)
+        .map(|rows| Half8::gather(rows, v))
+        .collect()
+}
+
 /// How far ahead, in blocks, a kernel over one activation row (one
 /// decoding sequence) prefetches its weights into L1 (8 blocks: 1 KiB of
 /// 4-bit values). The matrices of a small model are a few hundred
@@ -119,6 +134,9 @@ pub(crate) const PREFETCH_MAX_ROWS: usize = 1;
 
 /// An interleaved matrix's kernels.
 pub(crate) trait Group8 {
+    /// Whether values 16..32 of a block have a factor of their own.
+    const HALVES: bool;
+
     /// Real rows.
     fn rows(&self) -> usize;
 
@@ -128,20 +146,28 @@ pub(crate) trait Group8 {
     /// Value `j` (0..32) of row `l` of group block `i`, as stored.
     fn q(&self, i: usize, l: usize, j: usize) -> i32;
 
-    /// Scale and offset of row `l` of group block `i` (`w = d q + m`).
-    fn scale_offset(&self, i: usize, l: usize) -> (f32, f32);
+    /// Factor of value `j` of row `l` of group block `i` and the row's
+    /// offset there (`w = f q + m`).
+    fn scale_offset(&self, i: usize, l: usize, j: usize) -> (f32, f32);
 
-    /// Row `8 g + l` . activation row `a`, exactly summed per block in i32
-    /// (the portable kernel).
+    /// Row `8 g + l` . activation row `a`, exactly summed per block (or half
+    /// block, with [`Group8::HALVES`]) in i32 (the portable kernel).
     fn dot(&self, acts: &Acts, g: usize, l: usize, a: usize) -> f32 {
         let nb = self.blocks();
         let mut acc = 0f32;
         for b in 0..nb {
             let (i, ai) = (g * nb + b, a * nb + b);
             let x = &acts.qs[ai].0;
-            let isum: i32 = (0..QK).map(|j| self.q(i, l, j) * x[j] as i32).sum();
-            let (d, m) = self.scale_offset(i, l);
-            acc += d * acts.d[ai] * isum as f32 + m * acts.s[ai];
+            let isum =
+                |js: Range<usize>| -> i32 { js.map(|j| self.q(i, l, j) * x[j] as i32).sum() };
+            let (f, m) = self.scale_offset(i, l, 0);
+            let dx = acts.d[ai];
+            acc += if Self::HALVES {
+                let f1 = self.scale_offset(i, l, QK / 2).0;
+                f * dx * isum(0..QK / 2) as f32 + f1 * dx * isum(QK / 2..QK) as f32
+            } else {
+                f * dx * isum(0..QK) as f32
+            } + m * acts.s[ai];
         }
         acc
     }
@@ -152,8 +178,10 @@ pub(crate) trait Group8 {
         out.reserve(nb * QK);
         for b in 0..nb {
             let i = g * nb + b;
-            let (d, m) = self.scale_offset(i, l);
-            out.extend((0..QK).map(|j| d * self.q(i, l, j) as f32 + m));
+            out.extend((0..QK).map(|j| {
+                let (f, m) = self.scale_offset(i, l, j);
+                f * self.q(i, l, j) as f32 + m
+            }));
         }
     }
 

@@ -1,4 +1,4 @@
-//! The 4-bit formats (Q4_0, Q4_1) with eight weight rows interleaved (see
+//! The 4-bit formats (Q4_0, Q4_1, Q4_K) with eight weight rows interleaved (see
 //! the parent module).
 //!
 //! [`U4x8`] keeps the weights of [`U4`] (`w = d q + m`, 4-bit `q`) with a
@@ -8,7 +8,9 @@
 //!   value `4 k + t` of row `l` in its low nibble and value `16 + 4 k + t`
 //!   in its high nibble, which is exactly byte `4 k + t` of that row's
 //!   GGUF block;
-//! - the scales and offsets of the group's block are eight f16 each.
+//! - the factors and offsets of the group's block are kept as the format
+//!   has them ([`Scales`]: eight f16 scales and offsets for Q4_0 and Q4_1;
+//!   Q4_K's 6-bit sub-block scales and mins under f16 super-block scales).
 //!
 //! The SIMD kernel unpacks a group's block into eight registers (`w_i`:
 //! values `4 i..4 i + 4` of every row, low nibbles of the four 32-byte
@@ -17,10 +19,10 @@
 //! `8 * 2 * 15 * 127 = 30480`: no overflow) and one `vpmaddwd` makes each
 //! lane a row's block sum (with VNNI, eight `vpdpbusd` into i32).
 
-use super::{group_rows, interleave, Group8, Half8, G, PREFETCH_BLOCKS};
+use super::scales::Scales;
+use super::{group_blocks, interleave, Group8, G, PREFETCH_BLOCKS};
 use crate::act::Acts;
-use crate::formats::U4;
-use crate::Error;
+use crate::formats::Nib;
 
 /// One block of a group: 8 rows x 32 values as nibbles (see the module
 /// docs).
@@ -28,39 +30,31 @@ use crate::Error;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Nib8(pub [u8; 128]);
 
-/// A [`U4`] matrix with its rows interleaved by eight; block `b` of group
+/// A 4-bit matrix with its rows interleaved by eight; block `b` of group
 /// `g` at `g * nb + b`.
 #[derive(Debug)]
-pub(crate) struct U4x8 {
+pub(crate) struct U4x8<S> {
     /// Real rows (the last group may be partly padding).
     pub n: usize,
     pub nb: usize,
     pub qs: Vec<Nib8>,
-    pub d: Vec<Half8>,
-    pub m: Vec<Half8>,
+    pub scales: S,
 }
 
-impl U4x8 {
-    /// Interleaves the `n` rows of `u`.
-    pub(crate) fn new(u: &U4, n: usize) -> Result<Self, Error> {
-        let nb = u.nb;
-        let groups = n.div_ceil(G);
-        let mut w = U4x8 {
-            n,
-            nb,
-            qs: Vec::with_capacity(groups * nb),
-            d: Vec::with_capacity(groups * nb),
-            m: Vec::with_capacity(groups * nb),
-        };
-        for g in 0..groups {
-            for b in 0..nb {
-                let rows = group_rows(n, nb, g, b);
-                w.qs.push(Nib8(interleave(rows.map(|i| i.map(|i| &u.qs[i].0)))));
-                w.d.push(Half8::gather(rows, &u.d)?);
-                w.m.push(Half8::gather(rows, &u.m)?);
-            }
-        }
-        Ok(w)
+impl<S: Scales> U4x8<S> {
+    /// Interleaves `n` rows of `nb` blocks (`qs`: block `b` of row `r` at
+    /// `r * nb + b`) whose scales, already interleaved, are `scales`.
+    ///
+    /// # Panics
+    /// If `scales` has a factor per half block (the 4-bit kernel takes one
+    /// per block) or covers another number of blocks.
+    pub(crate) fn new(qs: &[Nib], n: usize, nb: usize, scales: S) -> Self {
+        assert!(!S::HALVES, "one factor per 4-bit block");
+        let qs: Vec<Nib8> = group_blocks(n, nb)
+            .map(|rows| Nib8(interleave(rows.map(|i| i.map(|i| &qs[i].0)))))
+            .collect();
+        assert_eq!(scales.blocks(), qs.len(), "scales of another matrix");
+        Self { n, nb, qs, scales }
     }
 
     /// Value `j` (0..32) of row `l` of block `i` as a 4-bit integer.
@@ -75,7 +69,9 @@ impl U4x8 {
     }
 }
 
-impl Group8 for U4x8 {
+impl<S: Scales> Group8 for U4x8<S> {
+    const HALVES: bool = S::HALVES;
+
     fn rows(&self) -> usize {
         self.n
     }
@@ -88,8 +84,8 @@ impl Group8 for U4x8 {
         self.nibble(i, l, j) as i32
     }
 
-    fn scale_offset(&self, i: usize, l: usize) -> (f32, f32) {
-        (self.d[i].get(l), self.m[i].get(l))
+    fn scale_offset(&self, i: usize, l: usize, j: usize) -> (f32, f32) {
+        self.scales.get(i, l, j)
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -116,8 +112,7 @@ impl Group8 for U4x8 {
                 let q = self.qs.as_ptr().wrapping_add(ahead).cast::<i8>();
                 _mm_prefetch::<_MM_HINT_T0>(q);
                 _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(64));
-                _mm_prefetch::<_MM_HINT_T0>(self.d.as_ptr().wrapping_add(ahead).cast());
-                _mm_prefetch::<_MM_HINT_T0>(self.m.as_ptr().wrapping_add(ahead).cast());
+                self.scales.prefetch(ahead);
             }
             let mut wv = [_mm256_setzero_si256(); G];
             for k in 0..4 {
@@ -125,8 +120,8 @@ impl Group8 for U4x8 {
                 wv[k] = _mm256_and_si256(raw, low4);
                 wv[k + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
             }
-            let dw = self.d.get_unchecked(i).load();
-            let mw = self.m.get_unchecked(i).load();
+            let [dw, _] = self.scales.factors(i);
+            let mw = self.scales.offsets(i);
             for (j, acc) in acc.iter_mut().enumerate() {
                 let ai = (a + j) * nb + b;
                 let x = acts.qs.as_ptr().add(ai) as *const i32;

@@ -1,0 +1,245 @@
+//! The scales (and offsets) of an interleaved matrix's group blocks.
+//!
+//! A group block (eight rows x 32 values, see the parent module) needs, per
+//! row, the factor of its integer values and the offset added per weight.
+//! The formats keep these differently, and the kernels are generic over
+//! [`Scales`], so each layout keeps the GGUF's own precision and size:
+//!
+//! - [`Flat`] (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): an f16 scale and optionally
+//!   an f16 offset per row and block;
+//! - [`SuperK4`] (Q4_K): per 256 values an f16 `d` and `dmin` per row, per
+//!   32 a 6-bit scale `sc` and min `mn`: factor `d sc`, offset `-dmin mn`;
+//! - [`SuperK6`] (Q6_K): per 256 an f16 `d` per row, per 16 a signed 8-bit
+//!   scale: factor `d sc` for values 0..16 and another for 16..32 of each
+//!   block ([`Scales::HALVES`]), no offset.
+//!
+//! Every factor is exact in f32 (an f16 times at most 8 bits), so the
+//! kernels reproduce the GGUF weights exactly.
+
+use super::{Half8, G};
+
+/// Per-row factors and offsets of the group blocks of one matrix; block `i`
+/// is block `i % nb` of group `i / nb` (`nb` blocks per row).
+pub(crate) trait Scales: Send + Sync + std::fmt::Debug {
+    /// Whether values 16..32 of a block have a factor of their own.
+    const HALVES: bool;
+
+    /// Group blocks covered.
+    fn blocks(&self) -> usize;
+
+    /// Whether the weights have offsets.
+    fn has_offset(&self) -> bool;
+
+    /// Factor of value `j` (0..32) of row `l` of block `i`, and the row's
+    /// offset there (0 without offsets).
+    fn get(&self, i: usize, l: usize, j: usize) -> (f32, f32);
+
+    /// The eight rows' factors of block `i` as f32 lanes: values 0..16 and
+    /// 16..32 (the same unless [`Scales::HALVES`]).
+    ///
+    /// # Safety
+    /// AVX2 and F16C; block `i` exists.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn factors(&self, i: usize) -> [std::arch::x86_64::__m256; 2];
+
+    /// The eight rows' offsets of block `i` (only called with offsets).
+    ///
+    /// # Safety
+    /// As [`Scales::factors`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn offsets(&self, i: usize) -> std::arch::x86_64::__m256;
+
+    /// Asks for block `i`'s scales ahead of use (a hint; any `i`).
+    #[cfg(target_arch = "x86_64")]
+    fn prefetch(&self, i: usize);
+}
+
+/// An f16 scale and optional offset per row and block.
+#[derive(Debug, Default)]
+pub(crate) struct Flat {
+    pub d: Vec<Half8>,
+    pub m: Option<Vec<Half8>>,
+}
+
+impl Scales for Flat {
+    const HALVES: bool = false;
+
+    fn blocks(&self) -> usize {
+        self.d.len()
+    }
+
+    fn has_offset(&self) -> bool {
+        self.m.is_some()
+    }
+
+    fn get(&self, i: usize, l: usize, _j: usize) -> (f32, f32) {
+        (
+            self.d[i].get(l),
+            self.m.as_ref().map_or(0.0, |m| m[i].get(l)),
+        )
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn factors(&self, i: usize) -> [std::arch::x86_64::__m256; 2] {
+        let d = self.d.get_unchecked(i).load();
+        [d, d]
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn offsets(&self, i: usize) -> std::arch::x86_64::__m256 {
+        match &self.m {
+            Some(m) => m.get_unchecked(i).load(),
+            None => std::arch::x86_64::_mm256_setzero_ps(),
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn prefetch(&self, i: usize) {
+        use std::arch::x86_64::*;
+        // SAFETY: a prefetch hint never faults, whatever the address.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(self.d.as_ptr().wrapping_add(i).cast());
+            if let Some(m) = &self.m {
+                _mm_prefetch::<_MM_HINT_T0>(m.as_ptr().wrapping_add(i).cast());
+            }
+        }
+    }
+}
+
+/// Q4_K: `d`, `dmin` per row and super-block (block `i`'s at `i / 8`),
+/// 6-bit `sc`, `mn` per row and block.
+#[derive(Debug, Default)]
+pub(crate) struct SuperK4 {
+    pub d: Vec<Half8>,
+    pub dmin: Vec<Half8>,
+    pub sc: Vec<[u8; G]>,
+    pub mn: Vec<[u8; G]>,
+}
+
+/// Eight bytes widened to i32 lanes, then f32.
+///
+/// # Safety
+/// AVX2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn u8_lanes(b: &[u8; G]) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(b.as_ptr().cast())))
+}
+
+/// As [`u8_lanes`], signed.
+///
+/// # Safety
+/// AVX2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn i8_lanes(b: &[i8; G]) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(b.as_ptr().cast())))
+}
+
+impl Scales for SuperK4 {
+    const HALVES: bool = false;
+
+    fn blocks(&self) -> usize {
+        self.sc.len()
+    }
+
+    fn has_offset(&self) -> bool {
+        true
+    }
+
+    fn get(&self, i: usize, l: usize, _j: usize) -> (f32, f32) {
+        let t = i / G;
+        (
+            self.d[t].get(l) * self.sc[i][l] as f32,
+            -(self.dmin[t].get(l) * self.mn[i][l] as f32),
+        )
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn factors(&self, i: usize) -> [std::arch::x86_64::__m256; 2] {
+        use std::arch::x86_64::*;
+        let d = _mm256_mul_ps(
+            self.d.get_unchecked(i / G).load(),
+            u8_lanes(self.sc.get_unchecked(i)),
+        );
+        [d, d]
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn offsets(&self, i: usize) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        let m = _mm256_mul_ps(
+            self.dmin.get_unchecked(i / G).load(),
+            u8_lanes(self.mn.get_unchecked(i)),
+        );
+        _mm256_sub_ps(_mm256_setzero_ps(), m)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn prefetch(&self, i: usize) {
+        use std::arch::x86_64::*;
+        // SAFETY: a prefetch hint never faults, whatever the address.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(self.sc.as_ptr().wrapping_add(i).cast());
+            _mm_prefetch::<_MM_HINT_T0>(self.mn.as_ptr().wrapping_add(i).cast());
+        }
+    }
+}
+
+/// Q6_K: `d` per row and super-block (block `i`'s at `i / 8`), a signed
+/// scale per row and 16 values: `sc[i][h]` for half `h` of block `i`.
+#[derive(Debug, Default)]
+pub(crate) struct SuperK6 {
+    pub d: Vec<Half8>,
+    pub sc: Vec<[[i8; G]; 2]>,
+}
+
+impl Scales for SuperK6 {
+    const HALVES: bool = true;
+
+    fn blocks(&self) -> usize {
+        self.sc.len()
+    }
+
+    fn has_offset(&self) -> bool {
+        false
+    }
+
+    fn get(&self, i: usize, l: usize, j: usize) -> (f32, f32) {
+        (self.d[i / G].get(l) * self.sc[i][j / 16][l] as f32, 0.0)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn factors(&self, i: usize) -> [std::arch::x86_64::__m256; 2] {
+        use std::arch::x86_64::*;
+        let d = self.d.get_unchecked(i / G).load();
+        let sc = self.sc.get_unchecked(i);
+        [
+            _mm256_mul_ps(d, i8_lanes(&sc[0])),
+            _mm256_mul_ps(d, i8_lanes(&sc[1])),
+        ]
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn offsets(&self, _i: usize) -> std::arch::x86_64::__m256 {
+        std::arch::x86_64::_mm256_setzero_ps()
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn prefetch(&self, i: usize) {
+        use std::arch::x86_64::*;
+        // SAFETY: a prefetch hint never faults, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(self.sc.as_ptr().wrapping_add(i).cast()) };
+    }
+}
