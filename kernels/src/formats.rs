@@ -13,18 +13,19 @@
 //! - [`I8`]: 32 signed bytes `q`, a scale `d` and optionally an offset `m`
 //!   per block: `w = d q (+ m)`.
 //!   Q8_0 (`d q`), Q5_0 (`d (q - 16)`) and Q5_1 (`d q + m`, `q` in 0..32)
-//!   fit, and Q6_K (`q - 32`) with a scale per 16 values.
+//!   fit, and Q5_K with Q4_K's `d` and `m`, and Q6_K (`q - 32`) with a
+//!   scale per 16 values.
 //!
 //! Every weight is reproduced exactly, in as many bytes as the GGUF blocks
 //! (scales and offsets stay f16; Q4_0's offset `-8 d` is one too; the
 //! K-quants keep their integer sub-block scales), plus the padding of the
-//! last group of eight rows; Q6_K's 6-bit values take a byte each.
+//! last group of eight rows; Q5_K's and Q6_K's values take a byte each.
 
 use std::ops::Range;
 
 use half::f16;
 
-use crate::kquants::{unpack_q4k, unpack_q6k};
+use crate::kquants::{unpack_q4k, unpack_q5k, unpack_q6k};
 use crate::x8::scales::{Flat, SuperK4, SuperK6};
 use crate::x8::{half_lanes, i8::I8x8, u4::U4x8, Group8};
 use crate::Error;
@@ -38,25 +39,27 @@ pub enum Format {
     Q5_1,
     Q8_0,
     Q4K,
+    Q5K,
     Q6K,
 }
 
 impl Format {
     /// All formats, for tests and tools.
-    pub const ALL: [Format; 7] = [
+    pub const ALL: [Format; 8] = [
         Format::Q4_0,
         Format::Q4_1,
         Format::Q5_0,
         Format::Q5_1,
         Format::Q8_0,
         Format::Q4K,
+        Format::Q5K,
         Format::Q6K,
     ];
 
     /// Values per block (the row length must be a multiple of it).
     pub fn block_values(self) -> usize {
         match self {
-            Format::Q4K | Format::Q6K => 256,
+            Format::Q4K | Format::Q5K | Format::Q6K => 256,
             _ => 32,
         }
     }
@@ -70,6 +73,7 @@ impl Format {
             Format::Q5_1 => 24,
             Format::Q8_0 => 34,
             Format::Q4K => 144,
+            Format::Q5K => 176,
             Format::Q6K => 210,
         }
     }
@@ -109,6 +113,7 @@ pub(crate) enum Repr {
     U4x8(U4x8<Flat>),
     I8x8(I8x8<Flat>),
     K4(U4x8<SuperK4>),
+    K5(I8x8<SuperK4>),
     K6(I8x8<SuperK6>),
 }
 
@@ -147,6 +152,7 @@ pub(crate) fn unpack(format: Format, data: &[u8], n: usize, k: usize) -> Result<
     let chunks = data.chunks_exact(format.block_bytes());
     Ok(match format {
         Format::Q4K => Repr::K4(unpack_q4k(chunks, n, k)?),
+        Format::Q5K => Repr::K5(unpack_q5k(chunks, n, k)?),
         Format::Q6K => Repr::K6(unpack_q6k(chunks, n, k)?),
         Format::Q4_0 | Format::Q4_1 => {
             let mut u = U4 {
@@ -226,6 +232,7 @@ impl Repr {
             Repr::U4x8(w) => rows.for_each(|r| w.dequantize_row(r, out)),
             Repr::I8x8(w) => rows.for_each(|r| w.dequantize_row(r, out)),
             Repr::K4(w) => rows.for_each(|r| w.dequantize_row(r, out)),
+            Repr::K5(w) => rows.for_each(|r| w.dequantize_row(r, out)),
             Repr::K6(w) => rows.for_each(|r| w.dequantize_row(r, out)),
         }
     }

@@ -1,4 +1,4 @@
-//! Q4_K and Q6_K unpacked into the interleaved layouts of the 32-value
+//! Q4_K, Q5_K and Q6_K unpacked into the interleaved layouts of the 32-value
 //! formats (`x8/`).
 //!
 //! A K-quant super-block of 256 values is eight blocks of 32 here, each with
@@ -7,14 +7,16 @@
 //!
 //! - Q4_K: `w = d sc_s q - dmin mn_s` (`q` 4-bit, `sc`, `mn` 6-bit per 32
 //!   values): a 4-bit block with factor `d sc_s` and offset `-dmin mn_s`;
+//! - Q5_K: the same with 5-bit `q`: an 8-bit block with Q4_K's factor and
+//!   offset;
 //! - Q6_K: `w = d sc_g (q - 32)` (`q` 6-bit, `sc` signed 8-bit per 16
 //!   values): an 8-bit block of `q - 32` with one factor per half.
 //!
 //! The activations are quantized per 32 values like those of every other
 //! format (llama.cpp quantizes them per 256 for the K-quants; per 32 is
 //! the finer of the two). Stored sizes per 256 values and row: Q4_K 148
-//! bytes (the GGUF block: 144), Q6_K 274 (210: the 6-bit values take a
-//! byte each).
+//! bytes (the GGUF block: 144), Q5_K 276 (176) and Q6_K 274 (210): their
+//! 5- and 6-bit values take a byte each.
 
 use crate::formats::{h, pack_nibbles, Q8, QK};
 use crate::x8::i8::I8x8;
@@ -51,28 +53,60 @@ fn lanes<T: Copy + Default>(v: &[T], n: usize, per_row: usize) -> Vec<[T; G]> {
         .collect()
 }
 
+/// Q4_K's and Q5_K's super-block scales: `d`, `dmin` (f16) at bytes 0..4,
+/// then 12 bytes of packed 6-bit scales and mins, appended per row-block.
+struct K4Scales {
+    d: Vec<f32>,
+    dmin: Vec<f32>,
+    sc: Vec<u8>,
+    mn: Vec<u8>,
+}
+
+impl K4Scales {
+    fn with_capacity(superblocks: usize) -> Self {
+        Self {
+            d: Vec::with_capacity(superblocks),
+            dmin: Vec::with_capacity(superblocks),
+            sc: Vec::with_capacity(superblocks * G),
+            mn: Vec::with_capacity(superblocks * G),
+        }
+    }
+
+    fn push(&mut self, b: &[u8]) {
+        self.d.push(h(b, 0));
+        self.dmin.push(h(b, 2));
+        for j in 0..G {
+            let (s, m) = q4k_scale_min(&b[4..16], j);
+            self.sc.push(s);
+            self.mn.push(m);
+        }
+    }
+
+    /// Interleaved for `n` rows of `k` values.
+    fn lanes(&self, n: usize, k: usize) -> Result<SuperK4, Error> {
+        Ok(SuperK4 {
+            d: half_lanes(&self.d, n, k / QKK)?,
+            dmin: half_lanes(&self.dmin, n, k / QKK)?,
+            sc: lanes(&self.sc, n, k / QK),
+            mn: lanes(&self.mn, n, k / QK),
+        })
+    }
+}
+
 /// `n` rows of Q4_K super-blocks (`blocks`: 144 bytes each, row major).
 pub(crate) fn unpack_q4k<'a>(
     blocks: impl ExactSizeIterator<Item = &'a [u8]>,
     n: usize,
     k: usize,
 ) -> Result<U4x8<SuperK4>, Error> {
-    let (nb, ns, total) = (k / QK, k / QKK, blocks.len());
+    let total = blocks.len();
     let mut qs = Vec::with_capacity(total * G);
-    let (mut sc, mut mn) = (Vec::with_capacity(total * G), Vec::with_capacity(total * G));
-    let (mut d, mut dmin) = (Vec::with_capacity(total), Vec::with_capacity(total));
+    let mut scales = K4Scales::with_capacity(total);
     for b in blocks {
-        d.push(h(b, 0));
-        dmin.push(h(b, 2));
-        let (scales, q) = (&b[4..16], &b[16..144]);
-        for j in 0..G {
-            let (s, m) = q4k_scale_min(scales, j);
-            sc.push(s);
-            mn.push(m);
-        }
+        scales.push(b);
         // Per 64 values: low nibbles are the first 32, high the next.
         for c in 0..4 {
-            let q = &q[32 * c..32 * c + 32];
+            let q = &b[16 + 32 * c..16 + 32 * c + 32];
             for shift in [0, 4] {
                 qs.push(pack_nibbles(&std::array::from_fn(|l| {
                     (q[l] >> shift) & 0xF
@@ -80,13 +114,34 @@ pub(crate) fn unpack_q4k<'a>(
             }
         }
     }
-    let scales = SuperK4 {
-        d: half_lanes(&d, n, ns)?,
-        dmin: half_lanes(&dmin, n, ns)?,
-        sc: lanes(&sc, n, nb),
-        mn: lanes(&mn, n, nb),
-    };
-    Ok(U4x8::new(&qs, n, nb, scales))
+    Ok(U4x8::new(&qs, n, k / QK, scales.lanes(n, k)?))
+}
+
+/// `n` rows of Q5_K super-blocks (`blocks`: 176 bytes each, row major).
+pub(crate) fn unpack_q5k<'a>(
+    blocks: impl ExactSizeIterator<Item = &'a [u8]>,
+    n: usize,
+    k: usize,
+) -> Result<I8x8<SuperK4>, Error> {
+    let total = blocks.len();
+    let mut qs = Vec::with_capacity(total * G);
+    let mut scales = K4Scales::with_capacity(total);
+    for b in blocks {
+        scales.push(b);
+        // qh[32]: bit 2c (2c + 1) of byte l is the fifth bit of value l of
+        // the low (high) nibbles of the 64 values of chunk c in qs[128].
+        let (qh, q) = (&b[16..48], &b[48..176]);
+        for c in 0..4 {
+            let q = &q[32 * c..32 * c + 32];
+            for (half, shift) in [0, 4].into_iter().enumerate() {
+                let bit = 2 * c + half;
+                qs.push(Q8(std::array::from_fn(|l| {
+                    (((q[l] >> shift) & 0xF) | (((qh[l] >> bit) & 1) << 4)) as i8
+                })));
+            }
+        }
+    }
+    Ok(I8x8::new(&qs, n, k / QK, scales.lanes(n, k)?))
 }
 
 /// `n` rows of Q6_K super-blocks (`blocks`: 210 bytes each, row major).

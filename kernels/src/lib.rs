@@ -10,7 +10,7 @@
 //!   Q4_1), or 8-bit values with an f16 scale and optional offset per 32
 //!   (Q5_0, Q5_1, Q8_0); the K-quants' 256-value super-blocks as eight
 //!   such blocks whose factors come from their integer sub-block scales
-//!   (Q4_K as 4-bit, Q6_K as 8-bit, `kquants.rs`); the weights are
+//!   (Q4_K as 4-bit, Q5_K and Q6_K as 8-bit, `kquants.rs`); the weights are
 //!   reproduced exactly;
 //! - the activations are quantized to 8 bits per 32 values as llama.cpp's
 //!   Q8_0/Q8_1 (`act.rs`, which states the error bounds);
@@ -178,7 +178,7 @@ impl Isa {
             // block (values, integer sub-block scales) stays random.
             let f16s: &[(usize, f32)] = match format {
                 Format::Q4_1 | Format::Q5_1 => &[(0, 1e-3), (2, -1e-2)],
-                Format::Q4K => &[(0, 1e-4), (2, 1e-4)],
+                Format::Q4K | Format::Q5K => &[(0, 1e-4), (2, 1e-4)],
                 Format::Q6K => &[(208, 1e-5)],
                 _ => &[(0, 1e-3)],
             };
@@ -374,6 +374,7 @@ impl QuantMatrix {
                 Repr::U4x8(w) => x8::run_scalar(w, acts, groups, out),
                 Repr::I8x8(w) => x8::run_scalar(w, acts, groups, out),
                 Repr::K4(w) => x8::run_scalar(w, acts, groups, out),
+                Repr::K5(w) => x8::run_scalar(w, acts, groups, out),
                 Repr::K6(w) => x8::run_scalar(w, acts, groups, out),
             },
             // SAFETY (every arm below): `matmul_with` checked that the CPU
@@ -383,6 +384,7 @@ impl QuantMatrix {
                 Repr::U4x8(w) => x8::simd::run_vnni(w, acts, groups, out),
                 Repr::I8x8(w) => x8::simd::run_vnni(w, acts, groups, out),
                 Repr::K4(w) => x8::simd::run_vnni(w, acts, groups, out),
+                Repr::K5(w) => x8::simd::run_vnni(w, acts, groups, out),
                 Repr::K6(w) => x8::simd::run_vnni(w, acts, groups, out),
             },
             #[cfg(target_arch = "x86_64")]
@@ -390,6 +392,7 @@ impl QuantMatrix {
                 Repr::U4x8(w) => x8::simd::run_avx2(w, acts, groups, out),
                 Repr::I8x8(w) => x8::simd::run_avx2(w, acts, groups, out),
                 Repr::K4(w) => x8::simd::run_avx2(w, acts, groups, out),
+                Repr::K5(w) => x8::simd::run_avx2(w, acts, groups, out),
                 Repr::K6(w) => x8::simd::run_avx2(w, acts, groups, out),
             },
             #[cfg(not(target_arch = "x86_64"))]

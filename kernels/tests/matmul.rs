@@ -210,6 +210,11 @@ fn q4_k() {
 }
 
 #[test]
+fn q5_k() {
+    check_format(Format::Q5K, &[256, 512, 1536]);
+}
+
+#[test]
 fn q6_k() {
     check_format(Format::Q6K, &[256, 512, 1536]);
 }

@@ -14,7 +14,7 @@
 //! `attn_{q,k,v,output}.bias`.
 //!
 //! Matrices stay quantized (see [`Linear`]: `hearth-kernels` on the CPU for
-//! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K, candle's `QMatMul`
+//! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K, candle's `QMatMul`
 //! otherwise). The token
 //! embedding stays in its blocks on the CPU, each looked-up row dequantized
 //! (shared with a tied head; see `token_embedding.rs`). A head stored as

@@ -10,7 +10,7 @@
 //!
 //! Architectures:
 //! - [`Llama`] (`llama.rs`): loaded from a llama GGUF file (quantized matrices
-//!   through hearth-kernels on the CPU for Q4_0/Q4_1/Q5_x/Q8_0/Q4_K/Q6_K, candle's
+//!   through hearth-kernels on the CPU for Q4_0/Q4_1/Q5_x/Q8_0/Q4_K/Q5_K/Q6_K, candle's
 //!   `QMatMul` otherwise; see `gguf.rs` and `linear.rs`) or from Hugging Face safetensors + `config.json`
 //!   ([`LlamaConfig`]).
 //!

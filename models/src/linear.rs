@@ -1,7 +1,7 @@
 //! A linear layer `y = x W^T (+ b)` over either a quantized GGUF weight or a
 //! plain float weight.
 //!
-//! - Quantized on the CPU in Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K or Q6_K: a
+//! - Quantized on the CPU in Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K: a
 //!   `hearth-kernels` [`QuantMatrix`] applied by a candle custom op, the
 //!   activations quantized to 8 bits per 32 values (candle runs Q4_1/Q5_x
 //!   through scalar loops, its Q4_0/Q8_0 kernels are 3-10x slower than
@@ -40,6 +40,7 @@ pub(crate) fn kernel_format(dtype: GgmlDType) -> Option<Format> {
         GgmlDType::Q5_1 => Format::Q5_1,
         GgmlDType::Q8_0 => Format::Q8_0,
         GgmlDType::Q4K => Format::Q4K,
+        GgmlDType::Q5K => Format::Q5K,
         GgmlDType::Q6K => Format::Q6K,
         _ => return None,
     })
@@ -286,6 +287,7 @@ mod tests {
             GgmlDType::Q5_1,
             GgmlDType::Q8_0,
             GgmlDType::Q4K,
+            GgmlDType::Q5K,
             GgmlDType::Q6K,
         ] {
             let w = Tensor::randn(0f32, 1.0, (n, k), &dev)?;

@@ -70,7 +70,7 @@ fn nibbles(q: &[u8]) -> [u8; 16] {
 /// Quantizes `w` (length a multiple of the block size) to `format`; returns
 /// the bytes, the decoded values, and the offset `m` of each 32 values in
 /// `w = d q + m` where the kernels use one (Q4_0's `-8 d`, Q4_1, Q5_1,
-/// Q4_K's `-dmin mn`; 0 for the others, whose offsets live in `q`).
+/// Q4_K's and Q5_K's `-dmin mn`; 0 for the others, whose offsets live in `q`).
 pub fn quantize(format: Format, w: &[f32]) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
     let (mut out, mut deq) = (Vec::new(), Vec::with_capacity(w.len()));
     let mut offsets = Vec::new();
@@ -133,6 +133,7 @@ pub fn quantize(format: Format, w: &[f32]) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
                 offsets.push(m);
             }
             Format::Q4K => quantize_q4k(b, &mut out, &mut deq, &mut offsets),
+            Format::Q5K => quantize_q5k(b, &mut out, &mut deq, &mut offsets),
             Format::Q6K => quantize_q6k(b, &mut out, &mut deq),
         }
         offsets.resize((before + b.len()) / 32, 0.0);
@@ -140,17 +141,17 @@ pub fn quantize(format: Format, w: &[f32]) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
     (out, deq, offsets)
 }
 
-/// One Q4_K super-block: `d`, `dmin` (f16), 12 bytes of 6-bit scales and
-/// mins, 128 bytes of nibbles (per 64 values: low nibbles = first 32, high
-/// nibbles = next 32). Value = `d sc_s q - dmin mn_s` for sub-block `s`.
-fn quantize_q4k(b: &[f32], out: &mut Vec<u8>, deq: &mut Vec<f32>, offsets: &mut Vec<f32>) {
+/// The head of a Q4_K / Q5_K super-block for values of `levels` steps
+/// per 32: `d`, `dmin` (f16) and 12 bytes of 6-bit scales and mins, pushed
+/// to `out`; returns each sub-block's factor `d sc_s` and min `dmin mn_s`.
+fn k4_head(b: &[f32], levels: f32, out: &mut Vec<u8>) -> ([f32; 8], [f32; 8]) {
     let mut scale = [0f32; 8];
     let mut minv = [0f32; 8];
     for s in 0..8 {
         let sb = &b[32 * s..32 * s + 32];
         let lo = sb.iter().fold(0f32, |a, &v| a.min(v)); // <= 0
         let hi = sb.iter().fold(f32::MIN, |a, &v| a.max(v));
-        scale[s] = (hi - lo) / 15.0;
+        scale[s] = (hi - lo) / levels;
         minv[s] = -lo;
     }
     let d = push_f16(out, scale.iter().fold(0f32, |a, &v| a.max(v)) / 63.0);
@@ -164,19 +165,58 @@ fn quantize_q4k(b: &[f32], out: &mut Vec<u8>, deq: &mut Vec<f32>, offsets: &mut 
         packed[j + 8] = (sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4);
     }
     out.extend_from_slice(&packed);
+    (
+        std::array::from_fn(|s| d * sc[s] as f32),
+        std::array::from_fn(|s| dmin * mn[s] as f32),
+    )
+}
+
+/// The values of a Q4_K / Q5_K super-block (`levels` steps), decoded into
+/// `deq` and their offsets into `offsets`.
+fn k4_values(
+    b: &[f32],
+    levels: f32,
+    (ds, ms): ([f32; 8], [f32; 8]),
+    deq: &mut Vec<f32>,
+    offsets: &mut Vec<f32>,
+) -> [u8; 256] {
     let mut q = [0u8; 256];
     for s in 0..8 {
-        let (ds, ms) = (d * sc[s] as f32, dmin * mn[s] as f32);
-        offsets.push(-ms);
+        offsets.push(-ms[s]);
         for l in 0..32 {
             let v = b[32 * s + l];
-            q[32 * s + l] = qround((v + ms) * inv(ds), 0.0, 15.0);
-            deq.push(ds * q[32 * s + l] as f32 + -ms);
+            q[32 * s + l] = qround((v + ms[s]) * inv(ds[s]), 0.0, levels);
+            deq.push(ds[s] * q[32 * s + l] as f32 + -ms[s]);
         }
     }
+    q
+}
+
+/// One Q4_K super-block: `d`, `dmin` (f16), 12 bytes of 6-bit scales and
+/// mins, 128 bytes of nibbles (per 64 values: low nibbles = first 32, high
+/// nibbles = next 32). Value = `d sc_s q - dmin mn_s` for sub-block `s`.
+fn quantize_q4k(b: &[f32], out: &mut Vec<u8>, deq: &mut Vec<f32>, offsets: &mut Vec<f32>) {
+    let head = k4_head(b, 15.0, out);
+    let q = k4_values(b, 15.0, head, deq, offsets);
     for c in 0..4 {
         for l in 0..32 {
             out.push(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+        }
+    }
+}
+
+/// One Q5_K super-block: Q4_K's head, then `qh[32]` (bit `2 c` of byte `l`
+/// is the fifth bit of value `64 c + l`, bit `2 c + 1` that of `64 c + 32 +
+/// l`), then Q4_K's nibbles of the low four bits.
+fn quantize_q5k(b: &[f32], out: &mut Vec<u8>, deq: &mut Vec<f32>, offsets: &mut Vec<f32>) {
+    let head = k4_head(b, 31.0, out);
+    let q = k4_values(b, 31.0, head, deq, offsets);
+    for l in 0..32 {
+        out.push((0..8).map(|bit| ((q[32 * bit + l] >> 4) & 1) << bit).sum());
+    }
+    for c in 0..4 {
+        for l in 0..32 {
+            out.push((q[64 * c + l] & 0xF) | ((q[64 * c + 32 + l] & 0xF) << 4));
         }
     }
 }
