@@ -1,25 +1,23 @@
-//! GGUF block formats and their unpacking into the two layouts the kernels
+//! GGUF block formats and their unpacking into the layouts the kernels
 //! work on.
 //!
 //! Every format is cut into 32-value blocks, each read as one of the
 //! following, then stored with eight rows interleaved (`x8/`); the
 //! K-quants' super-blocks are unpacked so by `kquants.rs`:
 //!
-//! - [`U4`]: 32 unsigned 4-bit values `q` in 16 bytes (byte `j` holds value
-//!   `j` in its low nibble and value `j + 16` in its high nibble, the
-//!   Q4_0/Q4_1 order), a scale `d` and an offset `m`, so that `w = d q + m`.
-//!   Q4_0 (`d (q - 8)`, so `m = -8 d`) and Q4_1 (`d q + m`) fit, and
-//!   Q4_K with `d = d_K sc`, `m = -dmin mn`.
-//! - [`I8`]: 32 signed bytes `q`, a scale `d` and optionally an offset `m`
-//!   per block: `w = d q (+ m)`.
-//!   Q8_0 (`d q`), Q5_0 (`d (q - 16)`) and Q5_1 (`d q + m`, `q` in 0..32)
-//!   fit, and Q5_K with Q4_K's `d` and `m`, and Q6_K (`q - 32`) with a
+//! - 4-bit values `q` in 16 bytes (byte `j` holds value `j` in its low
+//!   nibble and value `j + 16` in its high nibble, the Q4_0/Q4_1 order), a
+//!   scale `d` and an offset `m`, so that `w = d q + m`: Q4_0 (`d (q -
+//!   8)`, so `m = -8 d`), Q4_1 (`d q + m`), and Q4_K with `d = d_K sc`, `m
+//!   = -dmin mn`;
+//! - the same with a fifth bit per value: Q5_0 (`m = -16 d`), Q5_1, Q5_K;
+//! - signed bytes `q` with a scale `d`: Q8_0, and Q6_K (`q - 32`) with a
 //!   scale per 16 values.
 //!
 //! Every weight is reproduced exactly, in as many bytes as the GGUF blocks
-//! (scales and offsets stay f16; Q4_0's offset `-8 d` is one too; the
-//! K-quants keep their integer sub-block scales), plus the padding of the
-//! last group of eight rows; Q5_K's and Q6_K's values take a byte each.
+//! (scales and offsets stay f16; Q4_0's and Q5_0's offsets `-8 d` and `-16
+//! d` are too; the K-quants keep their integer sub-block scales), plus the
+//! padding of the last group of eight rows; Q6_K's values take a byte each.
 
 use std::ops::Range;
 
@@ -27,7 +25,8 @@ use half::f16;
 
 use crate::kquants::{unpack_q4k, unpack_q5k, unpack_q6k};
 use crate::x8::scales::{Flat, SuperK4, SuperK6};
-use crate::x8::{half_lanes, i8::I8x8, u4::U4x8, Group8};
+use crate::x8::u4::{U4x8, U5x8};
+use crate::x8::{half_lanes, i8::I8x8, Group8};
 use crate::Error;
 
 /// A GGUF (GGML) block format.
@@ -92,28 +91,23 @@ pub(crate) struct Nib(pub [u8; 16]);
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Q8(pub [i8; QK]);
 
-/// Blocks `w = d q + m` with 4-bit `q`; block `b` of row `r` at `r * nb + b`.
+/// Blocks `w = d q + m` with 4-bit `q` (or 5-bit, the fifth bits in
+/// `high`: bit `j` for value `j`); block `b` of row `r` at `r * nb + b`.
 #[derive(Debug)]
-pub(crate) struct U4 {
-    pub qs: Vec<Nib>,
-    pub d: Vec<f32>,
-    pub m: Vec<f32>,
-}
-
-/// Blocks `w_j = d q_j (+ m)` with 8-bit `q`, laid out as [`U4`].
-#[derive(Debug)]
-pub(crate) struct I8 {
-    pub qs: Vec<Q8>,
-    pub d: Vec<f32>,
-    pub m: Option<Vec<f32>>,
+struct U4 {
+    qs: Vec<Nib>,
+    high: Vec<u32>,
+    d: Vec<f32>,
+    m: Vec<f32>,
 }
 
 #[derive(Debug)]
 pub(crate) enum Repr {
     U4x8(U4x8<Flat>),
+    U5x8(U5x8<Flat>),
     I8x8(I8x8<Flat>),
     K4(U4x8<SuperK4>),
-    K5(I8x8<SuperK4>),
+    K5(U5x8<SuperK4>),
     K6(I8x8<SuperK6>),
 }
 
@@ -154,73 +148,57 @@ pub(crate) fn unpack(format: Format, data: &[u8], n: usize, k: usize) -> Result<
         Format::Q4K => Repr::K4(unpack_q4k(chunks, n, k)?),
         Format::Q5K => Repr::K5(unpack_q5k(chunks, n, k)?),
         Format::Q6K => Repr::K6(unpack_q6k(chunks, n, k)?),
-        Format::Q4_0 | Format::Q4_1 => {
+        Format::Q4_0 | Format::Q4_1 | Format::Q5_0 | Format::Q5_1 => {
+            let five = matches!(format, Format::Q5_0 | Format::Q5_1);
             let mut u = U4 {
                 qs: Vec::with_capacity(total),
+                high: Vec::with_capacity(if five { total } else { 0 }),
                 d: Vec::with_capacity(total),
                 m: Vec::with_capacity(total),
             };
             for b in chunks {
-                match format {
-                    Format::Q4_0 => {
-                        let d = h(b, 0);
-                        u.d.push(d);
-                        u.m.push(-8.0 * d);
-                        u.qs.push(Nib(b[2..18].try_into().expect("16 bytes")));
-                    }
-                    Format::Q4_1 => {
-                        u.d.push(h(b, 0));
-                        u.m.push(h(b, 2));
-                        u.qs.push(Nib(b[4..20].try_into().expect("16 bytes")));
-                    }
-                    _ => unreachable!("only Q4_0 and Q4_1 here"),
-                }
+                let d = h(b, 0);
+                u.d.push(d);
+                // d, (m), (4 bytes of fifth bits: bit j for value j), nibbles.
+                let (m, at) = match format {
+                    Format::Q4_0 => (-8.0 * d, 2),
+                    Format::Q4_1 => (h(b, 2), 4),
+                    Format::Q5_0 => (-16.0 * d, 2),
+                    _ => (h(b, 2), 4),
+                };
+                u.m.push(m);
+                let at = if five {
+                    u.high.push(u32::from_le_bytes(
+                        b[at..at + 4].try_into().expect("4 bytes"),
+                    ));
+                    at + 4
+                } else {
+                    at
+                };
+                u.qs.push(Nib(b[at..at + 16].try_into().expect("16 bytes")));
             }
             let scales = Flat {
                 d: half_lanes(&u.d, n, nb)?,
                 m: Some(half_lanes(&u.m, n, nb)?),
             };
-            Repr::U4x8(U4x8::new(&u.qs, n, nb, scales))
+            if five {
+                Repr::U5x8(U5x8::new(&u.qs, Some(&u.high), n, nb, scales))
+            } else {
+                Repr::U4x8(U4x8::new(&u.qs, None, n, nb, scales))
+            }
         }
-        Format::Q5_0 | Format::Q5_1 | Format::Q8_0 => {
-            let has_m = format == Format::Q5_1;
-            let mut w = I8 {
-                qs: Vec::with_capacity(total),
-                d: Vec::with_capacity(total),
-                m: has_m.then(|| Vec::with_capacity(total)),
-            };
+        Format::Q8_0 => {
+            let mut d = Vec::with_capacity(total);
+            let mut qs = Vec::with_capacity(total);
             for b in chunks {
-                match format {
-                    Format::Q8_0 => {
-                        w.d.push(h(b, 0));
-                        w.qs.push(Q8(std::array::from_fn(|j| b[2 + j] as i8)));
-                    }
-                    Format::Q5_0 | Format::Q5_1 => {
-                        // d, (m), 4 bytes of fifth bits (bit j for value j), nibbles.
-                        let o = if has_m { 4 } else { 2 };
-                        let d = h(b, 0);
-                        let qh = u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
-                        let qs = &b[o + 4..o + 20];
-                        let bias = if has_m { 0 } else { 16 };
-                        let q = std::array::from_fn(|j| {
-                            let low = if j < 16 { qs[j] & 0xF } else { qs[j - 16] >> 4 };
-                            let high = ((qh >> j) & 1) as u8;
-                            ((low | (high << 4)) as i32 - bias) as i8
-                        });
-                        w.d.push(d);
-                        w.qs.push(Q8(q));
-                        if let Some(m) = w.m.as_mut() {
-                            m.push(h(b, 2));
-                        }
-                    }
-                    _ => unreachable!("only Q5_0, Q5_1 and Q8_0 here"),
-                }
+                d.push(h(b, 0));
+                qs.push(Q8(std::array::from_fn(|j| b[2 + j] as i8)));
             }
             let scales = Flat {
-                d: half_lanes(&w.d, n, nb)?,
-                m: w.m.as_ref().map(|m| half_lanes(m, n, nb)).transpose()?,
+                d: half_lanes(&d, n, nb)?,
+                m: None,
             };
-            Repr::I8x8(I8x8::new(&w.qs, n, nb, scales))
+            Repr::I8x8(I8x8::new(&qs, n, nb, scales))
         }
     })
 }
@@ -230,6 +208,7 @@ impl Repr {
     pub(crate) fn dequantize_rows(&self, rows: Range<usize>, out: &mut Vec<f32>) {
         match self {
             Repr::U4x8(w) => rows.for_each(|r| w.dequantize_row(r, out)),
+            Repr::U5x8(w) => rows.for_each(|r| w.dequantize_row(r, out)),
             Repr::I8x8(w) => rows.for_each(|r| w.dequantize_row(r, out)),
             Repr::K4(w) => rows.for_each(|r| w.dequantize_row(r, out)),
             Repr::K5(w) => rows.for_each(|r| w.dequantize_row(r, out)),

@@ -7,21 +7,21 @@
 //!
 //! - Q4_K: `w = d sc_s q - dmin mn_s` (`q` 4-bit, `sc`, `mn` 6-bit per 32
 //!   values): a 4-bit block with factor `d sc_s` and offset `-dmin mn_s`;
-//! - Q5_K: the same with 5-bit `q`: an 8-bit block with Q4_K's factor and
-//!   offset;
+//! - Q5_K: the same with 5-bit `q`: a 5-bit block (nibbles and fifth
+//!   bits) with Q4_K's factor and offset;
 //! - Q6_K: `w = d sc_g (q - 32)` (`q` 6-bit, `sc` signed 8-bit per 16
 //!   values): an 8-bit block of `q - 32` with one factor per half.
 //!
 //! The activations are quantized per 32 values like those of every other
 //! format (llama.cpp quantizes them per 256 for the K-quants; per 32 is
 //! the finer of the two). Stored sizes per 256 values and row: Q4_K 148
-//! bytes (the GGUF block: 144), Q5_K 276 (176) and Q6_K 274 (210): their
-//! 5- and 6-bit values take a byte each.
+//! bytes (the GGUF block: 144), Q5_K 180 (176) and Q6_K 274 (210: its
+//! 6-bit values take a byte each).
 
 use crate::formats::{h, pack_nibbles, Q8, QK};
 use crate::x8::i8::I8x8;
 use crate::x8::scales::{SuperK4, SuperK6};
-use crate::x8::u4::U4x8;
+use crate::x8::u4::{U4x8, U5x8};
 use crate::x8::{group_blocks, half_lanes, G};
 use crate::Error;
 
@@ -114,7 +114,7 @@ pub(crate) fn unpack_q4k<'a>(
             }
         }
     }
-    Ok(U4x8::new(&qs, n, k / QK, scales.lanes(n, k)?))
+    Ok(U4x8::new(&qs, None, n, k / QK, scales.lanes(n, k)?))
 }
 
 /// `n` rows of Q5_K super-blocks (`blocks`: 176 bytes each, row major).
@@ -122,9 +122,10 @@ pub(crate) fn unpack_q5k<'a>(
     blocks: impl ExactSizeIterator<Item = &'a [u8]>,
     n: usize,
     k: usize,
-) -> Result<I8x8<SuperK4>, Error> {
+) -> Result<U5x8<SuperK4>, Error> {
     let total = blocks.len();
     let mut qs = Vec::with_capacity(total * G);
+    let mut high = Vec::with_capacity(total * G);
     let mut scales = K4Scales::with_capacity(total);
     for b in blocks {
         scales.push(b);
@@ -135,13 +136,14 @@ pub(crate) fn unpack_q5k<'a>(
             let q = &q[32 * c..32 * c + 32];
             for (half, shift) in [0, 4].into_iter().enumerate() {
                 let bit = 2 * c + half;
-                qs.push(Q8(std::array::from_fn(|l| {
-                    (((q[l] >> shift) & 0xF) | (((qh[l] >> bit) & 1) << 4)) as i8
+                qs.push(pack_nibbles(&std::array::from_fn(|l| {
+                    (q[l] >> shift) & 0xF
                 })));
+                high.push((0..32).map(|l| (((qh[l] >> bit) & 1) as u32) << l).sum());
             }
         }
     }
-    Ok(I8x8::new(&qs, n, k / QK, scales.lanes(n, k)?))
+    Ok(U5x8::new(&qs, Some(&high), n, k / QK, scales.lanes(n, k)?))
 }
 
 /// `n` rows of Q6_K super-blocks (`blocks`: 210 bytes each, row major).

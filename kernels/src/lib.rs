@@ -372,6 +372,7 @@ impl QuantMatrix {
         match isa {
             Isa::Scalar => match &self.repr {
                 Repr::U4x8(w) => x8::run_scalar(w, acts, groups, out),
+                Repr::U5x8(w) => x8::run_scalar(w, acts, groups, out),
                 Repr::I8x8(w) => x8::run_scalar(w, acts, groups, out),
                 Repr::K4(w) => x8::run_scalar(w, acts, groups, out),
                 Repr::K5(w) => x8::run_scalar(w, acts, groups, out),
@@ -382,6 +383,7 @@ impl QuantMatrix {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => match &self.repr {
                 Repr::U4x8(w) => x8::simd::run_vnni(w, acts, groups, out),
+                Repr::U5x8(w) => x8::simd::run_vnni(w, acts, groups, out),
                 Repr::I8x8(w) => x8::simd::run_vnni(w, acts, groups, out),
                 Repr::K4(w) => x8::simd::run_vnni(w, acts, groups, out),
                 Repr::K5(w) => x8::simd::run_vnni(w, acts, groups, out),
@@ -390,6 +392,7 @@ impl QuantMatrix {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 | Isa::Avx512 => match &self.repr {
                 Repr::U4x8(w) => x8::simd::run_avx2(w, acts, groups, out),
+                Repr::U5x8(w) => x8::simd::run_avx2(w, acts, groups, out),
                 Repr::I8x8(w) => x8::simd::run_avx2(w, acts, groups, out),
                 Repr::K4(w) => x8::simd::run_avx2(w, acts, groups, out),
                 Repr::K5(w) => x8::simd::run_avx2(w, acts, groups, out),

@@ -69,8 +69,9 @@ fn nibbles(q: &[u8]) -> [u8; 16] {
 
 /// Quantizes `w` (length a multiple of the block size) to `format`; returns
 /// the bytes, the decoded values, and the offset `m` of each 32 values in
-/// `w = d q + m` where the kernels use one (Q4_0's `-8 d`, Q4_1, Q5_1,
-/// Q4_K's and Q5_K's `-dmin mn`; 0 for the others, whose offsets live in `q`).
+/// `w = d q + m` where the kernels use one (Q4_0's `-8 d`, Q5_0's `-16 d`,
+/// Q4_1, Q5_1, Q4_K's and Q5_K's `-dmin mn`; 0 for Q8_0 and Q6_K, whose
+/// offsets live in `q`).
 pub fn quantize(format: Format, w: &[f32]) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
     let (mut out, mut deq) = (Vec::new(), Vec::with_capacity(w.len()));
     let mut offsets = Vec::new();
@@ -105,6 +106,7 @@ pub fn quantize(format: Format, w: &[f32]) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
                         deq.extend(q.iter().map(|&q| d * q as f32 + -8.0 * d));
                     }
                     _ => {
+                        offsets.push(-16.0 * d);
                         let qh: u32 = (0..32).map(|j| ((q[j] as u32 >> 4) & 1) << j).sum();
                         out.extend_from_slice(&qh.to_le_bytes());
                         let low: Vec<u8> = q.iter().map(|v| v & 0xF).collect();
