@@ -6,6 +6,10 @@
 //!   1536]` for the K-quants, whose rows must be whole 256-value
 //!   super-blocks), with the fastest instruction set of this CPU; throughput
 //!   in elements = multiply-adds (`m n k`).
+//! - `stream/<format>`: one activation row through 12 distinct `[2048,
+//!   4096]` matrices per iteration, whose weights thus come from memory as
+//!   in the decode step of a model larger than the caches; throughput in
+//!   bytes of the GGUF blocks.
 //! - `paged_attention/decode/B<b>`: one new query row for each of B
 //!   sequences over 512 cached positions each (SmolLM2's 9 query heads, 3 KV
 //!   heads, head_dim 64, f16 pool), keys/values written then attended, as one
@@ -100,6 +104,45 @@ fn bench_matmul(c: &mut Criterion) {
     }
 }
 
+/// Matrices per `stream` pass and their shape: 12 x [2048, 4096] is 50-110
+/// MB (by format), well past any cache, as a decode step's weights are.
+const STREAM_MATS: usize = 12;
+const STREAM_SHAPE: (usize, usize) = (2048, 4096);
+
+/// One activation row through many distinct matrices, so that the weights
+/// come from memory every time (a decode step of a model larger than the
+/// caches): throughput in bytes of the GGUF blocks read.
+fn bench_stream(c: &mut Criterion) {
+    let (n, k) = STREAM_SHAPE;
+    let mut rng = Rng(11);
+    let x = rng.f32s(k);
+    let mut out = vec![0f32; n];
+    let mut group = c.benchmark_group("stream");
+    configure(&mut group);
+    for format in Format::ALL {
+        let blocks = n * k / format.block_values();
+        let mats: Vec<QuantMatrix> = (0..STREAM_MATS)
+            .map(|_| QuantMatrix::new(format, &random_blocks(format, blocks), n, k))
+            .collect::<Result<_, _>>()
+            .expect("valid shape");
+        group.throughput(Throughput::Bytes(
+            (STREAM_MATS * blocks * format.block_bytes()) as u64,
+        ));
+        group.bench_function(format!("{format:?}"), |b| {
+            b.iter_custom(|iters| {
+                in_pool(|| {
+                    time(iters, || {
+                        for m in &mats {
+                            m.matmul(&x, 1, &mut out);
+                        }
+                    })
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
 /// Runs `f` on a rayon worker, as the model's forward runs (a matmul called
 /// from outside the pool waits for a worker to wake up every call).
 fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
@@ -171,5 +214,5 @@ fn bench_attention(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_matmul, bench_attention);
+criterion_group!(benches, bench_matmul, bench_stream, bench_attention);
 criterion_main!(benches);

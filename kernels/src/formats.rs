@@ -24,9 +24,10 @@ use std::ops::Range;
 use half::f16;
 
 use crate::kquants::{unpack_q4k, unpack_q5k, unpack_q6k};
+use crate::x8::i8::{I6x8, I8x8};
 use crate::x8::scales::{Flat, SuperK4, SuperK6};
 use crate::x8::u4::{U4x8, U5x8};
-use crate::x8::{half_lanes, i8::I8x8, Group8};
+use crate::x8::{half_lanes, Group8};
 use crate::Error;
 
 /// A GGUF (GGML) block format.
@@ -108,7 +109,7 @@ pub(crate) enum Repr {
     I8x8(I8x8<Flat>),
     K4(U4x8<SuperK4>),
     K5(U5x8<SuperK4>),
-    K6(I8x8<SuperK6>),
+    K6(I6x8<SuperK6>),
 }
 
 /// The f16 at byte `at` of a block.

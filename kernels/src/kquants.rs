@@ -19,7 +19,7 @@
 //! 6-bit values take a byte each).
 
 use crate::formats::{h, pack_nibbles, Q8, QK};
-use crate::x8::i8::I8x8;
+use crate::x8::i8::I6x8;
 use crate::x8::scales::{SuperK4, SuperK6};
 use crate::x8::u4::{U4x8, U5x8};
 use crate::x8::{group_blocks, half_lanes, G};
@@ -151,7 +151,7 @@ pub(crate) fn unpack_q6k<'a>(
     blocks: impl ExactSizeIterator<Item = &'a [u8]>,
     n: usize,
     k: usize,
-) -> Result<I8x8<SuperK6>, Error> {
+) -> Result<I6x8<SuperK6>, Error> {
     let (nb, ns, total) = (k / QK, k / QKK, blocks.len());
     let mut qs = Vec::with_capacity(total * G);
     let mut sc = Vec::with_capacity(total * G);
@@ -186,5 +186,5 @@ pub(crate) fn unpack_q6k<'a>(
             .map(|l| [l.map(|s| s[0]), l.map(|s| s[1])])
             .collect(),
     };
-    Ok(I8x8::new(&qs, n, nb, scales))
+    Ok(I6x8::new(&qs, n, nb, scales))
 }

@@ -17,6 +17,7 @@
 //! two factors per block.
 
 use super::scales::Scales;
+use super::u4::Nib8;
 use super::{group_blocks, interleave, Group8, G};
 use crate::act::Acts;
 use crate::formats::Q8;
@@ -26,33 +27,133 @@ use crate::formats::Q8;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Q8x8(pub [i8; 256]);
 
+/// Bits 4 and 5 of the 6-bit values of one block of a group: bits `2 (v %
+/// 4)` and `2 (v % 4) + 1` of byte `32 (v / 4) + 4 l + t` are bits 4 and 5
+/// of value `4 v + t` of row `l`.
+#[repr(C, align(32))]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Crumbs8(pub [u8; 64]);
+
 /// An 8-bit matrix with its rows interleaved by eight; block `b` of group
-/// `g` at `g * nb + b`.
+/// `g` at `g * nb + b`. With `SIX` the values are 6-bit (`q + 32` in 0..64
+/// for `q` in -32..32, Q6_K), stored packed: their low four bits as in the
+/// 4-bit layout ([`Nib8`]) and the top two in [`Crumbs8`].
 #[derive(Debug)]
-pub(crate) struct I8x8<S> {
+pub(crate) struct Ix8<S, const SIX: bool> {
     /// Real rows (the last group may be partly padding).
     pub n: usize,
     pub nb: usize,
+    /// The values, without `SIX` (else empty).
     pub qs: Vec<Q8x8>,
+    /// With `SIX`, the low and high bits of `q + 32` (else empty).
+    pub lo: Vec<Nib8>,
+    pub hi: Vec<Crumbs8>,
     pub scales: S,
 }
 
-impl<S: Scales> I8x8<S> {
+/// Bytes.
+pub(crate) type I8x8<S> = Ix8<S, false>;
+/// Packed 6-bit values.
+pub(crate) type I6x8<S> = Ix8<S, true>;
+
+impl<S: Scales, const SIX: bool> Ix8<S, SIX> {
     /// Interleaves `n` rows of `nb` blocks (`qs`: block `b` of row `r` at
-    /// `r * nb + b`) whose scales, already interleaved, are `scales`.
+    /// `r * nb + b`; with `SIX` every value in -32..32) whose scales, already
+    /// interleaved, are `scales`.
     ///
     /// # Panics
-    /// If `scales` covers another number of blocks.
+    /// If `scales` covers another number of blocks, or with `SIX` a value
+    /// is out of range.
     pub(crate) fn new(qs: &[Q8], n: usize, nb: usize, scales: S) -> Self {
-        let qs: Vec<Q8x8> = group_blocks(n, nb)
-            .map(|rows| Q8x8(interleave(rows.map(|i| i.map(|i| &qs[i].0)))))
-            .collect();
-        assert_eq!(scales.blocks(), qs.len(), "scales of another matrix");
-        Self { n, nb, qs, scales }
+        let blocks = group_blocks(n, nb).map(|rows| interleave(rows.map(|i| i.map(|i| &qs[i].0))));
+        let (mut plain, mut lo, mut hi) = (Vec::new(), Vec::new(), Vec::new());
+        for q in blocks {
+            if !SIX {
+                plain.push(Q8x8(q));
+                continue;
+            }
+            let u: [u8; 256] = std::array::from_fn(|e| {
+                assert!(
+                    (-32..32).contains(&q[e]),
+                    "6-bit value {} out of range",
+                    q[e]
+                );
+                (q[e] + 32) as u8
+            });
+            // Byte `32 v + 4 l + t` of `u` is value `4 v + t` of row `l`.
+            let mut nib = [0u8; 128];
+            let mut crumbs = [0u8; 64];
+            for v in 0..G {
+                for e in 0..32 {
+                    let x = u[32 * v + e];
+                    nib[32 * (v % 4) + e] |= (x & 0xF) << (4 * (v / 4));
+                    crumbs[32 * (v / 4) + e] |= (x >> 4) << (2 * (v % 4));
+                }
+            }
+            lo.push(Nib8(nib));
+            hi.push(Crumbs8(crumbs));
+        }
+        let this = Self {
+            n,
+            nb,
+            qs: plain,
+            lo,
+            hi,
+            scales,
+        };
+        assert_eq!(
+            this.scales.blocks(),
+            this.qs.len().max(this.lo.len()),
+            "scales of another matrix"
+        );
+        this
+    }
+
+    /// The eight registers of group block `i`: register `v` holds values
+    /// `4 v..4 v + 4` of every row (see the module docs).
+    ///
+    /// # Safety
+    /// AVX2; block `i` exists.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load(&self, i: usize) -> [std::arch::x86_64::__m256i; G] {
+        use std::arch::x86_64::*;
+        if !SIX {
+            let p = self.qs.as_ptr().add(i) as *const __m256i;
+            return std::array::from_fn(|v| _mm256_load_si256(p.add(v)));
+        }
+        let low4 = _mm256_set1_epi8(0x0F);
+        let top2 = _mm256_set1_epi8(0x30);
+        let p = self.lo.as_ptr().add(i) as *const __m256i;
+        let h = self.hi.as_ptr().add(i) as *const __m256i;
+        let (a, b) = (_mm256_load_si256(h), _mm256_load_si256(h.add(1)));
+        // Bits `2 (v % 4)..` of each byte to bits 4 and 5: 16-bit shifts
+        // move only the neighbouring byte's bits 0-3 or 6-7 across.
+        let top = [
+            _mm256_slli_epi16::<4>(a),
+            _mm256_slli_epi16::<2>(a),
+            a,
+            _mm256_srli_epi16::<2>(a),
+            _mm256_slli_epi16::<4>(b),
+            _mm256_slli_epi16::<2>(b),
+            b,
+            _mm256_srli_epi16::<2>(b),
+        ];
+        let thirty_two = _mm256_set1_epi8(32);
+        std::array::from_fn(|v| {
+            let raw = _mm256_load_si256(p.add(v % 4));
+            let low = if v < 4 {
+                _mm256_and_si256(raw, low4)
+            } else {
+                _mm256_and_si256(_mm256_srli_epi16::<4>(raw), low4)
+            };
+            let u = _mm256_or_si256(low, _mm256_and_si256(top[v], top2));
+            _mm256_sub_epi8(u, thirty_two)
+        })
     }
 }
 
-impl<S: Scales> Group8 for I8x8<S> {
+impl<S: Scales, const SIX: bool> Group8 for Ix8<S, SIX> {
     const HALVES: bool = S::HALVES;
 
     fn rows(&self) -> usize {
@@ -64,7 +165,14 @@ impl<S: Scales> Group8 for I8x8<S> {
     }
 
     fn q(&self, i: usize, l: usize, j: usize) -> i32 {
-        self.qs[i].0[32 * (j / 4) + 4 * l + j % 4] as i32
+        let (v, e) = (j / 4, 4 * l + j % 4);
+        if SIX {
+            let low = (self.lo[i].0[32 * (v % 4) + e] >> (4 * (v / 4))) & 0xF;
+            let top = (self.hi[i].0[32 * (v / 4) + e] >> (2 * (v % 4))) & 3;
+            (low | (top << 4)) as i32 - 32
+        } else {
+            self.qs[i].0[32 * v + e] as i32
+        }
     }
 
     fn scale_offset(&self, i: usize, l: usize, j: usize) -> (f32, f32) {
@@ -84,32 +192,32 @@ impl<S: Scales> Group8 for I8x8<S> {
     ) -> [std::arch::x86_64::__m256; A] {
         use std::arch::x86_64::*;
         let nb = self.nb;
-        assert!((g + 1) * nb <= self.qs.len() && (a + A) * nb <= acts.qs.len());
+        let blocks = if SIX { self.lo.len() } else { self.qs.len() };
+        assert!((g + 1) * nb <= blocks && (a + A) * nb <= acts.qs.len());
         let ones = _mm256_set1_epi16(1);
         let offsets = self.scales.has_offset();
         let mut acc = [_mm256_setzero_ps(); A];
         let mut mins = [_mm256_setzero_ps(); A];
         for b in 0..nb {
             let i = g * nb + b;
-            let p = self.qs.as_ptr().add(i) as *const __m256i;
-            let wabs: [__m256i; G] =
-                std::array::from_fn(|k| _mm256_abs_epi8(_mm256_load_si256(p.add(k))));
+            let w = self.load(i);
+            let wabs = w.map(|w| _mm256_abs_epi8(w));
             let [d0, d1] = self.scales.factors(i);
             for (j, acc) in acc.iter_mut().enumerate() {
                 let ai = (a + j) * nb + b;
                 let x = acts.qs.as_ptr().add(ai) as *const i32;
                 // Values 0..16 and 16..32 summed apart (Q6_K scales each).
                 let mut s = [_mm256_setzero_si256(); 2];
-                for (k, &wk) in wabs.iter().enumerate() {
+                for (k, (&wk, &wa)) in w.iter().zip(&wabs).enumerate() {
                     let xv = _mm256_set1_epi32(x.add(k).read());
-                    let signed = _mm256_sign_epi8(xv, _mm256_load_si256(p.add(k)));
+                    let signed = _mm256_sign_epi8(xv, wk);
                     let h = &mut s[k / 4];
                     *h = if VNNI {
-                        _mm256_dpbusd_epi32(*h, wk, signed)
+                        _mm256_dpbusd_epi32(*h, wa, signed)
                     } else {
                         _mm256_add_epi32(
                             *h,
-                            _mm256_madd_epi16(_mm256_maddubs_epi16(wk, signed), ones),
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(wa, signed), ones),
                         )
                     };
                 }
