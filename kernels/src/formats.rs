@@ -11,13 +11,14 @@
 //!   8)`, so `m = -8 d`), Q4_1 (`d q + m`), and Q4_K with `d = d_K sc`, `m
 //!   = -dmin mn`;
 //! - the same with a fifth bit per value: Q5_0 (`m = -16 d`), Q5_1, Q5_K;
-//! - signed bytes `q` with a scale `d`: Q8_0, and Q6_K (`q - 32`) with a
-//!   scale per 16 values.
+//! - signed bytes `q` with a scale `d`: Q8_0, and Q6_K (`q - 32`, kept as
+//!   packed 6-bit values) with a scale per 16 values.
 //!
 //! Every weight is reproduced exactly, in as many bytes as the GGUF blocks
 //! (scales and offsets stay f16; Q4_0's and Q5_0's offsets `-8 d` and `-16
 //! d` are too; the K-quants keep their integer sub-block scales), plus the
-//! padding of the last group of eight rows; Q6_K's values take a byte each.
+//! padding of the last group of eight rows. Q8_0 values take a byte each;
+//! the others stay packed to their bit widths.
 
 use std::ops::Range;
 

@@ -10,13 +10,13 @@
 //! - Q5_K: the same with 5-bit `q`: a 5-bit block (nibbles and fifth
 //!   bits) with Q4_K's factor and offset;
 //! - Q6_K: `w = d sc_g (q - 32)` (`q` 6-bit, `sc` signed 8-bit per 16
-//!   values): an 8-bit block of `q - 32` with one factor per half.
+//!   values): a signed block of `q - 32` (stored as packed 6-bit `q`) with
+//!   one factor per half.
 //!
 //! The activations are quantized per 32 values like those of every other
 //! format (llama.cpp quantizes them per 256 for the K-quants; per 32 is
 //! the finer of the two). Stored sizes per 256 values and row: Q4_K 148
-//! bytes (the GGUF block: 144), Q5_K 180 (176) and Q6_K 274 (210: its
-//! 6-bit values take a byte each).
+//! bytes (the GGUF block: 144), Q5_K 180 (176) and Q6_K 210 (210).
 
 use crate::formats::{h, pack_nibbles, Q8, QK};
 use crate::x8::i8::I6x8;

@@ -6,12 +6,12 @@
 //!
 //! How:
 //! - at load every format is stored with eight weight rows interleaved
-//!   (`x8/`): 4-bit values with an f16 scale and offset per 32 (Q4_0,
-//!   Q4_1), or 8-bit values with an f16 scale and optional offset per 32
-//!   (Q5_0, Q5_1, Q8_0); the K-quants' 256-value super-blocks as eight
-//!   such blocks whose factors come from their integer sub-block scales
-//!   (Q4_K as 4-bit, Q5_K and Q6_K as 8-bit, `kquants.rs`); the weights are
-//!   reproduced exactly;
+//!   (`x8/`): 4- or 5-bit values with an f16 scale and offset per 32 (Q4_0,
+//!   Q4_1, Q5_0, Q5_1), or 8-bit values with an f16 scale per 32 (Q8_0);
+//!   the K-quants' 256-value super-blocks as eight such blocks whose
+//!   factors come from their integer sub-block scales (Q4_K as 4-bit, Q5_K
+//!   as 5-bit, Q6_K as signed 6-bit, `kquants.rs`); the weights are
+//!   reproduced exactly, in about the GGUF's bytes;
 //! - the activations are quantized to 8 bits per 32 values as llama.cpp's
 //!   Q8_0/Q8_1 (`act.rs`, which states the error bounds);
 //! - each 32-value block pair contributes `f_w d_x sum(q_w q_x) + m_w s_x`

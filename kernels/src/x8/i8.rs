@@ -1,13 +1,14 @@
-//! The 8-bit formats (Q5_0, Q5_1, Q8_0; Q6_K) with eight weight rows interleaved
-//! (see the parent module).
+//! The signed formats (Q8_0; Q6_K) with eight weight rows interleaved (see
+//! the parent module).
 //!
-//! [`I8x8`] keeps signed 8-bit values (`w = f q (+ m)`, `q` in
-//! -127..=127) with a group's block in 256 bytes: byte `32 k + 4 l + t`
-//! (`k` in 0..8, `l` in 0..8, `t` in 0..4) is value `4 k + t` of row `l`;
-//! the factors `f` and offsets `m` are kept as the format has them
-//! ([`Scales`]: eight f16 scales, and offsets for Q5_1, per group's block;
-//! Q6_K's signed 8-bit scales per 16 values under an f16 per 256, the
-//! values being its `q - 32`).
+//! [`I8x8`] keeps signed 8-bit values (`w = f q`, `q` in -127..=127) with a
+//! group's block in 256 bytes: byte `32 k + 4 l + t` (`k` in 0..8, `l` in
+//! 0..8, `t` in 0..4) is value `4 k + t` of row `l`. [`I6x8`] keeps Q6_K's
+//! `q - 32` as 6-bit `q` packed in 192 bytes (the low four bits as the
+//! 4-bit layout's nibbles, the top two in a 64-byte plane), unpacked to
+//! the same registers by the kernel. The factors `f` are kept as the
+//! format has them ([`Scales`]: eight f16 scales per group's block; Q6_K's
+//! signed 8-bit scales per 16 values under an f16 per 256).
 //!
 //! `vpmaddubsw` wants an unsigned first operand, so the SIMD kernel
 //! multiplies `|w|` by the activation bytes carrying the sign of `w`

@@ -10,11 +10,16 @@
 //! integer dot product over the block. The float work, `d_w d_x isum (+ m_w
 //! s_x)`, is then a handful of instructions for all eight rows (the scales
 //! of a group's block are eight f16, as in the GGUF blocks, widened with one
-//! `vcvtph2ps`), and the eight lanes are eight consecutive output columns:
+//! `vcvtph2ps`; the K-quants' integer sub-block scales are widened too), and the eight lanes are eight consecutive output columns:
 //! no horizontal sums.
 //!
-//! - [`u4`]: Q4_0, Q4_1 (4-bit values, `w = d q + m`);
-//! - [`i8`]: Q5_0, Q5_1, Q8_0 (8-bit values, `w = d q (+ m)`).
+//! - [`u4`]: Q4_0, Q4_1, Q4_K (4-bit values, `w = f q + m`) and Q5_0,
+//!   Q5_1, Q5_K (5-bit);
+//! - [`i8`]: Q8_0 (signed 8-bit values, `w = f q`) and Q6_K (signed 6-bit,
+//!   one factor per 16 values);
+//! - [`scales`]: the factors `f` and offsets `m` as each format keeps them
+//!   (the K-quants' 256-value super-blocks are eight 32-value blocks here,
+//!   whose factors come from the integer sub-block scales).
 //!
 //! Rows are padded to a multiple of eight with zero weights; padded rows are
 //! never written out. Work is cut into tiles of one group x 1, 2 or 4
