@@ -7,7 +7,7 @@
 //!
 //! - [`Flat`] (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): an f16 scale and optionally
 //!   an f16 offset per row and block;
-//! - [`SuperK4`] (Q4_K): per 256 values an f16 `d` and `dmin` per row, per
+//! - [`SuperK4`] (Q4_K, Q5_K): per 256 values an f16 `d` and `dmin` per row, per
 //!   32 a 6-bit scale `sc` and min `mn`: factor `d sc`, offset `-dmin mn`;
 //! - [`SuperK6`] (Q6_K): per 256 an f16 `d` per row, per 16 a signed 8-bit
 //!   scale: factor `d sc` for values 0..16 and another for 16..32 of each
