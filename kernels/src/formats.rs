@@ -24,7 +24,7 @@ use std::ops::Range;
 
 use half::f16;
 
-use crate::kquants::{unpack_q4k, unpack_q5k, unpack_q6k};
+use crate::kquants::{unpack_q45k, unpack_q6k};
 use crate::x8::i8::{I6x8, I8x8};
 use crate::x8::scales::{Flat, SuperK4, SuperK6};
 use crate::x8::u4::{U4x8, U5x8};
@@ -147,8 +147,8 @@ pub(crate) fn unpack(format: Format, data: &[u8], n: usize, k: usize) -> Result<
     let total = n * nb;
     let chunks = data.chunks_exact(format.block_bytes());
     Ok(match format {
-        Format::Q4K => Repr::K4(unpack_q4k(chunks, n, k)?),
-        Format::Q5K => Repr::K5(unpack_q5k(chunks, n, k)?),
+        Format::Q4K => Repr::K4(unpack_q45k(chunks, n, k)?),
+        Format::Q5K => Repr::K5(unpack_q45k(chunks, n, k)?),
         Format::Q6K => Repr::K6(unpack_q6k(chunks, n, k)?),
         Format::Q4_0 | Format::Q4_1 | Format::Q5_0 | Format::Q5_1 => {
             let five = matches!(format, Format::Q5_0 | Format::Q5_1);

@@ -21,7 +21,7 @@
 use crate::formats::{h, pack_nibbles, Q8, QK};
 use crate::x8::i8::I6x8;
 use crate::x8::scales::{SuperK4, SuperK6};
-use crate::x8::u4::{U4x8, U5x8};
+use crate::x8::u4::Ux8;
 use crate::x8::{group_blocks, half_lanes, G};
 use crate::Error;
 
@@ -93,57 +93,40 @@ impl K4Scales {
     }
 }
 
-/// `n` rows of Q4_K super-blocks (`blocks`: 144 bytes each, row major).
-pub(crate) fn unpack_q4k<'a>(
+/// `n` rows of Q4_K super-blocks (`blocks`: 144 bytes each, row major),
+/// or with `FIVE` of Q5_K ones (176 bytes: the same with 32 bytes of fifth
+/// bits before the nibbles).
+pub(crate) fn unpack_q45k<'a, const FIVE: bool>(
     blocks: impl ExactSizeIterator<Item = &'a [u8]>,
     n: usize,
     k: usize,
-) -> Result<U4x8<SuperK4>, Error> {
+) -> Result<Ux8<SuperK4, FIVE>, Error> {
     let total = blocks.len();
     let mut qs = Vec::with_capacity(total * G);
+    let mut high = Vec::with_capacity(if FIVE { total * G } else { 0 });
     let mut scales = K4Scales::with_capacity(total);
+    let nibbles = if FIVE { 48 } else { 16 };
     for b in blocks {
         scales.push(b);
-        // Per 64 values: low nibbles are the first 32, high the next.
-        for c in 0..4 {
-            let q = &b[16 + 32 * c..16 + 32 * c + 32];
-            for shift in [0, 4] {
-                qs.push(pack_nibbles(&std::array::from_fn(|l| {
-                    (q[l] >> shift) & 0xF
-                })));
-            }
-        }
-    }
-    Ok(U4x8::new(&qs, None, n, k / QK, scales.lanes(n, k)?))
-}
-
-/// `n` rows of Q5_K super-blocks (`blocks`: 176 bytes each, row major).
-pub(crate) fn unpack_q5k<'a>(
-    blocks: impl ExactSizeIterator<Item = &'a [u8]>,
-    n: usize,
-    k: usize,
-) -> Result<U5x8<SuperK4>, Error> {
-    let total = blocks.len();
-    let mut qs = Vec::with_capacity(total * G);
-    let mut high = Vec::with_capacity(total * G);
-    let mut scales = K4Scales::with_capacity(total);
-    for b in blocks {
-        scales.push(b);
-        // qh[32]: bit 2c (2c + 1) of byte l is the fifth bit of value l of
-        // the low (high) nibbles of the 64 values of chunk c in qs[128].
-        let (qh, q) = (&b[16..48], &b[48..176]);
+        // Per 64 values (chunk c): low nibbles are the first 32, high the
+        // next. Q5_K's qh[32]: bit 2c (2c + 1) of byte l is the fifth bit
+        // of value l of the low (high) nibbles of chunk c.
+        let (qh, q) = (&b[16..48], &b[nibbles..nibbles + 128]);
         for c in 0..4 {
             let q = &q[32 * c..32 * c + 32];
             for (half, shift) in [0, 4].into_iter().enumerate() {
-                let bit = 2 * c + half;
                 qs.push(pack_nibbles(&std::array::from_fn(|l| {
                     (q[l] >> shift) & 0xF
                 })));
-                high.push((0..32).map(|l| (((qh[l] >> bit) & 1) as u32) << l).sum());
+                if FIVE {
+                    let bit = 2 * c + half;
+                    high.push((0..32).map(|l| (((qh[l] >> bit) & 1) as u32) << l).sum());
+                }
             }
         }
     }
-    Ok(U5x8::new(&qs, Some(&high), n, k / QK, scales.lanes(n, k)?))
+    let high = FIVE.then_some(high.as_slice());
+    Ok(Ux8::new(&qs, high, n, k / QK, scales.lanes(n, k)?))
 }
 
 /// `n` rows of Q6_K super-blocks (`blocks`: 210 bytes each, row major).
