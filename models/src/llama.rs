@@ -279,6 +279,12 @@ impl Llama {
         self
     }
 
+    /// Whether the blocks run on the slice path (a CPU model whose linear
+    /// layers are all `hearth-kernels` matrices without bias).
+    pub fn runs_slice_path(&self) -> bool {
+        self.cpu_blocks.is_some()
+    }
+
     /// Sets the storage dtype of caches made by [`CausalLM::new_cache`]
     /// afterwards: f16 (the default) halves the cache memory and matches
     /// llama.cpp's default KV cache; f32 keeps attention exact in f32; bf16
