@@ -103,6 +103,22 @@ struct U4 {
     m: Vec<f32>,
 }
 
+/// `$body` with `$w` bound to the layout inside `$repr`, whichever it is:
+/// every arm is compiled for its own layout type.
+macro_rules! with_layout {
+    ($repr:expr, $w:ident => $body:expr) => {
+        match $repr {
+            Repr::U4x8($w) => $body,
+            Repr::U5x8($w) => $body,
+            Repr::I8x8($w) => $body,
+            Repr::K4($w) => $body,
+            Repr::K5($w) => $body,
+            Repr::K6($w) => $body,
+        }
+    };
+}
+pub(crate) use with_layout;
+
 #[derive(Debug)]
 pub(crate) enum Repr {
     U4x8(U4x8<Flat>),
@@ -208,14 +224,7 @@ pub(crate) fn unpack(format: Format, data: &[u8], n: usize, k: usize) -> Result<
 impl Repr {
     /// Appends rows `rows` as f32, row major.
     pub(crate) fn dequantize_rows(&self, rows: Range<usize>, out: &mut Vec<f32>) {
-        match self {
-            Repr::U4x8(w) => rows.for_each(|r| w.dequantize_row(r, out)),
-            Repr::U5x8(w) => rows.for_each(|r| w.dequantize_row(r, out)),
-            Repr::I8x8(w) => rows.for_each(|r| w.dequantize_row(r, out)),
-            Repr::K4(w) => rows.for_each(|r| w.dequantize_row(r, out)),
-            Repr::K5(w) => rows.for_each(|r| w.dequantize_row(r, out)),
-            Repr::K6(w) => rows.for_each(|r| w.dequantize_row(r, out)),
-        }
+        with_layout!(self, w => rows.for_each(|r| w.dequantize_row(r, out)))
     }
 }
 

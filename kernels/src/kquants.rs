@@ -22,7 +22,7 @@ use crate::formats::{h, pack_nibbles, Q8, QK};
 use crate::x8::i8::I6x8;
 use crate::x8::scales::{SuperK4, SuperK6};
 use crate::x8::u4::Ux8;
-use crate::x8::{group_blocks, half_lanes, G};
+use crate::x8::{half_lanes, lanes, G};
 use crate::Error;
 
 /// Values per super-block.
@@ -43,14 +43,6 @@ fn q4k_scale_min(s: &[u8], j: usize) -> (u8, u8) {
             (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
         )
     }
-}
-
-/// The per-row values `v` (`v[r * per_row + t]`) of every group block, as
-/// eight lanes (0 for padding rows).
-fn lanes<T: Copy + Default>(v: &[T], n: usize, per_row: usize) -> Vec<[T; G]> {
-    group_blocks(n, per_row)
-        .map(|rows| rows.map(|i| i.map_or(T::default(), |i| v[i])))
-        .collect()
 }
 
 /// Q4_K's and Q5_K's super-block scales: `d`, `dmin` (f16) at bytes 0..4,

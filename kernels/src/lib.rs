@@ -49,7 +49,7 @@ use rayon::prelude::*;
 use act::Acts;
 pub use bf16::Bf16Matrix;
 pub use formats::{quantize_q8_0, Format};
-use formats::{Repr, QK};
+use formats::{with_layout, Repr, QK};
 
 /// Multiply-adds below which a matmul stays on the calling thread.
 const PARALLEL_MIN_WORK: usize = 1 << 18;
@@ -370,34 +370,17 @@ impl QuantMatrix {
     unsafe fn block(&self, isa: Isa, acts: &Acts, rows: Range<usize>, out: Out) {
         let groups = groups(rows);
         match isa {
-            Isa::Scalar => match &self.repr {
-                Repr::U4x8(w) => x8::run_scalar(w, acts, groups, out),
-                Repr::U5x8(w) => x8::run_scalar(w, acts, groups, out),
-                Repr::I8x8(w) => x8::run_scalar(w, acts, groups, out),
-                Repr::K4(w) => x8::run_scalar(w, acts, groups, out),
-                Repr::K5(w) => x8::run_scalar(w, acts, groups, out),
-                Repr::K6(w) => x8::run_scalar(w, acts, groups, out),
-            },
-            // SAFETY (every arm below): `matmul_with` checked that the CPU
+            Isa::Scalar => with_layout!(&self.repr, w => x8::run_scalar(w, acts, groups, out)),
+            // SAFETY (both arms below): `matmul_with` checked that the CPU
             // has `isa`; every non-scalar `Isa` implies AVX2, FMA and F16C.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512Vnni => match &self.repr {
-                Repr::U4x8(w) => x8::simd::run_vnni(w, acts, groups, out),
-                Repr::U5x8(w) => x8::simd::run_vnni(w, acts, groups, out),
-                Repr::I8x8(w) => x8::simd::run_vnni(w, acts, groups, out),
-                Repr::K4(w) => x8::simd::run_vnni(w, acts, groups, out),
-                Repr::K5(w) => x8::simd::run_vnni(w, acts, groups, out),
-                Repr::K6(w) => x8::simd::run_vnni(w, acts, groups, out),
-            },
+            Isa::Avx512Vnni => {
+                with_layout!(&self.repr, w => x8::simd::run_vnni(w, acts, groups, out))
+            }
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 | Isa::Avx512 => match &self.repr {
-                Repr::U4x8(w) => x8::simd::run_avx2(w, acts, groups, out),
-                Repr::U5x8(w) => x8::simd::run_avx2(w, acts, groups, out),
-                Repr::I8x8(w) => x8::simd::run_avx2(w, acts, groups, out),
-                Repr::K4(w) => x8::simd::run_avx2(w, acts, groups, out),
-                Repr::K5(w) => x8::simd::run_avx2(w, acts, groups, out),
-                Repr::K6(w) => x8::simd::run_avx2(w, acts, groups, out),
-            },
+            Isa::Avx2 | Isa::Avx512 => {
+                with_layout!(&self.repr, w => x8::simd::run_avx2(w, acts, groups, out))
+            }
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("only the scalar kernels exist off x86-64"),
         }

@@ -116,6 +116,14 @@ impl Half8 {
     }
 }
 
+/// The per-row values `v` (`v[r * per_row + t]`) of every group block, as
+/// eight lanes (0 for padding rows).
+pub(crate) fn lanes<T: Copy + Default>(v: &[T], n: usize, per_row: usize) -> Vec<[T; G]> {
+    group_blocks(n, per_row)
+        .map(|rows| rows.map(|i| i.map_or(T::default(), |i| v[i])))
+        .collect()
+}
+
 /// [`Half8::gather`] over every group block of `n` rows of `per_row`
 /// values `v` (`v[r * per_row + t]`).
 pub(crate) fn half_lanes(v: &[f32], n: usize, per_row: usize) -> Result<Vec<Half8>, Error> {
