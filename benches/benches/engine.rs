@@ -113,6 +113,7 @@ fn submit(engine: &EngineHandle, seq: usize, prompt_len: usize, max_tokens: usiz
             },
             priority: Default::default(),
             adapter: None,
+            cache_scope: None,
         })
         .expect("submit")
 }

@@ -1,18 +1,12 @@
 //! The axum application: `app(state) -> Router`, testable in-process.
 
-use std::panic::AssertUnwindSafe;
-
 use axum::extract::DefaultBodyLimit;
-use axum::extract::Request;
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::middleware;
 use axum::routing::{delete, get, post};
 use axum::Router;
-use futures_util::FutureExt;
-use hearth_api::ApiError;
 
 use crate::auth::require_key;
-use crate::error::{method_not_allowed, not_found, HttpError};
+use crate::error::{method_not_allowed, not_found};
 use crate::routes;
 use crate::state::AppState;
 
@@ -80,29 +74,28 @@ pub fn app(state: AppState) -> Router {
         .route(
             "/v1/admin/projects",
             get(routes::admin::list_projects).post(routes::admin::create_project),
-        )
+        );
+    let api = if state.http.metrics_public {
+        api
+    } else {
+        api.route("/metrics", get(routes::metrics::metrics))
+    };
+    let api = api
         .method_not_allowed_fallback(method_not_allowed)
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
-    Router::new()
-        .route("/health", get(routes::health))
-        .route("/metrics", get(routes::metrics::metrics))
+    let public = Router::new()
+        .route("/health", get(routes::health::ready))
+        .route("/health/ready", get(routes::health::ready))
+        .route("/health/live", get(routes::health::live))
         // Signed links carry their own authority: no key.
         .route("/v1/files/{file_id}/download", get(routes::files::download))
         .merge(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(middleware::from_fn(catch_panic))
-        .with_state(state)
-}
-
-/// A bug in a handler answers 500 in shape A instead of dropping the connection.
-async fn catch_panic(request: Request, next: Next) -> Response {
-    match AssertUnwindSafe(next.run(request)).catch_unwind().await {
-        Ok(response) => response,
-        Err(_) => {
-            tracing::error!("a request handler panicked");
-            HttpError(ApiError::internal()).into_response()
-        }
-    }
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::layers::request_timeout,
+        ));
+    crate::layers::wrap(router, &state.http).with_state(state)
 }

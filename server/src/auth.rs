@@ -12,7 +12,7 @@ use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use hearth_api::{ApiError, ProjectQuery};
+use hearth_api::ApiError;
 use hearth_store::Caller;
 
 use crate::error::HttpError;
@@ -22,10 +22,39 @@ use crate::state::AppState;
 #[derive(Debug, Clone)]
 pub struct RequestContext {
     pub caller: Caller,
+    /// The project named by `ai_project_id`, else the key's default one.
     pub project_id: String,
+    /// Whether `ai_project_id` named the project (by-id routes then insist
+    /// that the resource is in it).
+    pub project_named: bool,
 }
 
 impl RequestContext {
+    /// Checks that a resource of `project_id` (found by its id) is the
+    /// caller's: in the named project when `ai_project_id` was given, else
+    /// in any project the caller's account reaches. A resource the caller
+    /// may not use is [`StoreError::NotFound`]`(kind)`, answered exactly as
+    /// a missing one (403 shape A).
+    pub async fn check_owner(
+        &self,
+        store: &hearth_store::Store,
+        project_id: &str,
+        kind: &'static str,
+    ) -> Result<(), HttpError> {
+        let allowed = if project_id == self.project_id {
+            true
+        } else if self.project_named {
+            false
+        } else {
+            store.caller_reaches(&self.caller, project_id).await?
+        };
+        if allowed {
+            Ok(())
+        } else {
+            Err(hearth_store::StoreError::NotFound(kind).into())
+        }
+    }
+
     /// 403 unless the caller's key is an admin key.
     pub fn require_admin(&self) -> Result<(), HttpError> {
         if self.caller.is_admin {
@@ -97,9 +126,8 @@ async fn resolve(
             });
         }
     }
-    let asked = hearth_api::parse_query::<ProjectQuery>(query)
-        .ok()
-        .and_then(|q| q.project_id().map(str::to_string));
+    let asked = project_in_query(query)?;
+    let project_named = asked.is_some();
     let project_id = match asked {
         None => caller.default_project_id.clone(),
         Some(id) => {
@@ -116,7 +144,35 @@ async fn resolve(
             id
         }
     };
-    Ok(RequestContext { caller, project_id })
+    Ok(RequestContext {
+        caller,
+        project_id,
+        project_named,
+    })
+}
+
+/// `ai_project_id` of the query string (empty counts as absent). Named
+/// twice: 422 shape C rather than a silent choice of one.
+fn project_in_query(query: Option<&str>) -> Result<Option<String>, HttpError> {
+    let Some(query) = query else {
+        return Ok(None);
+    };
+    let mut values = form_urlencoded::parse(query.as_bytes())
+        .filter(|(name, _)| name == "ai_project_id")
+        .map(|(_, value)| value.into_owned());
+    let first = values.next();
+    if let Some(second) = values.next() {
+        return Err(HttpError(ApiError::validation(vec![
+            hearth_api::ValidationItem {
+                kind: "duplicate_parameter".into(),
+                loc: vec!["query".into(), "ai_project_id".into()],
+                msg: "`ai_project_id` may be given once".into(),
+                input: serde_json::json!([first.unwrap_or_default(), second]),
+                ctx: None,
+            },
+        ])));
+    }
+    Ok(first.filter(|id| !id.is_empty()))
 }
 
 fn bearer(header: Option<&axum::http::HeaderValue>) -> Result<&str, &'static str> {

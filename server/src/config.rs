@@ -79,7 +79,12 @@ pub struct ServeArgs {
     pub port: u16,
     /// Extra API keys, for the default project, besides the stored ones
     /// (`hearth keys`); repeatable.
-    #[arg(long = "api-key", env = "HEARTH_API_KEY", value_delimiter = ',')]
+    #[arg(
+        long = "api-key",
+        env = "HEARTH_API_KEY",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
     pub api_keys: Vec<String>,
     /// Catalogue ids of the models to load (default: the catalogue's defaults).
     #[arg(long, env = "HEARTH_MODELS", value_delimiter = ',')]
@@ -124,6 +129,91 @@ pub struct ServeArgs {
     pub max_upload_mb: u64,
     #[command(flatten)]
     pub ft: FineTuneArgs,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[command(flatten)]
+    pub http: HttpArgs,
+}
+
+/// Per-request limits (each refusal is a 4xx in the API's error shapes).
+#[derive(Debug, Clone, Args)]
+pub struct LimitArgs {
+    /// Most sequences one completion or chat request may start (prompts x
+    /// `n`); always kept below `--max-waiting`.
+    #[arg(long, env = "HEARTH_MAX_CHOICES", default_value_t = 64)]
+    pub max_choices: usize,
+    /// Longest stop string, in bytes.
+    #[arg(long, env = "HEARTH_MAX_STOP_BYTES", default_value_t = 256)]
+    pub max_stop_bytes: usize,
+    /// Most bytes of prompt text per request (all prompts or messages
+    /// together), refused before tokenizing.
+    #[arg(long, env = "HEARTH_MAX_PROMPT_BYTES", default_value_t = 2 * 1024 * 1024)]
+    pub max_prompt_bytes: usize,
+    /// Training-file checks (fine-tuning job creation) run at once; more
+    /// wait their turn.
+    #[arg(long, env = "HEARTH_MAX_VALIDATIONS", default_value_t = 2)]
+    pub max_validations: usize,
+}
+
+impl Default for LimitArgs {
+    fn default() -> Self {
+        Self {
+            max_choices: 64,
+            max_stop_bytes: 256,
+            max_prompt_bytes: 2 * 1024 * 1024,
+            max_validations: 2,
+        }
+    }
+}
+
+/// The HTTP server's connection handling and cross-origin access.
+#[derive(Debug, Clone, Args)]
+pub struct HttpArgs {
+    /// Seconds a client may take to send a request's headers (also how long
+    /// an idle keep-alive connection is kept).
+    #[arg(long, env = "HEARTH_HEADER_TIMEOUT_SECS", default_value_t = 30)]
+    pub header_timeout_secs: u64,
+    /// Seconds a request body may go without sending data.
+    #[arg(long, env = "HEARTH_BODY_TIMEOUT_SECS", default_value_t = 60)]
+    pub body_timeout_secs: u64,
+    /// Whole-request limit, in seconds, of the routes that do not generate,
+    /// upload or download (listings, retrievals, admin, embeddings).
+    #[arg(long, env = "HEARTH_REQUEST_TIMEOUT_SECS", default_value_t = 300)]
+    pub request_timeout_secs: u64,
+    /// Requests handled at once; more are answered 503 at once.
+    #[arg(long, env = "HEARTH_MAX_CONCURRENT_REQUESTS", default_value_t = 1024)]
+    pub max_concurrent_requests: usize,
+    /// On SIGTERM or ctrl-c: seconds to let running requests finish before
+    /// the server exits anyway.
+    #[arg(long, env = "HEARTH_SHUTDOWN_TIMEOUT_SECS", default_value_t = 30)]
+    pub shutdown_timeout_secs: u64,
+    /// Origins allowed to call the API from a browser (CORS), e.g.
+    /// `https://console.example.com`, or `*` for any; repeatable. None by default.
+    #[arg(long = "cors-origin", env = "HEARTH_CORS_ORIGINS", value_delimiter = ',')]
+    pub cors_origins: Vec<String>,
+    /// Serve `/metrics` without an API key.
+    #[arg(long, env = "HEARTH_METRICS_PUBLIC")]
+    pub metrics_public: bool,
+    /// The server's address as clients reach it (e.g. behind a proxy:
+    /// `https://llm.example.com`), used in download links; default: taken
+    /// from the request's `Host` header.
+    #[arg(long, env = "HEARTH_PUBLIC_URL")]
+    pub public_url: Option<String>,
+}
+
+impl Default for HttpArgs {
+    fn default() -> Self {
+        Self {
+            header_timeout_secs: 30,
+            body_timeout_secs: 60,
+            request_timeout_secs: 300,
+            max_concurrent_requests: 1024,
+            shutdown_timeout_secs: 30,
+            cors_origins: Vec::new(),
+            metrics_public: false,
+            public_url: None,
+        }
+    }
 }
 
 /// The fine-tuning worker of this node.
@@ -166,7 +256,7 @@ impl Default for FineTuneArgs {
 pub struct DbArgs {
     /// Metadata database: `sqlite://PATH` or `postgres://USER:PASS@HOST/DB`
     /// (default: <data-dir>/hearth.db).
-    #[arg(long, env = "HEARTH_DATABASE_URL")]
+    #[arg(long, env = "HEARTH_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
     /// Blob store: `file:///PATH` or `s3://BUCKET/PREFIX`, with the usual
     /// AWS_* variables (default: <data-dir>/blobs).

@@ -74,6 +74,50 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
     }
 }
 
+/// Path parameters parsed into the API's own error shapes: a segment that
+/// does not decode (e.g. `%FF`, not UTF-8) is 422 shape C at
+/// `["path", <name>]`, never axum's plain text.
+pub struct ApiPath<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(ApiPath(value)),
+            Err(rejection) => {
+                let name = match &rejection {
+                    axum::extract::rejection::PathRejection::FailedToDeserializePathParams(e) => {
+                        match e.kind() {
+                            axum::extract::path::ErrorKind::InvalidUtf8InPathParam { key } => {
+                                key.clone()
+                            }
+                            axum::extract::path::ErrorKind::ParseErrorAtKey { key, .. } => {
+                                key.clone()
+                            }
+                            _ => String::new(),
+                        }
+                    }
+                    _ => String::new(),
+                };
+                let mut loc = vec![hearth_api::Loc::from("path")];
+                if !name.is_empty() {
+                    loc.push(hearth_api::Loc::Key(name));
+                }
+                Err(HttpError(ApiError::validation(vec![
+                    hearth_api::ValidationItem {
+                        kind: "string_unicode".into(),
+                        loc,
+                        msg: format!("Invalid path parameter: {}", rejection.body_text()),
+                        input: serde_json::Value::Null,
+                        ctx: None,
+                    },
+                ])))
+            }
+        }
+    }
+}
+
 /// 404 for unknown routes, in shape A.
 pub async fn not_found() -> Response {
     (

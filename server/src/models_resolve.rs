@@ -89,8 +89,9 @@ pub async fn resolve_chat(
         .await
         .map_err(|e| {
             tracing::error!(model = %name, "cannot load adapter: {e:#}");
+            // The cause (paths, shapes, store errors) stays in the log.
             HttpError(ApiError::model_failed(format!(
-                "cannot load the adapter `{name}`: {e:#}"
+                "The adapter `{name}` could not be loaded; see the server log."
             )))
         })?;
     Ok((base.clone(), Some(loaded)))

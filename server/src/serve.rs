@@ -122,6 +122,8 @@ pub fn build_state(
         store,
         default_project: default_project.into(),
         max_upload_bytes: args.max_upload_mb.saturating_mul(1024 * 1024),
+        limits: crate::limits::Limits::new(&args.limits, args.max_waiting),
+        http: crate::state::HttpPolicy::new(&args.http),
     })
 }
 
@@ -215,10 +217,39 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!("listening on http://{addr}");
     println!("Hearth is listening on http://{addr}");
-    axum::serve(listener, crate::app::app(state))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+    let draining = state.http.draining.clone();
+    crate::listen::serve(
+        listener,
+        crate::app::app(state),
+        &args.http,
+        async move {
+            shutdown_signal().await;
+            draining.store(true, std::sync::atomic::Ordering::Relaxed);
+        },
+    )
+    .await;
     Ok(())
+}
+
+/// Ctrl-c, or SIGTERM on Unix (what `docker stop` and Kubernetes send).
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down: no new connections; running requests may finish");
 }

@@ -1,11 +1,13 @@
 //! Shared, read-only state of the HTTP app.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use hearth_engine::{ChatModel, EmbedModel};
 use hearth_store::Store;
 
+use crate::limits::Limits;
 use crate::models_resolve::{AdapterModel, SharedAdapterSource};
 
 #[derive(Clone)]
@@ -31,6 +33,48 @@ pub struct AppState {
     pub default_project: Arc<str>,
     /// Largest file upload, in bytes.
     pub max_upload_bytes: u64,
+    /// Per-request limits of the generation routes.
+    pub limits: Limits,
+    /// How the HTTP side presents itself.
+    pub http: HttpPolicy,
+}
+
+/// The HTTP side's settings that handlers read.
+#[derive(Clone, Default)]
+pub struct HttpPolicy {
+    /// `/metrics` without a key.
+    pub metrics_public: bool,
+    /// Base of the links the server hands out (`--public-url`), without a
+    /// trailing `/`; `None`: from the request's `Host`.
+    pub public_url: Option<Arc<str>>,
+    /// Set once shutdown began: readiness then fails.
+    pub draining: Arc<AtomicBool>,
+    /// Origins allowed by CORS (`*`: any); empty: no CORS headers.
+    pub cors_origins: Arc<[String]>,
+    /// Requests handled at once (0: no limit); the rest get 503.
+    pub max_concurrent: usize,
+    /// Whole-request limit of the routes that neither generate nor stream
+    /// files.
+    pub request_timeout: Option<std::time::Duration>,
+    /// Idle limit between the frames of a request body.
+    pub body_timeout: Option<std::time::Duration>,
+}
+
+impl HttpPolicy {
+    pub fn new(args: &crate::config::HttpArgs) -> Self {
+        Self {
+            metrics_public: args.metrics_public,
+            public_url: args
+                .public_url
+                .as_deref()
+                .map(|u| u.trim_end_matches('/').into()),
+            draining: Arc::default(),
+            cors_origins: args.cors_origins.clone().into(),
+            max_concurrent: args.max_concurrent_requests,
+            request_timeout: Some(std::time::Duration::from_secs(args.request_timeout_secs)),
+            body_timeout: Some(std::time::Duration::from_secs(args.body_timeout_secs)),
+        }
+    }
 }
 
 pub fn now_secs() -> u64 {

@@ -242,7 +242,10 @@ async fn metrics_count_generated_tokens_and_show_the_kv_pool() {
         json!({"model": MODEL, "prompt": "One, two, three,", "max_tokens": 3, "temperature": 0}),
     )
     .await;
-    let reply = send(&state, "GET", "/metrics", None, None).await;
+    // A key is needed unless the server runs with --metrics-public.
+    let refused = send(&state, "GET", "/metrics", None, None).await;
+    assert_eq!(refused.status.as_u16(), 401);
+    let reply = send(&state, "GET", "/metrics", Some(KEY), None).await;
     assert_eq!(reply.status.as_u16(), 200);
     let page = reply.text;
     assert!(

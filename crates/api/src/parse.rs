@@ -22,11 +22,43 @@ use crate::error::{ApiError, Loc, ValidationItem};
 /// - missing field: `missing` at `["body", ..path, field]`, `input` = the enclosing object;
 /// - wrong type: `string_type`, `int_type`, `float_type`, `bool_type`, `list_type`,
 ///   `dict_type`, `model_type`, `enum` or `value_error` at the field's path, `input` = the value.
+///
+/// The body is deserialized straight into `T` (no intermediate
+/// [`Value`] that would hold a second, larger copy of it); only a body that
+/// fails is parsed again as a [`Value`] to build the error item.
 pub fn parse_json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.is_empty() {
         return Err(Classified::new("missing", "Field required")
             .into_error(vec!["body".into()], Value::Null));
     }
+    let starts_as_object = bytes
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b == b'{');
+    let mut direct = None;
+    if starts_as_object {
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        match serde_path_to_error::deserialize::<_, T>(&mut de) {
+            Ok(parsed) => match de.end() {
+                Ok(()) => return Ok(parsed),
+                Err(e) => direct = Some(e.to_string()),
+            },
+            Err(e) => direct = Some(e.inner().to_string()),
+        }
+    }
+    Err(match classify_body::<T>(bytes) {
+        Err(e) => e,
+        // Only the direct parse refuses it (e.g. a key given twice).
+        Ok(_) => Classified::new(
+            "value_error",
+            format!("Invalid request body: {}", direct.unwrap_or_default()),
+        )
+        .into_error(vec!["body".into()], Value::Null),
+    })
+}
+
+/// The former value-first parse, kept for its error items.
+fn classify_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let value: Value = serde_json::from_slice(bytes).map_err(|e| json_invalid(bytes, &e))?;
     if !value.is_object() {
         return Err(Classified::new(

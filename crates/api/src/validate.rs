@@ -37,6 +37,9 @@ pub struct ValidCompletion {
     pub prompts: Vec<PromptInput>,
     /// `max_tokens` is always set (default 16); `logprobs` = `Some(k)` when asked.
     pub params: SamplingParams,
+    /// `Some("max_tokens")` when the request set it (a budget the context
+    /// cannot hold is then the client's error), `None` for the default.
+    pub max_tokens_param: Option<&'static str>,
     /// Choices per prompt, 1 to 16.
     pub n: usize,
     pub stream: bool,
@@ -58,6 +61,8 @@ pub struct ValidChat {
     pub messages: Vec<ChatMessage>,
     /// `max_tokens` from `max_completion_tokens`, else `max_tokens`, else `None`.
     pub params: SamplingParams,
+    /// The field that set `params.max_tokens`, if any.
+    pub max_tokens_param: Option<&'static str>,
     /// Choices, 1 to 16.
     pub n: usize,
     pub stream: bool,
@@ -322,6 +327,7 @@ impl CompletionRequest {
             model: self.model.clone(),
             prompts,
             params,
+            max_tokens_param: self.max_tokens.map(|_| "max_tokens"),
             n,
             stream,
             include_usage: include_usage(stream, self.stream_options.as_ref()),
@@ -347,6 +353,11 @@ impl ChatCompletionRequest {
             .map(|v| max_tokens("max_completion_tokens", v))
             .transpose()?;
         params.max_tokens = max_completion.or(max_tokens_value);
+        let max_tokens_param = if max_completion.is_some() {
+            Some("max_completion_tokens")
+        } else {
+            max_tokens_value.map(|_| "max_tokens")
+        };
         let top = self
             .top_logprobs
             .map(|k| top_count("top_logprobs", k))
@@ -368,6 +379,7 @@ impl ChatCompletionRequest {
             model: self.model.clone(),
             messages,
             params,
+            max_tokens_param,
             n,
             stream,
             include_usage: include_usage(stream, self.stream_options.as_ref()),

@@ -80,6 +80,11 @@ pub struct GenerateRequest {
     /// engine resolves it through its adapter cache
     /// (`hearth_engine::adapters`); it also separates the prefix cache.
     pub adapter: Option<Arc<str>>,
+    /// Who may share cached prompt blocks: sequences of different scopes
+    /// never reuse each other's prefix cache (the server sets the project,
+    /// so one tenant cannot probe what another's prompts were). `None`: the
+    /// shared scope.
+    pub cache_scope: Option<Arc<str>>,
 }
 
 /// Scheduling class of a request: interactive requests are admitted before

@@ -222,6 +222,20 @@ fn prepare_files(spec: Option<&LoraSpec>, files: &PeftFiles) -> anyhow::Result<L
 /// The prefix-cache salt of sequences run with adapter `key` on an engine
 /// whose base salt is `base`: blocks computed with different adapters (or
 /// none) never share hashes.
+/// The prefix-cache salt of a request's cache scope (its project).
+pub(crate) fn scope_salt(base: u64, scope: Option<&str>) -> u64 {
+    match scope {
+        None => base,
+        Some(s) => {
+            let mut h = DefaultHasher::new();
+            base.hash(&mut h);
+            "scope".hash(&mut h);
+            s.hash(&mut h);
+            h.finish()
+        }
+    }
+}
+
 pub(crate) fn adapter_salt(base: u64, key: Option<&str>) -> u64 {
     match key {
         None => base,

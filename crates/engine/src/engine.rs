@@ -66,6 +66,8 @@ pub struct EngineStats {
     /// Tokens sampled.
     pub(crate) generated_tokens: AtomicUsize,
     pub(crate) steps: AtomicUsize,
+    /// Set when the engine loop stopped on a panic.
+    pub(crate) dead: std::sync::atomic::AtomicBool,
 }
 
 /// A snapshot of an engine's counters (for `/metrics`).
@@ -203,6 +205,11 @@ impl EngineHandle {
     }
 
     /// All counters at once.
+    /// Whether the engine loop still runs (false after a panic stopped it).
+    pub fn is_alive(&self) -> bool {
+        !self.stats.dead.load(Ordering::Relaxed)
+    }
+
     pub fn snapshot(&self) -> EngineSnapshot {
         let s = &self.stats;
         let get = |a: &AtomicUsize| a.load(Ordering::Relaxed);

@@ -88,16 +88,39 @@ impl EngineLoop {
         }
     }
 
+    /// Serves until every handle is dropped. A panic anywhere in a turn
+    /// (scheduling, the forward pass, sampling, emission) ends every
+    /// sequence with an error and stops the engine, marked dead in its
+    /// stats (health checks report it; new requests are refused).
     pub(crate) fn run(mut self) {
         loop {
             if !self.receive() {
                 return;
             }
-            self.drop_departed();
-            self.admit();
-            self.publish();
-            self.step();
-            self.publish();
+            let turn = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                self.drop_departed();
+                self.admit();
+                self.publish();
+                self.step();
+                self.publish();
+            }));
+            if let Err(panic) = turn {
+                let message = format!("engine panic: {}", panic_message(&panic));
+                tracing::error!("{message}; the engine stops");
+                self.stats.dead.store(true, Ordering::Relaxed);
+                self.fail_all(&message);
+                return;
+            }
+        }
+    }
+
+    /// Ends every running and waiting sequence with `message`.
+    fn fail_all(&mut self, message: &str) {
+        let waiting = self.waiting.iter_mut().flat_map(|q| q.drain(..));
+        for seq in self.active.drain(..).chain(waiting) {
+            let _ = seq
+                .events
+                .send(TokenEvent::Error(EngineError::Model(message.to_string())));
         }
     }
 

@@ -19,7 +19,7 @@ use hearth_models::LoraAdapter;
 use tokenizers::Tokenizer;
 use tokio::sync::mpsc;
 
-use crate::adapters::adapter_salt;
+use crate::adapters::{adapter_salt, scope_salt};
 use crate::block_manager::{block_hashes, BlockTable};
 use crate::detok::{token_bytes, IncrementalDecoder};
 use crate::engine::EngineParts;
@@ -61,7 +61,10 @@ impl Sequence {
         context_length: usize,
         salt: u64,
     ) -> Self {
-        let salt = adapter_salt(salt, request.adapter.as_deref());
+        let salt = scope_salt(
+            adapter_salt(salt, request.adapter.as_deref()),
+            request.cache_scope.as_deref(),
+        );
         let params = &request.params;
         let room = context_length.saturating_sub(request.prompt_ids.len());
         let max_new = params.max_tokens.map_or(room, |m| m.min(room));

@@ -47,6 +47,7 @@ fn run(
             params,
             priority: Priority::Interactive,
             adapter: None,
+            cache_scope: None,
         })
         .unwrap();
     let (mut ids, mut text) = (Vec::new(), String::new());
@@ -195,6 +196,7 @@ fn a_dropped_stream_frees_its_sequence() {
             params,
             priority: Priority::Interactive,
             adapter: None,
+            cache_scope: None,
         })
         .unwrap();
     assert!(matches!(
@@ -227,6 +229,7 @@ fn a_full_queue_refuses_at_once() {
         params: params.clone(),
         priority: Priority::Interactive,
         adapter: None,
+        cache_scope: None,
     };
     let mut first = engine.submit(req("a")).unwrap();
     assert!(matches!(

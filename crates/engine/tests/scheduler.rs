@@ -57,6 +57,7 @@ fn submit(
             params,
             priority,
             adapter: None,
+            cache_scope: None,
         })
         .unwrap()
 }
@@ -150,6 +151,41 @@ fn a_shared_prompt_prefix_is_reused_not_recomputed() {
     );
     let (fresh, _) = start(EngineConfig::default(), 2048);
     assert_eq!(cached, generate(&fresh, second, 16));
+}
+
+/// Requests of different cache scopes (projects) never share cached
+/// prompt blocks: one tenant cannot learn from timing what another's
+/// prompts were. The same scope does share them.
+#[test]
+fn the_prefix_cache_is_separate_per_scope() {
+    let system = "You are a careful assistant for a public library. You answer questions about \
+                  opening hours, borrowing rules, late fees and events, briefly and politely.";
+    let (engine, tok) = start(EngineConfig::default(), 2048);
+    let prompt = encode(&tok, &format!("{system} Question: when do you open?"));
+    assert!(prompt.len() > 32);
+    let run = |scope: &str| {
+        let stream = engine
+            .submit(GenerateRequest {
+                id: "scoped".into(),
+                prompt_ids: prompt.clone(),
+                params: SamplingParams {
+                    max_tokens: Some(2),
+                    ignore_eos: true,
+                    ..SamplingParams::greedy()
+                },
+                priority: Priority::Interactive,
+                adapter: None,
+                cache_scope: Some(scope.into()),
+            })
+            .unwrap();
+        collect(stream).0
+    };
+    let first = run("project-a");
+    let hits = engine.prefix_hit_blocks();
+    assert_eq!(run("project-b"), first);
+    assert_eq!(engine.prefix_hit_blocks(), hits, "blocks shared across scopes");
+    assert_eq!(run("project-a"), first);
+    assert!(engine.prefix_hit_blocks() >= hits + 2, "the same scope shares");
 }
 
 /// With one slot, a batch request queued before an interactive one still

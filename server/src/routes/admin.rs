@@ -1,13 +1,13 @@
 //! `/v1/admin/...`: keys and projects, for admin keys only (403 otherwise).
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::{Extension, Json};
 use hearth_store::{KeyInfo, Project};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::auth::RequestContext;
-use crate::error::{ApiJson, HttpError};
+use crate::error::{ApiJson, ApiPath, HttpError};
 use crate::state::AppState;
 
 fn key_json(key: &KeyInfo) -> Value {
@@ -78,7 +78,7 @@ pub async fn create_key(
 pub async fn revoke_key(
     State(state): State<AppState>,
     Extension(ctx): Extension<RequestContext>,
-    Path(key_id): Path<String>,
+    ApiPath(key_id): ApiPath<String>,
 ) -> Result<Json<Value>, HttpError> {
     ctx.require_admin()?;
     let key = state.store.revoke_key(&key_id).await?;

@@ -12,6 +12,7 @@ use hearth_engine::ChatModel;
 
 use super::generate::{
     collect, response_id, stream_choices, submit, tokenize, total_usage, ChoiceSlot, Piece,
+    Submission,
 };
 use super::sse::{sse_response, SseSender};
 use crate::auth::RequestContext;
@@ -26,18 +27,22 @@ pub async fn create(
     ApiJson(request): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, HttpError> {
     let valid = request.validate()?;
+    state.limits.check_messages(&valid.messages, valid.n)?;
+    state.limits.check_stop(&valid.params.stop)?;
     let (model, adapter) = resolve_chat(&state, &ctx.project_id, &valid.model).await?;
     let prompt = render(&model, &valid.messages).await?;
     let prompts = tokenize(model.tokenizer.clone(), vec![prompt], false).await?;
     let id = response_id("chatcmpl");
-    let streams = submit(
-        &model,
-        &id,
-        &prompts,
-        &valid.params,
-        valid.n,
-        adapter.as_ref(),
-    )?;
+    let streams = submit(Submission {
+        model: &model,
+        request_id: &id,
+        prompts: &prompts,
+        params: &valid.params,
+        max_tokens_param: valid.max_tokens_param,
+        n: valid.n,
+        adapter: adapter.as_ref(),
+        project: &ctx.project_id,
+    })?;
     let created = now_secs();
     if valid.stream {
         let include_usage = valid.include_usage;

@@ -10,6 +10,7 @@ use hearth_api::{
 
 use super::generate::{
     collect, response_id, stream_choices, submit, tokenize, total_usage, ChoiceSlot, Piece,
+    Submission,
 };
 use super::sse::{sse_response, SseSender};
 use crate::auth::RequestContext;
@@ -24,6 +25,8 @@ pub async fn create(
     ApiJson(request): ApiJson<CompletionRequest>,
 ) -> Result<Response, HttpError> {
     let valid = request.validate()?;
+    state.limits.check_prompts(&valid.prompts, valid.n)?;
+    state.limits.check_stop(&valid.params.stop)?;
     let (model, adapter) = resolve_chat(&state, &ctx.project_id, &valid.model).await?;
     let prompts = prompt_ids(&model, &valid).await?;
     let echoes = if valid.echo {
@@ -32,14 +35,16 @@ pub async fn create(
         vec![String::new(); prompts.len()]
     };
     let id = response_id("cmpl");
-    let streams = submit(
-        &model,
-        &id,
-        &prompts,
-        &valid.params,
-        valid.n,
-        adapter.as_ref(),
-    )?;
+    let streams = submit(Submission {
+        model: &model,
+        request_id: &id,
+        prompts: &prompts,
+        params: &valid.params,
+        max_tokens_param: valid.max_tokens_param,
+        n: valid.n,
+        adapter: adapter.as_ref(),
+        project: &ctx.project_id,
+    })?;
     let created = now_secs();
     if valid.stream {
         let want_logprobs = valid.logprobs.is_some();

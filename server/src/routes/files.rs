@@ -2,7 +2,7 @@
 //! delete, content, and signed download links.
 
 use axum::body::Body;
-use axum::extract::{FromRequest, Multipart, Path, Request, State};
+use axum::extract::{FromRequest, Multipart, Request, State};
 use axum::http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE, HOST};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -19,7 +19,7 @@ use hearth_store::{FileRecord, ListOrder};
 use serde::Deserialize;
 
 use crate::auth::RequestContext;
-use crate::error::{ApiQuery, HttpError};
+use crate::error::{ApiPath, ApiQuery, HttpError};
 use crate::state::AppState;
 
 /// Room for the multipart framing and small fields around the file.
@@ -98,12 +98,13 @@ async fn read_fields(
     let interrupted = |e: axum::extract::multipart::MultipartError| {
         HttpError::from(hearth_store::StoreError::Interrupted(e.body_text()))
     };
+    let mut small_bytes = 0usize;
     while let Some(mut field) = multipart.next_field().await.map_err(interrupted)? {
         let name = field.name().map(str::to_string);
         match name.as_deref() {
             Some("purpose") => {
-                let value = field.text().await.map_err(interrupted)?;
-                let value = value.trim().to_string();
+                let bytes = small_field(&mut field, &mut small_bytes).await?;
+                let value = String::from_utf8_lossy(&bytes).trim().to_string();
                 if !UPLOAD_PURPOSES.contains(&value.as_str()) {
                     return Err(HttpError(bad_purpose("body", &value, UPLOAD_PURPOSES)));
                 }
@@ -129,10 +130,37 @@ async fn read_fields(
                     up.0.write(&chunk).await?;
                 }
             }
-            _ => {}
+            _ => {
+                small_field(&mut field, &mut small_bytes).await?;
+            }
         }
     }
     Ok(())
+}
+
+/// Reads a form field other than `file`, counting its bytes into `total`:
+/// all such fields together may hold at most [`MULTIPART_OVERHEAD`] bytes
+/// (400 beyond), so they are never buffered without bound.
+async fn small_field(
+    field: &mut axum::extract::multipart::Field<'_>,
+    total: &mut usize,
+) -> Result<Vec<u8>, HttpError> {
+    let mut out = Vec::new();
+    while let Some(chunk) = field.chunk().await.map_err(|e| {
+        HttpError::from(hearth_store::StoreError::Interrupted(e.body_text()))
+    })? {
+        *total += chunk.len();
+        if *total > MULTIPART_OVERHEAD as usize {
+            return Err(HttpError(ApiError::with_detail(
+                400,
+                format!(
+                    "The form fields besides `file` may hold at most {MULTIPART_OVERHEAD} bytes."
+                ),
+            )));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
 }
 
 /// `GET /v1/files`.
@@ -158,13 +186,26 @@ pub async fn list(
     )))
 }
 
+/// The file `file_id` in any project the caller may use (the named one
+/// when `ai_project_id` is given); else 403, as for a missing file.
+async fn caller_file(
+    state: &AppState,
+    ctx: &RequestContext,
+    file_id: &str,
+) -> Result<FileRecord, HttpError> {
+    let file = state.store.file_by_id(file_id).await?;
+    ctx.check_owner(&state.store, &file.project_id, "file")
+        .await?;
+    Ok(file)
+}
+
 /// `GET /v1/files/{file_id}`.
 pub async fn retrieve(
     State(state): State<AppState>,
     Extension(ctx): Extension<RequestContext>,
-    Path(file_id): Path<String>,
+    ApiPath(file_id): ApiPath<String>,
 ) -> Result<Json<FileObject>, HttpError> {
-    let file = state.store.file(&ctx.project_id, &file_id).await?;
+    let file = caller_file(&state, &ctx, &file_id).await?;
     Ok(Json(file_object(file)))
 }
 
@@ -173,9 +214,10 @@ pub async fn retrieve(
 pub async fn delete(
     State(state): State<AppState>,
     Extension(ctx): Extension<RequestContext>,
-    Path(file_id): Path<String>,
+    ApiPath(file_id): ApiPath<String>,
 ) -> Result<Json<FileDeleted>, HttpError> {
-    state.store.delete_file(&ctx.project_id, &file_id).await?;
+    let file = caller_file(&state, &ctx, &file_id).await?;
+    state.store.delete_file(&file.project_id, &file.id).await?;
     Ok(Json(FileDeleted {
         id: file_id,
         object: OBJECT_FILE.to_string(),
@@ -187,9 +229,9 @@ pub async fn delete(
 pub async fn content(
     State(state): State<AppState>,
     Extension(ctx): Extension<RequestContext>,
-    Path(file_id): Path<String>,
+    ApiPath(file_id): ApiPath<String>,
 ) -> Result<Response, HttpError> {
-    let file = state.store.file(&ctx.project_id, &file_id).await?;
+    let file = caller_file(&state, &ctx, &file_id).await?;
     stream_content(&state, file).await
 }
 
@@ -220,31 +262,47 @@ async fn stream_content(state: &AppState, file: FileRecord) -> Result<Response, 
 pub async fn link(
     State(state): State<AppState>,
     Extension(ctx): Extension<RequestContext>,
-    Path(file_id): Path<String>,
+    ApiPath(file_id): ApiPath<String>,
     ApiQuery(query): ApiQuery<LinkQuery>,
     headers: HeaderMap,
 ) -> Result<Json<FileLink>, HttpError> {
     let expires_in = query.expires_in()?;
-    let file = state.store.file(&ctx.project_id, &file_id).await?;
+    let file = caller_file(&state, &ctx, &file_id).await?;
     let expires_at = hearth_store::ids::now() + expires_in;
     let signature = state.store.sign_link(&file.id, expires_at);
-    let host = headers
-        .get(HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("localhost");
-    let scheme = headers
-        .get("x-forwarded-proto")
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("http");
+    let base = match &state.http.public_url {
+        Some(url) => url.to_string(),
+        None => {
+            let host = headers
+                .get(HOST)
+                .and_then(|h| h.to_str().ok())
+                .filter(|h| is_host(h))
+                .unwrap_or("localhost");
+            let scheme = match headers.get("x-forwarded-proto").and_then(|h| h.to_str().ok()) {
+                Some("https") => "https",
+                _ => "http",
+            };
+            format!("{scheme}://{host}")
+        }
+    };
     Ok(Json(FileLink {
         object: OBJECT_FILE_LINK.to_string(),
         url: format!(
-            "{scheme}://{host}/v1/files/{}/download?expires_at={expires_at}&signature={signature}",
+            "{base}/v1/files/{}/download?expires_at={expires_at}&signature={signature}",
             file.id
         ),
         id: file.id,
         expires_at,
     }))
+}
+
+/// A `Host` value safe to put in a URL: a name or address and a port.
+fn is_host(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 255
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b))
 }
 
 #[derive(Debug, Deserialize)]
@@ -259,7 +317,7 @@ pub struct DownloadQuery {
 /// signature is the authority. Expired, tampered or unknown: 403.
 pub async fn download(
     State(state): State<AppState>,
-    Path(file_id): Path<String>,
+    ApiPath(file_id): ApiPath<String>,
     request: Request,
 ) -> Result<Response, HttpError> {
     let refused = || {

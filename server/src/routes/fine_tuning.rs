@@ -5,10 +5,12 @@
 //! hyperparameters, the files: project, purpose, status, every line), so a
 //! job never fails later for a reason the request already showed. The job
 //! is stored `queued`; a worker (hearth-jobs) claims it from the store.
-//! Every route is scoped by the caller's project: another project's job, or
-//! a missing one, is 403 shape A (as files).
+//! Lists and creation work in the caller's project; by-id routes find the
+//! job in any project the caller may use (only the named one when
+//! `ai_project_id` is given). Another account's job, or a missing one, is
+//! 403 shape A (as files).
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::{Extension, Json};
 use futures_util::TryStreamExt;
 use hearth_api::fine_tuning::{
@@ -23,7 +25,7 @@ use hearth_engine::ChatModel;
 use hearth_store::{FtCheckpoint, FtEvent, FtJob, NewFtJob, StoreError};
 
 use crate::auth::RequestContext;
-use crate::error::{ApiJson, ApiQuery, HttpError};
+use crate::error::{ApiJson, ApiPath, ApiQuery, HttpError};
 use crate::state::AppState;
 
 /// The job as the API shows it.
@@ -138,32 +140,94 @@ async fn check_file(
             ),
         )));
     }
-    let chunks: Vec<bytes::Bytes> = state
-        .store
-        .file_content(&file)
-        .await?
-        .try_collect()
+    // Checked line by line as the content streams by (never held whole),
+    // with at most `--max-validations` checks at once.
+    let _permit = state
+        .limits
+        .validations
+        .acquire()
         .await
-        .map_err(HttpError::from)?;
-    let bytes = chunks.concat();
-    let file_id = file_id.to_string();
-    let verdict = tokio::task::spawn_blocking(move || {
-        let text = String::from_utf8(bytes).map_err(|e| {
-            format!(
-                "the content is not UTF-8 (at byte {})",
-                e.utf8_error().valid_up_to()
-            )
-        })?;
-        hearth_api::training_data::parse_training_file(&text).map(|_| ())
-    })
-    .await
-    .map_err(|_| HttpError(ApiError::internal()))?;
-    verdict.map_err(|problem| {
+        .map_err(|_| HttpError(ApiError::internal()))?;
+    let mut content = state.store.file_content(&file).await?;
+    let mut lines = LineChecker::default();
+    while let Some(chunk) = content.try_next().await.map_err(HttpError::from)? {
+        let mut checker = std::mem::take(&mut lines);
+        checker = tokio::task::spawn_blocking(move || {
+            checker.feed(&chunk);
+            checker
+        })
+        .await
+        .map_err(|_| HttpError(ApiError::internal()))?;
+        lines = checker;
+        if lines.problem.is_some() {
+            break;
+        }
+    }
+    lines.finish().map_err(|problem| {
         HttpError(ApiError::bad_request(
             Some(param),
             format!("The file `{file_id}` is not a valid fine-tuning dataset: {problem}"),
         ))
     })
+}
+
+/// Checks a training file's lines as its chunks arrive: each non-blank
+/// line must be a training example. Holds only the current line.
+#[derive(Default)]
+struct LineChecker {
+    line: Vec<u8>,
+    /// Lines seen so far.
+    number: usize,
+    examples: usize,
+    problem: Option<String>,
+}
+
+impl LineChecker {
+    fn feed(&mut self, mut chunk: &[u8]) {
+        while self.problem.is_none() && !chunk.is_empty() {
+            match chunk.iter().position(|&b| b == b'\n') {
+                Some(end) => {
+                    self.line.extend_from_slice(&chunk[..end]);
+                    self.end_line();
+                    chunk = &chunk[end + 1..];
+                }
+                None => {
+                    self.line.extend_from_slice(chunk);
+                    chunk = &[];
+                }
+            }
+        }
+    }
+
+    fn end_line(&mut self) {
+        self.number += 1;
+        let line = std::mem::take(&mut self.line);
+        let text = match std::str::from_utf8(&line) {
+            Ok(text) => text,
+            Err(_) => {
+                self.problem = Some(format!("line {}: not UTF-8", self.number));
+                return;
+            }
+        };
+        if text.trim().is_empty() {
+            return;
+        }
+        match hearth_api::training_data::parse_training_line(text) {
+            Ok(_) => self.examples += 1,
+            Err(e) => self.problem = Some(format!("line {}: {e}", self.number)),
+        }
+    }
+
+    fn finish(mut self) -> Result<(), String> {
+        if self.problem.is_none() && !self.line.is_empty() {
+            self.end_line();
+        }
+        match self.problem {
+            Some(problem) => Err(problem),
+            None if self.examples == 0 => Err("the file holds no examples".into()),
+            None => Ok(()),
+        }
+    }
 }
 
 /// `POST /v1/fine_tuning/jobs`.
@@ -231,13 +295,26 @@ pub async fn list(
     )))
 }
 
+/// The job `job_id` in any project the caller may use (the named one when
+/// `ai_project_id` is given); else 403, as for a missing job.
+async fn caller_job(
+    state: &AppState,
+    ctx: &RequestContext,
+    job_id: &str,
+) -> Result<FtJob, HttpError> {
+    let job = state.store.ft_job_by_id(job_id).await?;
+    ctx.check_owner(&state.store, &job.project_id, "fine-tuning job")
+        .await?;
+    Ok(job)
+}
+
 /// `GET /v1/fine_tuning/jobs/{job_id}`.
 pub async fn retrieve(
     State(state): State<AppState>,
     Extension(ctx): Extension<RequestContext>,
-    Path(job_id): Path<String>,
+    ApiPath(job_id): ApiPath<String>,
 ) -> Result<Json<FineTuningJob>, HttpError> {
-    let job = state.store.ft_job(&ctx.project_id, &job_id).await?;
+    let job = caller_job(&state, &ctx, &job_id).await?;
     Ok(Json(job_object(job)))
 }
 
@@ -247,9 +324,10 @@ pub async fn retrieve(
 pub async fn cancel(
     State(state): State<AppState>,
     Extension(ctx): Extension<RequestContext>,
-    Path(job_id): Path<String>,
+    ApiPath(job_id): ApiPath<String>,
 ) -> Result<Json<FineTuningJob>, HttpError> {
-    match state.store.cancel_ft_job(&ctx.project_id, &job_id).await {
+    let job = caller_job(&state, &ctx, &job_id).await?;
+    match state.store.cancel_ft_job(&job.project_id, &job.id).await {
         Ok(job) => {
             tracing::info!(job = %job.id, "fine-tuning job cancelled");
             Ok(Json(job_object(job)))
@@ -263,11 +341,11 @@ pub async fn cancel(
 pub async fn events(
     State(state): State<AppState>,
     Extension(ctx): Extension<RequestContext>,
-    Path(job_id): Path<String>,
+    ApiPath(job_id): ApiPath<String>,
     ApiQuery(query): ApiQuery<FineTuningListQuery>,
 ) -> Result<Json<FineTuningList<FineTuningEvent>>, HttpError> {
     let limit = query.limit(DEFAULT_LIST_LIMIT)?;
-    let job = state.store.ft_job(&ctx.project_id, &job_id).await?;
+    let job = caller_job(&state, &ctx, &job_id).await?;
     let (events, has_more) = state
         .store
         .list_ft_events(&job.id, limit, query.after())
@@ -282,11 +360,11 @@ pub async fn events(
 pub async fn checkpoints(
     State(state): State<AppState>,
     Extension(ctx): Extension<RequestContext>,
-    Path(job_id): Path<String>,
+    ApiPath(job_id): ApiPath<String>,
     ApiQuery(query): ApiQuery<FineTuningListQuery>,
 ) -> Result<Json<FineTuningList<FineTuningCheckpoint>>, HttpError> {
     let limit = query.limit(DEFAULT_CHECKPOINT_LIMIT)?;
-    let job = state.store.ft_job(&ctx.project_id, &job_id).await?;
+    let job = caller_job(&state, &ctx, &job_id).await?;
     let (checkpoints, has_more) = state
         .store
         .list_ft_checkpoints(&job.id, limit, query.after())
@@ -301,9 +379,9 @@ pub async fn checkpoints(
 pub async fn checkpoint(
     State(state): State<AppState>,
     Extension(ctx): Extension<RequestContext>,
-    Path((job_id, checkpoint_id)): Path<(String, String)>,
+    ApiPath((job_id, checkpoint_id)): ApiPath<(String, String)>,
 ) -> Result<Json<FineTuningCheckpoint>, HttpError> {
-    let job = state.store.ft_job(&ctx.project_id, &job_id).await?;
+    let job = caller_job(&state, &ctx, &job_id).await?;
     let checkpoint = state.store.ft_checkpoint(&job.id, &checkpoint_id).await?;
     Ok(Json(checkpoint_object(checkpoint)))
 }

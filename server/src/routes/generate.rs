@@ -66,16 +66,42 @@ pub struct ChoiceSlot {
     pub prompt: usize,
 }
 
-/// Submits `n` sequences for each prompt (with `adapter`, if any). Choice `i` of a seeded request uses
-/// seed `seed + i`, so choices differ but the whole request is reproducible.
-pub fn submit(
-    model: &ChatModel,
-    request_id: &str,
-    prompts: &[Vec<u32>],
-    params: &SamplingParams,
-    n: usize,
-    adapter: Option<&LoadedAdapter>,
-) -> Result<Vec<(ChoiceSlot, TokenStream)>, HttpError> {
+/// What a generation request submits: `n` sequences for each prompt,
+/// with `adapter` if any, in `project`'s prefix-cache scope.
+pub struct Submission<'a> {
+    pub model: &'a ChatModel,
+    pub request_id: &'a str,
+    pub prompts: &'a [Vec<u32>],
+    pub params: &'a SamplingParams,
+    /// The field that set `params.max_tokens`, when the request set it.
+    pub max_tokens_param: Option<&'a str>,
+    pub n: usize,
+    pub adapter: Option<&'a LoadedAdapter>,
+    pub project: &'a str,
+}
+
+/// Submits the sequences of `sub`. Choice `i` of a seeded request uses
+/// seed `seed + i`, so choices differ but the whole request is
+/// reproducible. A `max_tokens` the context cannot hold after the prompt
+/// is refused first (400 shape B naming the field).
+pub fn submit(sub: Submission<'_>) -> Result<Vec<(ChoiceSlot, TokenStream)>, HttpError> {
+    let Submission {
+        model,
+        request_id,
+        prompts,
+        params,
+        max_tokens_param,
+        n,
+        adapter,
+        project,
+    } = sub;
+    crate::limits::check_room(
+        model.engine.context_length(),
+        prompts,
+        params.max_tokens,
+        max_tokens_param,
+    )?;
+    let scope: Arc<str> = project.into();
     let mut streams = Vec::with_capacity(prompts.len() * n);
     for (p, ids) in prompts.iter().enumerate() {
         for c in 0..n {
@@ -88,6 +114,7 @@ pub fn submit(
                 params,
                 priority: Priority::Interactive,
                 adapter: None,
+                cache_scope: Some(scope.clone()),
             };
             let stream = model.engine.submit_with(request, adapter.cloned())?;
             streams.push((ChoiceSlot { index, prompt: p }, stream));

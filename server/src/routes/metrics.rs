@@ -1,5 +1,5 @@
-//! `GET /metrics`: the engines' counters in the Prometheus text format (no
-//! key needed, like `/health`), one series per chat model.
+//! `GET /metrics`: the engines' counters in the Prometheus text format, one
+//! series per chat model; it takes an API key unless `--metrics-public`.
 
 use std::fmt::Write;
 

@@ -7,15 +7,8 @@ pub mod embeddings;
 pub mod files;
 pub mod fine_tuning;
 pub mod generate;
+pub mod health;
 pub mod metrics;
 pub mod models;
 pub mod rerank;
 pub mod sse;
-
-use axum::Json;
-use serde_json::{json, Value};
-
-/// `GET /health`: no key needed; 200 while the server runs.
-pub async fn health() -> Json<Value> {
-    Json(json!({"status": "ok"}))
-}

@@ -49,6 +49,8 @@ pub fn serve_args(models: Vec<String>, max_waiting: usize, max_active: usize) ->
         db: DbArgs::default(),
         max_upload_mb: 512,
         ft: Default::default(),
+        limits: Default::default(),
+        http: Default::default(),
     }
 }
 
@@ -120,6 +122,8 @@ pub fn bare_state() -> AppState {
         store,
         default_project: default_project.into(),
         max_upload_bytes: 512 * 1024 * 1024,
+        limits: Default::default(),
+        http: Default::default(),
     }
 }
 

@@ -1,0 +1,126 @@
+//! The middleware around every route: a global concurrency limit, a
+//! whole-request timeout for the routes that neither generate nor stream
+//! files, an idle limit on request bodies, CORS, and panics answered 500.
+//! Every refusal is JSON in shape A.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use futures_util::FutureExt;
+use hearth_api::ApiError;
+use tokio::sync::Semaphore;
+use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
+use tower_http::timeout::RequestBodyTimeoutLayer;
+
+use crate::error::HttpError;
+use crate::state::{AppState, HttpPolicy};
+
+/// Wraps `router` (already holding its routes) in the layers, outermost
+/// last: CORS answers preflights before anything else runs.
+pub fn wrap(router: Router<AppState>, policy: &HttpPolicy) -> Router<AppState> {
+    let mut router = router.layer(axum::middleware::from_fn(catch_panic));
+    if let Some(idle) = policy.body_timeout {
+        router = router.layer(RequestBodyTimeoutLayer::new(idle));
+    }
+    if policy.max_concurrent > 0 {
+        let permits = Arc::new(Semaphore::new(policy.max_concurrent));
+        router = router.layer(axum::middleware::from_fn_with_state(permits, limit));
+    }
+    if let Some(cors) = cors(&policy.cors_origins) {
+        router = router.layer(cors);
+    }
+    router
+}
+
+/// Answers 503 at once when `--max-concurrent-requests` are in flight (a
+/// streamed response counts until its headers are sent).
+async fn limit(State(permits): State<Arc<Semaphore>>, request: Request, next: Next) -> Response {
+    match permits.try_acquire() {
+        Ok(_permit) => next.run(request).await,
+        Err(_) => {
+            let mut response = HttpError(ApiError::upstream_unavailable(
+                "The server is handling as many requests as it allows; retry shortly.",
+            ))
+            .into_response();
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response
+        }
+    }
+}
+
+/// Whether a request may run as long as it needs: generation (streamed or
+/// not), uploads and downloads of file contents.
+fn unbounded(method: &Method, path: &str) -> bool {
+    match *method {
+        Method::POST => matches!(
+            path,
+            "/v1/chat/completions" | "/v1/completions" | "/v1/files"
+        ),
+        Method::GET => path.ends_with("/content") || path.ends_with("/download"),
+        _ => false,
+    }
+}
+
+/// `--request-timeout-secs` on the bounded routes: 503 shape A when over.
+pub async fn request_timeout(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(limit) = state.http.request_timeout else {
+        return next.run(request).await;
+    };
+    if unbounded(request.method(), request.uri().path()) {
+        return next.run(request).await;
+    }
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => HttpError(ApiError::upstream_unavailable(format!(
+            "The request took longer than {} seconds and was stopped.",
+            limit.as_secs()
+        )))
+        .into_response(),
+    }
+}
+
+/// A bug in a handler answers 500 in shape A instead of dropping the connection.
+async fn catch_panic(request: Request, next: Next) -> Response {
+    match AssertUnwindSafe(next.run(request)).catch_unwind().await {
+        Ok(response) => response,
+        Err(_) => {
+            tracing::error!("a request handler panicked");
+            HttpError(ApiError::internal()).into_response()
+        }
+    }
+}
+
+/// The CORS layer for `origins` (`*` allows any); `None` without origins.
+fn cors(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        let values: Vec<HeaderValue> = origins
+            .iter()
+            .filter_map(|o| HeaderValue::from_str(o.trim_end_matches('/')).ok())
+            .collect();
+        AllowOrigin::list(values)
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST, Method::PATCH, Method::DELETE])
+            // The SDKs send headers of their own (`x-stainless-*`, ...).
+            .allow_headers(AllowHeaders::mirror_request())
+            .max_age(std::time::Duration::from_secs(600)),
+    )
+}

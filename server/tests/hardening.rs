@@ -1,0 +1,320 @@
+//! By-id routes across the caller's projects, request limits, JSON errors
+//! for every rejection, health probes, metrics access and CORS.
+
+mod common;
+
+use common::raw::*;
+use common::*;
+use hearth_server::AppState;
+use serde_json::{json, Value};
+
+const TRAINING: &str = concat!(
+    r#"{"messages": [{"role": "user", "content": "Say hi"}, {"role": "assistant", "content": "hi"}]}"#,
+    "\n",
+);
+
+/// A key whose account reaches the default project (its default) and a
+/// second project `a`; returns (key, a).
+async fn two_project_key(state: &AppState) -> (String, String) {
+    let store = &state.store;
+    let a = store.create_project("A").await.unwrap().id;
+    let key = store
+        .create_key("two", Some(&state.default_project), false)
+        .await
+        .unwrap();
+    store.grant_project(&key.info.account_id, &a).await.unwrap();
+    (key.secret, a)
+}
+
+async fn json_as(state: &AppState, method: &str, uri: &str, key: &str, body: Value) -> Raw {
+    request(
+        state,
+        method,
+        uri,
+        Some(key),
+        Some("application/json"),
+        body.to_string().into_bytes(),
+    )
+    .await
+}
+
+fn text(reply: &Raw) -> String {
+    String::from_utf8_lossy(&reply.bytes).to_string()
+}
+
+#[tokio::test]
+async fn files_are_found_by_id_in_any_project_of_the_key() {
+    let state = bare_state();
+    let (key, a) = two_project_key(&state).await;
+    let up = upload_as(
+        &state,
+        &key,
+        &format!("/v1/files?ai_project_id={a}"),
+        "fine-tune",
+        "t.jsonl",
+        TRAINING.as_bytes(),
+    )
+    .await;
+    assert_eq!(up.status, 200, "{}", text(&up));
+    let id = up.json()["id"].as_str().unwrap().to_string();
+
+    // Without the query: found in project A.
+    let got = get(&state, &format!("/v1/files/{id}"), Some(&key)).await;
+    assert_eq!(got.status, 200, "{}", text(&got));
+    assert_eq!(got.json()["id"], id.as_str());
+    let content = get(&state, &format!("/v1/files/{id}/content"), Some(&key)).await;
+    assert_eq!(content.bytes, TRAINING.as_bytes());
+    let link = get(&state, &format!("/v1/files/{id}/link"), Some(&key)).await;
+    assert_eq!(link.status, 200, "{}", text(&link));
+    // Naming the project it is in: found; naming another one: 403.
+    let named = get(&state, &format!("/v1/files/{id}?ai_project_id={a}"), Some(&key)).await;
+    assert_eq!(named.status, 200);
+    let wrong = get(
+        &state,
+        &format!("/v1/files/{id}?ai_project_id={}", state.default_project),
+        Some(&key),
+    )
+    .await;
+    let wrong_detail = shape_a(&wrong, 403);
+
+    // Another account: 403, the same body as a file that does not exist.
+    let (_, stranger) = other_project(&state).await;
+    let theirs = get(&state, &format!("/v1/files/{id}"), Some(&stranger)).await;
+    let missing = get(&state, "/v1/files/file-doesnotexist", Some(&stranger)).await;
+    assert_eq!(shape_a(&theirs, 403), shape_a(&missing, 403));
+    assert_eq!(shape_a(&theirs, 403), wrong_detail);
+    let delete_theirs = request(&state, "DELETE", &format!("/v1/files/{id}"), Some(&stranger), None, vec![]).await;
+    shape_a(&delete_theirs, 403);
+
+    // Delete by id without the query.
+    let deleted = request(&state, "DELETE", &format!("/v1/files/{id}"), Some(&key), None, vec![]).await;
+    assert_eq!(deleted.status, 200, "{}", text(&deleted));
+    let gone = get(&state, &format!("/v1/files/{id}"), Some(&key)).await;
+    shape_a(&gone, 403);
+}
+
+#[tokio::test]
+async fn fine_tuning_jobs_are_found_by_id_in_any_project_of_the_key() {
+    let (store, project) = new_store();
+    let state = AppState {
+        store,
+        default_project: project.into(),
+        ..with_model()
+    };
+    let (key, a) = two_project_key(&state).await;
+    let up = upload_as(
+        &state,
+        &key,
+        &format!("/v1/files?ai_project_id={a}"),
+        "fine-tune",
+        "t.jsonl",
+        TRAINING.as_bytes(),
+    )
+    .await;
+    let file = up.json()["id"].as_str().unwrap().to_string();
+    let created = json_as(
+        &state,
+        "POST",
+        &format!("/v1/fine_tuning/jobs?ai_project_id={a}"),
+        &key,
+        json!({"model": MODEL, "training_file": file}),
+    )
+    .await;
+    assert_eq!(created.status, 200, "{}", text(&created));
+    let job = created.json()["id"].as_str().unwrap().to_string();
+
+    for path in [
+        format!("/v1/fine_tuning/jobs/{job}"),
+        format!("/v1/fine_tuning/jobs/{job}/events"),
+        format!("/v1/fine_tuning/jobs/{job}/checkpoints"),
+    ] {
+        let reply = get(&state, &path, Some(&key)).await;
+        assert_eq!(reply.status, 200, "{path}: {}", text(&reply));
+    }
+    let (_, stranger) = other_project(&state).await;
+    for path in [
+        format!("/v1/fine_tuning/jobs/{job}"),
+        format!("/v1/fine_tuning/jobs/{job}/events"),
+    ] {
+        shape_a(&get(&state, &path, Some(&stranger)).await, 403);
+    }
+    let cancel_theirs = request(
+        &state,
+        "POST",
+        &format!("/v1/fine_tuning/jobs/{job}/cancel"),
+        Some(&stranger),
+        None,
+        vec![],
+    )
+    .await;
+    shape_a(&cancel_theirs, 403);
+    let cancelled = request(
+        &state,
+        "POST",
+        &format!("/v1/fine_tuning/jobs/{job}/cancel"),
+        Some(&key),
+        None,
+        vec![],
+    )
+    .await;
+    assert_eq!(cancelled.status, 200, "{}", text(&cancelled));
+    assert_eq!(cancelled.json()["status"], "cancelled");
+}
+
+#[tokio::test]
+async fn a_duplicated_project_query_is_422() {
+    let state = bare_state();
+    let pid = state.default_project.to_string();
+    let reply = get(
+        &state,
+        &format!("/v1/files?ai_project_id={pid}&ai_project_id={pid}"),
+        Some(KEY),
+    )
+    .await;
+    let item = shape_c(&reply);
+    assert_eq!(item["loc"], json!(["query", "ai_project_id"]), "{item}");
+}
+
+#[tokio::test]
+async fn undecodable_paths_and_bodies_answer_json() {
+    let state = bare_state();
+    let reply = get(&state, "/v1/files/%FF", Some(KEY)).await;
+    let item = shape_c(&reply);
+    assert_eq!(item["loc"][0], "path", "{item}");
+    // A key given twice in a body.
+    let reply = json_request(&state, "/v1/embeddings", r#"{"model": "m", "model": "n", "input": "x"}"#).await;
+    assert_eq!(reply.status, 422, "{}", text(&reply));
+    // A body that is valid JSON but not an object.
+    let reply = json_request(&state, "/v1/embeddings", "[1, 2]").await;
+    assert_eq!(shape_c(&reply)["type"], "model_attributes_type");
+    // Wrong method and unknown route: JSON shape A.
+    shape_a(&request(&state, "PUT", "/v1/files", Some(KEY), None, vec![]).await, 405);
+    shape_a(&get(&state, "/v1/nothing-here", Some(KEY)).await, 404);
+    // The server still answers normally.
+    assert_eq!(get(&state, "/v1/files", Some(KEY)).await.status, 200);
+}
+
+async fn json_request(state: &AppState, uri: &str, body: &str) -> Raw {
+    request(
+        state,
+        "POST",
+        uri,
+        Some(KEY),
+        Some("application/json"),
+        body.as_bytes().to_vec(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn oversized_form_fields_are_refused() {
+    let state = bare_state();
+    let purpose = vec![b'x'; 100 * 1024];
+    let body = form(&[("purpose", None, &purpose), ("file", Some("a.jsonl"), b"{}\n")]);
+    let ct = format!("multipart/form-data; boundary={BOUNDARY}");
+    let reply = request(&state, "POST", "/v1/files", Some(KEY), Some(&ct), body).await;
+    let detail = shape_a(&reply, 400);
+    assert!(detail.contains("at most"), "{detail}");
+    let listed = get(&state, "/v1/files", Some(KEY)).await.json();
+    assert_eq!(listed["data"], json!([]), "nothing was stored");
+}
+
+#[tokio::test]
+async fn health_probes_and_metrics_access() {
+    let mut state = bare_state();
+    for path in ["/health", "/health/live", "/health/ready"] {
+        let reply = get(&state, path, None).await;
+        assert_eq!(reply.status, 200, "{path}");
+        assert_eq!(reply.json()["status"], "ok");
+    }
+    // Metrics need a key unless made public.
+    shape_a(&get(&state, "/metrics", None).await, 401);
+    assert_eq!(get(&state, "/metrics", Some(KEY)).await.status, 200);
+    state.http.metrics_public = true;
+    assert_eq!(get(&state, "/metrics", None).await.status, 200);
+    // Draining: not ready, still live.
+    state
+        .http
+        .draining
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(get(&state, "/health/ready", None).await.status, 503);
+    assert_eq!(get(&state, "/health", None).await.status, 503);
+    assert_eq!(get(&state, "/health/live", None).await.status, 200);
+}
+
+#[tokio::test]
+async fn cors_answers_configured_origins_only() {
+    let mut state = bare_state();
+    state.http.cors_origins = vec!["https://console.example".to_string()].into();
+    let preflight = |origin: &'static str| {
+        let state = state.clone();
+        async move {
+            let req = axum::http::Request::builder()
+                .method("OPTIONS")
+                .uri("/v1/models")
+                .header("origin", origin)
+                .header("access-control-request-method", "POST")
+                .header("access-control-request-headers", "authorization,content-type,x-stainless-lang")
+                .body(axum::body::Body::empty())
+                .unwrap();
+            tower::ServiceExt::oneshot(hearth_server::app(state), req)
+                .await
+                .unwrap()
+        }
+    };
+    let ok = preflight("https://console.example").await;
+    assert_eq!(
+        ok.headers()["access-control-allow-origin"],
+        "https://console.example"
+    );
+    let allowed = ok.headers()["access-control-allow-headers"].to_str().unwrap().to_string();
+    assert!(allowed.contains("x-stainless-lang"), "{allowed}");
+    let other = preflight("https://evil.example").await;
+    assert!(other.headers().get("access-control-allow-origin").is_none());
+    // Without configured origins there are no CORS headers at all.
+    let reply = get(&bare_state(), "/v1/models", Some(KEY)).await;
+    assert!(reply.headers.get("access-control-allow-origin").is_none());
+}
+
+#[tokio::test]
+async fn generation_limits_are_400_naming_the_field() {
+    let state = with_model();
+    let check = |reply: &Raw, param: &str| {
+        assert_eq!(reply.status, 400, "{}", text(reply));
+        let body = reply.json();
+        assert_eq!(body["error"]["param"], param, "{body}");
+        assert_eq!(body["error"]["type"], "BadRequestError", "{body}");
+    };
+    let chat = |extra: Value| {
+        let mut body = json!({"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    let reply = json_as(&state, "POST", "/v1/chat/completions", KEY, chat(json!({"max_tokens": 1_000_000_000_000i64}))).await;
+    check(&reply, "max_tokens");
+    let reply = json_as(&state, "POST", "/v1/chat/completions", KEY, chat(json!({"max_completion_tokens": 9_000_000}))).await;
+    check(&reply, "max_completion_tokens");
+    let reply = json_as(&state, "POST", "/v1/completions", KEY, json!({"model": MODEL, "prompt": "Hi", "max_tokens": 1_000_000_000_000i64})).await;
+    check(&reply, "max_tokens");
+    // Prompts x n over the per-request cap (64).
+    let prompts: Vec<&str> = vec!["a"; 8];
+    let reply = json_as(&state, "POST", "/v1/completions", KEY, json!({"model": MODEL, "prompt": prompts, "n": 9, "max_tokens": 1})).await;
+    check(&reply, "n");
+    // A stop string over 256 bytes.
+    let reply = json_as(&state, "POST", "/v1/chat/completions", KEY, chat(json!({"stop": "x".repeat(300)}))).await;
+    check(&reply, "stop");
+    // Prompt text over the byte cap, refused before tokenizing.
+    let mut small = state.clone();
+    small.limits.max_prompt_bytes = 1000;
+    let reply = json_as(&small, "POST", "/v1/completions", KEY, json!({"model": MODEL, "prompt": "y".repeat(2000), "max_tokens": 1})).await;
+    check(&reply, "prompt");
+    let reply = json_as(&small, "POST", "/v1/chat/completions", KEY, chat(json!({"messages": [{"role": "user", "content": "y".repeat(2000)}]}))).await;
+    check(&reply, "messages");
+
+    // After all that, a normal request is answered.
+    let reply = json_as(&state, "POST", "/v1/chat/completions", KEY, chat(json!({"max_tokens": 4, "ignore_eos": true}))).await;
+    assert_eq!(reply.status, 200, "{}", text(&reply));
+    assert_eq!(reply.json()["usage"]["completion_tokens"], 4);
+}
