@@ -318,3 +318,43 @@ async fn generation_limits_are_400_naming_the_field() {
     assert_eq!(reply.status, 200, "{}", text(&reply));
     assert_eq!(reply.json()["usage"]["completion_tokens"], 4);
 }
+
+#[tokio::test]
+async fn requests_beyond_the_concurrency_limit_get_503_then_pass_again() {
+    // An engine of its own, so other tests' sequences do not count.
+    let mut state = with_tiny_queue();
+    state.http.max_concurrent = 1;
+    let app = hearth_server::app(state.clone());
+    let call = |app: axum::Router, uri: &'static str, body: Option<Value>| async move {
+        let mut req = axum::http::Request::builder()
+            .method(if body.is_some() { "POST" } else { "GET" })
+            .uri(uri)
+            .header("authorization", format!("Bearer {KEY}"))
+            .header("content-type", "application/json");
+        req = req.header("host", "t");
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let response = tower::ServiceExt::oneshot(app, req.body(axum::body::Body::from(body)).unwrap())
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let retry = response.headers().get("retry-after").is_some();
+        (status, retry)
+    };
+    // A whole (non-streamed) generation holds the only slot while it runs.
+    let long = tokio::spawn(call(
+        app.clone(),
+        "/v1/completions",
+        Some(json!({"model": MODEL, "prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": true})),
+    ));
+    let engine = state.chat[MODEL].engine.clone();
+    let started = std::time::Instant::now();
+    while engine.snapshot().active == 0 {
+        assert!(started.elapsed().as_secs() < 30, "the generation never started");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let (status, retry) = call(app.clone(), "/v1/models", None).await;
+    assert_eq!(status, 503);
+    assert!(retry, "Retry-After is set");
+    assert_eq!(long.await.unwrap().0, 200);
+    assert_eq!(call(app.clone(), "/v1/models", None).await.0, 200);
+}
