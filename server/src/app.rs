@@ -89,6 +89,14 @@ pub fn app(state: AppState) -> Router {
         .route("/health/live", get(routes::health::live))
         // Signed links carry their own authority: no key.
         .route("/v1/files/{file_id}/download", get(routes::files::download))
+        .route("/openapi.json", get(crate::openapi::openapi_json))
+        .route("/docs", get(crate::openapi::docs));
+    let public = if state.http.metrics_public {
+        public.route("/metrics", get(routes::metrics::metrics))
+    } else {
+        public
+    };
+    let router = public
         .merge(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

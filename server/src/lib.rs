@@ -12,6 +12,7 @@ pub mod limits;
 pub mod malloc;
 pub mod models_cli;
 pub mod models_resolve;
+pub mod openapi;
 pub mod routes;
 pub mod serve;
 pub mod state;

@@ -10,6 +10,7 @@ use hearth_core::{FinishReason, TokenCandidate, TokenLogprobs};
 use serde::de::Deserializer;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use crate::common::{
     string_or_seq, Completion, Stop, StreamOptions, StringOrSeq, UsageInfo, OBJECT_CHAT_CHUNK,
@@ -17,7 +18,7 @@ use crate::common::{
 };
 
 /// Body of `POST /v1/chat/completions`. Unknown fields are ignored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatCompletionRequest {
     pub model: String,
     pub messages: Vec<ChatRequestMessage>,
@@ -77,9 +78,10 @@ pub struct ChatCompletionRequest {
 }
 
 /// One message of a chat request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatRequestMessage {
     /// `system`, `developer` (treated as `system`), `user` or `assistant`.
+    #[schema(schema_with = crate::schemas::chat_role)]
     pub role: String,
     /// Null is allowed for `assistant` only.
     #[serde(default)]
@@ -89,7 +91,7 @@ pub struct ChatRequestMessage {
 }
 
 /// `content`: a string or an array of content parts.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum MessageContent {
     Text(String),
@@ -97,7 +99,7 @@ pub enum MessageContent {
 }
 
 /// One content part; only `type: "text"` is supported (checked in validation).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ContentPart {
     #[serde(rename = "type")]
     pub kind: String,
@@ -133,16 +135,17 @@ impl ChatCompletionResponse {
 }
 
 /// One choice of a chat completion.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatChoice {
     pub index: usize,
     pub message: ChatResponseMessage,
     pub logprobs: Option<ChatLogprobs>,
+    #[schema(value_type = Option<crate::schemas::FinishReason>)]
     pub finish_reason: Option<FinishReason>,
 }
 
 /// The generated message: `role` is always `assistant`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ChatResponseMessage {
     pub role: String,
     pub content: String,
@@ -158,7 +161,7 @@ impl ChatResponseMessage {
 }
 
 /// `logprobs` of a chat choice or chunk choice.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatLogprobs {
     pub content: Vec<ChatTokenLogprob>,
 }
@@ -172,7 +175,7 @@ impl ChatLogprobs {
 }
 
 /// Log-probability of one generated token, with its top alternatives.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatTokenLogprob {
     pub token: String,
     pub logprob: f32,
@@ -181,7 +184,7 @@ pub struct ChatTokenLogprob {
 }
 
 /// One alternative of a [`ChatTokenLogprob`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatTopLogprob {
     pub token: String,
     pub logprob: f32,
@@ -212,7 +215,7 @@ impl From<&TokenLogprobs> for ChatTokenLogprob {
 /// A stream chunk of a chat completion (`chat.completion.chunk`). The first
 /// chunk of each choice has `delta = {"role": "assistant", "content": ""}`;
 /// `usage` is null except in the final usage chunk, whose `choices` is empty.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatCompletionChunk {
     pub id: String,
     pub object: String,
@@ -249,11 +252,12 @@ impl ChatCompletionChunk {
 }
 
 /// One choice's increment in a chat chunk.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatChunkChoice {
     pub index: usize,
     pub delta: ChatDelta,
     pub logprobs: Option<ChatLogprobs>,
+    #[schema(value_type = Option<crate::schemas::FinishReason>)]
     pub finish_reason: Option<FinishReason>,
 }
 
@@ -296,7 +300,7 @@ impl ChatChunkChoice {
 }
 
 /// `delta` of a chat chunk choice; absent fields are not serialized.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ChatDelta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,

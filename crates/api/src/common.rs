@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 /// `service_tier` of every inference response.
 pub const SERVICE_TIER: &str = "default";
@@ -23,9 +24,13 @@ pub const OBJECT_MODEL: &str = "model";
 pub const MAX_N: i64 = 16;
 
 /// The query of every POST inference route: `?ai_project_id=...`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ProjectQuery {
+    /// The project to work in (`project-` and a ULID); the key's default
+    /// project when absent or empty.
     #[serde(default)]
+    #[param(pattern = r"^(project-[0-9A-HJKMNP-TV-Z]{26})?$")]
     pub ai_project_id: Option<String>,
 }
 
@@ -37,7 +42,7 @@ impl ProjectQuery {
 }
 
 /// `stream_options` of completion and chat requests.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct StreamOptions {
     /// Send a last chunk with `usage` (and no choices) before `[DONE]`.
     #[serde(default)]
@@ -45,7 +50,7 @@ pub struct StreamOptions {
 }
 
 /// `stop`: one string or an array of strings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum Stop {
     One(String),
@@ -123,7 +128,7 @@ where
 /// `service_tier` (always `default`) and `system_fingerprint` (null), in that
 /// order on the wire. `U` is [`UsageInfo`] in responses and
 /// `Option<UsageInfo>` in chunks (null except in the final usage chunk).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Completion<C, U> {
     pub id: String,
     pub object: String,
@@ -159,7 +164,7 @@ impl<C, U> Completion<C, U> {
 }
 
 /// `usage` of inference responses.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct UsageInfo {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,

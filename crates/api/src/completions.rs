@@ -10,11 +10,12 @@ use hearth_core::{FinishReason, TokenLogprobs};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Unexpected, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::common::{Completion, Stop, StreamOptions, UsageInfo, OBJECT_TEXT_COMPLETION};
 
 /// Body of `POST /v1/completions`. Unknown fields are ignored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CompletionRequest {
     pub model: String,
     pub prompt: Prompt,
@@ -71,7 +72,7 @@ pub struct CompletionRequest {
 
 /// `prompt`: a string, an array of strings, an array of token ids, or an
 /// array of arrays of token ids. An empty array is `Texts(vec![])`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum Prompt {
     Text(String),
@@ -202,12 +203,13 @@ impl CompletionResponse {
 }
 
 /// One choice of a completion, or its increment in a stream chunk.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CompletionChoice {
     pub index: usize,
     pub text: String,
     pub logprobs: Option<CompletionLogprobs>,
     /// Set in responses; in chunks null until the choice's last one.
+    #[schema(value_type = Option<crate::schemas::FinishReason>)]
     pub finish_reason: Option<FinishReason>,
 }
 
@@ -236,7 +238,7 @@ impl CompletionChunk {
 }
 
 /// `logprobs` of a completion choice (OpenAI's legacy shape).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
     pub token_logprobs: Vec<Option<f32>>,
@@ -275,7 +277,8 @@ impl CompletionLogprobs {
 }
 
 /// `{token: logprob}` of one position, best first (order is kept).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, ToSchema)]
+#[schema(value_type = BTreeMap<String, f32>)]
 pub struct TopLogprobs(pub Vec<(String, f32)>);
 
 impl Serialize for TopLogprobs {

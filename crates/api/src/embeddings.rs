@@ -15,6 +15,7 @@
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use utoipa::ToSchema;
 
 use crate::common::OBJECT_LIST;
 use crate::completions::Prompt;
@@ -27,7 +28,7 @@ pub const MAX_EMBEDDING_INPUTS: usize = 2048;
 pub const OBJECT_EMBEDDING: &str = "embedding";
 
 /// `encoding_format` of an embeddings request.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EncodingFormat {
     #[default]
@@ -36,7 +37,7 @@ pub enum EncodingFormat {
 }
 
 /// Body of `POST /v1/embeddings`. Unknown fields are ignored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct EmbeddingRequest {
     pub model: String,
     pub input: Prompt,
@@ -254,7 +255,7 @@ pub fn decode_base64(text: &str) -> Option<Vec<f32>> {
 }
 
 /// `embedding` of one item: numbers, or a base64 string.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum EmbeddingVector {
     Float(Vec<f32>),
@@ -271,7 +272,7 @@ impl EmbeddingVector {
 }
 
 /// One item of `data`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct EmbeddingObject {
     /// Always `embedding`.
     pub object: String,
@@ -280,7 +281,7 @@ pub struct EmbeddingObject {
 }
 
 /// `usage` of embeddings and rerank: input tokens only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct EmbeddingUsage {
     pub prompt_tokens: usize,
     pub total_tokens: usize,
@@ -296,7 +297,7 @@ impl EmbeddingUsage {
 }
 
 /// Body of a `POST /v1/embeddings` answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct EmbeddingList {
     /// Always `list`.
     pub object: String,

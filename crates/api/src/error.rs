@@ -17,13 +17,14 @@ use std::fmt;
 use hearth_core::EngineError;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use utoipa::ToSchema;
 
 /// The fixed sentence that begins `detail` of every 400 shape-B body.
 pub const INVALID_REQUEST_PREFIX: &str =
     "Invalid request. Please check the parameters and try again. Details: ";
 
 /// One element of a validation error's `loc`: a key or an array index.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum Loc {
     Index(usize),
@@ -43,7 +44,7 @@ impl From<usize> for Loc {
 }
 
 /// One item of a 422 body (pydantic's error item).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ValidationItem {
     /// pydantic's error type, e.g. `missing`, `string_type`, `json_invalid`.
     #[serde(rename = "type")]
@@ -54,6 +55,7 @@ pub struct ValidationItem {
     /// The offending input (the enclosing object for `missing`).
     pub input: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object)]
     pub ctx: Option<Value>,
 }
 

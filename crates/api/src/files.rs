@@ -2,6 +2,7 @@
 //! results, the list query, and the purposes.
 
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::error::{ApiError, Loc, ValidationItem};
 
@@ -67,7 +68,7 @@ pub fn missing_field(field: &str) -> ApiError {
 }
 
 /// A file, as OpenAI returns it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct FileObject {
     pub id: String,
     pub object: String,
@@ -82,7 +83,7 @@ pub struct FileObject {
 }
 
 /// `GET /v1/files`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct FileList {
     pub object: String,
     pub data: Vec<FileObject>,
@@ -104,7 +105,7 @@ impl FileList {
 }
 
 /// `DELETE /v1/files/{file_id}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct FileDeleted {
     pub id: String,
     pub object: String,
@@ -113,7 +114,7 @@ pub struct FileDeleted {
 
 /// `GET /v1/files/{file_id}/link`: a URL that downloads the content
 /// without a key until `expires_at`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct FileLink {
     pub object: String,
     pub id: String,
@@ -122,7 +123,7 @@ pub struct FileLink {
 }
 
 /// Order of a list by creation time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Order {
     Asc,
@@ -135,17 +136,27 @@ pub const FILES_DEFAULT_LIMIT: u32 = 10;
 pub const FILES_MAX_LIMIT: u32 = 10_000;
 
 /// Query of `GET /v1/files`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct FilesQuery {
+    /// Files per page, default 10 (outside 1 to 10000: 400).
     #[serde(default)]
+    #[param(minimum = 1, maximum = 10000)]
     pub limit: Option<i64>,
+    /// Only files of this purpose (one of [`LIST_PURPOSES`]; another: 422).
     #[serde(default)]
+    #[param(schema_with = crate::schemas::list_purpose)]
     pub purpose: Option<String>,
+    /// A file id: the page starts after it.
     #[serde(default)]
     pub after: Option<String>,
+    /// By creation time; default `desc`.
     #[serde(default)]
+    #[param(value_type = Option<Order>, inline)]
     pub order: Order,
+    /// The project (see [`crate::ProjectQuery`]).
     #[serde(default)]
+    #[param(pattern = r"^(project-[0-9A-HJKMNP-TV-Z]{26})?$")]
     pub ai_project_id: Option<String>,
 }
 
@@ -173,10 +184,12 @@ impl FilesQuery {
 }
 
 /// Query of `GET /v1/files/{file_id}/link`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct LinkQuery {
-    /// Seconds the link stays valid (default 3600, at most 7 days).
+    /// Seconds the link stays valid (default 3600, at most 7 days; outside: 400).
     #[serde(default)]
+    #[param(minimum = 1, maximum = 604800)]
     pub expires_in: Option<i64>,
 }
 

@@ -7,6 +7,7 @@
 //!   SSE error event; `EngineError -> ApiError`.
 //! - [`parse`]: [`parse_json_body`] and [`parse_query`], failing with 422.
 //! - [`de`]: lenient (pydantic-style) booleans for query structs.
+//! - [`admin`]: `/v1/admin` keys and projects.
 //! - [`common`], [`completions`], [`chat`], [`models`]: request and response types.
 //! - [`embeddings`], [`rerank`]: `/v1/embeddings` and `/v1/rerank` types,
 //!   their validation, base64 vectors and `dimensions`.
@@ -15,9 +16,12 @@
 //!   resolved hyperparameters), job, event and checkpoint objects, lists,
 //!   and the spec-draft trainable model list.
 //! - [`training_data`]: lines of fine-tuning datasets (chat or prompt/completion).
+//! - [`schemas`]: schemas of the shapes without a struct (error bodies,
+//!   the upload form), for the server's OpenAPI document.
 //! - [`validate`]: `validate()` on requests, giving [`ValidCompletion`] and
 //!   [`ValidChat`] with the engine's `SamplingParams`.
 
+pub mod admin;
 pub mod chat;
 pub mod common;
 pub mod completions;
@@ -29,6 +33,7 @@ pub mod fine_tuning;
 pub mod models;
 pub mod parse;
 pub mod rerank;
+pub mod schemas;
 pub mod training_data;
 pub mod validate;
 

@@ -2,23 +2,28 @@
 //! the model list. The verbose-only fields are skipped when `None`.
 
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::common::{OBJECT_LIST, OBJECT_MODEL};
 use crate::de::deserialize_lenient_bool;
 
 /// Query of `GET /v1/models`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ModelsQuery {
     /// Adds kind, context length, pricing and description to each model.
     /// pydantic's booleans (`true`, `1`, `yes`, `on`, ...); default false.
     #[serde(default, deserialize_with = "deserialize_lenient_bool")]
+    #[param(value_type = Option<bool>)]
     pub verbose: bool,
+    /// The project whose models are listed (see [`crate::ProjectQuery`]).
     #[serde(default)]
+    #[param(pattern = r"^(project-[0-9A-HJKMNP-TV-Z]{26})?$")]
     pub ai_project_id: Option<String>,
 }
 
 /// Body of `GET /v1/models`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ModelList {
     /// Always `list`.
     pub object: String,
@@ -35,7 +40,7 @@ impl ModelList {
 }
 
 /// One model of the catalogue.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ModelObject {
     pub id: String,
     /// Always `model`.
@@ -81,7 +86,7 @@ impl ModelObject {
 }
 
 /// `pricing` of a verbose model object: price per million tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ModelPricing {
     pub input_per_million: f64,
     pub output_per_million: f64,

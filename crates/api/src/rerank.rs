@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use utoipa::ToSchema;
 
 use crate::embeddings::{check_list_len, empty_string, optional_positive, EmbeddingUsage};
 use crate::error::{ApiError, Loc};
@@ -16,7 +17,7 @@ use crate::error::{ApiError, Loc};
 pub const MAX_RERANK_DOCUMENTS: usize = 1000;
 
 /// A document: a string or an object with `text`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum RerankDocument {
     Text(String),
@@ -32,7 +33,7 @@ impl RerankDocument {
 }
 
 /// Body of `POST /v1/rerank`. Unknown fields are ignored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RerankRequest {
     pub model: String,
     pub query: String,
@@ -83,13 +84,13 @@ impl RerankRequest {
 }
 
 /// `document` of a result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct RerankResultDocument {
     pub text: String,
 }
 
 /// One result.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RerankResult {
     /// Position of the document in the request.
     pub index: usize,
@@ -100,7 +101,7 @@ pub struct RerankResult {
 }
 
 /// Body of a `POST /v1/rerank` answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RerankResponse {
     pub id: String,
     pub model: String,

@@ -15,6 +15,7 @@ use std::fmt;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::common::{OBJECT_LIST, OBJECT_MODEL};
 use crate::error::{ApiError, Loc, ValidationItem};
@@ -151,16 +152,19 @@ impl<'de, T: AutoNumber> Deserialize<'de> for AutoOr<T> {
 /// Hyperparameters as a client sends them: every field optional.
 /// Integers are read as `i64` so that a negative value is a range error
 /// (400), not a type error (422).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct HyperparametersInput {
     #[serde(default)]
+    #[schema(schema_with = crate::schemas::auto_integer)]
     pub n_epochs: Option<AutoOr<i64>>,
     #[serde(default)]
+    #[schema(schema_with = crate::schemas::auto_integer)]
     pub batch_size: Option<AutoOr<i64>>,
     #[serde(default)]
     pub learning_rate: Option<f64>,
     /// OpenAI's: the learning rate is this times the default.
     #[serde(default)]
+    #[schema(schema_with = crate::schemas::auto_number)]
     pub learning_rate_multiplier: Option<AutoOr<f64>>,
     #[serde(default)]
     pub warmup_ratio: Option<f64>,
@@ -183,14 +187,14 @@ pub struct HyperparametersInput {
 }
 
 /// `method.supervised`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SupervisedInput {
     #[serde(default)]
     pub hyperparameters: Option<HyperparametersInput>,
 }
 
 /// `method`: `{type: "supervised", supervised: {hyperparameters}}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct MethodInput {
     #[serde(rename = "type")]
     pub kind: String,
@@ -200,7 +204,7 @@ pub struct MethodInput {
 
 /// Body of `POST /v1/fine_tuning/jobs`. Unknown fields (`integrations`,
 /// `metadata`, ...) are accepted and ignored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct FineTuneRequest {
     pub model: String,
     pub training_file: String,
@@ -218,7 +222,7 @@ pub struct FineTuneRequest {
 
 /// The resolved hyperparameters of a job (every default filled): what is
 /// stored with the job, shown in the job object, and read by the trainer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Hyperparameters {
     pub n_epochs: u32,
     pub batch_size: u32,

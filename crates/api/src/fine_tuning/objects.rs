@@ -4,20 +4,21 @@
 use super::*;
 
 /// `method` of a job object.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct JobMethod {
     #[serde(rename = "type")]
     pub kind: String,
     pub supervised: SupervisedMethod,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SupervisedMethod {
+    #[schema(value_type = Hyperparameters)]
     pub hyperparameters: Value,
 }
 
 /// A fine-tuning job, as OpenAI returns it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct FineTuningJob {
     pub id: String,
     /// `fine_tuning.job`.
@@ -34,6 +35,7 @@ pub struct FineTuningJob {
     pub training_file: String,
     pub validation_file: Option<String>,
     /// The resolved [`Hyperparameters`].
+    #[schema(value_type = Hyperparameters)]
     pub hyperparameters: Value,
     pub method: JobMethod,
     pub seed: i64,
@@ -42,6 +44,7 @@ pub struct FineTuningJob {
     pub total_steps: Option<i64>,
     pub result_files: Vec<String>,
     /// `{code, message, param}` when the job failed.
+    #[schema(value_type = Option<Object>)]
     pub error: Option<Value>,
     pub suffix: Option<String>,
     pub estimated_finish: Option<i64>,
@@ -49,7 +52,7 @@ pub struct FineTuningJob {
 }
 
 /// One event of a job.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct FineTuningEvent {
     pub id: String,
     /// `fine_tuning.job.event`.
@@ -60,11 +63,12 @@ pub struct FineTuningEvent {
     #[serde(rename = "type")]
     pub kind: String,
     pub message: String,
+    #[schema(value_type = Option<Object>)]
     pub data: Option<Value>,
 }
 
 /// One checkpoint of a job.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct FineTuningCheckpoint {
     pub id: String,
     /// `fine_tuning.job.checkpoint`.
@@ -73,11 +77,12 @@ pub struct FineTuningCheckpoint {
     pub fine_tuning_job_id: String,
     pub step_number: i64,
     pub fine_tuned_model_checkpoint: String,
+    #[schema(value_type = Object)]
     pub metrics: Value,
 }
 
 /// A page of jobs, events or checkpoints.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct FineTuningList<T> {
     /// `list`.
     pub object: String,
@@ -103,13 +108,19 @@ pub const DEFAULT_LIST_LIMIT: i64 = 20;
 pub const DEFAULT_CHECKPOINT_LIMIT: i64 = 10;
 
 /// Query of the job, event and checkpoint lists.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct FineTuningListQuery {
+    /// Items per page (1 to 1000, else 422); default 20 (checkpoints: 10).
     #[serde(default)]
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
+    /// An id: the page starts after it.
     #[serde(default)]
     pub after: Option<String>,
+    /// The project (see [`crate::ProjectQuery`]).
     #[serde(default)]
+    #[param(pattern = r"^(project-[0-9A-HJKMNP-TV-Z]{26})?$")]
     pub ai_project_id: Option<String>,
 }
 
@@ -207,14 +218,14 @@ pub fn parameter_count(text: &str) -> Option<f64> {
 }
 
 /// `pricing` of a trainable model: the catalogue's prices per million tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TrainablePricing {
     pub input_per_million: f64,
     pub output_per_million: f64,
 }
 
 /// One model of the spec-draft list.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TrainableModel {
     /// The catalogue id (the `model` of a job).
     pub id: String,
@@ -227,6 +238,7 @@ pub struct TrainableModel {
     pub pricing: TrainablePricing,
     /// Each hyperparameter's type, default and range
     /// ([`hyperparameter_spec`]).
+    #[schema(value_type = Object)]
     pub hyperparameters: Value,
 }
 
@@ -251,7 +263,7 @@ impl TrainableModel {
 }
 
 /// `GET /v1/fine_tuning/models/spec-draft`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TrainableModelList {
     /// `list`.
     pub object: String,
