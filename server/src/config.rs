@@ -189,7 +189,11 @@ pub struct HttpArgs {
     pub shutdown_timeout_secs: u64,
     /// Origins allowed to call the API from a browser (CORS), e.g.
     /// `https://console.example.com`, or `*` for any; repeatable. None by default.
-    #[arg(long = "cors-origin", env = "HEARTH_CORS_ORIGINS", value_delimiter = ',')]
+    #[arg(
+        long = "cors-origin",
+        env = "HEARTH_CORS_ORIGINS",
+        value_delimiter = ','
+    )]
     pub cors_origins: Vec<String>,
     /// Serve `/metrics` without an API key.
     #[arg(long, env = "HEARTH_METRICS_PUBLIC")]

@@ -27,7 +27,9 @@ impl Limits {
     /// request can never fill a model's queue by itself.
     pub fn new(args: &LimitArgs, max_waiting: usize) -> Self {
         Self {
-            max_choices: args.max_choices.clamp(1, max_waiting.saturating_sub(1).max(1)),
+            max_choices: args
+                .max_choices
+                .clamp(1, max_waiting.saturating_sub(1).max(1)),
             max_stop_bytes: args.max_stop_bytes,
             max_prompt_bytes: args.max_prompt_bytes,
             validations: Arc::new(Semaphore::new(args.max_validations.max(1))),
@@ -150,7 +152,11 @@ mod tests {
         assert!(check_room(100, &prompt, Some(90), Some("max_tokens")).is_ok());
         let err = check_room(100, &prompt, Some(91), Some("max_tokens")).unwrap_err();
         assert_eq!(err.0.status(), 400);
-        assert!(err.0.body_json().to_string().contains("\"param\":\"max_tokens\""));
+        assert!(err
+            .0
+            .body_json()
+            .to_string()
+            .contains("\"param\":\"max_tokens\""));
         assert!(check_room(100, &prompt, Some(1 << 40), None).is_ok());
     }
 

@@ -218,15 +218,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!("listening on http://{addr}");
     println!("Hearth is listening on http://{addr}");
     let draining = state.http.draining.clone();
-    crate::listen::serve(
-        listener,
-        crate::app::app(state),
-        &args.http,
-        async move {
-            shutdown_signal().await;
-            draining.store(true, std::sync::atomic::Ordering::Relaxed);
-        },
-    )
+    crate::listen::serve(listener, crate::app::app(state), &args.http, async move {
+        shutdown_signal().await;
+        draining.store(true, std::sync::atomic::Ordering::Relaxed);
+    })
     .await;
     Ok(())
 }

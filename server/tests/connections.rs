@@ -47,7 +47,8 @@ fn slow_headers_and_idle_connections_are_closed() {
     let server = start(&["--header-timeout-secs", "1"]);
     // Headers that never end.
     let mut slow = connect(&server);
-    slow.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n").unwrap();
+    slow.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
     let (_, waited) = read_to_close(&mut slow);
     assert!(waited < Duration::from_secs(10), "{waited:?}");
 

@@ -67,7 +67,12 @@ async fn files_are_found_by_id_in_any_project_of_the_key() {
     let link = get(&state, &format!("/v1/files/{id}/link"), Some(&key)).await;
     assert_eq!(link.status, 200, "{}", text(&link));
     // Naming the project it is in: found; naming another one: 403.
-    let named = get(&state, &format!("/v1/files/{id}?ai_project_id={a}"), Some(&key)).await;
+    let named = get(
+        &state,
+        &format!("/v1/files/{id}?ai_project_id={a}"),
+        Some(&key),
+    )
+    .await;
     assert_eq!(named.status, 200);
     let wrong = get(
         &state,
@@ -83,11 +88,27 @@ async fn files_are_found_by_id_in_any_project_of_the_key() {
     let missing = get(&state, "/v1/files/file-doesnotexist", Some(&stranger)).await;
     assert_eq!(shape_a(&theirs, 403), shape_a(&missing, 403));
     assert_eq!(shape_a(&theirs, 403), wrong_detail);
-    let delete_theirs = request(&state, "DELETE", &format!("/v1/files/{id}"), Some(&stranger), None, vec![]).await;
+    let delete_theirs = request(
+        &state,
+        "DELETE",
+        &format!("/v1/files/{id}"),
+        Some(&stranger),
+        None,
+        vec![],
+    )
+    .await;
     shape_a(&delete_theirs, 403);
 
     // Delete by id without the query.
-    let deleted = request(&state, "DELETE", &format!("/v1/files/{id}"), Some(&key), None, vec![]).await;
+    let deleted = request(
+        &state,
+        "DELETE",
+        &format!("/v1/files/{id}"),
+        Some(&key),
+        None,
+        vec![],
+    )
+    .await;
     assert_eq!(deleted.status, 200, "{}", text(&deleted));
     let gone = get(&state, &format!("/v1/files/{id}"), Some(&key)).await;
     shape_a(&gone, 403);
@@ -182,13 +203,21 @@ async fn undecodable_paths_and_bodies_answer_json() {
     let item = shape_c(&reply);
     assert_eq!(item["loc"][0], "path", "{item}");
     // A key given twice in a body.
-    let reply = json_request(&state, "/v1/embeddings", r#"{"model": "m", "model": "n", "input": "x"}"#).await;
+    let reply = json_request(
+        &state,
+        "/v1/embeddings",
+        r#"{"model": "m", "model": "n", "input": "x"}"#,
+    )
+    .await;
     assert_eq!(reply.status, 422, "{}", text(&reply));
     // A body that is valid JSON but not an object.
     let reply = json_request(&state, "/v1/embeddings", "[1, 2]").await;
     assert_eq!(shape_c(&reply)["type"], "model_attributes_type");
     // Wrong method and unknown route: JSON shape A.
-    shape_a(&request(&state, "PUT", "/v1/files", Some(KEY), None, vec![]).await, 405);
+    shape_a(
+        &request(&state, "PUT", "/v1/files", Some(KEY), None, vec![]).await,
+        405,
+    );
     shape_a(&get(&state, "/v1/nothing-here", Some(KEY)).await, 404);
     // The server still answers normally.
     assert_eq!(get(&state, "/v1/files", Some(KEY)).await.status, 200);
@@ -210,7 +239,10 @@ async fn json_request(state: &AppState, uri: &str, body: &str) -> Raw {
 async fn oversized_form_fields_are_refused() {
     let state = bare_state();
     let purpose = vec![b'x'; 100 * 1024];
-    let body = form(&[("purpose", None, &purpose), ("file", Some("a.jsonl"), b"{}\n")]);
+    let body = form(&[
+        ("purpose", None, &purpose),
+        ("file", Some("a.jsonl"), b"{}\n"),
+    ]);
     let ct = format!("multipart/form-data; boundary={BOUNDARY}");
     let reply = request(&state, "POST", "/v1/files", Some(KEY), Some(&ct), body).await;
     let detail = shape_a(&reply, 400);
@@ -254,7 +286,10 @@ async fn cors_answers_configured_origins_only() {
                 .uri("/v1/models")
                 .header("origin", origin)
                 .header("access-control-request-method", "POST")
-                .header("access-control-request-headers", "authorization,content-type,x-stainless-lang")
+                .header(
+                    "access-control-request-headers",
+                    "authorization,content-type,x-stainless-lang",
+                )
                 .body(axum::body::Body::empty())
                 .unwrap();
             tower::ServiceExt::oneshot(hearth_server::app(state), req)
@@ -267,7 +302,10 @@ async fn cors_answers_configured_origins_only() {
         ok.headers()["access-control-allow-origin"],
         "https://console.example"
     );
-    let allowed = ok.headers()["access-control-allow-headers"].to_str().unwrap().to_string();
+    let allowed = ok.headers()["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .to_string();
     assert!(allowed.contains("x-stainless-lang"), "{allowed}");
     let other = preflight("https://evil.example").await;
     assert!(other.headers().get("access-control-allow-origin").is_none());
@@ -292,29 +330,85 @@ async fn generation_limits_are_400_naming_the_field() {
         }
         body
     };
-    let reply = json_as(&state, "POST", "/v1/chat/completions", KEY, chat(json!({"max_tokens": 1_000_000_000_000i64}))).await;
+    let reply = json_as(
+        &state,
+        "POST",
+        "/v1/chat/completions",
+        KEY,
+        chat(json!({"max_tokens": 1_000_000_000_000i64})),
+    )
+    .await;
     check(&reply, "max_tokens");
-    let reply = json_as(&state, "POST", "/v1/chat/completions", KEY, chat(json!({"max_completion_tokens": 9_000_000}))).await;
+    let reply = json_as(
+        &state,
+        "POST",
+        "/v1/chat/completions",
+        KEY,
+        chat(json!({"max_completion_tokens": 9_000_000})),
+    )
+    .await;
     check(&reply, "max_completion_tokens");
-    let reply = json_as(&state, "POST", "/v1/completions", KEY, json!({"model": MODEL, "prompt": "Hi", "max_tokens": 1_000_000_000_000i64})).await;
+    let reply = json_as(
+        &state,
+        "POST",
+        "/v1/completions",
+        KEY,
+        json!({"model": MODEL, "prompt": "Hi", "max_tokens": 1_000_000_000_000i64}),
+    )
+    .await;
     check(&reply, "max_tokens");
     // Prompts x n over the per-request cap (64).
     let prompts: Vec<&str> = vec!["a"; 8];
-    let reply = json_as(&state, "POST", "/v1/completions", KEY, json!({"model": MODEL, "prompt": prompts, "n": 9, "max_tokens": 1})).await;
+    let reply = json_as(
+        &state,
+        "POST",
+        "/v1/completions",
+        KEY,
+        json!({"model": MODEL, "prompt": prompts, "n": 9, "max_tokens": 1}),
+    )
+    .await;
     check(&reply, "n");
     // A stop string over 256 bytes.
-    let reply = json_as(&state, "POST", "/v1/chat/completions", KEY, chat(json!({"stop": "x".repeat(300)}))).await;
+    let reply = json_as(
+        &state,
+        "POST",
+        "/v1/chat/completions",
+        KEY,
+        chat(json!({"stop": "x".repeat(300)})),
+    )
+    .await;
     check(&reply, "stop");
     // Prompt text over the byte cap, refused before tokenizing.
     let mut small = state.clone();
     small.limits.max_prompt_bytes = 1000;
-    let reply = json_as(&small, "POST", "/v1/completions", KEY, json!({"model": MODEL, "prompt": "y".repeat(2000), "max_tokens": 1})).await;
+    let reply = json_as(
+        &small,
+        "POST",
+        "/v1/completions",
+        KEY,
+        json!({"model": MODEL, "prompt": "y".repeat(2000), "max_tokens": 1}),
+    )
+    .await;
     check(&reply, "prompt");
-    let reply = json_as(&small, "POST", "/v1/chat/completions", KEY, chat(json!({"messages": [{"role": "user", "content": "y".repeat(2000)}]}))).await;
+    let reply = json_as(
+        &small,
+        "POST",
+        "/v1/chat/completions",
+        KEY,
+        chat(json!({"messages": [{"role": "user", "content": "y".repeat(2000)}]})),
+    )
+    .await;
     check(&reply, "messages");
 
     // After all that, a normal request is answered.
-    let reply = json_as(&state, "POST", "/v1/chat/completions", KEY, chat(json!({"max_tokens": 4, "ignore_eos": true}))).await;
+    let reply = json_as(
+        &state,
+        "POST",
+        "/v1/chat/completions",
+        KEY,
+        chat(json!({"max_tokens": 4, "ignore_eos": true})),
+    )
+    .await;
     assert_eq!(reply.status, 200, "{}", text(&reply));
     assert_eq!(reply.json()["usage"]["completion_tokens"], 4);
 }
@@ -333,9 +427,10 @@ async fn requests_beyond_the_concurrency_limit_get_503_then_pass_again() {
             .header("content-type", "application/json");
         req = req.header("host", "t");
         let body = body.map(|b| b.to_string()).unwrap_or_default();
-        let response = tower::ServiceExt::oneshot(app, req.body(axum::body::Body::from(body)).unwrap())
-            .await
-            .unwrap();
+        let response =
+            tower::ServiceExt::oneshot(app, req.body(axum::body::Body::from(body)).unwrap())
+                .await
+                .unwrap();
         let status = response.status().as_u16();
         let retry = response.headers().get("retry-after").is_some();
         (status, retry)
@@ -344,12 +439,17 @@ async fn requests_beyond_the_concurrency_limit_get_503_then_pass_again() {
     let long = tokio::spawn(call(
         app.clone(),
         "/v1/completions",
-        Some(json!({"model": MODEL, "prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": true})),
+        Some(
+            json!({"model": MODEL, "prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": true}),
+        ),
     ));
     let engine = state.chat[MODEL].engine.clone();
     let started = std::time::Instant::now();
     while engine.snapshot().active == 0 {
-        assert!(started.elapsed().as_secs() < 30, "the generation never started");
+        assert!(
+            started.elapsed().as_secs() < 30,
+            "the generation never started"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     let (status, retry) = call(app.clone(), "/v1/models", None).await;

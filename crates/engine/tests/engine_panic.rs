@@ -72,14 +72,19 @@ fn a_panic_in_a_turn_fails_the_sequences_and_marks_the_engine_dead() {
         cache_scope: None,
     };
     let mut stream = engine.submit(request.clone()).unwrap();
-    let event = stream.blocking_recv().expect("an event, not a dropped channel");
+    let event = stream
+        .blocking_recv()
+        .expect("an event, not a dropped channel");
     match event {
         TokenEvent::Error(e) => assert!(e.to_string().contains("panic"), "{e}"),
         other => panic!("expected an error, got {other:?}"),
     }
     let started = std::time::Instant::now();
     while engine.is_alive() {
-        assert!(started.elapsed() < Duration::from_secs(10), "never marked dead");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never marked dead"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     // New work is refused at once rather than queued forever.
@@ -87,9 +92,14 @@ fn a_panic_in_a_turn_fails_the_sequences_and_marks_the_engine_dead() {
     loop {
         match engine.submit(request.clone()) {
             Err(_) => break,
-            Ok(mut s) => assert!(s.blocking_recv().is_none_or(|e| matches!(e, TokenEvent::Error(_)))),
+            Ok(mut s) => assert!(s
+                .blocking_recv()
+                .is_none_or(|e| matches!(e, TokenEvent::Error(_)))),
         }
-        assert!(started.elapsed() < Duration::from_secs(10), "still accepting work");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "still accepting work"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }

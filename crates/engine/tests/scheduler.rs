@@ -183,9 +183,16 @@ fn the_prefix_cache_is_separate_per_scope() {
     let first = run("project-a");
     let hits = engine.prefix_hit_blocks();
     assert_eq!(run("project-b"), first);
-    assert_eq!(engine.prefix_hit_blocks(), hits, "blocks shared across scopes");
+    assert_eq!(
+        engine.prefix_hit_blocks(),
+        hits,
+        "blocks shared across scopes"
+    );
     assert_eq!(run("project-a"), first);
-    assert!(engine.prefix_hit_blocks() >= hits + 2, "the same scope shares");
+    assert!(
+        engine.prefix_hit_blocks() >= hits + 2,
+        "the same scope shares"
+    );
 }
 
 /// With one slot, a batch request queued before an interactive one still

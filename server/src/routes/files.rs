@@ -146,9 +146,11 @@ async fn small_field(
     total: &mut usize,
 ) -> Result<Vec<u8>, HttpError> {
     let mut out = Vec::new();
-    while let Some(chunk) = field.chunk().await.map_err(|e| {
-        HttpError::from(hearth_store::StoreError::Interrupted(e.body_text()))
-    })? {
+    while let Some(chunk) = field
+        .chunk()
+        .await
+        .map_err(|e| HttpError::from(hearth_store::StoreError::Interrupted(e.body_text())))?
+    {
         *total += chunk.len();
         if *total > MULTIPART_OVERHEAD as usize {
             return Err(HttpError(ApiError::with_detail(
@@ -278,7 +280,10 @@ pub async fn link(
                 .and_then(|h| h.to_str().ok())
                 .filter(|h| is_host(h))
                 .unwrap_or("localhost");
-            let scheme = match headers.get("x-forwarded-proto").and_then(|h| h.to_str().ok()) {
+            let scheme = match headers
+                .get("x-forwarded-proto")
+                .and_then(|h| h.to_str().ok())
+            {
                 Some("https") => "https",
                 _ => "http",
             };
