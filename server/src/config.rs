@@ -17,6 +17,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// One value per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Pull the models to serve (if missing), then serve the HTTP API.
@@ -231,9 +233,20 @@ pub struct FineTuneArgs {
     /// serving).
     #[arg(long, env = "HEARTH_FT_THREADS", default_value_t = 1)]
     pub ft_threads: usize,
-    /// Optimizer steps between checkpoints (the last step always gets one).
+    /// Optimizer steps between checkpoints (the end of every epoch and the
+    /// last step always get one).
     #[arg(long, env = "HEARTH_FT_CHECKPOINT_STEPS", default_value_t = 20)]
     pub ft_checkpoint_steps: usize,
+    /// Longest training time between checkpoints, in minutes: at most this
+    /// much work is lost when the process dies.
+    #[arg(long, env = "HEARTH_FT_CHECKPOINT_MINUTES", default_value_t = 2.0,
+          value_parser = positive_minutes)]
+    pub ft_checkpoint_minutes: f64,
+    /// Times a job is claimed (its first run and each restart after its
+    /// worker died) before it is failed instead of run again.
+    #[arg(long, env = "HEARTH_FT_MAX_ATTEMPTS", default_value_t = 3,
+          value_parser = clap::value_parser!(i64).range(1..))]
+    pub ft_max_attempts: i64,
     /// CPU niceness of the training threads (0..=19).
     #[arg(long, env = "HEARTH_FT_NICE", default_value_t = 19)]
     pub ft_nice: i32,
@@ -243,12 +256,22 @@ pub struct FineTuneArgs {
     pub ft_yield_max_secs: u64,
 }
 
+/// A number of minutes above zero and at most a day.
+fn positive_minutes(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(m) if m > 0.0 && m <= 1440.0 => Ok(m),
+        _ => Err(format!("`{text}` is not a number of minutes in (0, 1440]")),
+    }
+}
+
 impl Default for FineTuneArgs {
     fn default() -> Self {
         Self {
             ft_jobs: 1,
             ft_threads: 1,
             ft_checkpoint_steps: 20,
+            ft_checkpoint_minutes: 2.0,
+            ft_max_attempts: 3,
             ft_nice: 19,
             ft_yield_max_secs: 30,
         }

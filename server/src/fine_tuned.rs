@@ -177,6 +177,10 @@ pub fn start_worker(
         max_jobs: args.ft_jobs,
         threads: args.ft_threads.max(1),
         checkpoint_every: args.ft_checkpoint_steps.max(1),
+        checkpoint_interval: std::time::Duration::from_secs_f64(
+            (args.ft_checkpoint_minutes * 60.0).clamp(1.0, 86_400.0),
+        ),
+        max_attempts: args.ft_max_attempts,
         nice: args.ft_nice.clamp(0, 19),
         serving_busy: Some(std::sync::Arc::new(move || {
             chat.values().any(|m| {

@@ -170,7 +170,10 @@ fn candle_core_device() -> hearth_engine::Device {
 pub async fn open_store(args: &ServeArgs) -> anyhow::Result<(Store, String)> {
     let config = args.db.store_config(&args.store.data_dir);
     let store = Store::open(&config).await.context("opening the store")?;
-    let swept = store.sweep_orphan_blobs().await.context("sweeping blobs")?;
+    let swept = store
+        .sweep_orphan_blobs(hearth_store::ORPHAN_GRACE)
+        .await
+        .context("sweeping blobs")?;
     if swept > 0 {
         tracing::info!(swept, "removed blobs left by unfinished uploads");
     }

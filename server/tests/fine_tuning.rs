@@ -651,7 +651,7 @@ async fn other_projects_jobs_are_403_and_finished_jobs_cannot_be_cancelled() {
     let job_id = id.clone();
     let checkpoint = {
         let claimed = store
-            .claim_ft_job("test-worker", 60)
+            .claim_ft_job(&hearth_store::ClaimRules::new("test-worker", 60))
             .await
             .unwrap()
             .unwrap();
@@ -669,6 +669,7 @@ async fn other_projects_jobs_are_403_and_finished_jobs_cannot_be_cancelled() {
         assert!(store
             .finish_ft_job(
                 &job_id,
+                "test-worker",
                 hearth_store::FtStatus::Succeeded,
                 Some("ft:smol:x"),
                 &[],

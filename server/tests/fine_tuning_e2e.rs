@@ -210,6 +210,12 @@ fn a_job_survives_kill_9_resumes_from_its_checkpoint_and_serves_the_fact() {
         .parse()
         .unwrap();
     assert!(at >= before, "resumed at {at}, checkpoint was {before}");
+    // Every step is logged once, also those trained again after the resume.
+    for step in 1..=12 {
+        let prefix = format!("Step {step}/12:");
+        let times = messages.iter().filter(|m| m.starts_with(&prefix)).count();
+        assert_eq!(times, 1, "step {step} logged {times} times: {messages:?}");
+    }
     assert_eq!(
         messages
             .iter()

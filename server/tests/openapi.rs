@@ -187,21 +187,21 @@ fn every_route_of_app_rs_is_documented_and_nothing_else() {
 
 #[test]
 fn every_reference_resolves_and_schema_names_are_final() {
-    fn walk(doc: &Value, value: &Value, refs: &mut Vec<String>) {
+    fn walk(value: &Value, refs: &mut Vec<String>) {
         match value {
             Value::Object(map) => {
                 if let Some(Value::String(r)) = map.get("$ref") {
                     refs.push(r.clone());
                 }
-                map.values().for_each(|v| walk(doc, v, refs));
+                map.values().for_each(|v| walk(v, refs));
             }
-            Value::Array(items) => items.iter().for_each(|v| walk(doc, v, refs)),
+            Value::Array(items) => items.iter().for_each(|v| walk(v, refs)),
             _ => {}
         }
     }
     let doc = hearth_server::openapi::document();
     let mut refs = Vec::new();
-    walk(doc, doc, &mut refs);
+    walk(doc, &mut refs);
     assert!(refs.len() > 50);
     for r in &refs {
         let pointer = r
@@ -320,7 +320,8 @@ async fn answers_match_their_schemas() {
     let multipart = format!("multipart/form-data; boundary={}", common::raw::BOUNDARY);
     let mut ids: std::collections::HashMap<String, String> = Default::default();
     // (key, method, documented path, uri with `{id}` for the last id made, body)
-    let steps: Vec<(Option<&str>, &str, &str, String, Option<Vec<u8>>)> = vec![
+    type Step<'a> = (Option<&'a str>, &'a str, &'a str, String, Option<Vec<u8>>);
+    let steps: Vec<Step> = vec![
         (
             Some(&admin),
             "get",

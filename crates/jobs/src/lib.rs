@@ -80,6 +80,7 @@
 //! own `rayon::ThreadPool::install` keeps training off the global pool that
 //! serving uses.
 
+mod progress;
 pub mod train;
 pub mod worker;
 

@@ -13,24 +13,33 @@
 //!   threads running at a lower CPU priority (`nice`), so interactive
 //!   requests keep their latency: the serving threads win the CPU whenever
 //!   they want it.
-//! - Checkpoints (every [`WorkerConfig::checkpoint_every`] steps and at the
-//!   end) are PEFT adapters plus the full training state in the blob store
-//!   under `fine_tuning/<job>/step-<n>/`; a job claimed again after a crash
-//!   resumes from its latest checkpoint.
+//! - A node claims only jobs for the models it trains ([`Worker::new`]'s
+//!   bases), never one it is already running, and every state write checks
+//!   that it still holds the claim (a worker whose job was taken over stops).
+//!   Each claim is an attempt: a job whose worker died
+//!   [`WorkerConfig::max_attempts`] times is failed instead of claimed again.
+//! - Checkpoints are PEFT adapters plus the full training state in the blob
+//!   store under `fine_tuning/<job>/step-<n>/`, written at the end of every
+//!   epoch, every [`WorkerConfig::checkpoint_every`] steps, at least every
+//!   [`WorkerConfig::checkpoint_interval`] of training, and at the end. A job
+//!   claimed again after a crash resumes from its latest checkpoint, and the
+//!   steps it trains again are not logged twice.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use hearth_api::fine_tuning::Hyperparameters;
 use hearth_api::training_data::{parse_training_file, TrainingExample};
-use hearth_store::fine_tuning::{FtJob, FtStatus};
-use hearth_store::Store;
+use hearth_store::fine_tuning::{FtJob, FtStatus, DEFAULT_MAX_ATTEMPTS};
+use hearth_store::{ClaimRules, Store};
 use serde_json::{json, Value};
 use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
 
+use crate::progress::{logged_steps, metrics_csv, step_data, step_message};
 use crate::{load_chat_parts, BaseModel, StepReport, TrainConfig, TrainError, Trainer};
 
 pub const ADAPTER_WEIGHTS: &str = hearth_models::lora::ADAPTER_WEIGHTS_FILE;
@@ -48,8 +57,14 @@ pub struct WorkerConfig {
     pub max_jobs: usize,
     /// Training threads per job.
     pub threads: usize,
-    /// Steps between checkpoints (the last step always gets one).
+    /// Steps between checkpoints (the end of each epoch and the last step
+    /// always get one).
     pub checkpoint_every: usize,
+    /// Longest training time between checkpoints: what a crash can lose.
+    pub checkpoint_interval: Duration,
+    /// Claims a job may have (the first and one per worker that died
+    /// running it); the claim past them fails the job.
+    pub max_attempts: i64,
     /// How often to look for queued jobs.
     pub poll: Duration,
     /// A running job whose heartbeat is older than this is taken over.
@@ -72,6 +87,8 @@ impl Default for WorkerConfig {
             max_jobs: 1,
             threads: 1,
             checkpoint_every: 20,
+            checkpoint_interval: Duration::from_secs(120),
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
             poll: Duration::from_secs(1),
             stale_after_secs: 60,
             nice: 19,
@@ -126,17 +143,28 @@ impl Worker {
 
     async fn run(self) {
         let slots = Arc::new(Semaphore::new(self.config.max_jobs.max(1)));
+        let models: Vec<String> = self.bases.keys().cloned().collect();
+        // Jobs this process runs now: never claimed a second time.
+        let running: Arc<Mutex<Vec<String>>> = Arc::default();
         loop {
             let Ok(permit) = slots.clone().acquire_owned().await else {
                 return;
             };
-            match self
-                .store
-                .claim_ft_job(&self.config.worker_id, self.config.stale_after_secs)
-                .await
-            {
+            let running_here = running.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let rules = ClaimRules {
+                models: Some(&models),
+                running_here: &running_here,
+                max_attempts: self.config.max_attempts,
+                ..ClaimRules::new(&self.config.worker_id, self.config.stale_after_secs)
+            };
+            match self.store.claim_ft_job(&rules).await {
                 Ok(Some(job)) => {
-                    tracing::info!(job = %job.id, model = %job.model, "fine-tuning job claimed");
+                    tracing::info!(
+                        job = %job.id,
+                        model = %job.model,
+                        attempt = job.attempts,
+                        "fine-tuning job claimed"
+                    );
                     let ctx = JobContext {
                         store: self.store.clone(),
                         bases: self.bases.clone(),
@@ -144,8 +172,18 @@ impl Worker {
                         handle: Handle::current(),
                         cancelled: Arc::new(AtomicBool::new(false)),
                     };
+                    running
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(job.id.clone());
+                    let running = running.clone();
                     tokio::spawn(async move {
+                        let id = job.id.clone();
                         ctx.run(job).await;
+                        running
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .retain(|j| *j != id);
                         drop(permit);
                     });
                 }
@@ -165,8 +203,13 @@ impl Worker {
 
 /// Why a job stopped without succeeding.
 enum Stop {
+    /// Cancelled, or no longer this worker's (taken over after a stale
+    /// heartbeat): nothing more to write.
     Cancelled,
-    Failed { code: &'static str, message: String },
+    Failed {
+        code: &'static str,
+        message: String,
+    },
 }
 
 impl From<TrainError> for Stop {
@@ -211,6 +254,7 @@ impl JobContext {
         let heartbeat = self.spawn_heartbeat(&job.id);
         let store = self.store.clone();
         let job_id = job.id.clone();
+        let worker = self.config.worker_id.clone();
         let ctx = Arc::new(self);
         let result = {
             let ctx = ctx.clone();
@@ -232,18 +276,20 @@ impl JobContext {
             Err(Stop::Failed { code, message }) => {
                 tracing::warn!(job = %job_id, %message, "fine-tuning job failed");
                 let error = json!({"code": code, "message": message, "param": null});
-                let _ = store
-                    .add_ft_event(
-                        &job_id,
-                        "error",
-                        "message",
-                        &format!("Training failed: {message}"),
-                        None,
-                    )
+                let ended = store
+                    .finish_ft_job(&job_id, &worker, FtStatus::Failed, None, &[], Some(error))
                     .await;
-                let _ = store
-                    .finish_ft_job(&job_id, FtStatus::Failed, None, &[], Some(error))
-                    .await;
+                if matches!(ended, Ok(true)) {
+                    let _ = store
+                        .add_ft_event(
+                            &job_id,
+                            "error",
+                            "message",
+                            &format!("Training failed: {message}"),
+                            None,
+                        )
+                        .await;
+                }
             }
         }
     }
@@ -336,6 +382,22 @@ impl JobContext {
         })
     }
 
+    /// Sets the job's progress; a job no longer this worker's stops here.
+    fn progress(&self, job: &str, steps: usize, tokens: i64, total: usize) -> Result<(), Stop> {
+        let held = self.block_on(self.store.update_ft_progress(
+            job,
+            &self.config.worker_id,
+            steps as i64,
+            tokens,
+            total as i64,
+        ))?;
+        if held {
+            Ok(())
+        } else {
+            Err(Stop::Cancelled)
+        }
+    }
+
     fn train(&self, job: FtJob) -> Result<(), Stop> {
         let base = self.bases.get(&job.model).ok_or_else(|| Stop::Failed {
             code: "model_unavailable",
@@ -360,6 +422,13 @@ impl JobContext {
         )?;
         let total = trainer.total_steps();
         let mut trained_tokens: i64 = 0;
+        // Steps whose metrics a previous attempt already logged.
+        let logged_through = self
+            .block_on(logged_steps(&self.store, &job.id))?
+            .keys()
+            .next_back()
+            .copied()
+            .unwrap_or(0);
         match self.block_on(self.store.latest_ft_checkpoint(&job.id))? {
             Some(ckpt) => {
                 let key = format!("{}/{TRAINING_STATE}", ckpt.blob_prefix);
@@ -370,12 +439,22 @@ impl JobContext {
                     &job.id,
                     "message",
                     format!(
-                        "Resumed training from checkpoint at step {} of {total}",
-                        trainer.step()
+                        "Resumed training from checkpoint at step {} of {total} (attempt {})",
+                        trainer.step(),
+                        job.attempts
                     ),
                     None,
                 );
             }
+            None if job.attempts > 1 => self.event(
+                &job.id,
+                "message",
+                format!(
+                    "Restarted training from the beginning: no checkpoint yet (attempt {})",
+                    job.attempts
+                ),
+                None,
+            ),
             None => self.event(
                 &job.id,
                 "message",
@@ -383,13 +462,9 @@ impl JobContext {
                 None,
             ),
         }
-        self.block_on(self.store.update_ft_progress(
-            &job.id,
-            trainer.step() as i64,
-            trained_tokens,
-            total as i64,
-        ))?;
+        self.progress(&job.id, trainer.step(), trained_tokens, total)?;
         let name = fine_tuned_model_name(&job);
+        let mut last_commit = Instant::now();
         while trainer.step() < total {
             self.yield_to_serving();
             if self.cancelled.load(Ordering::SeqCst) {
@@ -397,27 +472,29 @@ impl JobContext {
             }
             let report = trainer.train_step()?;
             trained_tokens += report.tokens as i64;
-            self.event(
-                &job.id,
-                "metrics",
-                step_message(&report, total),
-                Some(step_data(&report)),
-            );
-            self.block_on(self.store.update_ft_progress(
-                &job.id,
-                report.step as i64,
-                trained_tokens,
-                total as i64,
-            ))?;
+            self.progress(&job.id, report.step, trained_tokens, total)?;
+            if report.step as i64 > logged_through {
+                self.event(
+                    &job.id,
+                    "metrics",
+                    step_message(&report, total),
+                    Some(step_data(&report)),
+                );
+            }
             let every = self.config.checkpoint_every.max(1);
-            if report.step % every == 0 || report.step == total {
+            if report.step % every == 0
+                || report.epoch_end
+                || report.step == total
+                || last_commit.elapsed() >= self.config.checkpoint_interval
+            {
                 self.checkpoint(&job, &trainer, &report, &name, trained_tokens)?;
+                last_commit = Instant::now();
             }
         }
         if self.cancelled.load(Ordering::SeqCst) {
             return Err(Stop::Cancelled);
         }
-        let csv = self.metrics_csv(&job.id)?;
+        let csv = metrics_csv(&self.block_on(logged_steps(&self.store, &job.id))?);
         let file = self.block_on(self.store.create_file_from_bytes(
             &job.project_id,
             "step_metrics.csv",
@@ -426,6 +503,7 @@ impl JobContext {
         ))?;
         let applied = self.block_on(self.store.finish_ft_job(
             &job.id,
+            &self.config.worker_id,
             FtStatus::Succeeded,
             Some(&name),
             std::slice::from_ref(&file.id),
@@ -455,11 +533,14 @@ impl JobContext {
         let (weights, config) = trainer.adapter()?.to_peft()?;
         let state = trainer.save_state()?;
         let blobs = self.store.blobs();
-        // The state goes last: a checkpoint row is only written once all
-        // three blobs are in place.
+        // The state goes last, and each blob is on disk before the next
+        // write: a checkpoint row is only written once all three are.
         self.block_on(blobs.put(&format!("{prefix}/{ADAPTER_WEIGHTS}"), &weights))?;
         self.block_on(blobs.put(&format!("{prefix}/{ADAPTER_CONFIG}"), config.as_bytes()))?;
         self.block_on(blobs.put(&format!("{prefix}/{TRAINING_STATE}"), &state))?;
+        // Still ours? (A job taken over gets its checkpoints from its new
+        // worker.)
+        self.progress(&job.id, report.step, trained_tokens, trainer.total_steps())?;
         let mut metrics = step_data(report);
         metrics["trained_tokens"] = json!(trained_tokens);
         self.block_on(self.store.add_ft_checkpoint(
@@ -477,61 +558,6 @@ impl JobContext {
         );
         Ok(())
     }
-
-    /// The training curve as CSV, from the metrics events (a step trained
-    /// twice around a resume keeps its latest values).
-    fn metrics_csv(&self, job_id: &str) -> Result<String, Stop> {
-        let mut rows: BTreeMap<i64, Value> = BTreeMap::new();
-        let mut after: Option<String> = None;
-        loop {
-            let (page, more) =
-                self.block_on(self.store.list_ft_events(job_id, 1000, after.as_deref()))?;
-            for e in &page {
-                if e.kind == "metrics" {
-                    if let Some(d) = &e.data {
-                        let step = d["step"].as_i64().unwrap_or(0);
-                        rows.entry(step).or_insert_with(|| d.clone());
-                    }
-                }
-            }
-            // Pages run newest first: the first value seen for a step is its latest.
-            match (more, page.last()) {
-                (true, Some(last)) => after = Some(last.id.clone()),
-                _ => break,
-            }
-        }
-        let mut csv = String::from("step,train_loss,valid_loss,learning_rate,tokens_per_second\n");
-        let num = |v: &Value| v.as_f64().map(|x| x.to_string()).unwrap_or_default();
-        for (step, d) in rows {
-            csv.push_str(&format!(
-                "{step},{},{},{},{}\n",
-                num(&d["train_loss"]),
-                num(&d["valid_loss"]),
-                num(&d["learning_rate"]),
-                num(&d["tokens_per_second"])
-            ));
-        }
-        Ok(csv)
-    }
-}
-
-fn step_message(r: &StepReport, total: usize) -> String {
-    let mut m = format!("Step {}/{total}: training loss={:.4}", r.step, r.train_loss);
-    if let Some(v) = r.valid_loss {
-        m.push_str(&format!(", validation loss={v:.4}"));
-    }
-    m
-}
-
-fn step_data(r: &StepReport) -> Value {
-    json!({
-        "step": r.step,
-        "epoch": r.epoch,
-        "train_loss": r.train_loss,
-        "valid_loss": r.valid_loss,
-        "learning_rate": r.learning_rate,
-        "tokens_per_second": r.tokens_per_second,
-    })
 }
 
 /// The trainer's settings from the job's stored (resolved) hyperparameters

@@ -9,11 +9,14 @@
 //! renames it). The file's row is committed after that, and deleted before
 //! the blob, so a row never points to a missing blob; what a crash can leave
 //! is a blob without a row, or a staged part, which [`Blobs::sweep`] removes
-//! on start.
+//! on start once it is older than a grace period. In a local folder a blob
+//! is flushed to disk (`fsync`, with its folder) before the write returns,
+//! so the row committed after it survives a power loss only with its blob.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures_util::stream::{BoxStream, StreamExt, TryStreamExt};
@@ -102,10 +105,13 @@ impl Blobs {
 
     /// Starts writing the content of `file_id`.
     pub async fn writer(&self, file_id: &str) -> Result<BlobWriter> {
-        let upload = self.store.put_multipart(&file_path(file_id)).await?;
+        let path = file_path(file_id);
+        let upload = self.store.put_multipart(&path).await?;
         Ok(BlobWriter {
             inner: WriteMultipart::new_with_chunk_size(upload, PART_BYTES),
             bytes: 0,
+            blobs: self.clone(),
+            path,
         })
     }
 
@@ -139,13 +145,11 @@ impl Blobs {
     /// `fine_tuning/<job-id>/step-10/adapter.safetensors`), replacing what
     /// was there; the blob appears whole.
     pub async fn put(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        let path = ObjectPath::from(key);
         self.store
-            .put(
-                &ObjectPath::from(key),
-                object_store::PutPayload::from(bytes.to_vec()),
-            )
+            .put(&path, object_store::PutPayload::from(bytes.to_vec()))
             .await?;
-        Ok(())
+        self.sync(&path).await
     }
 
     /// The whole blob under `key`; [`StoreError::NotFound`] when missing.
@@ -203,15 +207,30 @@ impl Blobs {
 
     /// Removes the file blobs (`files/<id>`) not in `keep`, and staged parts
     /// of uploads that never finished (a local folder's `files/<name>#<n>`
-    /// files). Returns how many blobs were removed. Blobs outside `files/`
-    /// (fine-tuning checkpoints under `fine_tuning/`) are never touched.
-    pub async fn sweep(&self, keep: &HashSet<String>) -> Result<usize> {
+    /// files), when they are at least `grace` old: a younger one may be an
+    /// upload in progress on another node sharing the store, whose row is
+    /// about to commit. Returns how many blobs were removed. Blobs outside
+    /// `files/` (fine-tuning checkpoints under `fine_tuning/`) are never
+    /// touched.
+    pub async fn sweep(&self, keep: &HashSet<String>, grace: Duration) -> Result<usize> {
+        let now = SystemTime::now();
+        let old_enough =
+            |modified: SystemTime| now.duration_since(modified).unwrap_or(Duration::ZERO) >= grace;
         let mut removed = 0;
-        for id in self.file_ids().await? {
-            if !keep.contains(&id) {
-                self.delete(&id).await?;
-                removed += 1;
+        let metas: Vec<object_store::ObjectMeta> = self
+            .store
+            .list(Some(&ObjectPath::from("files")))
+            .try_collect()
+            .await?;
+        for meta in metas {
+            let Some(id) = meta.location.filename() else {
+                continue;
+            };
+            if keep.contains(id) || !old_enough(SystemTime::from(meta.last_modified)) {
+                continue;
             }
+            self.delete(id).await?;
+            removed += 1;
         }
         if let Some(root) = &self.local_root {
             let dir = root.join("files");
@@ -224,7 +243,8 @@ impl Blobs {
                             .is_some_and(|(_, n)| {
                                 !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
                             });
-                    if staged {
+                    let modified = entry.metadata().and_then(|m| m.modified());
+                    if staged && modified.is_ok_and(old_enough) {
                         std::fs::remove_file(entry.path())?;
                         removed += 1;
                     }
@@ -233,6 +253,28 @@ impl Blobs {
         }
         Ok(removed)
     }
+
+    /// On a local folder, flushes the blob under `key` and its folder to
+    /// disk, so that a row committed next never points at a blob a power
+    /// loss could take back. Object stores are durable once a write returns.
+    async fn sync(&self, key: &ObjectPath) -> Result<()> {
+        let Some(root) = &self.local_root else {
+            return Ok(());
+        };
+        let path = key
+            .parts()
+            .fold(root.clone(), |p, part| p.join(part.as_ref()));
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            std::fs::File::open(&path)?.sync_all()?;
+            if let Some(dir) = path.parent() {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| StoreError::Io(std::io::Error::other(e)))??;
+        Ok(())
+    }
 }
 
 /// An upload in progress: chunks go out in parts as they come; the blob
@@ -240,6 +282,8 @@ impl Blobs {
 pub struct BlobWriter {
     inner: WriteMultipart,
     bytes: u64,
+    blobs: Blobs,
+    path: ObjectPath,
 }
 
 impl BlobWriter {
@@ -255,9 +299,11 @@ impl BlobWriter {
         self.bytes
     }
 
-    /// Completes the upload; the blob appears at once, whole.
+    /// Completes the upload; the blob appears at once, whole (and, in a
+    /// local folder, is on disk when this returns).
     pub async fn finish(self) -> Result<u64> {
         self.inner.finish().await?;
+        self.blobs.sync(&self.path).await?;
         Ok(self.bytes)
     }
 

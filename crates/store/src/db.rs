@@ -20,6 +20,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "fine_tuning",
         include_str!("../migrations/0002_fine_tuning.sql"),
     ),
+    (
+        3,
+        "fine_tuning_attempts",
+        include_str!("../migrations/0003_fine_tuning_attempts.sql"),
+    ),
 ];
 
 #[derive(Debug)]

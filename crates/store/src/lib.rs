@@ -33,9 +33,15 @@ pub use blobs::{BlobWriter, Blobs};
 pub use db::Backend;
 pub use error::{Result, StoreError};
 pub use files::{FileRecord, FileStatus, ListOrder};
-pub use fine_tuning::{ft_blob_prefix, FtCheckpoint, FtEvent, FtJob, FtStatus, NewFtJob};
+pub use fine_tuning::{
+    ft_blob_prefix, ClaimRules, FtCheckpoint, FtEvent, FtJob, FtStatus, NewFtJob,
+};
 pub use keys::{Caller, KeyInfo, NewKey};
 pub use projects::Project;
+
+/// How old a blob without a row must be before the start-up sweep removes
+/// it (uploads in progress on other nodes sharing the store are younger).
+pub const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Where the store lives.
 #[derive(Debug, Clone, Default)]
@@ -137,11 +143,15 @@ impl Store {
     }
 
     /// Removes file blobs (`files/<id>`) that no file row points to, and
-    /// staged parts of uploads that never finished (left by a crash). Run on
-    /// start, before serving: an upload in progress would look the same.
-    /// Other blobs (fine-tuning checkpoints under `fine_tuning/`) are kept.
-    pub async fn sweep_orphan_blobs(&self) -> Result<usize> {
+    /// staged parts of uploads that never finished (left by a crash), once
+    /// they are `grace` old ([`ORPHAN_GRACE`] on start): an upload in
+    /// progress, here or on another node sharing the store, looks the same
+    /// until its row commits. Other blobs (fine-tuning checkpoints under
+    /// `fine_tuning/`) are kept.
+    pub async fn sweep_orphan_blobs(&self, grace: std::time::Duration) -> Result<usize> {
+        // Blobs listed after the rows: a blob whose row commits in between
+        // is younger than any sensible grace.
         let keep: HashSet<String> = self.all_file_ids().await?.into_iter().collect();
-        self.blobs.sweep(&keep).await
+        self.blobs.sweep(&keep, grace).await
     }
 }

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{postgres, sqlite, Env};
-use hearth_store::{FtStatus, NewFtJob, StoreError};
+use hearth_store::{ClaimRules, FtStatus, NewFtJob, StoreError};
 use serde_json::json;
 
 on_both!(
@@ -15,6 +15,8 @@ on_both!(
     cancel_is_immediate_and_final,
     concurrent_claims_take_a_job_once,
     stale_and_own_jobs_are_reclaimed,
+    claims_skip_running_and_unserved_jobs,
+    attempts_are_bounded,
     cancelled_jobs_stop_their_worker,
     finish_records_results,
     events_and_checkpoints_page_newest_first,
@@ -123,13 +125,26 @@ async fn cancel_is_immediate_and_final(env: Env) {
         vec!["Fine-tuning job cancelled", "Created fine-tuning job"]
     );
     // A cancelled job is never claimed.
-    assert_eq!(s.claim_ft_job("w1", 60).await.unwrap(), None);
+    assert_eq!(
+        s.claim_ft_job(&ClaimRules::new("w1", 60)).await.unwrap(),
+        None
+    );
 
     // A succeeded job cannot be cancelled.
     let done = s.create_ft_job(new_job(&p, "file-a")).await.unwrap();
-    s.claim_ft_job("w1", 60).await.unwrap().unwrap();
+    s.claim_ft_job(&ClaimRules::new("w1", 60))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(s
-        .finish_ft_job(&done.id, FtStatus::Succeeded, Some("ft:m:x"), &[], None)
+        .finish_ft_job(
+            &done.id,
+            "w1",
+            FtStatus::Succeeded,
+            Some("ft:m:x"),
+            &[],
+            None
+        )
         .await
         .unwrap());
     match s.cancel_ft_job(&p, &done.id).await {
@@ -152,11 +167,19 @@ async fn concurrent_claims_take_a_job_once(env: Env) {
         let (a, b) = tokio::join!(
             tokio::spawn({
                 let s = s.clone();
-                async move { s.claim_ft_job("worker-a", 600).await.unwrap() }
+                async move {
+                    s.claim_ft_job(&ClaimRules::new("worker-a", 600))
+                        .await
+                        .unwrap()
+                }
             }),
             tokio::spawn({
                 let s = s.clone();
-                async move { s.claim_ft_job("worker-b", 600).await.unwrap() }
+                async move {
+                    s.claim_ft_job(&ClaimRules::new("worker-b", 600))
+                        .await
+                        .unwrap()
+                }
             }),
         );
         let (a, b) = (a.unwrap(), b.unwrap());
@@ -169,7 +192,12 @@ async fn concurrent_claims_take_a_job_once(env: Env) {
         let stored = s.ft_job_by_id(&job.id).await.unwrap();
         assert_eq!(stored.claimed_by, won.claimed_by);
         // Nothing else to claim for anyone.
-        assert_eq!(s.claim_ft_job("worker-c", 600).await.unwrap(), None);
+        assert_eq!(
+            s.claim_ft_job(&ClaimRules::new("worker-c", 600))
+                .await
+                .unwrap(),
+            None
+        );
         // Over, so that the winner does not take it back next round.
         s.cancel_ft_job(&p, &job.id).await.unwrap();
     }
@@ -182,7 +210,9 @@ async fn concurrent_claims_take_a_job_once(env: Env) {
     for w in 0..8 {
         let s = s.clone();
         tasks.push(tokio::spawn(async move {
-            s.claim_ft_job(&format!("w{w}"), 600).await.unwrap()
+            s.claim_ft_job(&ClaimRules::new(&format!("w{w}"), 600))
+                .await
+                .unwrap()
         }));
     }
     let mut claimed: Vec<String> = Vec::new();
@@ -199,36 +229,170 @@ async fn stale_and_own_jobs_are_reclaimed(env: Env) {
     let s = &env.store;
     let p = s.default_project().await.unwrap().id;
     let old = s.create_ft_job(new_job(&p, "file-a")).await.unwrap();
-    let claimed = s.claim_ft_job("w1", 60).await.unwrap().unwrap();
+    let claimed = s
+        .claim_ft_job(&ClaimRules::new("w1", 60))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(claimed.id, old.id);
     assert_eq!(claimed.claimed_by.as_deref(), Some("w1"));
     // Fresh heartbeat: another worker cannot take it.
-    assert_eq!(s.claim_ft_job("w2", 60).await.unwrap(), None);
+    assert_eq!(
+        s.claim_ft_job(&ClaimRules::new("w2", 60)).await.unwrap(),
+        None
+    );
     // But the same worker (restarted) takes its own job back.
-    let again = s.claim_ft_job("w1", 60).await.unwrap().unwrap();
+    let again = s
+        .claim_ft_job(&ClaimRules::new("w1", 60))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(again.id, old.id);
     // A queued job is taken before nothing; the running one is older.
     let queued = s.create_ft_job(new_job(&p, "file-a")).await.unwrap();
     assert_eq!(
-        s.claim_ft_job("w2", 60).await.unwrap().unwrap().id,
+        s.claim_ft_job(&ClaimRules::new("w2", 60))
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
         queued.id
     );
     // With a zero tolerance, a heartbeat from an earlier second is stale.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    let stolen = s.claim_ft_job("w3", 0).await.unwrap().unwrap();
+    let stolen = s
+        .claim_ft_job(&ClaimRules::new("w3", 0))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stolen.id, old.id, "the oldest stale job first");
     assert_eq!(stolen.claimed_by.as_deref(), Some("w3"));
     assert_eq!(stolen.status, FtStatus::Running);
-    // The old worker learns it lost the job.
+    // The old worker learns it lost the job, and can no longer write to it.
     assert!(!s.heartbeat_ft_job(&old.id, "w1").await.unwrap());
     assert!(s.heartbeat_ft_job(&old.id, "w3").await.unwrap());
+    assert!(!s
+        .update_ft_progress(&old.id, "w1", 9, 900, 20)
+        .await
+        .unwrap());
+    assert!(!s
+        .finish_ft_job(&old.id, "w1", FtStatus::Succeeded, Some("ft:x"), &[], None)
+        .await
+        .unwrap());
+    assert!(s
+        .update_ft_progress(&old.id, "w3", 2, 200, 20)
+        .await
+        .unwrap());
+    let now = s.ft_job_by_id(&old.id).await.unwrap();
+    assert_eq!((now.status, now.trained_steps), (FtStatus::Running, 2));
+    assert_eq!(now.claimed_by.as_deref(), Some("w3"));
+}
+
+async fn claims_skip_running_and_unserved_jobs(env: Env) {
+    let s = &env.store;
+    let p = s.default_project().await.unwrap().id;
+    let job = s.create_ft_job(new_job(&p, "file-a")).await.unwrap();
+    // A node that does not serve the job's model never takes it.
+    let other_model = vec!["some/other-model".to_string()];
+    let rules = ClaimRules {
+        models: Some(&other_model),
+        ..ClaimRules::new("w1", 60)
+    };
+    assert_eq!(s.claim_ft_job(&rules).await.unwrap(), None);
+    let none: Vec<String> = Vec::new();
+    let rules = ClaimRules {
+        models: Some(&none),
+        ..ClaimRules::new("w1", 60)
+    };
+    assert_eq!(s.claim_ft_job(&rules).await.unwrap(), None);
+    let served = vec![job.model.clone()];
+    let rules = ClaimRules {
+        models: Some(&served),
+        ..ClaimRules::new("w1", 60)
+    };
+    let claimed = s.claim_ft_job(&rules).await.unwrap().unwrap();
+    assert_eq!(
+        (claimed.id.as_str(), claimed.attempts),
+        (job.id.as_str(), 1)
+    );
+    // While w1 runs it, w1 does not claim it a second time (with more
+    // slots free), and nobody else does either.
+    let running = vec![job.id.clone()];
+    let rules = ClaimRules {
+        models: Some(&served),
+        running_here: &running,
+        ..ClaimRules::new("w1", 60)
+    };
+    for _ in 0..3 {
+        assert_eq!(s.claim_ft_job(&rules).await.unwrap(), None);
+        assert_eq!(
+            s.claim_ft_job(&ClaimRules::new("w2", 60)).await.unwrap(),
+            None
+        );
+    }
+    assert_eq!(s.ft_job_by_id(&job.id).await.unwrap().attempts, 1);
+}
+
+async fn attempts_are_bounded(env: Env) {
+    let s = &env.store;
+    let p = s.default_project().await.unwrap().id;
+    let job = s.create_ft_job(new_job(&p, "file-a")).await.unwrap();
+    // Claimed, then its worker dies each time (a restart takes it back).
+    for attempt in 1..=3 {
+        let claimed = s
+            .claim_ft_job(&ClaimRules::new("w1", 60))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (claimed.id.as_str(), claimed.attempts),
+            (job.id.as_str(), attempt)
+        );
+    }
+    // A fourth claim fails it instead, with a clear error and event.
+    let next = s.create_ft_job(new_job(&p, "file-a")).await.unwrap();
+    let claimed = s
+        .claim_ft_job(&ClaimRules::new("w1", 60))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claimed.id, next.id, "the next job is taken instead");
+    let failed = s.ft_job_by_id(&job.id).await.unwrap();
+    assert_eq!(failed.status, FtStatus::Failed);
+    assert!(failed.finished_at.is_some());
+    let error = failed.error.unwrap();
+    assert_eq!(error["code"], "too_many_attempts", "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("3 times"),
+        "{error}"
+    );
+    let (events, _) = s.list_ft_events(&job.id, 10, None).await.unwrap();
+    assert_eq!(events[0].level, "error");
+    assert!(events[0].message.contains("not trying again"), "{events:?}");
+    // A lower bound applies the same way.
+    let strict = s.create_ft_job(new_job(&p, "file-a")).await.unwrap();
+    s.cancel_ft_job(&p, &next.id).await.unwrap();
+    let rules = ClaimRules {
+        max_attempts: 1,
+        ..ClaimRules::new("w2", 60)
+    };
+    assert_eq!(s.claim_ft_job(&rules).await.unwrap().unwrap().id, strict.id);
+    assert_eq!(s.claim_ft_job(&rules).await.unwrap(), None);
+    assert_eq!(
+        s.ft_job_by_id(&strict.id).await.unwrap().status,
+        FtStatus::Failed
+    );
 }
 
 async fn cancelled_jobs_stop_their_worker(env: Env) {
     let s = &env.store;
     let p = s.default_project().await.unwrap().id;
     let job = s.create_ft_job(new_job(&p, "file-a")).await.unwrap();
-    let claimed = s.claim_ft_job("w1", 60).await.unwrap().unwrap();
+    let claimed = s
+        .claim_ft_job(&ClaimRules::new("w1", 60))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(claimed.id, job.id);
     assert!(s.heartbeat_ft_job(&job.id, "w1").await.unwrap());
     assert!(!s.heartbeat_ft_job(&job.id, "w2").await.unwrap());
@@ -236,10 +400,14 @@ async fn cancelled_jobs_stop_their_worker(env: Env) {
     assert_eq!(cancelled.status, FtStatus::Cancelled);
     assert!(!s.heartbeat_ft_job(&job.id, "w1").await.unwrap());
     // Progress still records; finishing does not overwrite the cancel.
-    s.update_ft_progress(&job.id, 5, 1000, 30).await.unwrap();
+    assert!(s
+        .update_ft_progress(&job.id, "w1", 5, 1000, 30)
+        .await
+        .unwrap());
     assert!(!s
         .finish_ft_job(
             &job.id,
+            "w1",
             FtStatus::Succeeded,
             Some("ft:x"),
             &["file-r".into()],
@@ -256,7 +424,10 @@ async fn cancelled_jobs_stop_their_worker(env: Env) {
         (5, Some(1000), Some(30))
     );
     // Nor is it claimed again.
-    assert_eq!(s.claim_ft_job("w1", 0).await.unwrap(), None);
+    assert_eq!(
+        s.claim_ft_job(&ClaimRules::new("w1", 0)).await.unwrap(),
+        None
+    );
 }
 
 async fn finish_records_results(env: Env) {
@@ -265,19 +436,23 @@ async fn finish_records_results(env: Env) {
     let job = s.create_ft_job(new_job(&p, "file-a")).await.unwrap();
     // Not running yet: finishing does not apply.
     assert!(!s
-        .finish_ft_job(&job.id, FtStatus::Failed, None, &[], None)
+        .finish_ft_job(&job.id, "w1", FtStatus::Failed, None, &[], None)
         .await
         .unwrap());
     assert!(matches!(
-        s.finish_ft_job(&job.id, FtStatus::Running, None, &[], None)
+        s.finish_ft_job(&job.id, "w1", FtStatus::Running, None, &[], None)
             .await,
         Err(StoreError::Invalid(_))
     ));
-    s.claim_ft_job("w1", 60).await.unwrap().unwrap();
+    s.claim_ft_job(&ClaimRules::new("w1", 60))
+        .await
+        .unwrap()
+        .unwrap();
     let results = vec!["file-results".to_string()];
     assert!(s
         .finish_ft_job(
             &job.id,
+            "w1",
             FtStatus::Succeeded,
             Some("ft:smol:mine:1"),
             &results,
@@ -292,7 +467,7 @@ async fn finish_records_results(env: Env) {
     assert!(done.finished_at.is_some());
     // Finished once: never again.
     assert!(!s
-        .finish_ft_job(&job.id, FtStatus::Failed, None, &[], None)
+        .finish_ft_job(&job.id, "w1", FtStatus::Failed, None, &[], None)
         .await
         .unwrap());
     assert!(!s.heartbeat_ft_job(&job.id, "w1").await.unwrap());
@@ -312,11 +487,21 @@ async fn finish_records_results(env: Env) {
 
     // A failure keeps its error.
     let bad = s.create_ft_job(new_job(&p, "file-a")).await.unwrap();
-    s.claim_ft_job("w1", 60).await.unwrap().unwrap();
+    s.claim_ft_job(&ClaimRules::new("w1", 60))
+        .await
+        .unwrap()
+        .unwrap();
     let error =
         json!({"code": "invalid_training_file", "message": "too short", "param": "training_file"});
     assert!(s
-        .finish_ft_job(&bad.id, FtStatus::Failed, None, &[], Some(error.clone()))
+        .finish_ft_job(
+            &bad.id,
+            "w1",
+            FtStatus::Failed,
+            None,
+            &[],
+            Some(error.clone())
+        )
         .await
         .unwrap());
     let failed = s.ft_job_by_id(&bad.id).await.unwrap();
@@ -438,7 +623,12 @@ async fn sweep_keeps_fine_tuning_blobs(env: Env) {
         )
         .await
         .unwrap();
-    assert_eq!(s.sweep_orphan_blobs().await.unwrap(), 1);
+    assert_eq!(
+        s.sweep_orphan_blobs(std::time::Duration::ZERO)
+            .await
+            .unwrap(),
+        1
+    );
     assert_eq!(s.blobs().file_ids().await.unwrap(), vec![kept.id.clone()]);
     assert_eq!(s.blobs().get(&key).await.unwrap(), b"weights");
     let mut keys = s.blobs().keys("fine_tuning").await.unwrap();
@@ -485,7 +675,10 @@ async fn files_of_active_jobs_cannot_be_deleted(env: Env) {
         }
     }
     // Running: still in use.
-    s.claim_ft_job("w1", 60).await.unwrap().unwrap();
+    s.claim_ft_job(&ClaimRules::new("w1", 60))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(matches!(
         s.delete_file(&p, &train.id).await,
         Err(StoreError::InUse(_))

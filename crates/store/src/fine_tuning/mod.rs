@@ -2,7 +2,8 @@
 //!
 //! A job is created `queued` by the API ([`Store::create_ft_job`]) once every
 //! check knowable at creation has passed. A worker (hearth-jobs) then takes it
-//! with [`Store::claim_ft_job`] (`running`, `claimed_by`, `heartbeat_at`),
+//! with [`Store::claim_ft_job`] (`running`, `claimed_by`, `heartbeat_at`,
+//! one more of its `attempts`; see `claims.rs`),
 //! keeps it alive with [`Store::heartbeat_ft_job`] (false once the job was
 //! cancelled: the worker stops), reports progress, events and checkpoints,
 //! and ends it with [`Store::finish_ft_job`] (`succeeded` or `failed`; never
@@ -27,7 +28,10 @@ use crate::files::FileRecord;
 use crate::ids::{self, new_id, now};
 use crate::Store;
 
+mod claims;
 mod records;
+
+pub use claims::{ClaimRules, DEFAULT_MAX_ATTEMPTS};
 
 /// `status` of a fine-tuning job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -120,6 +124,8 @@ pub struct FtJob {
     pub claimed_by: Option<String>,
     /// When that worker last said it is alive.
     pub heartbeat_at: Option<i64>,
+    /// How many times a worker claimed the job (see [`ClaimRules`]).
+    pub attempts: i64,
 }
 
 /// What [`Store::create_ft_job`] needs; everything already checked.
@@ -179,7 +185,7 @@ pub fn is_well_formed_job_id(id: &str) -> bool {
 
 const JOB_COLUMNS: &str = "id, project_id, model, training_file, validation_file, suffix, seed, \
      hyperparameters, method, status, fine_tuned_model, trained_tokens, trained_steps, \
-     total_steps, result_files, error, created_at, finished_at, claimed_by, heartbeat_at";
+     total_steps, result_files, error, created_at, finished_at, claimed_by, heartbeat_at, attempts";
 
 const EVENT_COLUMNS: &str = "id, job_id, created_at, level, type, message, data";
 
@@ -226,6 +232,7 @@ impl FtJob {
             finished_at: row.try_get("finished_at")?,
             claimed_by: row.try_get("claimed_by")?,
             heartbeat_at: row.try_get("heartbeat_at")?,
+            attempts: row.try_get("attempts")?,
         })
     }
 }
@@ -334,6 +341,7 @@ impl Store {
             finished_at: None,
             claimed_by: None,
             heartbeat_at: None,
+            attempts: 0,
         };
         sqlx::query(
             "INSERT INTO fine_tuning_jobs (id, project_id, model, training_file, \
@@ -443,131 +451,6 @@ impl Store {
                 job.status
             ))),
         }
-    }
-
-    /// Takes a job for `worker`: the oldest (by id) of the `queued` jobs,
-    /// the `running` jobs whose heartbeat is older than `stale_after_secs`
-    /// (their worker died), and the `running` jobs already claimed by
-    /// `worker` (its own, from before a restart). The job becomes `running`
-    /// with `claimed_by = worker` and `heartbeat_at = now`.
-    ///
-    /// Atomic between workers and processes: each candidate is taken with a
-    /// conditional `UPDATE` that repeats the candidate condition, and a
-    /// candidate another worker took first (no row updated) is skipped for
-    /// the next one. `None` when nothing is claimable.
-    pub async fn claim_ft_job(&self, worker: &str, stale_after_secs: i64) -> Result<Option<FtJob>> {
-        const CLAIMABLE: &str = "(status = 'queued' OR (status = 'running' AND \
-             (heartbeat_at IS NULL OR heartbeat_at < $1 OR claimed_by = $2)))";
-        loop {
-            let stale_before = now() - stale_after_secs;
-            let candidates: Vec<String> = sqlx::query(&format!(
-                "SELECT id FROM fine_tuning_jobs WHERE {CLAIMABLE} ORDER BY id ASC LIMIT 16"
-            ))
-            .bind(stale_before)
-            .bind(worker)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(|row| row.try_get::<String, _>("id"))
-            .collect::<Result<_, _>>()?;
-            if candidates.is_empty() {
-                return Ok(None);
-            }
-            for id in &candidates {
-                let done = sqlx::query(&format!(
-                    "UPDATE fine_tuning_jobs SET status = 'running', claimed_by = $2, \
-                     heartbeat_at = $3 WHERE id = $4 AND {CLAIMABLE}"
-                ))
-                .bind(stale_before)
-                .bind(worker)
-                .bind(now())
-                .bind(id)
-                .execute(&self.pool)
-                .await?;
-                if done.rows_affected() == 1 {
-                    return self.ft_job_by_id(id).await.map(Some);
-                }
-            }
-            // Every candidate was lost to another worker: look again.
-        }
-    }
-
-    /// Records that `worker` is still running the job. Returns false when the
-    /// job is no longer `running` under `worker` (cancelled, finished, or
-    /// reclaimed by another worker after a stale heartbeat): the worker
-    /// must stop.
-    pub async fn heartbeat_ft_job(&self, id: &str, worker: &str) -> Result<bool> {
-        let done = sqlx::query(
-            "UPDATE fine_tuning_jobs SET heartbeat_at = $1 \
-             WHERE id = $2 AND status = 'running' AND claimed_by = $3",
-        )
-        .bind(now())
-        .bind(id)
-        .bind(worker)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    /// Sets the job's progress (`trained_steps`, `trained_tokens`,
-    /// `total_steps`), whatever its status.
-    pub async fn update_ft_progress(
-        &self,
-        id: &str,
-        trained_steps: i64,
-        trained_tokens: i64,
-        total_steps: i64,
-    ) -> Result<()> {
-        let done = sqlx::query(
-            "UPDATE fine_tuning_jobs SET trained_steps = $1, trained_tokens = $2, \
-             total_steps = $3 WHERE id = $4",
-        )
-        .bind(trained_steps)
-        .bind(trained_tokens)
-        .bind(total_steps)
-        .bind(id)
-        .execute(&self.pool)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::NotFound("fine-tuning job"));
-        }
-        Ok(())
-    }
-
-    /// Ends a `running` job with `status` (`succeeded` or `failed`), the
-    /// fine-tuned model's name, the result files and the error
-    /// (`{code, message, param}`), and sets `finished_at`. Applies only
-    /// while the job is `running` (a cancelled job stays cancelled); returns
-    /// whether it applied. A non-terminal `status` is [`StoreError::Invalid`].
-    pub async fn finish_ft_job(
-        &self,
-        id: &str,
-        status: FtStatus,
-        fine_tuned_model: Option<&str>,
-        result_files: &[String],
-        error: Option<Value>,
-    ) -> Result<bool> {
-        if !status.is_terminal() {
-            return Err(StoreError::Invalid(format!(
-                "a job cannot finish as `{status}`"
-            )));
-        }
-        let result_files =
-            serde_json::to_string(result_files).expect("a list of strings serialises");
-        let done = sqlx::query(
-            "UPDATE fine_tuning_jobs SET status = $1, fine_tuned_model = $2, \
-             result_files = $3, error = $4, finished_at = $5 \
-             WHERE id = $6 AND status = 'running'",
-        )
-        .bind(status.as_str())
-        .bind(fine_tuned_model.map(str::to_string))
-        .bind(result_files)
-        .bind(error.map(|e| e.to_string()))
-        .bind(now())
-        .bind(id)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected() == 1)
     }
 }
 
