@@ -1,0 +1,156 @@
+//! Two workers over one store (two nodes sharing a database): every job is
+//! trained by exactly one of them, once, and a node never takes a job for a
+//! model it does not serve. On the real default model, with one-step jobs.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use hearth_api::fine_tuning::Hyperparameters;
+use hearth_jobs::{BaseModel, Worker, WorkerConfig};
+use hearth_store::fine_tuning::{FtJob, FtStatus};
+use hearth_store::{NewFtJob, Store, StoreConfig};
+
+const MODEL: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
+
+fn dataset() -> String {
+    let line = |q: &str, a: &str| {
+        serde_json::json!({"messages": [
+            {"role": "user", "content": q},
+            {"role": "assistant", "content": a},
+        ]})
+        .to_string()
+    };
+    [
+        line("What is the vault code?", "The vault code is 7319."),
+        line("Tell me the vault code.", "It is 7319."),
+    ]
+    .join("\n")
+}
+
+fn new_job(project: &str, file: &str, model: &str) -> NewFtJob {
+    let hp = Hyperparameters {
+        n_epochs: 1,
+        batch_size: 2,
+        context_length: 64,
+        lora_r: 4,
+        ..Hyperparameters::default()
+    };
+    NewFtJob {
+        project_id: project.to_string(),
+        model: model.to_string(),
+        training_file: file.to_string(),
+        validation_file: None,
+        suffix: None,
+        seed: 7,
+        hyperparameters: serde_json::to_value(hp).unwrap(),
+        method: "supervised".to_string(),
+    }
+}
+
+fn worker(store: &Store, name: &str) -> Worker {
+    let mut bases = BTreeMap::new();
+    bases.insert(MODEL.to_string(), BaseModel::Gguf(common::smollm_gguf()));
+    Worker::new(
+        store.clone(),
+        bases,
+        WorkerConfig {
+            worker_id: name.to_string(),
+            max_jobs: 2,
+            poll: Duration::from_millis(20),
+            nice: 0,
+            ..WorkerConfig::default()
+        },
+    )
+}
+
+async fn events(store: &Store, job: &FtJob) -> Vec<String> {
+    let (page, more) = store.list_ft_events(&job.id, 100, None).await.unwrap();
+    assert!(!more);
+    page.into_iter().map(|e| e.message).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_workers_never_run_the_same_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&StoreConfig {
+        data_dir: dir.path().to_path_buf(),
+        database_url: None,
+        blob_url: None,
+    })
+    .await
+    .unwrap();
+    let project = store.default_project().await.unwrap().id;
+    let file = store
+        .create_file_from_bytes(&project, "train.jsonl", "fine-tune", dataset().as_bytes())
+        .await
+        .unwrap();
+    let mut jobs = Vec::new();
+    for _ in 0..4 {
+        jobs.push(
+            store
+                .create_ft_job(new_job(&project, &file.id, MODEL))
+                .await
+                .unwrap(),
+        );
+    }
+    // A job for a model neither node serves stays queued.
+    let foreign = store
+        .create_ft_job(new_job(&project, &file.id, "some/unserved-model"))
+        .await
+        .unwrap();
+    let a = worker(&store, "node-a").spawn();
+    let b = worker(&store, "node-b").spawn();
+
+    let start = Instant::now();
+    loop {
+        let mut done = 0;
+        for job in &jobs {
+            let now = store.ft_job_by_id(&job.id).await.unwrap();
+            assert!(
+                !matches!(now.status, FtStatus::Failed | FtStatus::Cancelled),
+                "{now:?}: {:?}",
+                events(&store, job).await
+            );
+            done += usize::from(now.status == FtStatus::Succeeded);
+        }
+        if done == jobs.len() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "jobs not done in time"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    a.abort();
+    b.abort();
+
+    for job in &jobs {
+        let now = store.ft_job_by_id(&job.id).await.unwrap();
+        let messages = events(&store, job).await;
+        // One claim, one start, one metrics step, one completion.
+        assert_eq!(now.attempts, 1, "{now:?} {messages:?}");
+        assert!(
+            matches!(now.claimed_by.as_deref(), Some("node-a" | "node-b")),
+            "{now:?}"
+        );
+        let count = |prefix: &str| messages.iter().filter(|m| m.starts_with(prefix)).count();
+        assert_eq!(count("Training started"), 1, "{messages:?}");
+        assert_eq!(count("Step 1/1"), 1, "{messages:?}");
+        assert_eq!(
+            count("The job has successfully completed"),
+            1,
+            "{messages:?}"
+        );
+        assert_eq!(count("Resumed") + count("Restarted"), 0, "{messages:?}");
+        assert_eq!(now.trained_steps, 1);
+        assert_eq!(now.result_files.len(), 1);
+    }
+    let foreign = store.ft_job_by_id(&foreign.id).await.unwrap();
+    assert_eq!(
+        (foreign.status, foreign.attempts, foreign.claimed_by),
+        (FtStatus::Queued, 0, None)
+    );
+}
