@@ -15,7 +15,7 @@ use hearth_engine::adapters::LoadFuture;
 use hearth_engine::catalog::{CatalogEntry, WeightFormat};
 use hearth_engine::{AdapterLoader, PeftFiles};
 use hearth_jobs::worker::{ADAPTER_CONFIG, ADAPTER_WEIGHTS};
-use hearth_jobs::{BaseModel, Worker, WorkerConfig};
+use hearth_jobs::{BaseModel, Worker, WorkerConfig, WorkerHandle};
 use hearth_store::fine_tuning::{FtCheckpoint, FtJob};
 use hearth_store::Store;
 
@@ -162,16 +162,17 @@ pub fn trainable_bases(entries: &[(CatalogEntry, PathBuf)]) -> BTreeMap<String, 
 
 /// Starts this node's worker on the current runtime (none when
 /// `--ft-jobs 0`). Between steps, training yields while any of `chat`'s
-/// engines has requests running or waiting.
+/// engines has requests running or waiting. Shut the handle down when the
+/// server stops in good order: its jobs go back to the queue.
 pub fn start_worker(
     store: Store,
     bases: BTreeMap<String, BaseModel>,
     chat: std::sync::Arc<BTreeMap<String, hearth_engine::ChatModel>>,
     args: &FineTuneArgs,
-) {
+) -> Option<WorkerHandle> {
     if args.ft_jobs == 0 {
         tracing::info!("no fine-tuning worker on this node (--ft-jobs 0)");
-        return;
+        return None;
     }
     let config = WorkerConfig {
         max_jobs: args.ft_jobs,
@@ -197,5 +198,5 @@ pub fn start_worker(
         threads = config.threads,
         "fine-tuning worker started"
     );
-    Worker::new(store, bases, config).spawn();
+    Some(Worker::new(store, bases, config).spawn())
 }

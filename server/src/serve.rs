@@ -208,7 +208,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             (m.entry.clone(), path)
         })
         .collect();
-    crate::fine_tuned::start_worker(
+    let worker = crate::fine_tuned::start_worker(
         state.store.clone(),
         crate::fine_tuned::trainable_bases(&bases),
         state.chat.clone(),
@@ -226,6 +226,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         draining.store(true, std::sync::atomic::Ordering::Relaxed);
     })
     .await;
+    if let Some(worker) = worker {
+        worker.shut_down().await;
+    }
     Ok(())
 }
 

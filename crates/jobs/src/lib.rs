@@ -90,7 +90,7 @@ pub use hearth_models::LoraAdapter;
 pub use train::data::DataStats;
 pub use train::model::TokenizedExample;
 pub use train::trainer::Trainer;
-pub use worker::{fine_tuned_model_name, Worker, WorkerConfig};
+pub use worker::{fine_tuned_model_name, Worker, WorkerConfig, WorkerHandle};
 
 /// How the learning rate decays after warmup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -31,17 +31,35 @@ pub(crate) fn step_data(r: &StepReport) -> Value {
     })
 }
 
-/// The data of the job's metrics events by step (a step logged twice keeps
-/// its latest values).
-pub(crate) async fn logged_steps(
-    store: &Store,
-    job_id: &str,
-) -> Result<BTreeMap<i64, Value>, StoreError> {
-    let mut rows: BTreeMap<i64, Value> = BTreeMap::new();
+/// How the event announcing the first start of training begins.
+pub(crate) const STARTED: &str = "Training started";
+
+/// What a job's log holds so far.
+#[derive(Default)]
+pub(crate) struct Logged {
+    /// The data of the metrics events by step (a step logged twice keeps
+    /// its latest values).
+    pub steps: BTreeMap<i64, Value>,
+    /// Whether training was announced as started.
+    pub started: bool,
+}
+
+impl Logged {
+    /// The last step logged (0 for none).
+    pub fn last_step(&self) -> i64 {
+        self.steps.keys().next_back().copied().unwrap_or(0)
+    }
+}
+
+/// Reads the job's log.
+pub(crate) async fn logged(store: &Store, job_id: &str) -> Result<Logged, StoreError> {
+    let mut logged = Logged::default();
+    let rows = &mut logged.steps;
     let mut after: Option<String> = None;
     loop {
         let (page, more) = store.list_ft_events(job_id, 1000, after.as_deref()).await?;
         for e in &page {
+            logged.started |= e.kind == "message" && e.message.starts_with(STARTED);
             if e.kind == "metrics" {
                 if let Some(d) = &e.data {
                     let step = d["step"].as_i64().unwrap_or(0);
@@ -52,7 +70,7 @@ pub(crate) async fn logged_steps(
         }
         match (more, page.last()) {
             (true, Some(last)) => after = Some(last.id.clone()),
-            _ => return Ok(rows),
+            _ => return Ok(logged),
         }
     }
 }

@@ -39,7 +39,7 @@ use serde_json::{json, Value};
 use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
 
-use crate::progress::{logged_steps, metrics_csv, step_data, step_message};
+use crate::progress::{logged, metrics_csv, step_data, step_message, STARTED};
 use crate::{load_chat_parts, BaseModel, StepReport, TrainConfig, TrainError, Trainer};
 
 pub const ADAPTER_WEIGHTS: &str = hearth_models::lora::ADAPTER_WEIGHTS_FILE;
@@ -123,6 +123,52 @@ pub struct Worker {
     store: Store,
     bases: Arc<BTreeMap<String, BaseModel>>,
     config: WorkerConfig,
+    /// Jobs this process runs now: never claimed a second time.
+    running: Arc<Mutex<Vec<String>>>,
+}
+
+/// A started [`Worker`].
+pub struct WorkerHandle {
+    task: tokio::task::JoinHandle<()>,
+    store: Store,
+    worker_id: String,
+    running: Arc<Mutex<Vec<String>>>,
+}
+
+impl WorkerHandle {
+    /// For a shutdown in good order: stops claiming, and gives the jobs it
+    /// runs back to the queue (their attempt not counted), to be resumed
+    /// from their latest checkpoint by whichever node claims them next.
+    /// Their training threads stop at their next step.
+    pub async fn shut_down(self) {
+        self.task.abort();
+        let _ = self.task.await;
+        let running = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for id in running {
+            match self.store.release_ft_job(&id, &self.worker_id).await {
+                Ok(true) => {
+                    tracing::info!(job = %id, "fine-tuning job given back to the queue");
+                    let _ = self
+                        .store
+                        .add_ft_event(
+                            &id,
+                            "info",
+                            "message",
+                            "Paused: the server shut down; the job resumes from its latest \
+                             checkpoint when a server takes it again",
+                            None,
+                        )
+                        .await;
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(job = %id, error = %e, "cannot give a job back"),
+            }
+        }
+    }
 }
 
 impl Worker {
@@ -133,19 +179,24 @@ impl Worker {
             store,
             bases: Arc::new(bases),
             config,
+            running: Arc::default(),
         }
     }
 
     /// Starts the claim loop on the current tokio runtime.
-    pub fn spawn(self) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(self.run())
+    pub fn spawn(self) -> WorkerHandle {
+        WorkerHandle {
+            store: self.store.clone(),
+            worker_id: self.config.worker_id.clone(),
+            running: self.running.clone(),
+            task: tokio::spawn(self.run()),
+        }
     }
 
     async fn run(self) {
         let slots = Arc::new(Semaphore::new(self.config.max_jobs.max(1)));
         let models: Vec<String> = self.bases.keys().cloned().collect();
-        // Jobs this process runs now: never claimed a second time.
-        let running: Arc<Mutex<Vec<String>>> = Arc::default();
+        let running = self.running.clone();
         loop {
             let Ok(permit) = slots.clone().acquire_owned().await else {
                 return;
@@ -422,13 +473,10 @@ impl JobContext {
         )?;
         let total = trainer.total_steps();
         let mut trained_tokens: i64 = 0;
-        // Steps whose metrics a previous attempt already logged.
-        let logged_through = self
-            .block_on(logged_steps(&self.store, &job.id))?
-            .keys()
-            .next_back()
-            .copied()
-            .unwrap_or(0);
+        // What an earlier run of the job (before a crash or a shutdown)
+        // already logged.
+        let before = self.block_on(logged(&self.store, &job.id))?;
+        let logged_through = before.last_step();
         match self.block_on(self.store.latest_ft_checkpoint(&job.id))? {
             Some(ckpt) => {
                 let key = format!("{}/{TRAINING_STATE}", ckpt.blob_prefix);
@@ -439,26 +487,22 @@ impl JobContext {
                     &job.id,
                     "message",
                     format!(
-                        "Resumed training from checkpoint at step {} of {total} (attempt {})",
+                        "Resumed training from checkpoint at step {} of {total}",
                         trainer.step(),
-                        job.attempts
                     ),
                     None,
                 );
             }
-            None if job.attempts > 1 => self.event(
+            None if before.started => self.event(
                 &job.id,
                 "message",
-                format!(
-                    "Restarted training from the beginning: no checkpoint yet (attempt {})",
-                    job.attempts
-                ),
+                "Restarted training from the beginning: no checkpoint yet".to_string(),
                 None,
             ),
             None => self.event(
                 &job.id,
                 "message",
-                format!("Training started: {} examples, {total} steps", train.len()),
+                format!("{STARTED}: {} examples, {total} steps", train.len()),
                 None,
             ),
         }
@@ -494,7 +538,7 @@ impl JobContext {
         if self.cancelled.load(Ordering::SeqCst) {
             return Err(Stop::Cancelled);
         }
-        let csv = metrics_csv(&self.block_on(logged_steps(&self.store, &job.id))?);
+        let csv = metrics_csv(&self.block_on(logged(&self.store, &job.id))?.steps);
         let file = self.block_on(self.store.create_file_from_bytes(
             &job.project_id,
             "step_metrics.csv",

@@ -1,6 +1,7 @@
 //! Two workers over one store (two nodes sharing a database): every job is
 //! trained by exactly one of them, once, and a node never takes a job for a
-//! model it does not serve. On the real default model, with one-step jobs.
+//! model it does not serve; a shutdown in good order gives a job back and
+//! another node resumes it. On the real default model, with small jobs.
 
 mod common;
 
@@ -124,8 +125,8 @@ async fn two_workers_never_run_the_same_job() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    a.abort();
-    b.abort();
+    a.shut_down().await;
+    b.shut_down().await;
 
     for job in &jobs {
         let now = store.ft_job_by_id(&job.id).await.unwrap();
@@ -153,4 +154,83 @@ async fn two_workers_never_run_the_same_job() {
         (foreign.status, foreign.attempts, foreign.claimed_by),
         (FtStatus::Queued, 0, None)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shutdown_gives_the_job_back_and_another_node_resumes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&StoreConfig {
+        data_dir: dir.path().to_path_buf(),
+        database_url: None,
+        blob_url: None,
+    })
+    .await
+    .unwrap();
+    let project = store.default_project().await.unwrap().id;
+    let file = store
+        .create_file_from_bytes(&project, "train.jsonl", "fine-tune", dataset().as_bytes())
+        .await
+        .unwrap();
+    // 2 examples, batch 1, 10 epochs: 20 steps, a checkpoint every 2.
+    let mut new = new_job(&project, &file.id, MODEL);
+    new.hyperparameters["batch_size"] = 1.into();
+    new.hyperparameters["n_epochs"] = 10.into();
+    let job = store.create_ft_job(new).await.unwrap();
+
+    let a = worker(&store, "node-a").spawn();
+    let start = Instant::now();
+    while store.ft_job_by_id(&job.id).await.unwrap().trained_steps < 3 {
+        assert!(start.elapsed() < Duration::from_secs(600), "no progress");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a.shut_down().await;
+    let paused = store.ft_job_by_id(&job.id).await.unwrap();
+    assert_eq!(
+        (paused.status, paused.attempts, paused.claimed_by.as_deref()),
+        (FtStatus::Queued, 0, None),
+        "{:?}",
+        events(&store, &job).await
+    );
+
+    let b = worker(&store, "node-b").spawn();
+    let start = Instant::now();
+    loop {
+        let now = store.ft_job_by_id(&job.id).await.unwrap();
+        assert!(
+            matches!(
+                now.status,
+                FtStatus::Queued | FtStatus::Running | FtStatus::Succeeded
+            ),
+            "{now:?}"
+        );
+        if now.status == FtStatus::Succeeded {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "not done in time"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    b.shut_down().await;
+    let done = store.ft_job_by_id(&job.id).await.unwrap();
+    let messages = events(&store, &job).await;
+    assert_eq!(
+        done.attempts, 1,
+        "the shutdown is not an attempt: {messages:?}"
+    );
+    assert_eq!(done.claimed_by.as_deref(), Some("node-b"));
+    assert_eq!(done.trained_steps, 20);
+    let count = |prefix: &str| messages.iter().filter(|m| m.starts_with(prefix)).count();
+    assert_eq!(count("Paused: the server shut down"), 1, "{messages:?}");
+    assert_eq!(count("Training started"), 1, "{messages:?}");
+    assert_eq!(
+        count("Resumed training from checkpoint at step"),
+        1,
+        "{messages:?}"
+    );
+    for step in 1..=20 {
+        let prefix = format!("Step {step}/20:");
+        assert_eq!(count(&prefix), 1, "step {step}: {messages:?}");
+    }
 }

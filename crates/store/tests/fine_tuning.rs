@@ -331,6 +331,25 @@ async fn claims_skip_running_and_unserved_jobs(env: Env) {
         );
     }
     assert_eq!(s.ft_job_by_id(&job.id).await.unwrap().attempts, 1);
+    // A shutdown in good order gives it back, the attempt not counted; only
+    // its holder can.
+    assert!(!s.release_ft_job(&job.id, "w2").await.unwrap());
+    assert!(s.release_ft_job(&job.id, "w1").await.unwrap());
+    let back = s.ft_job_by_id(&job.id).await.unwrap();
+    assert_eq!(
+        (back.status, back.attempts, back.claimed_by),
+        (FtStatus::Queued, 0, None)
+    );
+    assert!(!s
+        .update_ft_progress(&job.id, "w1", 3, 30, 10)
+        .await
+        .unwrap());
+    let again = s
+        .claim_ft_job(&ClaimRules::new("w2", 60))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((again.id, again.attempts), (job.id.clone(), 1));
 }
 
 async fn attempts_are_bounded(env: Env) {

@@ -170,6 +170,23 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Gives a job `running` under `worker` back to the queue, as if this
+    /// claim had not happened (the attempt does not count): its server is
+    /// shutting down in good order, and any node may take it and resume it
+    /// from its latest checkpoint. Returns whether it applied.
+    pub async fn release_ft_job(&self, id: &str, worker: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE fine_tuning_jobs SET status = 'queued', claimed_by = NULL, \
+             heartbeat_at = NULL, attempts = attempts - 1 \
+             WHERE id = $1 AND status = 'running' AND claimed_by = $2",
+        )
+        .bind(id)
+        .bind(worker)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// Sets the job's progress (`trained_steps`, `trained_tokens`,
     /// `total_steps`) while `worker` holds it (`running` or `cancelled`
     /// since: the steps trained before a cancel still count). Returns
