@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use hearth_api::fine_tuning::Hyperparameters;
 use hearth_jobs::{BaseModel, Worker, WorkerConfig};
 use hearth_store::fine_tuning::{FtJob, FtStatus};
-use hearth_store::{NewFtJob, Store, StoreConfig};
+use hearth_store::{FileRecord, NewFtJob, Store, StoreConfig};
 
 const MODEL: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
 
@@ -66,17 +66,10 @@ fn worker(store: &Store, name: &str) -> Worker {
     )
 }
 
-async fn events(store: &Store, job: &FtJob) -> Vec<String> {
-    let (page, more) = store.list_ft_events(&job.id, 100, None).await.unwrap();
-    assert!(!more);
-    page.into_iter().map(|e| e.message).collect()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_workers_never_run_the_same_job() {
-    let dir = tempfile::tempdir().unwrap();
+/// A fresh store in `dir`, its default project, and a training file there.
+async fn store_with_dataset(dir: &std::path::Path) -> (Store, String, FileRecord) {
     let store = Store::open(&StoreConfig {
-        data_dir: dir.path().to_path_buf(),
+        data_dir: dir.to_path_buf(),
         database_url: None,
         blob_url: None,
     })
@@ -87,6 +80,19 @@ async fn two_workers_never_run_the_same_job() {
         .create_file_from_bytes(&project, "train.jsonl", "fine-tune", dataset().as_bytes())
         .await
         .unwrap();
+    (store, project, file)
+}
+
+async fn events(store: &Store, job: &FtJob) -> Vec<String> {
+    let (page, more) = store.list_ft_events(&job.id, 100, None).await.unwrap();
+    assert!(!more);
+    page.into_iter().map(|e| e.message).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_workers_never_run_the_same_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, project, file) = store_with_dataset(dir.path()).await;
     let mut jobs = Vec::new();
     for _ in 0..4 {
         jobs.push(
@@ -159,18 +165,7 @@ async fn two_workers_never_run_the_same_job() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_shutdown_gives_the_job_back_and_another_node_resumes_it() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&StoreConfig {
-        data_dir: dir.path().to_path_buf(),
-        database_url: None,
-        blob_url: None,
-    })
-    .await
-    .unwrap();
-    let project = store.default_project().await.unwrap().id;
-    let file = store
-        .create_file_from_bytes(&project, "train.jsonl", "fine-tune", dataset().as_bytes())
-        .await
-        .unwrap();
+    let (store, project, file) = store_with_dataset(dir.path()).await;
     // 2 examples, batch 1, 10 epochs: 20 steps, a checkpoint every 2.
     let mut new = new_job(&project, &file.id, MODEL);
     new.hyperparameters["batch_size"] = 1.into();
