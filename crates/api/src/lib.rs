@@ -15,6 +15,8 @@
 //! - [`fine_tuning`]: `/v1/fine_tuning` job creation (validation into
 //!   resolved hyperparameters), job, event and checkpoint objects, lists,
 //!   and the spec-draft trainable model list.
+//! - [`responses`]: `/v1/responses` requests (validated into the engine's
+//!   parameters), the response object, its stream events, input items.
 //! - [`training_data`]: lines of fine-tuning datasets (chat or prompt/completion).
 //! - [`schemas`]: schemas of the shapes without a struct (error bodies,
 //!   the upload form), for the server's OpenAPI document.
@@ -33,6 +35,7 @@ pub mod fine_tuning;
 pub mod models;
 pub mod parse;
 pub mod rerank;
+pub mod responses;
 pub mod schemas;
 pub mod training_data;
 pub mod validate;

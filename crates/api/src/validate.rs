@@ -219,6 +219,34 @@ fn common_params(c: &Common) -> Result<(SamplingParams, usize), ApiError> {
     Ok((p, n as usize))
 }
 
+/// The sampling parameters of a request that only sets `temperature` and
+/// `top_p` (the Responses API), checked as chat checks them.
+pub(crate) fn temperature_top_p(
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+) -> Result<SamplingParams, ApiError> {
+    let c = Common {
+        temperature,
+        top_p,
+        n: None,
+        stop: None,
+        presence_penalty: None,
+        frequency_penalty: None,
+        logit_bias: None,
+        seed: None,
+        top_k: None,
+        min_p: None,
+        repetition_penalty: None,
+        ignore_eos: None,
+    };
+    common_params(&c).map(|(p, _)| p)
+}
+
+/// Checks a token budget named `param` (at least 1).
+pub(crate) fn token_budget(param: &str, value: i64) -> Result<usize, ApiError> {
+    max_tokens(param, value)
+}
+
 /// Checks an optional float parameter: when given it must pass `ok` (else
 /// 400 "`name` must be {must}, got {value}.") and goes into `slot`.
 fn float_param(

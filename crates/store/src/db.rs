@@ -25,6 +25,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "fine_tuning_attempts",
         include_str!("../migrations/0003_fine_tuning_attempts.sql"),
     ),
+    (
+        4,
+        "responses",
+        include_str!("../migrations/0004_responses.sql"),
+    ),
 ];
 
 #[derive(Debug)]

@@ -22,6 +22,7 @@ pub mod jsonl;
 pub mod keys;
 pub mod links;
 pub mod projects;
+pub mod responses;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -38,6 +39,7 @@ pub use fine_tuning::{
 };
 pub use keys::{Caller, KeyInfo, NewKey};
 pub use projects::Project;
+pub use responses::StoredResponse;
 
 /// How old a blob without a row must be before the start-up sweep removes
 /// it (uploads in progress on other nodes sharing the store are younger).

@@ -23,6 +23,7 @@ on_both!(
     uploads_over_the_limit_leave_nothing,
     orphan_blobs_are_swept,
     settings_and_links,
+    responses_are_kept_per_project,
 );
 
 async fn projects_and_the_default_project(env: Env) {
@@ -288,4 +289,36 @@ async fn settings_and_links(env: Env) {
     assert!(!s.verify_link("file-a", later, "00"));
     let past = hearth_store::ids::now() - 1;
     assert!(!s.verify_link("file-a", past, &s.sign_link("file-a", past)));
+}
+
+async fn responses_are_kept_per_project(env: Env) {
+    let s = &env.store;
+    let p = s.default_project().await.unwrap().id;
+    let other = s.create_project("Other").await.unwrap().id;
+    let r = hearth_store::StoredResponse {
+        id: "resp_0001".into(),
+        project_id: p.clone(),
+        created_at: 7,
+        previous_response_id: None,
+        body: serde_json::json!({"id": "resp_0001", "output": [{"text": "hé"}]}),
+        input_items: serde_json::json!([{"role": "user"}]),
+        conversation: serde_json::json!([{"role": "user", "content": "x"}]),
+    };
+    s.create_response(&r).await.unwrap();
+    assert_eq!(s.response_by_id("resp_0001").await.unwrap(), r);
+    assert!(matches!(
+        s.response_by_id("resp_nope").await,
+        Err(StoreError::NotFound(_))
+    ));
+    // Deleting from another project finds nothing; from its own, once.
+    assert!(matches!(
+        s.delete_response(&other, "resp_0001").await,
+        Err(StoreError::NotFound(_))
+    ));
+    s.delete_response(&p, "resp_0001").await.unwrap();
+    assert!(matches!(
+        s.delete_response(&p, "resp_0001").await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(s.response_by_id("resp_0001").await.is_err());
 }

@@ -1,0 +1,507 @@
+//! `POST /v1/responses`: the request, its validation, and (in [`objects`])
+//! the response object, its stream events and the stored-response lists.
+//!
+//! What Hearth cannot honour yet is refused with 400 shape B naming the
+//! field, never ignored: `tools` with entries, a `tool_choice` that needs a
+//! tool, `reasoning`, `background`, structured `text.format`, and images or
+//! files in `input`.
+
+pub mod objects;
+
+use std::collections::BTreeMap;
+
+use hearth_core::{ChatMessage, SamplingParams};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::error::ApiError;
+use crate::validate::{temperature_top_p, token_budget};
+
+pub use objects::*;
+
+/// Most `metadata` pairs, and the longest key and value (OpenAI's limits).
+pub const MAX_METADATA_PAIRS: usize = 16;
+pub const MAX_METADATA_KEY: usize = 64;
+pub const MAX_METADATA_VALUE: usize = 512;
+
+/// Body of `POST /v1/responses`. Unknown fields are ignored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ResponseRequest {
+    pub model: String,
+    /// A user message as a string, or a list of message items.
+    pub input: ResponseInput,
+    /// A system message put first, for this turn only (not carried over
+    /// by `previous_response_id`).
+    #[serde(default)]
+    pub instructions: Option<String>,
+    #[serde(default)]
+    pub max_output_tokens: Option<i64>,
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    /// Keep the response (default true), for `GET /v1/responses/{id}` and
+    /// `previous_response_id`.
+    #[serde(default)]
+    pub store: Option<bool>,
+    /// Continue the conversation of this stored response.
+    #[serde(default)]
+    pub previous_response_id: Option<String>,
+    /// Up to 16 string pairs, echoed back.
+    #[serde(default)]
+    pub metadata: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub text: Option<TextConfig>,
+    /// `disabled` (default: a conversation the context cannot hold is a
+    /// 400) or `auto` (its oldest turns are dropped to fit).
+    #[serde(default)]
+    pub truncation: Option<String>,
+    /// Not supported yet: only an empty list.
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tools: Option<Vec<Value>>,
+    /// `auto` or `none`.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub tool_choice: Option<Value>,
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    /// Not supported: null or absent.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub reasoning: Option<Value>,
+    /// Not supported: false or absent.
+    #[serde(default)]
+    pub background: Option<bool>,
+}
+
+/// `input`: a string (one user message) or a list of items.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum ResponseInput {
+    Text(String),
+    Items(Vec<InputItem>),
+}
+
+/// One item of `input`: a message (`type` `message` or absent).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct InputItem {
+    #[serde(rename = "type", default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub role: Option<String>,
+    #[serde(default)]
+    pub content: Option<ItemContent>,
+}
+
+/// A message's content: text, or a list of parts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum ItemContent {
+    Text(String),
+    Parts(Vec<ItemPart>),
+}
+
+/// A content part: `input_text` (or `output_text` in assistant items).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ItemPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+/// `text`: how the output is formatted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TextConfig {
+    pub format: TextFormat,
+}
+
+impl Default for TextConfig {
+    fn default() -> Self {
+        Self {
+            format: TextFormat {
+                kind: "text".to_string(),
+            },
+        }
+    }
+}
+
+/// `text.format`: only `text` for now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TextFormat {
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// One message of the conversation, as given (`role` as sent) and as the
+/// chat template sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputMessage {
+    /// `user`, `assistant`, `system` or `developer`.
+    pub role: String,
+    pub text: String,
+}
+
+impl InputMessage {
+    /// The message for the chat template (`developer` is `system`).
+    pub fn chat(&self) -> ChatMessage {
+        let role = if self.role == "developer" {
+            "system"
+        } else {
+            self.role.as_str()
+        };
+        ChatMessage {
+            role: role.to_string(),
+            content: self.text.clone(),
+        }
+    }
+}
+
+/// A validated request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidResponse {
+    pub model: String,
+    pub instructions: Option<String>,
+    /// This turn's messages, at least one.
+    pub input: Vec<InputMessage>,
+    /// `max_tokens` from `max_output_tokens`; `temperature`, `top_p`.
+    pub params: SamplingParams,
+    pub max_output_tokens: Option<i64>,
+    pub stream: bool,
+    pub store: bool,
+    pub previous_response_id: Option<String>,
+    pub metadata: BTreeMap<String, String>,
+    pub user: Option<String>,
+    /// `truncation: auto`.
+    pub truncate: bool,
+    /// The echoed settings.
+    pub temperature: f64,
+    pub top_p: f64,
+    pub tool_choice: Value,
+    pub parallel_tool_calls: bool,
+}
+
+fn invalid(param: &str, message: impl Into<String>) -> ApiError {
+    ApiError::bad_request(Some(param), message)
+}
+
+impl ResponseRequest {
+    /// Checks the request (400 shape B naming the field).
+    pub fn validate(&self) -> Result<ValidResponse, ApiError> {
+        self.check_unsupported()?;
+        let input = match &self.input {
+            ResponseInput::Text(text) => vec![InputMessage {
+                role: "user".to_string(),
+                text: text.clone(),
+            }],
+            ResponseInput::Items(items) if items.is_empty() => {
+                return Err(invalid("input", "`input` must hold at least one item."))
+            }
+            ResponseInput::Items(items) => items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| input_message(i, item))
+                .collect::<Result<_, _>>()?,
+        };
+        let mut params = temperature_top_p(self.temperature, self.top_p)?;
+        params.max_tokens = self
+            .max_output_tokens
+            .map(|v| token_budget("max_output_tokens", v))
+            .transpose()?;
+        let metadata = self.metadata.clone().unwrap_or_default();
+        check_metadata(&metadata)?;
+        let truncate = match self.truncation.as_deref() {
+            None | Some("disabled") => false,
+            Some("auto") => true,
+            Some(other) => {
+                return Err(invalid(
+                    "truncation",
+                    format!("`truncation` must be `auto` or `disabled`, got `{other}`."),
+                ))
+            }
+        };
+        if let Some(id) = &self.previous_response_id {
+            if id.is_empty() {
+                return Err(invalid(
+                    "previous_response_id",
+                    "`previous_response_id` must not be empty.",
+                ));
+            }
+        }
+        Ok(ValidResponse {
+            model: self.model.clone(),
+            instructions: self.instructions.clone().filter(|i| !i.is_empty()),
+            input,
+            params,
+            max_output_tokens: self.max_output_tokens,
+            stream: self.stream.unwrap_or(false),
+            store: self.store.unwrap_or(true),
+            previous_response_id: self.previous_response_id.clone(),
+            metadata,
+            user: self.user.clone(),
+            truncate,
+            temperature: self.temperature.unwrap_or(1.0),
+            top_p: self.top_p.unwrap_or(1.0),
+            tool_choice: self
+                .tool_choice
+                .clone()
+                .unwrap_or_else(|| Value::String("auto".to_string())),
+            parallel_tool_calls: self.parallel_tool_calls.unwrap_or(true),
+        })
+    }
+
+    fn check_unsupported(&self) -> Result<(), ApiError> {
+        if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+            return Err(invalid(
+                "tools",
+                "Tools are not supported yet: give no `tools` (or an empty list).",
+            ));
+        }
+        match &self.tool_choice {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) if s == "auto" || s == "none" => {}
+            Some(_) => {
+                return Err(invalid(
+                    "tool_choice",
+                    "`tool_choice` may only be `auto` or `none`: tools are not supported yet.",
+                ))
+            }
+        }
+        if self.reasoning.as_ref().is_some_and(|r| {
+            !r.is_null()
+                && r.as_object()
+                    .is_none_or(|o| o.values().any(|v| !v.is_null()))
+        }) {
+            return Err(invalid(
+                "reasoning",
+                "`reasoning` is not supported: the served models have no reasoning settings.",
+            ));
+        }
+        if self.background == Some(true) {
+            return Err(invalid(
+                "background",
+                "Background responses are not supported: use `stream`, or the Batch API.",
+            ));
+        }
+        if let Some(text) = &self.text {
+            match text.format.kind.as_str() {
+                "text" => {}
+                "json_object" | "json_schema" => {
+                    return Err(invalid(
+                        "text.format.type",
+                        format!(
+                            "`text.format.type` `{}` is not supported yet: structured output is not available; use `text`.",
+                            text.format.kind
+                        ),
+                    ))
+                }
+                other => {
+                    return Err(invalid(
+                        "text.format.type",
+                        format!("`text.format.type` must be `text`, got `{other}`."),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Item `i` of `input` as a message.
+fn input_message(i: usize, item: &InputItem) -> Result<InputMessage, ApiError> {
+    if let Some(kind) = item.kind.as_deref().filter(|k| *k != "message") {
+        return Err(invalid(
+            &format!("input[{i}].type"),
+            format!("Input items of type `{kind}` are not supported; only `message` is."),
+        ));
+    }
+    let role = match item.role.as_deref() {
+        Some(role @ ("user" | "assistant" | "system" | "developer")) => role,
+        Some(other) => {
+            return Err(invalid(
+                &format!("input[{i}].role"),
+                format!(
+                    "Role `{other}` is not supported; use `user`, `assistant`, `system` or `developer`."
+                ),
+            ))
+        }
+        None => {
+            return Err(invalid(
+                &format!("input[{i}].role"),
+                "Each input message needs a `role`.",
+            ))
+        }
+    };
+    let text = match &item.content {
+        None => {
+            return Err(invalid(
+                &format!("input[{i}].content"),
+                "Each input message needs `content`.",
+            ))
+        }
+        Some(ItemContent::Text(text)) => text.clone(),
+        Some(ItemContent::Parts(parts)) => {
+            let mut texts = Vec::with_capacity(parts.len());
+            for (j, part) in parts.iter().enumerate() {
+                let allowed = match role {
+                    "assistant" => ["output_text", "input_text"].contains(&part.kind.as_str()),
+                    _ => part.kind == "input_text",
+                };
+                if !allowed {
+                    return Err(invalid(
+                        &format!("input[{i}].content[{j}].type"),
+                        format!(
+                            "Content parts of type `{}` are not supported here; only text (`input_text`, and `output_text` in assistant messages) is.",
+                            part.kind
+                        ),
+                    ));
+                }
+                match &part.text {
+                    Some(text) => texts.push(text.as_str()),
+                    None => {
+                        return Err(invalid(
+                            &format!("input[{i}].content[{j}].text"),
+                            "A text part needs `text`.",
+                        ))
+                    }
+                }
+            }
+            texts.join("\n")
+        }
+    };
+    Ok(InputMessage {
+        role: role.to_string(),
+        text,
+    })
+}
+
+fn check_metadata(metadata: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    if metadata.len() > MAX_METADATA_PAIRS {
+        return Err(invalid(
+            "metadata",
+            format!(
+                "`metadata` may hold at most {MAX_METADATA_PAIRS} pairs, got {}.",
+                metadata.len()
+            ),
+        ));
+    }
+    for (key, value) in metadata {
+        if key.chars().count() > MAX_METADATA_KEY {
+            return Err(invalid(
+                "metadata",
+                format!("`metadata` keys may be at most {MAX_METADATA_KEY} characters."),
+            ));
+        }
+        if value.chars().count() > MAX_METADATA_VALUE {
+            return Err(invalid(
+                "metadata",
+                format!("`metadata` values may be at most {MAX_METADATA_VALUE} characters (key `{key}`)."),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(body: Value) -> Result<ValidResponse, ApiError> {
+        serde_json::from_value::<ResponseRequest>(body)
+            .expect("parses")
+            .validate()
+    }
+
+    #[test]
+    fn a_string_input_is_one_user_message() {
+        let v = request(serde_json::json!({"model": "m", "input": "hi"})).unwrap();
+        assert_eq!(
+            v.input,
+            vec![InputMessage {
+                role: "user".into(),
+                text: "hi".into()
+            }]
+        );
+        assert!(v.store && !v.stream && !v.truncate);
+        assert_eq!(v.params.max_tokens, None);
+    }
+
+    #[test]
+    fn message_items_keep_roles_and_join_text_parts() {
+        let v = request(
+            serde_json::json!({"model": "m", "max_output_tokens": 5, "input": [
+                {"role": "developer", "content": "be brief"},
+                {"type": "message", "role": "user", "content": [
+                    {"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}]},
+                {"role": "assistant", "content": [{"type": "output_text", "text": "c"}]},
+            ]}),
+        )
+        .unwrap();
+        let roles: Vec<_> = v.input.iter().map(|m| m.chat().role).collect();
+        assert_eq!(roles, ["system", "user", "assistant"]);
+        assert_eq!(v.input[1].text, "a\nb");
+        assert_eq!(v.params.max_tokens, Some(5));
+    }
+
+    #[test]
+    fn what_cannot_be_honoured_is_refused_by_name() {
+        let cases = [
+            (
+                serde_json::json!({"tools": [{"type": "function", "name": "f"}]}),
+                "tools",
+            ),
+            (
+                serde_json::json!({"tool_choice": "required"}),
+                "tool_choice",
+            ),
+            (
+                serde_json::json!({"reasoning": {"effort": "high"}}),
+                "reasoning",
+            ),
+            (serde_json::json!({"background": true}), "background"),
+            (
+                serde_json::json!({"text": {"format": {"type": "json_object"}}}),
+                "text.format.type",
+            ),
+            (serde_json::json!({"truncation": "middle"}), "truncation"),
+            (
+                serde_json::json!({"max_output_tokens": 0}),
+                "max_output_tokens",
+            ),
+            (serde_json::json!({"temperature": 3}), "temperature"),
+            (serde_json::json!({"input": []}), "input"),
+            (
+                serde_json::json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}),
+                "input[0].content[0].type",
+            ),
+            (
+                serde_json::json!({"input": [{"type": "function_call_output"}]}),
+                "input[0].type",
+            ),
+            (
+                serde_json::json!({"input": [{"role": "tool", "content": "x"}]}),
+                "input[0].role",
+            ),
+        ];
+        for (extra, param) in cases {
+            let mut body = serde_json::json!({"model": "m", "input": "hi"});
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            let e = request(body.clone()).unwrap_err();
+            assert_eq!((e.status(), e.param()), (400, Some(param)), "{body}");
+        }
+        let many: BTreeMap<String, String> = (0..17).map(|i| (i.to_string(), "v".into())).collect();
+        let e =
+            request(serde_json::json!({"model": "m", "input": "x", "metadata": many})).unwrap_err();
+        assert_eq!(e.param(), Some("metadata"));
+        // Empty tools and `auto` / `none` are fine.
+        request(serde_json::json!({"model": "m", "input": "x", "tools": [], "tool_choice": "none", "reasoning": null})).unwrap();
+    }
+}

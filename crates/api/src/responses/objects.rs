@@ -1,0 +1,374 @@
+//! What `/v1/responses` answers: the response object (OpenAI's field
+//! names), the typed stream events, the input-item list and the deletion.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use utoipa::ToSchema;
+
+use super::{InputMessage, TextConfig, ValidResponse};
+use crate::error::ApiError;
+
+/// A response. `status` is `in_progress` (only in stream events),
+/// `completed`, `incomplete` (`incomplete_details.reason` =
+/// `max_output_tokens`) or `failed` (with `error`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ResponseObject {
+    /// `resp_...`.
+    pub id: String,
+    /// `response`.
+    pub object: String,
+    pub created_at: u64,
+    pub status: String,
+    pub background: bool,
+    pub error: Option<ResponseError>,
+    pub incomplete_details: Option<IncompleteDetails>,
+    pub instructions: Option<String>,
+    pub max_output_tokens: Option<i64>,
+    pub metadata: BTreeMap<String, String>,
+    pub model: String,
+    pub output: Vec<OutputMessage>,
+    pub parallel_tool_calls: bool,
+    pub previous_response_id: Option<String>,
+    pub reasoning: Reasoning,
+    pub service_tier: String,
+    pub store: bool,
+    pub temperature: f64,
+    pub text: TextConfig,
+    #[schema(value_type = Object)]
+    pub tool_choice: Value,
+    #[schema(value_type = Vec<Object>)]
+    pub tools: Vec<Value>,
+    pub top_p: f64,
+    pub truncation: String,
+    pub usage: Option<ResponseUsage>,
+    pub user: Option<String>,
+}
+
+/// `error` of a failed response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ResponseError {
+    pub code: String,
+    pub message: String,
+}
+
+/// Why a response is `incomplete`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct IncompleteDetails {
+    pub reason: String,
+}
+
+/// `reasoning`: always empty (the served models have no such settings).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Reasoning {
+    pub effort: Option<String>,
+    pub summary: Option<String>,
+}
+
+/// The assistant message of `output`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct OutputMessage {
+    /// `message`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `msg_...`.
+    pub id: String,
+    pub status: String,
+    /// `assistant`.
+    pub role: String,
+    pub content: Vec<OutputText>,
+}
+
+/// A text part of an output message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct OutputText {
+    /// `output_text`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: String,
+    #[schema(value_type = Vec<Object>)]
+    pub annotations: Vec<Value>,
+}
+
+impl OutputText {
+    pub fn new(text: String) -> Self {
+        Self {
+            kind: "output_text".to_string(),
+            text,
+            annotations: Vec::new(),
+        }
+    }
+}
+
+/// Token counts of a response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ResponseUsage {
+    pub input_tokens: usize,
+    pub input_tokens_details: InputTokensDetails,
+    pub output_tokens: usize,
+    pub output_tokens_details: OutputTokensDetails,
+    pub total_tokens: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct InputTokensDetails {
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct OutputTokensDetails {
+    pub reasoning_tokens: usize,
+}
+
+impl ResponseUsage {
+    pub fn new(input_tokens: usize, output_tokens: usize, cached_tokens: usize) -> Self {
+        Self {
+            input_tokens,
+            input_tokens_details: InputTokensDetails { cached_tokens },
+            output_tokens,
+            output_tokens_details: OutputTokensDetails {
+                reasoning_tokens: 0,
+            },
+            total_tokens: input_tokens + output_tokens,
+        }
+    }
+}
+
+impl ResponseObject {
+    /// An `in_progress` response with no output yet, echoing `request`'s
+    /// settings.
+    pub fn start(id: String, created_at: u64, request: &ValidResponse) -> Self {
+        Self {
+            id,
+            object: "response".to_string(),
+            created_at,
+            status: "in_progress".to_string(),
+            background: false,
+            error: None,
+            incomplete_details: None,
+            instructions: request.instructions.clone(),
+            max_output_tokens: request.max_output_tokens,
+            metadata: request.metadata.clone(),
+            model: request.model.clone(),
+            output: Vec::new(),
+            parallel_tool_calls: request.parallel_tool_calls,
+            previous_response_id: request.previous_response_id.clone(),
+            reasoning: Reasoning::default(),
+            service_tier: crate::common::SERVICE_TIER.to_string(),
+            store: request.store,
+            temperature: request.temperature,
+            text: TextConfig::default(),
+            tool_choice: request.tool_choice.clone(),
+            tools: Vec::new(),
+            top_p: request.top_p,
+            truncation: if request.truncate { "auto" } else { "disabled" }.to_string(),
+            usage: None,
+            user: request.user.clone(),
+        }
+    }
+
+    /// Ends the response with its text: `completed`, or `incomplete` when
+    /// `max_output_tokens` cut it.
+    pub fn finish(&mut self, message_id: String, text: String, cut: bool, usage: ResponseUsage) {
+        let status = if cut { "incomplete" } else { "completed" };
+        self.status = status.to_string();
+        self.incomplete_details = cut.then(|| IncompleteDetails {
+            reason: "max_output_tokens".to_string(),
+        });
+        self.output = vec![OutputMessage {
+            kind: "message".to_string(),
+            id: message_id,
+            status: status.to_string(),
+            role: "assistant".to_string(),
+            content: vec![OutputText::new(text)],
+        }];
+        self.usage = Some(usage);
+    }
+
+    /// Ends the response as `failed` with `error`.
+    pub fn fail(&mut self, error: &ApiError) {
+        self.status = "failed".to_string();
+        self.error = Some(ResponseError {
+            code: error_code(error),
+            message: error.message(),
+        });
+    }
+
+    /// The text of every `output_text` part (what the SDK's `output_text` is).
+    pub fn output_text(&self) -> String {
+        self.output
+            .iter()
+            .flat_map(|m| m.content.iter().map(|c| c.text.as_str()))
+            .collect()
+    }
+}
+
+/// The string `code` of an error in a response or an `error` event.
+fn error_code(error: &ApiError) -> String {
+    match error.body() {
+        crate::error::ErrorBody::Upstream { code, .. } => code.to_string(),
+        _ => error.status().to_string(),
+    }
+}
+
+/// The stream's events, each with its `sequence_number` (from 0, one more
+/// per event).
+#[derive(Debug, Default)]
+pub struct EventSequence {
+    next: u64,
+}
+
+impl EventSequence {
+    fn event(&mut self, kind: &str, mut fields: Value) -> Value {
+        fields["type"] = json!(kind);
+        fields["sequence_number"] = json!(self.next);
+        self.next += 1;
+        fields
+    }
+
+    /// `response.created`, `response.in_progress`, ... with the response.
+    pub fn response(&mut self, kind: &str, response: &ResponseObject) -> Value {
+        self.event(kind, json!({ "response": response }))
+    }
+
+    /// `response.output_item.added` (`in_progress`, no content) or
+    /// `response.output_item.done` (the whole item).
+    pub fn item(&mut self, kind: &str, item: &OutputMessage) -> Value {
+        self.event(kind, json!({ "output_index": 0, "item": item }))
+    }
+
+    /// `response.content_part.added` / `.done`.
+    pub fn part(&mut self, kind: &str, item_id: &str, part: &OutputText) -> Value {
+        self.event(
+            kind,
+            json!({ "item_id": item_id, "output_index": 0, "content_index": 0, "part": part }),
+        )
+    }
+
+    /// `response.output_text.delta`.
+    pub fn delta(&mut self, item_id: &str, delta: &str) -> Value {
+        self.event(
+            "response.output_text.delta",
+            json!({
+                "item_id": item_id, "output_index": 0, "content_index": 0,
+                "delta": delta, "logprobs": [],
+            }),
+        )
+    }
+
+    /// `response.output_text.done`.
+    pub fn text_done(&mut self, item_id: &str, text: &str) -> Value {
+        self.event(
+            "response.output_text.done",
+            json!({
+                "item_id": item_id, "output_index": 0, "content_index": 0,
+                "text": text, "logprobs": [],
+            }),
+        )
+    }
+
+    /// The spec's in-stream failure: `{type: "error", code, message, param,
+    /// sequence_number}`.
+    pub fn error(&mut self, error: &ApiError) -> Value {
+        self.event(
+            "error",
+            json!({
+                "code": error_code(error),
+                "message": error.message(),
+                "param": error.param(),
+            }),
+        )
+    }
+}
+
+/// An item of `GET /v1/responses/{id}/input_items`: a message as given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct InputItemObject {
+    /// `message`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `msg_...`.
+    pub id: String,
+    pub role: String,
+    pub status: String,
+    pub content: Vec<InputContentPart>,
+}
+
+/// A text part of an input item: `input_text` (`output_text` for
+/// assistant messages).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct InputContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: String,
+}
+
+impl InputItemObject {
+    pub fn new(id: String, message: &InputMessage) -> Self {
+        let kind = if message.role == "assistant" {
+            "output_text"
+        } else {
+            "input_text"
+        };
+        Self {
+            kind: "message".to_string(),
+            id,
+            role: message.role.clone(),
+            status: "completed".to_string(),
+            content: vec![InputContentPart {
+                kind: kind.to_string(),
+                text: message.text.clone(),
+            }],
+        }
+    }
+}
+
+/// `GET /v1/responses/{id}/input_items`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct InputItemList {
+    pub object: String,
+    pub data: Vec<InputItemObject>,
+    pub first_id: Option<String>,
+    pub last_id: Option<String>,
+    pub has_more: bool,
+}
+
+impl InputItemList {
+    pub fn new(data: Vec<InputItemObject>, has_more: bool) -> Self {
+        Self {
+            object: crate::common::OBJECT_LIST.to_string(),
+            first_id: data.first().map(|i| i.id.clone()),
+            last_id: data.last().map(|i| i.id.clone()),
+            data,
+            has_more,
+        }
+    }
+}
+
+/// Query of `GET /v1/responses/{id}/input_items`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct InputItemsQuery {
+    /// 1 to 100 (default 20).
+    #[serde(default)]
+    pub limit: Option<i64>,
+    /// Items after this item id.
+    #[serde(default)]
+    pub after: Option<String>,
+    /// `asc` or `desc` (default).
+    #[serde(default)]
+    pub order: Option<String>,
+    #[serde(default)]
+    pub ai_project_id: Option<String>,
+}
+
+/// `DELETE /v1/responses/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ResponseDeleted {
+    pub id: String,
+    /// `response.deleted`.
+    pub object: String,
+    pub deleted: bool,
+}
