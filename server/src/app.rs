@@ -18,6 +18,15 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/models", get(routes::models::list))
         .route("/v1/completions", post(routes::completions::create))
         .route("/v1/chat/completions", post(routes::chat::create))
+        .route("/v1/responses", post(routes::responses::create))
+        .route(
+            "/v1/responses/{response_id}",
+            get(routes::responses::retrieve).delete(routes::responses::delete),
+        )
+        .route(
+            "/v1/responses/{response_id}/input_items",
+            get(routes::responses::input_items),
+        )
         .route("/v1/embeddings", post(routes::embeddings::create))
         .route("/v1/rerank", post(routes::rerank::create))
         // Uploads stream to storage under their own limit (`--max-upload-mb`).

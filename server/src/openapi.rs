@@ -19,6 +19,7 @@ mod files;
 mod fine_tuning;
 mod finish;
 mod inference;
+mod responses;
 
 use std::sync::OnceLock;
 
@@ -197,6 +198,10 @@ impl Modify for Bearer {
         inference::create_chat_completion,
         inference::create_embedding,
         inference::create_rerank,
+        responses::create_response,
+        responses::retrieve_response,
+        responses::delete_response,
+        responses::list_input_items,
         files::upload_file,
         files::list_files,
         files::retrieve_file,
@@ -237,7 +242,8 @@ impl Modify for Bearer {
     modifiers(&Bearer),
     security(("bearer" = [])),
     tags(
-        (name = "Models"), (name = "Completions"), (name = "Chat"), (name = "Embeddings"),
+        (name = "Models"), (name = "Completions"), (name = "Chat"), (name = "Responses"),
+        (name = "Embeddings"),
         (name = "Rerank"), (name = "Files"), (name = "Fine-tuning"), (name = "Admin"),
         (name = "Service", description = "Health, metrics and this document."),
     )

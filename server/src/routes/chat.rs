@@ -77,7 +77,10 @@ pub async fn create(
 
 /// Renders the conversation with the model's chat template; a template error
 /// (e.g. a role order the template refuses) is the client's: 400.
-async fn render(model: &ChatModel, messages: &[ChatMessage]) -> Result<String, HttpError> {
+pub(crate) async fn render(
+    model: &ChatModel,
+    messages: &[ChatMessage],
+) -> Result<String, HttpError> {
     let template = model.template.clone();
     let messages = messages.to_vec();
     tokio::task::spawn_blocking(move || template.render(&messages, true))

@@ -11,4 +11,6 @@ pub mod health;
 pub mod metrics;
 pub mod models;
 pub mod rerank;
+pub mod responses;
+mod responses_stream;
 pub mod sse;

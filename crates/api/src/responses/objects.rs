@@ -360,7 +360,10 @@ pub struct InputItemsQuery {
     /// `asc` or `desc` (default).
     #[serde(default)]
     pub order: Option<String>,
+    /// The project to look in first (the response is found in any
+    /// project the key reaches).
     #[serde(default)]
+    #[param(pattern = r"^(project-[0-9A-HJKMNP-TV-Z]{26})?$")]
     pub ai_project_id: Option<String>,
 }
 

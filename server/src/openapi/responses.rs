@@ -1,0 +1,91 @@
+//! Operations of `/v1/responses`.
+
+#![allow(dead_code)]
+
+use super::EventStream;
+use hearth_api::responses::{
+    InputItemList, InputItemsQuery, ResponseDeleted, ResponseObject, ResponseRequest,
+};
+use hearth_api::schemas::{ErrorDetail, UpstreamError};
+use hearth_api::ProjectQuery;
+
+#[utoipa::path(
+    post,
+    path = "/v1/responses",
+    tag = "Responses",
+    operation_id = "createResponse",
+    summary = "Answer an input (the Responses API)",
+    description = "Runs like a chat completion with one choice. With `stream` the answer is a \
+        stream of typed events (`response.created` ... `response.output_text.delta` ... \
+        `response.completed`, each with a `sequence_number`), then `data: [DONE]`; a failure \
+        after the start is an `error` event. With `store` (default) the response is kept \
+        for retrieval and `previous_response_id`.",
+    params(ProjectQuery),
+    request_body = ResponseRequest,
+    responses(
+        (status = 200, description = "The response; with `\"stream\": true` a stream of events.",
+            content(
+                (ResponseObject = "application/json"),
+                (EventStream = "text/event-stream"),
+            )),
+        (status = 400, description = "A parameter out of range or not supported yet (tools, \
+            reasoning, structured output, images), an unknown `previous_response_id`, or a \
+            prompt longer than the context.", body = UpstreamError),
+        (status = 404, description = "No model of this name.", body = ErrorDetail),
+        (status = 413, description = "The body is over the server's limit.", body = ErrorDetail),
+        (status = 500, description = "The model failed to process the request.", body = UpstreamError),
+        (status = 503, description = "The model's engine has stopped.", body = UpstreamError),
+        (status = 529, description = "The model's waiting queue is full.", body = UpstreamError),
+    )
+)]
+pub fn create_response() {}
+
+#[utoipa::path(
+    get,
+    path = "/v1/responses/{response_id}",
+    tag = "Responses",
+    operation_id = "retrieveResponse",
+    summary = "A stored response",
+    params(
+        ("response_id" = String, Path, description = "The response's id (`resp_...`)."),
+        ProjectQuery,
+    ),
+    responses(
+        (status = 200, description = "The response.", body = ResponseObject),
+    )
+)]
+pub fn retrieve_response() {}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/responses/{response_id}",
+    tag = "Responses",
+    operation_id = "deleteResponse",
+    summary = "Delete a stored response",
+    params(
+        ("response_id" = String, Path, description = "The response's id (`resp_...`)."),
+        ProjectQuery,
+    ),
+    responses(
+        (status = 200, description = "Deleted.", body = ResponseDeleted),
+    )
+)]
+pub fn delete_response() {}
+
+#[utoipa::path(
+    get,
+    path = "/v1/responses/{response_id}/input_items",
+    tag = "Responses",
+    operation_id = "listInputItems",
+    summary = "The input items of a stored response",
+    params(
+        ("response_id" = String, Path, description = "The response's id (`resp_...`)."),
+        InputItemsQuery,
+    ),
+    responses(
+        (status = 200, description = "A page of the items, newest first unless `order=asc`.",
+            body = InputItemList),
+        (status = 400, description = "`limit`, `order` or `after` out of range.", body = UpstreamError),
+    )
+)]
+pub fn list_input_items() {}

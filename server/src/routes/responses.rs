@@ -1,0 +1,325 @@
+//! `/v1/responses`: create (whole or as typed events), retrieve, delete and
+//! list the input items of stored responses.
+//!
+//! A response runs exactly as a chat completion with one choice: the same
+//! model resolution (adapters included), chat template, limits, engine
+//! submission and error mapping (`routes/generate.rs`); only the wire
+//! format differs. With `store` (the default) the response, its input items
+//! and the conversation through its output are kept per project;
+//! `previous_response_id` continues that conversation (earlier
+//! `instructions` are not carried over, as in OpenAI's API).
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use hearth_api::responses::{
+    InputItemList, InputItemObject, InputItemsQuery, InputMessage, OutputMessage, OutputText,
+    ResponseDeleted, ResponseObject, ResponseRequest, ResponseUsage, ValidResponse,
+};
+use hearth_api::{ApiError, ProjectQuery};
+use hearth_core::{ChatMessage, FinishReason};
+use hearth_engine::ChatModel;
+use hearth_store::{StoreError, StoredResponse};
+use serde_json::{json, Value};
+
+use super::chat::render;
+use super::generate::{collect, submit, tokenize, Submission};
+use super::responses_stream::stream_response;
+use super::sse::sse_response;
+use crate::auth::RequestContext;
+use crate::error::{ApiJson, ApiPath, ApiQuery, HttpError};
+use crate::models_resolve::resolve_chat;
+use crate::state::{now_secs, AppState};
+
+/// `resp_...`, `msg_...`: OpenAI's id shapes.
+pub fn openai_id(prefix: &str) -> String {
+    use rand::Rng;
+    let n: u128 = rand::rng().random();
+    format!("{prefix}_{n:032x}")
+}
+
+/// `POST /v1/responses`.
+pub async fn create(
+    State(state): State<AppState>,
+    ApiQuery(_project): ApiQuery<ProjectQuery>,
+    Extension(ctx): Extension<RequestContext>,
+    ApiJson(request): ApiJson<ResponseRequest>,
+) -> Result<Response, HttpError> {
+    let valid = request.validate()?;
+    let (model, adapter) = resolve_chat(&state, &ctx.project_id, &valid.model).await?;
+    let mut conversation = match &valid.previous_response_id {
+        Some(id) => previous_conversation(&state, &ctx, id).await?,
+        None => Vec::new(),
+    };
+    conversation.extend(valid.input.iter().cloned());
+    let messages = with_instructions(valid.instructions.as_deref(), &conversation);
+    state.limits.check_messages(&messages, 1)?;
+    let prompt = fit_prompt(&model, &valid, &conversation).await?;
+    let id = openai_id("resp");
+    let prompts = [prompt];
+    let streams = submit(Submission {
+        model: &model,
+        request_id: &id,
+        prompts: &prompts,
+        params: &valid.params,
+        max_tokens_param: valid.max_output_tokens.map(|_| "max_output_tokens"),
+        n: 1,
+        adapter: adapter.as_ref(),
+        project: &ctx.project_id,
+    })?;
+    let [prompt] = prompts;
+    let object = ResponseObject::start(id, now_secs(), &valid);
+    let record = Record {
+        state: state.clone(),
+        project_id: ctx.project_id.clone(),
+        keep: valid.store,
+        input: valid.input.clone(),
+        conversation,
+    };
+    let message_id = openai_id("msg");
+    if valid.stream {
+        let stream = streams.into_iter().next().map(|(_, s)| s);
+        return Ok(sse_response(move |tx| async move {
+            if let Some(stream) = stream {
+                stream_response(tx, stream, object, message_id, prompt.len(), record).await;
+            }
+        }));
+    }
+    let outputs = collect(streams).await?;
+    let out = outputs
+        .into_iter()
+        .next()
+        .ok_or(HttpError(ApiError::internal()))?;
+    let mut object = object;
+    object.finish(
+        message_id,
+        out.text,
+        out.finish_reason == FinishReason::Length,
+        ResponseUsage::new(prompt.len(), out.usage.completion_tokens, 0),
+    );
+    record.keep(&object).await?;
+    Ok(Json(object).into_response())
+}
+
+/// The messages the template sees: `instructions` as a system message first.
+fn with_instructions(
+    instructions: Option<&str>,
+    conversation: &[InputMessage],
+) -> Vec<ChatMessage> {
+    let system = instructions.map(|text| ChatMessage {
+        role: "system".to_string(),
+        content: text.to_string(),
+    });
+    system
+        .into_iter()
+        .chain(conversation.iter().map(InputMessage::chat))
+        .collect()
+}
+
+/// The prompt's token ids. With `truncation: auto` the oldest messages are
+/// dropped (the last always stays) until the prompt and the output budget
+/// fit the context; without, the engine and the limits answer as for chat.
+async fn fit_prompt(
+    model: &ChatModel,
+    valid: &ValidResponse,
+    conversation: &[InputMessage],
+) -> Result<Vec<u32>, HttpError> {
+    let context = model.engine.context_length();
+    let budget = valid.params.max_tokens.unwrap_or(1);
+    let mut skip = 0;
+    loop {
+        let messages = with_instructions(valid.instructions.as_deref(), &conversation[skip..]);
+        let text = render(model, &messages).await?;
+        let ids = tokenize(model.tokenizer.clone(), vec![text], false)
+            .await?
+            .pop()
+            .unwrap_or_default();
+        let fits = ids.len().saturating_add(budget) <= context;
+        if fits || !valid.truncate {
+            return Ok(ids);
+        }
+        if skip + 1 >= conversation.len() {
+            return Err(HttpError(ApiError::bad_request(
+                Some("input"),
+                format!(
+                    "The last input message alone ({} tokens with the instructions) leaves no \
+                     room for the output in this model's context of {context} tokens.",
+                    ids.len()
+                ),
+            )));
+        }
+        skip += 1;
+    }
+}
+
+/// The conversation of the stored response `id`, which must be in the
+/// request's project (else 400 naming `previous_response_id`).
+async fn previous_conversation(
+    state: &AppState,
+    ctx: &RequestContext,
+    id: &str,
+) -> Result<Vec<InputMessage>, HttpError> {
+    let missing = || {
+        HttpError(ApiError::bad_request(
+            Some("previous_response_id"),
+            format!("Previous response with id `{id}` not found in this project."),
+        ))
+    };
+    let stored = match state.store.response_by_id(id).await {
+        Ok(r) if r.project_id == ctx.project_id => r,
+        Ok(_) | Err(StoreError::NotFound(_)) => return Err(missing()),
+        Err(e) => return Err(e.into()),
+    };
+    let items = stored
+        .conversation
+        .as_array()
+        .ok_or(HttpError(ApiError::internal()))?;
+    Ok(items
+        .iter()
+        .map(|m| InputMessage {
+            role: m["role"].as_str().unwrap_or("user").to_string(),
+            text: m["content"].as_str().unwrap_or_default().to_string(),
+        })
+        .collect())
+}
+
+/// What is kept of a response once it has ended (when `store`).
+pub struct Record {
+    pub state: AppState,
+    pub project_id: String,
+    pub keep: bool,
+    pub input: Vec<InputMessage>,
+    /// Through this turn's input.
+    pub conversation: Vec<InputMessage>,
+}
+
+impl Record {
+    /// Stores the ended response (nothing unless `store`).
+    pub async fn keep(self, object: &ResponseObject) -> Result<(), HttpError> {
+        if !self.keep {
+            return Ok(());
+        }
+        let mut conversation: Vec<Value> = self
+            .conversation
+            .iter()
+            .map(|m| json!({"role": m.role, "content": m.text}))
+            .collect();
+        conversation.push(json!({"role": "assistant", "content": object.output_text()}));
+        let items: Vec<InputItemObject> = self
+            .input
+            .iter()
+            .map(|m| InputItemObject::new(openai_id("msg"), m))
+            .collect();
+        let stored = StoredResponse {
+            id: object.id.clone(),
+            project_id: self.project_id,
+            created_at: object.created_at as i64,
+            previous_response_id: object.previous_response_id.clone(),
+            body: serde_json::to_value(object).map_err(|_| HttpError(ApiError::internal()))?,
+            input_items: serde_json::to_value(items)
+                .map_err(|_| HttpError(ApiError::internal()))?,
+            conversation: Value::Array(conversation),
+        };
+        self.state.store.create_response(&stored).await?;
+        Ok(())
+    }
+}
+
+/// The stored response `id` in any project the caller may use.
+async fn caller_response(
+    state: &AppState,
+    ctx: &RequestContext,
+    id: &str,
+) -> Result<StoredResponse, HttpError> {
+    let stored = state.store.response_by_id(id).await?;
+    ctx.check_owner(&state.store, &stored.project_id, "response")
+        .await?;
+    Ok(stored)
+}
+
+/// `GET /v1/responses/{response_id}`.
+pub async fn retrieve(
+    State(state): State<AppState>,
+    Extension(ctx): Extension<RequestContext>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<Value>, HttpError> {
+    Ok(Json(caller_response(&state, &ctx, &id).await?.body))
+}
+
+/// `DELETE /v1/responses/{response_id}`.
+pub async fn delete(
+    State(state): State<AppState>,
+    Extension(ctx): Extension<RequestContext>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<ResponseDeleted>, HttpError> {
+    let stored = caller_response(&state, &ctx, &id).await?;
+    state
+        .store
+        .delete_response(&stored.project_id, &stored.id)
+        .await?;
+    Ok(Json(ResponseDeleted {
+        id,
+        object: "response.deleted".to_string(),
+        deleted: true,
+    }))
+}
+
+/// `GET /v1/responses/{response_id}/input_items`: newest first unless
+/// `order=asc`; `limit` 1 to 100 (default 20); `after` an item id.
+pub async fn input_items(
+    State(state): State<AppState>,
+    Extension(ctx): Extension<RequestContext>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<InputItemsQuery>,
+) -> Result<Json<InputItemList>, HttpError> {
+    let limit = query.limit.unwrap_or(20);
+    if !(1..=100).contains(&limit) {
+        return Err(HttpError(ApiError::bad_request(
+            Some("limit"),
+            format!("`limit` must be between 1 and 100, got {limit}."),
+        )));
+    }
+    let ascending = match query.order.as_deref() {
+        None | Some("desc") => false,
+        Some("asc") => true,
+        Some(other) => {
+            return Err(HttpError(ApiError::bad_request(
+                Some("order"),
+                format!("`order` must be `asc` or `desc`, got `{other}`."),
+            )))
+        }
+    };
+    let stored = caller_response(&state, &ctx, &id).await?;
+    let mut items: Vec<InputItemObject> =
+        serde_json::from_value(stored.input_items).map_err(|_| HttpError(ApiError::internal()))?;
+    if !ascending {
+        items.reverse();
+    }
+    let start = match &query.after {
+        Some(after) => match items.iter().position(|i| &i.id == after) {
+            Some(at) => at + 1,
+            None => {
+                return Err(HttpError(ApiError::bad_request(
+                    Some("after"),
+                    format!("No input item `{after}` in this response."),
+                )))
+            }
+        },
+        None => 0,
+    };
+    let rest: Vec<InputItemObject> = items.into_iter().skip(start).collect();
+    let has_more = rest.len() > limit as usize;
+    let page = rest.into_iter().take(limit as usize).collect();
+    Ok(Json(InputItemList::new(page, has_more)))
+}
+
+/// The item an ended stream or response reports.
+pub fn output_message(id: &str, status: &str, text: Option<String>) -> OutputMessage {
+    OutputMessage {
+        kind: "message".to_string(),
+        id: id.to_string(),
+        status: status.to_string(),
+        role: "assistant".to_string(),
+        content: text.map(OutputText::new).into_iter().collect(),
+    }
+}
