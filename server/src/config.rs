@@ -289,6 +289,12 @@ pub struct DbArgs {
     /// AWS_* variables (default: <data-dir>/blobs).
     #[arg(long, env = "HEARTH_BLOB_URL")]
     pub blob_url: Option<String>,
+    /// On start, uploaded blobs left without a row (a crash mid-upload) are
+    /// removed once this many seconds old; younger ones may be uploads in
+    /// progress on another node sharing the store. 0 on a single node.
+    #[arg(long, env = "HEARTH_ORPHAN_GRACE_SECS",
+          default_value_t = hearth_store::ORPHAN_GRACE.as_secs())]
+    pub orphan_grace_secs: u64,
 }
 
 impl DbArgs {

@@ -171,7 +171,7 @@ pub async fn open_store(args: &ServeArgs) -> anyhow::Result<(Store, String)> {
     let config = args.db.store_config(&args.store.data_dir);
     let store = Store::open(&config).await.context("opening the store")?;
     let swept = store
-        .sweep_orphan_blobs(hearth_store::ORPHAN_GRACE)
+        .sweep_orphan_blobs(std::time::Duration::from_secs(args.db.orphan_grace_secs))
         .await
         .context("sweeping blobs")?;
     if swept > 0 {

@@ -227,6 +227,12 @@ async fn previous_response_id_continues_the_conversation() {
         second["usage"]["input_tokens"],
         chat["usage"]["prompt_tokens"]
     );
+    // Turn 1's prompt blocks were still in the prefix cache.
+    let cached = second["usage"]["input_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(cached >= 16, "{second}");
+    assert!(cached < second["usage"]["input_tokens"].as_u64().unwrap());
     assert_eq!(
         output_text(&second),
         chat["choices"][0]["message"]["content"].as_str().unwrap()

@@ -39,6 +39,10 @@ impl FinishReason {
 pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
+    /// Prompt tokens whose keys and values came from the prefix cache when
+    /// the sequence was first scheduled.
+    #[serde(default)]
+    pub cached_tokens: usize,
 }
 
 impl Usage {

@@ -36,6 +36,8 @@ pub(crate) struct Sequence {
     pub(crate) prompt_len: usize,
     /// Leading tokens whose keys/values are in `table`.
     pub(crate) computed: usize,
+    /// Prompt tokens the prefix cache held at the first scheduling.
+    cached_prompt: Option<usize>,
     pub(crate) table: BlockTable,
     /// Prefix hash of every full block of `tokens`.
     hashes: Vec<u64>,
@@ -75,6 +77,7 @@ impl Sequence {
             prompt_len: tokens.len(),
             tokens,
             computed: 0,
+            cached_prompt: None,
             table,
             order: 0,
             counted_waiting: true,
@@ -108,6 +111,11 @@ impl Sequence {
         let max_blocks = (self.tokens.len() - 1) / hearth_models::BLOCK_SIZE;
         let n = self.table.take_cached_prefix(&self.hashes, max_blocks);
         self.computed = n * hearth_models::BLOCK_SIZE;
+        // What the first scheduling found (a preempted sequence finds its
+        // own blocks again later).
+        if self.cached_prompt.is_none() {
+            self.cached_prompt = Some(self.computed.min(self.prompt_len));
+        }
     }
 
     /// Drops every block; the sequence will recompute its tokens.
@@ -150,6 +158,7 @@ impl Sequence {
         let usage = Usage {
             prompt_tokens: self.prompt_len,
             completion_tokens: self.tokens.len() - self.prompt_len,
+            cached_tokens: self.cached_prompt.unwrap_or(0),
         };
         if !self.request.params.ignore_eos && parts.eos_ids.contains(&sampled.id) {
             return self.finish(FinishReason::Stop, usage);

@@ -202,6 +202,7 @@ pub fn total_usage(prompts: &[Vec<u32>], completion_tokens: usize) -> Usage {
     Usage {
         prompt_tokens: prompts.iter().map(Vec::len).sum(),
         completion_tokens,
+        cached_tokens: 0,
     }
 }
 

@@ -95,7 +95,11 @@ pub async fn create(
         message_id,
         out.text,
         out.finish_reason == FinishReason::Length,
-        ResponseUsage::new(prompt.len(), out.usage.completion_tokens, 0),
+        ResponseUsage::new(
+            prompt.len(),
+            out.usage.completion_tokens,
+            out.usage.cached_tokens,
+        ),
     );
     record.keep(&object).await?;
     Ok(Json(object).into_response())

@@ -44,7 +44,7 @@ pub async fn stream_response(
         }
     }
     let mut text = String::new();
-    let (reason, completion_tokens) = loop {
+    let (reason, usage) = loop {
         let Some(event) = stream.recv().await else {
             return fail(&tx, &mut seq, EngineError::Stopped.into()).await;
         };
@@ -64,7 +64,7 @@ pub async fn stream_response(
                     return;
                 }
                 text.push_str(&rest);
-                break (reason, usage.completion_tokens);
+                break (reason, usage);
             }
             TokenEvent::Error(e) => return fail(&tx, &mut seq, e.into()).await,
         }
@@ -92,7 +92,7 @@ pub async fn stream_response(
         message_id,
         text,
         cut,
-        ResponseUsage::new(prompt_tokens, completion_tokens, 0),
+        ResponseUsage::new(prompt_tokens, usage.completion_tokens, usage.cached_tokens),
     );
     if let Err(e) = record.keep(&object).await {
         tracing::warn!(response = %object.id, "cannot store a response: {}", e.0.message());
