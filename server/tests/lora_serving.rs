@@ -162,6 +162,16 @@ async fn a_catalogue_adapter_is_served_and_listed() {
     let (status, ft) = chat(&state, FT).await;
     assert_eq!(status, 200, "{ft}");
     assert_ne!(text(&ft), text(&lora));
+    // The Responses API serves adapters the same way: the same text as chat.
+    for (model, answer) in [(LORA, &lora), (FT, &ft)] {
+        let body = serde_json::json!({"model": model, "input": "Name three colours.",
+            "max_output_tokens": 16, "temperature": 0, "store": false});
+        let reply = post(&state, "/v1/responses", &body.to_string()).await;
+        assert_eq!(reply.status.as_u16(), 200, "{}", reply.text);
+        let r = reply.json();
+        assert_eq!(r["model"], model);
+        assert_eq!(r["output"][0]["content"][0]["text"], text(answer), "{r}");
+    }
     let (status, _) = chat(&state, "HuggingFaceTB/SmolLM2-135M-Instruct:x:ftjob-none").await;
     assert_eq!(status, 404);
 

@@ -76,6 +76,56 @@ async fn a_string_input_gets_a_completed_response() {
     assert_eq!(usage["total_tokens"].as_u64().unwrap(), input + output);
     assert_eq!(usage["output_tokens_details"]["reasoning_tokens"], 0);
     assert!(usage["input_tokens_details"]["cached_tokens"].is_u64());
+    // Every field of OpenAI's Response object (its API reference), and no
+    // other.
+    let mut fields: Vec<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
+    fields.sort_unstable();
+    assert_eq!(
+        fields,
+        [
+            "background",
+            "created_at",
+            "error",
+            "id",
+            "incomplete_details",
+            "instructions",
+            "max_output_tokens",
+            "metadata",
+            "model",
+            "object",
+            "output",
+            "parallel_tool_calls",
+            "previous_response_id",
+            "reasoning",
+            "service_tier",
+            "status",
+            "store",
+            "temperature",
+            "text",
+            "tool_choice",
+            "tools",
+            "top_p",
+            "truncation",
+            "usage",
+            "user",
+        ]
+    );
+    let usage_fields: Vec<&str> = usage
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        usage_fields,
+        [
+            "input_tokens",
+            "input_tokens_details",
+            "output_tokens",
+            "output_tokens_details",
+            "total_tokens"
+        ]
+    );
 }
 
 #[tokio::test]
