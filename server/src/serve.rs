@@ -214,6 +214,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         state.chat.clone(),
         &args.ft,
     );
+    // Before saying that we listen: a signal from then on is ours.
+    let signal = shutdown_signal()?;
     let listener = tokio::net::TcpListener::bind((args.host, args.port))
         .await
         .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
@@ -222,7 +224,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     println!("Hearth is listening on http://{addr}");
     let draining = state.http.draining.clone();
     crate::listen::serve(listener, crate::app::app(state), &args.http, async move {
-        shutdown_signal().await;
+        signal.await;
         draining.store(true, std::sync::atomic::Ordering::Relaxed);
     })
     .await;
@@ -233,24 +235,25 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 /// Ctrl-c, or SIGTERM on Unix (what `docker stop` and Kubernetes send).
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// The handlers are installed here, at once, so that a signal arriving as
+/// soon as the server says it listens is already ours.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
+    let (mut term, mut interrupt) = {
+        use tokio::signal::unix::{signal, SignalKind};
+        (
+            signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+        )
     };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
-    tracing::info!("shutting down: no new connections; running requests may finish");
+    Ok(async move {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = interrupt.recv() => {},
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down: no new connections; running requests may finish");
+    })
 }
