@@ -83,6 +83,7 @@
 mod progress;
 pub mod train;
 pub mod worker;
+mod worker_handle;
 
 use std::path::PathBuf;
 
@@ -90,7 +91,8 @@ pub use hearth_models::LoraAdapter;
 pub use train::data::DataStats;
 pub use train::model::TokenizedExample;
 pub use train::trainer::Trainer;
-pub use worker::{fine_tuned_model_name, Worker, WorkerConfig, WorkerHandle};
+pub use worker::{fine_tuned_model_name, Worker, WorkerConfig};
+pub use worker_handle::WorkerHandle;
 
 /// How the learning rate decays after warmup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

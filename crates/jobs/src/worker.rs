@@ -40,6 +40,7 @@ use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
 
 use crate::progress::{logged, metrics_csv, step_data, step_message, STARTED};
+use crate::worker_handle::WorkerHandle;
 use crate::{load_chat_parts, BaseModel, StepReport, TrainConfig, TrainError, Trainer};
 
 pub const ADAPTER_WEIGHTS: &str = hearth_models::lora::ADAPTER_WEIGHTS_FILE;
@@ -125,50 +126,6 @@ pub struct Worker {
     config: WorkerConfig,
     /// Jobs this process runs now: never claimed a second time.
     running: Arc<Mutex<Vec<String>>>,
-}
-
-/// A started [`Worker`].
-pub struct WorkerHandle {
-    task: tokio::task::JoinHandle<()>,
-    store: Store,
-    worker_id: String,
-    running: Arc<Mutex<Vec<String>>>,
-}
-
-impl WorkerHandle {
-    /// For a shutdown in good order: stops claiming, and gives the jobs it
-    /// runs back to the queue (their attempt not counted), to be resumed
-    /// from their latest checkpoint by whichever node claims them next.
-    /// Their training threads stop at their next step.
-    pub async fn shut_down(self) {
-        self.task.abort();
-        let _ = self.task.await;
-        let running = self
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        for id in running {
-            match self.store.release_ft_job(&id, &self.worker_id).await {
-                Ok(true) => {
-                    tracing::info!(job = %id, "fine-tuning job given back to the queue");
-                    let _ = self
-                        .store
-                        .add_ft_event(
-                            &id,
-                            "info",
-                            "message",
-                            "Paused: the server shut down; the job resumes from its latest \
-                             checkpoint when a server takes it again",
-                            None,
-                        )
-                        .await;
-                }
-                Ok(false) => {}
-                Err(e) => tracing::warn!(job = %id, error = %e, "cannot give a job back"),
-            }
-        }
-    }
 }
 
 impl Worker {

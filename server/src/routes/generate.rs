@@ -208,9 +208,14 @@ pub fn total_usage(prompts: &[Vec<u32>], completion_tokens: usize) -> Usage {
 
 /// A fresh response id with the given prefix.
 pub fn response_id(prefix: &str) -> String {
+    format!("{prefix}-{}", random_hex())
+}
+
+/// 128 random bits as 32 hex digits, the body of every generated id.
+pub fn random_hex() -> String {
     use rand::Rng;
     let n: u128 = rand::rng().random();
-    format!("{prefix}-{n:032x}")
+    format!("{n:032x}")
 }
 
 /// One piece of a choice's stream, handed to a route's renderer.

@@ -13,8 +13,8 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use hearth_api::responses::{
-    InputItemList, InputItemObject, InputItemsQuery, InputMessage, OutputMessage, OutputText,
-    ResponseDeleted, ResponseObject, ResponseRequest, ResponseUsage, ValidResponse,
+    InputItemList, InputItemObject, InputItemsQuery, InputMessage, ResponseDeleted, ResponseObject,
+    ResponseRequest, ResponseUsage, ValidResponse,
 };
 use hearth_api::{ApiError, ProjectQuery};
 use hearth_core::{ChatMessage, FinishReason};
@@ -23,7 +23,7 @@ use hearth_store::{StoreError, StoredResponse};
 use serde_json::{json, Value};
 
 use super::chat::render;
-use super::generate::{collect, submit, tokenize, Submission};
+use super::generate::{collect, random_hex, submit, tokenize, Submission};
 use super::responses_stream::stream_response;
 use super::sse::sse_response;
 use crate::auth::RequestContext;
@@ -32,10 +32,8 @@ use crate::models_resolve::resolve_chat;
 use crate::state::{now_secs, AppState};
 
 /// `resp_...`, `msg_...`: OpenAI's id shapes.
-pub fn openai_id(prefix: &str) -> String {
-    use rand::Rng;
-    let n: u128 = rand::rng().random();
-    format!("{prefix}_{n:032x}")
+fn openai_id(prefix: &str) -> String {
+    format!("{prefix}_{}", random_hex())
 }
 
 /// `POST /v1/responses`.
@@ -73,7 +71,7 @@ pub async fn create(
         state: state.clone(),
         project_id: ctx.project_id.clone(),
         keep: valid.store,
-        input: valid.input.clone(),
+        input_len: valid.input.len(),
         conversation,
     };
     let message_id = openai_id("msg");
@@ -192,7 +190,8 @@ pub struct Record {
     pub state: AppState,
     pub project_id: String,
     pub keep: bool,
-    pub input: Vec<InputMessage>,
+    /// How many of the conversation's last messages are this turn's input.
+    pub input_len: usize,
     /// Through this turn's input.
     pub conversation: Vec<InputMessage>,
 }
@@ -209,8 +208,8 @@ impl Record {
             .map(|m| json!({"role": m.role, "content": m.text}))
             .collect();
         conversation.push(json!({"role": "assistant", "content": object.output_text()}));
-        let items: Vec<InputItemObject> = self
-            .input
+        let input = &self.conversation[self.conversation.len() - self.input_len..];
+        let items: Vec<InputItemObject> = input
             .iter()
             .map(|m| InputItemObject::new(openai_id("msg"), m))
             .collect();
@@ -315,15 +314,4 @@ pub async fn input_items(
     let has_more = rest.len() > limit as usize;
     let page = rest.into_iter().take(limit as usize).collect();
     Ok(Json(InputItemList::new(page, has_more)))
-}
-
-/// The item an ended stream or response reports.
-pub fn output_message(id: &str, status: &str, text: Option<String>) -> OutputMessage {
-    OutputMessage {
-        kind: "message".to_string(),
-        id: id.to_string(),
-        status: status.to_string(),
-        role: "assistant".to_string(),
-        content: text.map(OutputText::new).into_iter().collect(),
-    }
 }

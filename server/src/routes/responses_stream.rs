@@ -8,12 +8,14 @@
 //! departed client stops the producer, which drops the engine stream and
 //! so frees the sequence at once.
 
-use hearth_api::responses::{EventSequence, OutputText, ResponseObject, ResponseUsage};
+use hearth_api::responses::{
+    EventSequence, OutputMessage, OutputText, ResponseObject, ResponseUsage,
+};
 use hearth_api::ApiError;
 use hearth_core::{EngineError, FinishReason, TokenEvent};
 use hearth_engine::TokenStream;
 
-use super::responses::{output_message, Record};
+use super::responses::Record;
 use super::sse::SseSender;
 
 pub async fn stream_response(
@@ -30,7 +32,7 @@ pub async fn stream_response(
         seq.response("response.in_progress", &object),
         seq.item(
             "response.output_item.added",
-            &output_message(&message_id, "in_progress", None),
+            &OutputMessage::assistant(&message_id, "in_progress", None),
         ),
         seq.part(
             "response.content_part.added",
@@ -80,7 +82,7 @@ pub async fn stream_response(
         ),
         seq.item(
             "response.output_item.done",
-            &output_message(&message_id, status, Some(text.clone())),
+            &OutputMessage::assistant(&message_id, status, Some(text.clone())),
         ),
     ];
     for event in &closing {

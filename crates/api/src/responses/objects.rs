@@ -91,6 +91,20 @@ pub struct OutputText {
     pub annotations: Vec<Value>,
 }
 
+impl OutputMessage {
+    /// The assistant message `id` with `status`, and its text when there is
+    /// one yet.
+    pub fn assistant(id: &str, status: &str, text: Option<String>) -> Self {
+        Self {
+            kind: "message".to_string(),
+            id: id.to_string(),
+            status: status.to_string(),
+            role: "assistant".to_string(),
+            content: text.map(OutputText::new).into_iter().collect(),
+        }
+    }
+}
+
 impl OutputText {
     pub fn new(text: String) -> Self {
         Self {
@@ -177,13 +191,7 @@ impl ResponseObject {
         self.incomplete_details = cut.then(|| IncompleteDetails {
             reason: "max_output_tokens".to_string(),
         });
-        self.output = vec![OutputMessage {
-            kind: "message".to_string(),
-            id: message_id,
-            status: status.to_string(),
-            role: "assistant".to_string(),
-            content: vec![OutputText::new(text)],
-        }];
+        self.output = vec![OutputMessage::assistant(&message_id, status, Some(text))];
         self.usage = Some(usage);
     }
 
