@@ -222,28 +222,25 @@ fn prepare_files(spec: Option<&LoraSpec>, files: &PeftFiles) -> anyhow::Result<L
 /// The prefix-cache salt of sequences run with adapter `key` on an engine
 /// whose base salt is `base`: blocks computed with different adapters (or
 /// none) never share hashes.
-/// The prefix-cache salt of a request's cache scope (its project).
-pub(crate) fn scope_salt(base: u64, scope: Option<&str>) -> u64 {
-    match scope {
-        None => base,
-        Some(s) => {
-            let mut h = DefaultHasher::new();
-            base.hash(&mut h);
-            "scope".hash(&mut h);
-            s.hash(&mut h);
-            h.finish()
-        }
-    }
+pub(crate) fn adapter_salt(base: u64, key: Option<&str>) -> u64 {
+    salted(base, "lora", key)
 }
 
-pub(crate) fn adapter_salt(base: u64, key: Option<&str>) -> u64 {
-    match key {
+/// The prefix-cache salt of a request's cache scope (its project): tenants
+/// never share cached blocks.
+pub(crate) fn scope_salt(base: u64, scope: Option<&str>) -> u64 {
+    salted(base, "scope", scope)
+}
+
+/// `base` mixed with `value` under `tag`; `base` itself when there is none.
+fn salted(base: u64, tag: &str, value: Option<&str>) -> u64 {
+    match value {
         None => base,
-        Some(k) => {
+        Some(v) => {
             let mut h = DefaultHasher::new();
             base.hash(&mut h);
-            "lora".hash(&mut h);
-            k.hash(&mut h);
+            tag.hash(&mut h);
+            v.hash(&mut h);
             h.finish()
         }
     }
