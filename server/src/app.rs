@@ -76,6 +76,15 @@ pub fn app(state: AppState) -> Router {
             get(routes::fine_tuning::spec_draft),
         )
         .route(
+            "/v1/batches",
+            post(routes::batches::create).get(routes::batches::list),
+        )
+        .route("/v1/batches/{batch_id}", get(routes::batches::retrieve))
+        .route(
+            "/v1/batches/{batch_id}/cancel",
+            post(routes::batches::cancel),
+        )
+        .route(
             "/v1/admin/keys",
             get(routes::admin::list_keys).post(routes::admin::create_key),
         )

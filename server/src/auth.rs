@@ -27,6 +27,9 @@ pub struct RequestContext {
     /// Whether `ai_project_id` named the project (by-id routes then insist
     /// that the resource is in it).
     pub project_named: bool,
+    /// The engine's class for this request's sequences: interactive for
+    /// HTTP callers, batch for the requests of `/v1/batches`.
+    pub priority: hearth_core::Priority,
 }
 
 impl RequestContext {
@@ -148,6 +151,7 @@ async fn resolve(
         caller,
         project_id,
         project_named,
+        priority: hearth_core::Priority::Interactive,
     })
 }
 

@@ -132,6 +132,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub ft: FineTuneArgs,
     #[command(flatten)]
+    pub batch: BatchArgs,
+    #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
     pub http: HttpArgs,
@@ -254,6 +256,43 @@ pub struct FineTuneArgs {
     /// under constant load a step then runs anyway.
     #[arg(long, env = "HEARTH_FT_YIELD_MAX_SECS", default_value_t = 30)]
     pub ft_yield_max_secs: u64,
+}
+
+/// The batch worker of this node.
+#[derive(Debug, Clone, Args)]
+pub struct BatchArgs {
+    /// Batches run at once on this node; 0 runs no batch worker (batches
+    /// wait for another node sharing the database).
+    #[arg(long, env = "HEARTH_BATCH_WORKERS", default_value_t = 2)]
+    pub batch_workers: usize,
+    /// Batch requests in flight at once on this node, over all its
+    /// batches (they run at the engine's batch priority, after interactive
+    /// requests).
+    #[arg(long, env = "HEARTH_BATCH_MAX_INFLIGHT", default_value_t = 32,
+          value_parser = at_least_one)]
+    pub batch_max_inflight: usize,
+    /// Most requests (lines) a batch's input file may hold.
+    #[arg(long, env = "HEARTH_BATCH_MAX_LINES",
+          default_value_t = hearth_jobs::batch::DEFAULT_MAX_LINES)]
+    pub batch_max_lines: usize,
+}
+
+impl Default for BatchArgs {
+    fn default() -> Self {
+        Self {
+            batch_workers: 2,
+            batch_max_inflight: 32,
+            batch_max_lines: hearth_jobs::batch::DEFAULT_MAX_LINES,
+        }
+    }
+}
+
+/// A count of at least one.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("`{text}` is not a whole number of at least 1")),
+    }
 }
 
 /// A number of minutes above zero and at most a day.

@@ -2,6 +2,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod batch_endpoints;
 pub mod config;
 pub mod error;
 pub mod fine_tuned;

@@ -14,6 +14,7 @@
 //! same document (no external scripts or styles).
 
 mod admin;
+mod batches;
 mod docs_page;
 mod files;
 mod fine_tuning;
@@ -187,7 +188,7 @@ impl Modify for Bearer {
     info(
         title = "Hearth",
         description = "A self-hosted, OpenAI-compatible inference server: completions, chat, \
-            embeddings, rerank, files and LoRA fine-tuning. Every operation is scoped to a \
+            embeddings, rerank, files, LoRA fine-tuning and batches. Every operation is scoped to a \
             project (`ai_project_id`, else the key's default project). Errors come in three \
             shapes: `ErrorDetail` (A), `UpstreamError` (B) and `ValidationError` (C, 422).",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
@@ -218,6 +219,10 @@ impl Modify for Bearer {
         fine_tuning::retrieve_checkpoint,
         fine_tuning::spec_draft,
         fine_tuning::spec_draft_unversioned,
+        batches::create_batch,
+        batches::list_batches,
+        batches::retrieve_batch,
+        batches::cancel_batch,
         admin::list_keys,
         admin::create_key,
         admin::revoke_key,
@@ -244,7 +249,8 @@ impl Modify for Bearer {
     tags(
         (name = "Models"), (name = "Completions"), (name = "Chat"), (name = "Responses"),
         (name = "Embeddings"),
-        (name = "Rerank"), (name = "Files"), (name = "Fine-tuning"), (name = "Admin"),
+        (name = "Rerank"), (name = "Files"), (name = "Fine-tuning"), (name = "Batches"),
+        (name = "Admin"),
         (name = "Service", description = "Health, metrics and this document."),
     )
 )]

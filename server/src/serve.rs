@@ -124,6 +124,7 @@ pub fn build_state(
         max_upload_bytes: args.max_upload_mb.saturating_mul(1024 * 1024),
         limits: crate::limits::Limits::new(&args.limits, args.max_waiting),
         http: crate::state::HttpPolicy::new(&args.http),
+        batch_counters: Default::default(),
     })
 }
 
@@ -214,6 +215,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         state.chat.clone(),
         &args.ft,
     );
+    let batches = crate::batch_endpoints::start_worker(&state, &args.batch);
     // Before saying that we listen: a signal from then on is ours.
     let signal = shutdown_signal()?;
     let listener = tokio::net::TcpListener::bind((args.host, args.port))
@@ -230,6 +232,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     .await;
     if let Some(worker) = worker {
         worker.shut_down().await;
+    }
+    if let Some(batches) = batches {
+        batches.shut_down().await;
     }
     Ok(())
 }

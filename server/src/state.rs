@@ -37,6 +37,8 @@ pub struct AppState {
     pub limits: Limits,
     /// How the HTTP side presents itself.
     pub http: HttpPolicy,
+    /// Requests this node's batch worker ran (for `/metrics`).
+    pub batch_counters: Arc<hearth_jobs::batch::BatchCounters>,
 }
 
 /// The HTTP side's settings that handlers read.

@@ -186,3 +186,39 @@ impl From<hearth_core::Usage> for UsageInfo {
         Self::new(usage.prompt_tokens, usage.completion_tokens)
     }
 }
+
+/// A list's checked `limit`: `default` when absent; outside `1..=max` is
+/// 422 shape C as pydantic words it.
+pub fn list_limit(
+    limit: Option<i64>,
+    default: i64,
+    max: i64,
+) -> Result<i64, crate::error::ApiError> {
+    use crate::error::{ApiError, Loc, ValidationItem};
+    use serde_json::{json, Value};
+    let Some(n) = limit else {
+        return Ok(default);
+    };
+    let (kind, msg, ctx) = if n < 1 {
+        (
+            "greater_than_equal",
+            "Input should be greater than or equal to 1".to_string(),
+            json!({"ge": 1}),
+        )
+    } else if n > max {
+        (
+            "less_than_equal",
+            format!("Input should be less than or equal to {max}"),
+            json!({"le": max}),
+        )
+    } else {
+        return Ok(n);
+    };
+    Err(ApiError::validation(vec![ValidationItem {
+        kind: kind.into(),
+        loc: vec![Loc::from("query"), Loc::from("limit")],
+        msg,
+        input: Value::String(n.to_string()),
+        ctx: Some(ctx),
+    }]))
+}

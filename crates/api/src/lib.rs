@@ -8,6 +8,8 @@
 //! - [`parse`]: [`parse_json_body`] and [`parse_query`], failing with 422.
 //! - [`de`]: lenient (pydantic-style) booleans for query structs.
 //! - [`admin`]: `/v1/admin` keys and projects.
+//! - [`batches`]: `/v1/batches` creation, the batch object and list, the
+//!   lines of input and result files.
 //! - [`common`], [`completions`], [`chat`], [`models`]: request and response types.
 //! - [`embeddings`], [`rerank`]: `/v1/embeddings` and `/v1/rerank` types,
 //!   their validation, base64 vectors and `dimensions`.
@@ -24,6 +26,7 @@
 //!   [`ValidChat`] with the engine's `SamplingParams`.
 
 pub mod admin;
+pub mod batches;
 pub mod chat;
 pub mod common;
 pub mod completions;

@@ -1,5 +1,7 @@
-//! Hearth's background jobs: the LoRA trainer, and the [`Worker`] that
-//! claims fine-tuning jobs from the store and runs them (`worker.rs`).
+//! Hearth's background jobs: the LoRA trainer, the [`Worker`] that
+//! claims fine-tuning jobs from the store and runs them (`worker.rs`), and
+//! the [`BatchWorker`] that runs batches through the server's endpoints
+//! (`batch/`).
 //!
 //! [`Trainer`] fine-tunes a LoRA adapter (PEFT's format, [`LoraAdapter`]) on
 //! a frozen Llama base with candle autograd, synchronously, one optimizer
@@ -80,6 +82,7 @@
 //! own `rayon::ThreadPool::install` keeps training off the global pool that
 //! serving uses.
 
+pub mod batch;
 mod progress;
 pub mod train;
 pub mod worker;
@@ -91,6 +94,7 @@ pub use hearth_models::LoraAdapter;
 pub use train::data::DataStats;
 pub use train::model::TokenizedExample;
 pub use train::trainer::Trainer;
+pub use batch::{BatchEndpoints, BatchWorker, BatchWorkerConfig, BatchWorkerHandle, EndpointReply};
 pub use worker::{fine_tuned_model_name, Worker, WorkerConfig};
 pub use worker_handle::WorkerHandle;
 

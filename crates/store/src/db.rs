@@ -30,6 +30,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "responses",
         include_str!("../migrations/0004_responses.sql"),
     ),
+    (5, "batches", include_str!("../migrations/0005_batches.sql")),
 ];
 
 #[derive(Debug)]

@@ -240,14 +240,18 @@ impl Store {
 
     /// What still uses the file: the ids of the fine-tuning jobs not yet
     /// over (`validating_files`, `queued`, `running`) whose training or
-    /// validation file it is (batches will add theirs).
-    /// [`Store::delete_file`] refuses while it returns anything.
+    /// validation file it is, then those of the batches not yet over
+    /// (`validating`, `in_progress`, `finalizing`, `cancelling`) whose input
+    /// file it is. [`Store::delete_file`] refuses while it returns anything.
     pub async fn file_users(&self, file_id: &str) -> Result<Vec<String>> {
-        self.ft_jobs_using_file(file_id).await
+        let mut users = self.ft_jobs_using_file(file_id).await?;
+        users.extend(self.batches_using_file(file_id).await?);
+        Ok(users)
     }
 
     /// Deletes the file's row, then its blob. Refused with
-    /// [`StoreError::InUse`] while a job uses the file.
+    /// [`StoreError::InUse`] while a job or a batch uses the file (see
+    /// [`Store::file_users`]).
     pub async fn delete_file(&self, project_id: &str, id: &str) -> Result<()> {
         self.file(project_id, id).await?;
         let users = self.file_users(id).await?;

@@ -12,6 +12,7 @@ pub const FILE: &str = "file";
 pub const FT_JOB: &str = "ftjob";
 pub const FT_EVENT: &str = "ftevent";
 pub const FT_CHECKPOINT: &str = "ftckpt";
+pub const BATCH: &str = "batch";
 
 /// A new id with `prefix`; ids made by one process are strictly increasing.
 pub fn new_id(prefix: &str) -> String {

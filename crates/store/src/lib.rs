@@ -8,10 +8,12 @@
 //! (`<data-dir>/blobs`) or an S3-compatible bucket.
 //!
 //! One module per repository: [`projects`], [`accounts`], [`keys`],
-//! [`files`], [`fine_tuning`] (jobs, events, checkpoints); [`links`] signs
+//! [`files`], [`fine_tuning`] (jobs, events, checkpoints), [`batches`]
+//! (batches and their requests' results), [`responses`]; [`links`] signs
 //! download links; [`jsonl`] checks uploads.
 
 pub mod accounts;
+pub mod batches;
 pub mod blobs;
 pub mod db;
 pub mod error;
@@ -30,6 +32,7 @@ use std::path::PathBuf;
 use rand::RngCore;
 use sqlx::{AnyPool, Row};
 
+pub use batches::{Batch, BatchClaimRules, BatchResult, BatchStatus, NewBatch};
 pub use blobs::{BlobWriter, Blobs};
 pub use db::Backend;
 pub use error::{Result, StoreError};

@@ -5,10 +5,10 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use hearth_api::{
     ApiError, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
-    ChatCompletionResponse, ChatLogprobs, ChatResponseMessage, ProjectQuery, UsageInfo,
+    ChatCompletionResponse, ChatLogprobs, ChatResponseMessage, ProjectQuery, UsageInfo, ValidChat,
 };
 use hearth_core::ChatMessage;
-use hearth_engine::ChatModel;
+use hearth_engine::{ChatModel, LoadedAdapter};
 
 use super::generate::{
     collect, response_id, stream_choices, submit, tokenize, total_usage, ChoiceSlot, Piece,
@@ -26,10 +26,7 @@ pub async fn create(
     Extension(ctx): Extension<RequestContext>,
     ApiJson(request): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, HttpError> {
-    let valid = request.validate()?;
-    state.limits.check_messages(&valid.messages, valid.n)?;
-    state.limits.check_stop(&valid.params.stop)?;
-    let (model, adapter) = resolve_chat(&state, &ctx.project_id, &valid.model).await?;
+    let (valid, model, adapter) = prepare(&state, &ctx.project_id, request).await?;
     let prompt = render(&model, &valid.messages).await?;
     let prompts = tokenize(model.tokenizer.clone(), vec![prompt], false).await?;
     let id = response_id("chatcmpl");
@@ -42,6 +39,7 @@ pub async fn create(
         n: valid.n,
         adapter: adapter.as_ref(),
         project: &ctx.project_id,
+        priority: ctx.priority,
     })?;
     let created = now_secs();
     if valid.stream {
@@ -73,6 +71,21 @@ pub async fn create(
         UsageInfo::new(usage.prompt_tokens, usage.completion_tokens),
     );
     Ok(Json(body).into_response())
+}
+
+/// What the route checks before it renders anything: the request's
+/// fields and limits, and the model (with its adapter). Batches check
+/// their lines with it.
+pub(crate) async fn prepare(
+    state: &AppState,
+    project: &str,
+    request: ChatCompletionRequest,
+) -> Result<(ValidChat, ChatModel, Option<LoadedAdapter>), HttpError> {
+    let valid = request.validate()?;
+    state.limits.check_messages(&valid.messages, valid.n)?;
+    state.limits.check_stop(&valid.params.stop)?;
+    let (model, adapter) = resolve_chat(state, project, &valid.model).await?;
+    Ok((valid, model, adapter))
 }
 
 /// Renders the conversation with the model's chat template; a template error

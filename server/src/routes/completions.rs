@@ -24,10 +24,7 @@ pub async fn create(
     Extension(ctx): Extension<RequestContext>,
     ApiJson(request): ApiJson<CompletionRequest>,
 ) -> Result<Response, HttpError> {
-    let valid = request.validate()?;
-    state.limits.check_prompts(&valid.prompts, valid.n)?;
-    state.limits.check_stop(&valid.params.stop)?;
-    let (model, adapter) = resolve_chat(&state, &ctx.project_id, &valid.model).await?;
+    let (valid, model, adapter) = prepare(&state, &ctx.project_id, request).await?;
     let prompts = prompt_ids(&model, &valid).await?;
     let echoes = if valid.echo {
         decode_all(&model, &prompts).await?
@@ -44,6 +41,7 @@ pub async fn create(
         n: valid.n,
         adapter: adapter.as_ref(),
         project: &ctx.project_id,
+        priority: ctx.priority,
     })?;
     let created = now_secs();
     if valid.stream {
@@ -89,6 +87,21 @@ pub async fn create(
         UsageInfo::new(usage.prompt_tokens, usage.completion_tokens),
     );
     Ok(Json(body).into_response())
+}
+
+/// What the route checks before it tokenizes anything: the request's
+/// fields and limits, and the model (with its adapter). Batches check
+/// their lines with it.
+pub(crate) async fn prepare(
+    state: &AppState,
+    project: &str,
+    request: CompletionRequest,
+) -> Result<(ValidCompletion, hearth_engine::ChatModel, Option<hearth_engine::LoadedAdapter>), HttpError> {
+    let valid = request.validate()?;
+    state.limits.check_prompts(&valid.prompts, valid.n)?;
+    state.limits.check_stop(&valid.params.stop)?;
+    let (model, adapter) = resolve_chat(state, project, &valid.model).await?;
+    Ok((valid, model, adapter))
 }
 
 /// Token ids of each prompt: text is tokenized (with the model's BOS rule),

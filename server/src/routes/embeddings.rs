@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::Json;
 use hearth_api::{
     apply_dimensions, dimensions_too_large, ApiError, EmbeddingList, EmbeddingRequest,
-    ProjectQuery, PromptInput,
+    ProjectQuery, PromptInput, ValidEmbedding,
 };
 use hearth_engine::EmbedModel;
 
@@ -17,6 +17,28 @@ pub async fn create(
     ApiQuery(_project): ApiQuery<ProjectQuery>,
     ApiJson(request): ApiJson<EmbeddingRequest>,
 ) -> Result<Json<EmbeddingList>, HttpError> {
+    let (valid, model) = prepare(&state, request)?;
+    let ids = token_inputs(&model, valid.inputs, valid.truncate).await?;
+    let prompt_tokens = ids.iter().map(Vec::len).sum();
+    let mut vectors = model.encoder.encode(ids).await?;
+    if let Some(d) = valid.dimensions.filter(|&d| d < model.dimensions) {
+        vectors = vectors.iter().map(|v| apply_dimensions(v, d)).collect();
+    }
+    Ok(Json(EmbeddingList::new(
+        valid.model,
+        &vectors,
+        valid.encoding_format,
+        prompt_tokens,
+    )))
+}
+
+/// What the route checks before it tokenizes anything: the request's
+/// fields, the model (an embedding model, not a cross-encoder) and
+/// `dimensions`. Batches check their lines with it.
+pub(crate) fn prepare(
+    state: &AppState,
+    request: EmbeddingRequest,
+) -> Result<(ValidEmbedding, EmbedModel), HttpError> {
     let valid = request.validate()?;
     let model = embed_model(&state, &valid.model)?;
     if model.cross_encoder {
@@ -33,18 +55,7 @@ pub async fn create(
             return Err(HttpError(dimensions_too_large(d, model.dimensions)));
         }
     }
-    let ids = token_inputs(&model, valid.inputs, valid.truncate).await?;
-    let prompt_tokens = ids.iter().map(Vec::len).sum();
-    let mut vectors = model.encoder.encode(ids).await?;
-    if let Some(d) = valid.dimensions.filter(|&d| d < model.dimensions) {
-        vectors = vectors.iter().map(|v| apply_dimensions(v, d)).collect();
-    }
-    Ok(Json(EmbeddingList::new(
-        valid.model,
-        &vectors,
-        valid.encoding_format,
-        prompt_tokens,
-    )))
+    Ok((valid, model))
 }
 
 /// Finds a served embedding model: 400 shape B for a chat model, else 404 shape A.

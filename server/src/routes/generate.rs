@@ -78,6 +78,8 @@ pub struct Submission<'a> {
     pub n: usize,
     pub adapter: Option<&'a LoadedAdapter>,
     pub project: &'a str,
+    /// The engine's class for the sequences.
+    pub priority: Priority,
 }
 
 /// Submits the sequences of `sub`. Choice `i` of a seeded request uses
@@ -94,6 +96,7 @@ pub fn submit(sub: Submission<'_>) -> Result<Vec<(ChoiceSlot, TokenStream)>, Htt
         n,
         adapter,
         project,
+        priority,
     } = sub;
     crate::limits::check_room(
         model.engine.context_length(),
@@ -112,7 +115,7 @@ pub fn submit(sub: Submission<'_>) -> Result<Vec<(ChoiceSlot, TokenStream)>, Htt
                 id: format!("{request_id}-{index}"),
                 prompt_ids: ids.clone(),
                 params,
-                priority: Priority::Interactive,
+                priority,
                 adapter: None,
                 cache_scope: Some(scope.clone()),
             };

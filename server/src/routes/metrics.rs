@@ -94,5 +94,35 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             let _ = writeln!(out, "{name}{{model=\"{id}\"}} {}", value(snap));
         }
     }
+    batch_series(&state, &mut out).await;
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+}
+
+/// Batches by status (of the whole store: every node's) and the batch
+/// requests this node ran.
+async fn batch_series(state: &AppState, out: &mut String) {
+    match state.store.batch_counts_by_status().await {
+        Ok(counts) => {
+            let _ = writeln!(
+                out,
+                "# HELP hearth_batches Batches in the store, by status.\n# TYPE hearth_batches gauge"
+            );
+            for status in hearth_store::BatchStatus::ALL {
+                let n = counts
+                    .iter()
+                    .find(|(s, _)| *s == status)
+                    .map_or(0, |(_, n)| *n);
+                let _ = writeln!(out, "hearth_batches{{status=\"{status}\"}} {n}");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot count batches for /metrics"),
+    }
+    let (completed, failed) = state.batch_counters.get();
+    let _ = writeln!(
+        out,
+        "# HELP hearth_batch_requests_total Batch requests run on this node, by outcome.\n\
+         # TYPE hearth_batch_requests_total counter\n\
+         hearth_batch_requests_total{{outcome=\"completed\"}} {completed}\n\
+         hearth_batch_requests_total{{outcome=\"failed\"}} {failed}"
+    );
 }

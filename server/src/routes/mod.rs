@@ -1,6 +1,7 @@
 //! HTTP routes, one module per endpoint family.
 
 pub mod admin;
+pub mod batches;
 pub mod chat;
 pub mod completions;
 pub mod embeddings;

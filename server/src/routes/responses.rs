@@ -18,7 +18,7 @@ use hearth_api::responses::{
 };
 use hearth_api::{ApiError, ProjectQuery};
 use hearth_core::{ChatMessage, FinishReason};
-use hearth_engine::ChatModel;
+use hearth_engine::{ChatModel, LoadedAdapter};
 use hearth_store::{StoreError, StoredResponse};
 use serde_json::{json, Value};
 
@@ -36,6 +36,42 @@ fn openai_id(prefix: &str) -> String {
     format!("{prefix}_{}", random_hex())
 }
 
+/// A request past the route's checks.
+pub(crate) struct Prepared {
+    pub valid: ValidResponse,
+    pub model: ChatModel,
+    pub adapter: Option<LoadedAdapter>,
+    /// The conversation so far (the previous response's, if any) and this
+    /// turn's input.
+    pub conversation: Vec<InputMessage>,
+}
+
+/// What the route checks before it renders anything: the request's
+/// fields, the model (with its adapter), the previous response (the
+/// caller's) and the conversation's limits. Batches check their lines
+/// with it.
+pub(crate) async fn prepare(
+    state: &AppState,
+    ctx: &RequestContext,
+    request: ResponseRequest,
+) -> Result<Prepared, HttpError> {
+    let valid = request.validate()?;
+    let (model, adapter) = resolve_chat(state, &ctx.project_id, &valid.model).await?;
+    let mut conversation = match &valid.previous_response_id {
+        Some(id) => previous_conversation(state, ctx, id).await?,
+        None => Vec::new(),
+    };
+    conversation.extend(valid.input.iter().cloned());
+    let messages = with_instructions(valid.instructions.as_deref(), &conversation);
+    state.limits.check_messages(&messages, 1)?;
+    Ok(Prepared {
+        valid,
+        model,
+        adapter,
+        conversation,
+    })
+}
+
 /// `POST /v1/responses`.
 pub async fn create(
     State(state): State<AppState>,
@@ -43,15 +79,12 @@ pub async fn create(
     Extension(ctx): Extension<RequestContext>,
     ApiJson(request): ApiJson<ResponseRequest>,
 ) -> Result<Response, HttpError> {
-    let valid = request.validate()?;
-    let (model, adapter) = resolve_chat(&state, &ctx.project_id, &valid.model).await?;
-    let mut conversation = match &valid.previous_response_id {
-        Some(id) => previous_conversation(&state, &ctx, id).await?,
-        None => Vec::new(),
-    };
-    conversation.extend(valid.input.iter().cloned());
-    let messages = with_instructions(valid.instructions.as_deref(), &conversation);
-    state.limits.check_messages(&messages, 1)?;
+    let Prepared {
+        valid,
+        model,
+        adapter,
+        conversation,
+    } = prepare(&state, &ctx, request).await?;
     let prompt = fit_prompt(&model, &valid, &conversation).await?;
     let id = openai_id("resp");
     let prompts = [prompt];
@@ -64,6 +97,7 @@ pub async fn create(
         n: 1,
         adapter: adapter.as_ref(),
         project: &ctx.project_id,
+        priority: ctx.priority,
     })?;
     let [prompt] = prompts;
     let object = ResponseObject::start(id, now_secs(), &valid);

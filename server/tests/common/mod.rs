@@ -49,6 +49,7 @@ pub fn serve_args(models: Vec<String>, max_waiting: usize, max_active: usize) ->
         db: DbArgs::default(),
         max_upload_mb: 512,
         ft: Default::default(),
+        batch: Default::default(),
         limits: Default::default(),
         http: Default::default(),
     }
@@ -124,6 +125,7 @@ pub fn bare_state() -> AppState {
         max_upload_bytes: 512 * 1024 * 1024,
         limits: Default::default(),
         http: Default::default(),
+        batch_counters: Default::default(),
     }
 }
 

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::common::{OBJECT_LIST, OBJECT_MODEL};
-use crate::error::{ApiError, Loc, ValidationItem};
+use crate::error::ApiError;
 
 /// `object` of a job.
 pub const OBJECT_JOB: &str = "fine_tuning.job";

@@ -128,31 +128,7 @@ impl FineTuningListQuery {
     /// The checked `limit` (`default` when absent); outside 1..=1000 is 422
     /// shape C as pydantic words it.
     pub fn limit(&self, default: i64) -> Result<i64, ApiError> {
-        let Some(n) = self.limit else {
-            return Ok(default);
-        };
-        let (kind, msg, ctx) = if n < 1 {
-            (
-                "greater_than_equal",
-                "Input should be greater than or equal to 1".to_string(),
-                json!({"ge": 1}),
-            )
-        } else if n > MAX_LIST_LIMIT {
-            (
-                "less_than_equal",
-                format!("Input should be less than or equal to {MAX_LIST_LIMIT}"),
-                json!({"le": MAX_LIST_LIMIT}),
-            )
-        } else {
-            return Ok(n);
-        };
-        Err(ApiError::validation(vec![ValidationItem {
-            kind: kind.into(),
-            loc: vec![Loc::from("query"), Loc::from("limit")],
-            msg,
-            input: Value::String(n.to_string()),
-            ctx: Some(ctx),
-        }]))
+        crate::common::list_limit(self.limit, default, MAX_LIST_LIMIT)
     }
 
     /// `after`, an empty value read as absent.

@@ -1,0 +1,662 @@
+//! One claimed batch, from its input file to its result files.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt, TryStreamExt};
+use hearth_api::batches::{
+    parse_input_line, BatchError, BatchInputLine, BatchLineError, BatchOutputLine, BatchResponse,
+    CustomIds, OverrideSettings, PURPOSE_BATCH_OUTPUT,
+};
+use hearth_store::{Batch, BatchResult, BatchStatus, Store};
+use serde_json::{json, Value};
+use tokio::sync::{watch, Semaphore};
+
+use super::{BatchCounters, BatchEndpoints, BatchWorkerConfig, BoxFuture, EndpointReply};
+
+/// Most problems a failed batch lists (the count says how many more).
+const MAX_REPORTED_ERRORS: usize = 100;
+/// Results read back per page when the result files are written.
+const RESULT_PAGE: i64 = 1000;
+
+/// What the heartbeat tells the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Control {
+    Run,
+    /// Cancelled by its owner.
+    Cancel,
+    /// The completion window passed.
+    Expire,
+    /// No longer this worker's (taken over, or gone): write nothing more.
+    Lost,
+}
+
+pub(super) struct BatchRun {
+    pub store: Store,
+    pub endpoints: Arc<dyn BatchEndpoints>,
+    pub config: BatchWorkerConfig,
+    pub inflight: Arc<Semaphore>,
+    pub counters: Arc<BatchCounters>,
+}
+
+/// An input line that passed its checks, with its line number (from 1).
+struct Request {
+    line: i64,
+    input: BatchInputLine,
+}
+
+/// Why a batch could not go on.
+enum Stop {
+    Control(Control),
+    Failed(Vec<BatchError>),
+    Store(hearth_store::StoreError),
+}
+
+impl From<hearth_store::StoreError> for Stop {
+    fn from(e: hearth_store::StoreError) -> Self {
+        Stop::Store(e)
+    }
+}
+
+fn batch_error(code: &str, message: String, line: Option<i64>) -> BatchError {
+    BatchError {
+        code: code.to_string(),
+        message,
+        param: None,
+        line: line.map(|l| l.max(0) as u64),
+    }
+}
+
+impl BatchRun {
+    pub async fn run(self, batch: Batch) {
+        let (tx, control) = watch::channel(Control::Run);
+        let heartbeat = tokio::spawn(heartbeat(
+            self.store.clone(),
+            batch.clone(),
+            self.config.clone(),
+            tx,
+        ));
+        let id = batch.id.clone();
+        let outcome = self.drive(batch, control).await;
+        heartbeat.abort();
+        match outcome {
+            Ok(status) => tracing::info!(batch = %id, %status, "batch ended"),
+            Err(Stop::Control(Control::Lost)) => {
+                tracing::warn!(batch = %id, "batch no longer held by this worker; stopped")
+            }
+            Err(Stop::Store(e)) => {
+                // Left claimed: its heartbeat stops, and a worker takes it
+                // over (or this one after a restart) and resumes it.
+                tracing::error!(batch = %id, error = %e, "batch stopped on a storage error")
+            }
+            Err(_) => {}
+        }
+    }
+
+    async fn drive(&self, batch: Batch, control: watch::Receiver<Control>) -> Result<BatchStatus, Stop> {
+        let worker = self.config.worker_id.as_str();
+        if batch.status == BatchStatus::Cancelling && batch.in_progress_at.is_none() {
+            return self.end(&batch, BatchStatus::Cancelled, Vec::new()).await;
+        }
+        let requests = match self.read_requests(&batch).await {
+            Ok(requests) => requests,
+            Err(Stop::Failed(errors)) => return self.fail(&batch, errors).await,
+            Err(stop) => return Err(stop),
+        };
+        if batch.status == BatchStatus::Validating {
+            let model = match self.check_requests(&batch, &requests, &control).await {
+                Ok(model) => model,
+                Err(Stop::Failed(errors)) => return self.fail(&batch, errors).await,
+                Err(Stop::Control(Control::Cancel)) => {
+                    return self.end(&batch, BatchStatus::Cancelled, Vec::new()).await
+                }
+                Err(stop) => return Err(stop),
+            };
+            let total = requests.len() as i64;
+            if !self.store.start_batch(&batch.id, worker, &model, total).await? {
+                return self.after_lost_write(&batch).await;
+            }
+            tracing::info!(batch = %batch.id, %model, total, "batch validated; running");
+        }
+        let status = match batch.status {
+            BatchStatus::Finalizing => Control::Run,
+            BatchStatus::Cancelling => Control::Cancel,
+            _ => self.execute(&batch, &requests, control).await?,
+        };
+        match status {
+            Control::Run => {
+                // in_progress -> finalizing (already so when resumed there).
+                self.store.finalize_batch(&batch.id, worker).await?;
+                self.end(&batch, BatchStatus::Completed, Vec::new()).await
+            }
+            Control::Cancel => self.end(&batch, BatchStatus::Cancelled, Vec::new()).await,
+            Control::Expire => {
+                let done: HashSet<i64> = self
+                    .store
+                    .batch_result_lines(&batch.id)
+                    .await?
+                    .into_iter()
+                    .collect();
+                let expired = requests
+                    .iter()
+                    .filter(|r| !done.contains(&r.line))
+                    .map(|r| {
+                        failure_line(
+                            &r.input.custom_id,
+                            None,
+                            "batch_expired",
+                            "This request could not be executed before the completion window \
+                             expired."
+                                .into(),
+                        )
+                    })
+                    .collect();
+                self.end(&batch, BatchStatus::Expired, expired).await
+            }
+            Control::Lost => Err(Stop::Control(Control::Lost)),
+        }
+    }
+
+    /// A transition that did not apply: the batch changed under us (a
+    /// cancel during validation), or it is no longer ours.
+    async fn after_lost_write(&self, batch: &Batch) -> Result<BatchStatus, Stop> {
+        let now = self.store.batch_by_id(&batch.id).await?;
+        if now.status == BatchStatus::Cancelling
+            && now.claimed_by.as_deref() == Some(self.config.worker_id.as_str())
+        {
+            return self.end(&now, BatchStatus::Cancelled, Vec::new()).await;
+        }
+        Err(Stop::Control(Control::Lost))
+    }
+
+    async fn fail(&self, batch: &Batch, errors: Vec<BatchError>) -> Result<BatchStatus, Stop> {
+        let errors = serde_json::to_value(&errors).unwrap_or(Value::Null);
+        tracing::info!(batch = %batch.id, %errors, "batch failed validation");
+        if self
+            .store
+            .fail_batch(&batch.id, &self.config.worker_id, errors)
+            .await?
+        {
+            Ok(BatchStatus::Failed)
+        } else {
+            self.after_lost_write(batch).await
+        }
+    }
+
+    /// Reads and parses the input file: every non-blank line, with the
+    /// batch's overrides applied. A file that cannot be read, or a line
+    /// that is not a request, is [`Stop::Failed`] naming the lines.
+    async fn read_requests(&self, batch: &Batch) -> Result<Vec<Request>, Stop> {
+        let file = match self.store.file_by_id(&batch.input_file_id).await {
+            Ok(file) => file,
+            Err(hearth_store::StoreError::NotFound(_)) => {
+                return Err(Stop::Failed(vec![batch_error(
+                    "invalid_input_file",
+                    format!("The input file `{}` no longer exists.", batch.input_file_id),
+                    None,
+                )]))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut content = Vec::with_capacity(file.bytes.max(0) as usize);
+        let mut chunks = self.store.file_content(&file).await?;
+        while let Some(chunk) = chunks.try_next().await? {
+            content.extend_from_slice(&chunk);
+        }
+        let endpoint = batch.endpoint.clone();
+        let overrides: Option<OverrideSettings> = batch
+            .override_settings
+            .clone()
+            .and_then(|v| serde_json::from_value(v).ok());
+        let max_lines = self.config.max_lines;
+        tokio::task::spawn_blocking(move || parse_file(&content, &endpoint, overrides.as_ref(), max_lines))
+            .await
+            .map_err(|_| {
+                Stop::Failed(vec![batch_error(
+                    "invalid_input_file",
+                    "The input file could not be read.".into(),
+                    None,
+                )])
+            })?
+            .map_err(Stop::Failed)
+    }
+
+    /// Each body through its endpoint's checks; one model for the batch.
+    async fn check_requests(
+        &self,
+        batch: &Batch,
+        requests: &[Request],
+        control: &watch::Receiver<Control>,
+    ) -> Result<String, Stop> {
+        let mut errors = Vec::new();
+        let mut failed = 0usize;
+        let mut model: Option<(String, i64)> = None;
+        for (i, request) in requests.iter().enumerate() {
+            if i % 256 == 0 {
+                // (An expiry waits for the checks: the window is long.)
+                match *control.borrow() {
+                    Control::Run | Control::Expire => {}
+                    other => return Err(Stop::Control(other)),
+                }
+            }
+            let checked = self
+                .endpoints
+                .check(
+                    batch.project_id.clone(),
+                    batch.endpoint.clone(),
+                    request.input.body.clone(),
+                )
+                .await;
+            let problem = match checked {
+                Err(message) => Some(("invalid_request", message)),
+                Ok(name) => match &model {
+                    None => {
+                        model = Some((name, request.line));
+                        None
+                    }
+                    Some((first, line)) if *first != name => Some((
+                        "mismatched_model",
+                        format!(
+                            "the model `{name}` differs from `{first}` of line {line}; a batch \
+                             uses one model"
+                        ),
+                    )),
+                    Some(_) => None,
+                },
+            };
+            if let Some((code, message)) = problem {
+                failed += 1;
+                if errors.len() < MAX_REPORTED_ERRORS {
+                    errors.push(batch_error(
+                        code,
+                        format!("Line {}: {message}", request.line),
+                        Some(request.line),
+                    ));
+                }
+            }
+        }
+        if failed > errors.len() {
+            errors.push(batch_error(
+                "invalid_request",
+                format!("{} more lines have problems.", failed - errors.len()),
+                None,
+            ));
+        }
+        match model {
+            _ if !errors.is_empty() => Err(Stop::Failed(errors)),
+            Some((model, _)) => Ok(model),
+            None => Err(Stop::Failed(vec![batch_error(
+                "empty_file",
+                "The input file holds no requests.".into(),
+                None,
+            )])),
+        }
+    }
+
+    /// Runs the lines without a result, at most `max_inflight` at once on
+    /// the node, until all are done or the heartbeat says to stop (the
+    /// requests in flight are then dropped). Returns why it ended.
+    async fn execute(
+        &self,
+        batch: &Batch,
+        requests: &[Request],
+        mut control: watch::Receiver<Control>,
+    ) -> Result<Control, Stop> {
+        let worker = self.config.worker_id.as_str();
+        let done: HashSet<i64> = self
+            .store
+            .batch_result_lines(&batch.id)
+            .await?
+            .into_iter()
+            .collect();
+        // Indices of the requests still to run (a plain queue: nothing
+        // borrowed from a closure lives across the awaits below).
+        let mut pending: std::collections::VecDeque<usize> = (0..requests.len())
+            .filter(|&i| !done.contains(&requests[i].line))
+            .collect();
+        if !done.is_empty() {
+            tracing::info!(batch = %batch.id, done = done.len(), "batch resumed");
+        }
+        let mut running: FuturesUnordered<BoxFuture<(i64, String, EndpointReply)>> =
+            FuturesUnordered::new();
+        loop {
+            let now = *control.borrow_and_update();
+            if now != Control::Run {
+                return Ok(now);
+            }
+            if running.is_empty() && pending.is_empty() {
+                return Ok(Control::Run);
+            }
+            tokio::select! {
+                biased;
+                changed = control.changed() => {
+                    if changed.is_err() {
+                        return Ok(Control::Lost);
+                    }
+                }
+                Some((line, custom_id, reply)) = running.next(), if !running.is_empty() => {
+                    let result = result_line(line, &custom_id, reply);
+                    let counter = if result.ok { &self.counters.completed } else { &self.counters.failed };
+                    if !self.store.add_batch_result(&batch.id, worker, &result).await? {
+                        return Ok(Control::Lost);
+                    }
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+                permit = self.inflight.clone().acquire_owned(), if !pending.is_empty() => {
+                    let Ok(permit) = permit else { return Ok(Control::Lost) };
+                    let Some(request) = pending.pop_front().map(|i| &requests[i]) else { continue };
+                    let endpoints = self.endpoints.clone();
+                    let (project, endpoint) = (batch.project_id.clone(), batch.endpoint.clone());
+                    let (line, custom_id, body) =
+                        (request.line, request.input.custom_id.clone(), request.input.body.clone());
+                    let stop = control.clone();
+                    running.push(Box::pin(async move {
+                        let reply = run_with_retry(&*endpoints, project, endpoint, body, stop).await;
+                        drop(permit);
+                        (line, custom_id, reply)
+                    }));
+                }
+            }
+        }
+    }
+
+    /// Writes the result files from the recorded results (plus `extra`
+    /// error lines) and ends the batch as `status`.
+    async fn end(&self, batch: &Batch, status: BatchStatus, extra: Vec<String>) -> Result<BatchStatus, Stop> {
+        let (mut output, mut errors) = (Vec::new(), Vec::new());
+        let mut after = -1;
+        loop {
+            let page = self.store.batch_results(&batch.id, after, RESULT_PAGE).await?;
+            let Some(last) = page.last() else { break };
+            after = last.line;
+            for r in &page {
+                let out = if r.ok { &mut output } else { &mut errors };
+                out.extend_from_slice(r.body.as_bytes());
+                out.push(b'\n');
+            }
+        }
+        for line in extra {
+            errors.extend_from_slice(line.as_bytes());
+            errors.push(b'\n');
+        }
+        let output_file = self.result_file(batch, "output", &output).await?;
+        let error_file = self.result_file(batch, "error", &errors).await?;
+        let applied = self
+            .store
+            .finish_batch(
+                &batch.id,
+                &self.config.worker_id,
+                status,
+                output_file.as_deref(),
+                error_file.as_deref(),
+            )
+            .await?;
+        if !applied {
+            // Not ours any more: the files written are not the batch's.
+            for file in output_file.iter().chain(error_file.iter()) {
+                let _ = self.store.delete_file(&batch.project_id, file).await;
+            }
+            return Err(Stop::Control(Control::Lost));
+        }
+        Ok(status)
+    }
+
+    async fn result_file(&self, batch: &Batch, kind: &str, bytes: &[u8]) -> Result<Option<String>, Stop> {
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        let name = format!("{}_{kind}.jsonl", batch.id);
+        let file = self
+            .store
+            .create_file_from_bytes(&batch.project_id, &name, PURPOSE_BATCH_OUTPUT, bytes)
+            .await?;
+        Ok(Some(file.id))
+    }
+}
+
+/// Every non-blank line of an input file as a request (line numbers from
+/// 1); the problems, by line, when any line is not one.
+fn parse_file(
+    content: &[u8],
+    endpoint: &str,
+    overrides: Option<&OverrideSettings>,
+    max_lines: usize,
+) -> Result<Vec<Request>, Vec<BatchError>> {
+    let mut requests = Vec::new();
+    let mut errors = Vec::new();
+    let mut failed = 0usize;
+    let mut ids = CustomIds::default();
+    for (i, raw) in content.split(|&b| b == b'\n').enumerate() {
+        let line = i as i64 + 1;
+        let parsed = std::str::from_utf8(raw)
+            .map_err(|_| "not UTF-8".to_string())
+            .and_then(|text| {
+                if text.trim().is_empty() {
+                    return Ok(None);
+                }
+                let input = parse_input_line(text, endpoint, overrides)?;
+                ids.insert(&input.custom_id)?;
+                Ok(Some(input))
+            });
+        match parsed {
+            Ok(Some(input)) => requests.push(Request { line, input }),
+            Ok(None) => {}
+            Err(message) => {
+                failed += 1;
+                if errors.len() < MAX_REPORTED_ERRORS {
+                    errors.push(batch_error(
+                        "invalid_request",
+                        format!("Line {line}: {message}"),
+                        Some(line),
+                    ));
+                }
+            }
+        }
+        if requests.len() > max_lines {
+            return Err(vec![batch_error(
+                "too_many_requests",
+                format!("The input file holds more than {max_lines} requests, the most a batch may hold."),
+                None,
+            )]);
+        }
+    }
+    if failed > errors.len() {
+        errors.push(batch_error(
+            "invalid_request",
+            format!("{} more lines have problems.", failed - errors.len()),
+            None,
+        ));
+    }
+    if errors.is_empty() {
+        Ok(requests)
+    } else {
+        Err(errors)
+    }
+}
+
+/// Statuses that mean "not now" rather than "this request is wrong": the
+/// request waits and is tried again.
+fn is_busy(status: u16) -> bool {
+    matches!(status, 429 | 503 | 529)
+}
+
+/// Runs a request, trying again while the server is busy (the batch has
+/// until its window to finish; an overloaded engine is no reason to fail a
+/// line) unless the batch is told to stop.
+async fn run_with_retry(
+    endpoints: &dyn BatchEndpoints,
+    project: String,
+    endpoint: String,
+    body: serde_json::Map<String, Value>,
+    control: watch::Receiver<Control>,
+) -> EndpointReply {
+    let mut wait = Duration::from_millis(100);
+    loop {
+        let reply = endpoints
+            .run(project.clone(), endpoint.clone(), body.clone())
+            .await;
+        if !is_busy(reply.status) || *control.borrow() != Control::Run {
+            return reply;
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(5));
+    }
+}
+
+fn random_suffix() -> String {
+    use rand::Rng;
+    let bytes: [u8; 12] = rand::rng().random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The `{code, message}` of an error reply, from its body's `message` or
+/// `detail`.
+fn reply_error(reply: &EndpointReply) -> BatchLineError {
+    let message = reply
+        .body
+        .get("message")
+        .and_then(Value::as_str)
+        .or_else(|| reply.body.get("detail").and_then(Value::as_str))
+        .map(str::to_string)
+        .or_else(|| {
+            let first = reply.body.get("detail")?.as_array()?.first()?;
+            let msg = first.get("msg")?.as_str()?;
+            let loc = first.get("loc").map(|l| l.to_string()).unwrap_or_default();
+            Some(format!("{msg} at {loc}"))
+        })
+        .unwrap_or_else(|| format!("the request failed with status {}", reply.status));
+    let code = match reply.status {
+        400 | 413 | 422 => "invalid_request",
+        401 | 403 => "permission_denied",
+        404 => "not_found",
+        429 | 503 | 529 => "server_busy",
+        _ => "server_error",
+    };
+    BatchLineError {
+        code: code.to_string(),
+        message,
+    }
+}
+
+/// The result of line `line`: its output-file line when the endpoint
+/// answered 200, else its error-file line (with the error reply).
+fn result_line(line: i64, custom_id: &str, reply: EndpointReply) -> BatchResult {
+    let ok = reply.status == 200;
+    let request_id = reply
+        .body
+        .get("id")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("req_{}", random_suffix()));
+    let error = (!ok).then(|| reply_error(&reply));
+    let out = BatchOutputLine {
+        id: format!("batch_req_{}", random_suffix()),
+        custom_id: custom_id.to_string(),
+        response: Some(BatchResponse {
+            status_code: reply.status,
+            request_id,
+            body: reply.body,
+        }),
+        error,
+    };
+    BatchResult {
+        line,
+        ok,
+        body: serde_json::to_string(&out).unwrap_or_else(|_| json!({}).to_string()),
+    }
+}
+
+/// An error-file line for a request that never got an answer.
+fn failure_line(custom_id: &str, response: Option<BatchResponse>, code: &str, message: String) -> String {
+    let out = BatchOutputLine {
+        id: format!("batch_req_{}", random_suffix()),
+        custom_id: custom_id.to_string(),
+        response,
+        error: Some(BatchLineError {
+            code: code.to_string(),
+            message,
+        }),
+    };
+    serde_json::to_string(&out).unwrap_or_default()
+}
+
+/// Renews the claim every `config.heartbeat` and tells the batch what its
+/// status says: cancelled, expired, or no longer this worker's.
+async fn heartbeat(
+    store: Store,
+    batch: Batch,
+    config: BatchWorkerConfig,
+    tx: watch::Sender<Control>,
+) {
+    loop {
+        tokio::time::sleep(config.heartbeat).await;
+        let control = match store.heartbeat_batch(&batch.id, &config.worker_id).await {
+            Ok(None) => Control::Lost,
+            Ok(Some(BatchStatus::Cancelling)) => Control::Cancel,
+            Ok(Some(_)) if hearth_store::ids::now() >= batch.expires_at => Control::Expire,
+            Ok(Some(_)) => Control::Run,
+            Err(e) => {
+                tracing::warn!(batch = %batch.id, error = %e, "batch heartbeat failed");
+                continue;
+            }
+        };
+        if control != Control::Run {
+            let _ = tx.send(control);
+            if control == Control::Lost {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_are_parsed_with_line_numbers() {
+        let ep = "/v1/embeddings";
+        let good = |id: &str| {
+            format!(r#"{{"custom_id":"{id}","method":"POST","url":"/v1/embeddings","body":{{"model":"m","input":"x"}}}}"#)
+        };
+        let text = format!("{}\n\n{}\n", good("a"), good("b"));
+        let requests = parse_file(text.as_bytes(), ep, None, 10).unwrap();
+        assert_eq!(requests.iter().map(|r| r.line).collect::<Vec<_>>(), vec![1, 3]);
+        let text = format!("{}\nnot json\n{}\n", good("a"), good("a"));
+        let errors = parse_file(text.as_bytes(), ep, None, 10).unwrap_err();
+        assert_eq!(errors.iter().map(|e| e.line).collect::<Vec<_>>(), vec![Some(2), Some(3)]);
+        assert!(errors[1].message.contains("unique"), "{}", errors[1].message);
+        let many = (0..4).map(|i| good(&i.to_string())).collect::<Vec<_>>().join("\n");
+        let errors = parse_file(many.as_bytes(), ep, None, 3).unwrap_err();
+        assert_eq!(errors[0].code, "too_many_requests");
+    }
+
+    #[test]
+    fn results_go_to_the_right_file() {
+        let ok = result_line(
+            1,
+            "a",
+            EndpointReply { status: 200, body: json!({"id": "chatcmpl-1", "object": "chat.completion"}) },
+        );
+        assert!(ok.ok);
+        let line: BatchOutputLine = serde_json::from_str(&ok.body).unwrap();
+        assert_eq!(line.custom_id, "a");
+        assert!(line.error.is_none());
+        assert_eq!(line.response.unwrap().request_id, "chatcmpl-1");
+        let bad = result_line(
+            2,
+            "b",
+            EndpointReply {
+                status: 404,
+                body: json!({"detail": "Model 'x' not found"}),
+            },
+        );
+        assert!(!bad.ok);
+        let line: BatchOutputLine = serde_json::from_str(&bad.body).unwrap();
+        let error = line.error.unwrap();
+        assert_eq!((error.code.as_str(), error.message.as_str()), ("not_found", "Model 'x' not found"));
+        assert_eq!(line.response.unwrap().status_code, 404);
+    }
+}
