@@ -223,7 +223,11 @@ async fn bad_files_fail_the_batch_with_line_numbers() {
             2,
             "not the batch's endpoint",
         ),
-        (vec![good("a"), good("b"), "{not json".to_string()], 3, "not valid JSON"),
+        (
+            vec![good("a"), good("b"), json!({"custom_id": "c", "method": "GET", "url": "/v1/chat/completions", "body": {}}).to_string()],
+            3,
+            "`method` must be `POST`",
+        ),
         (vec![good("a"), good("a")], 2, "unique"),
         (
             vec![good("a"), line("b", "/v1/chat/completions", json!({"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]}))],
@@ -241,6 +245,15 @@ async fn bad_files_fail_the_batch_with_line_numbers() {
             "not a chat model",
         ),
     ];
+    // A line that is not JSON is caught at upload: creation names it.
+    let file = upload_batch_file(&state, &[good("a"), good("b"), "{not json".into()]).await;
+    let r = create(
+        &state,
+        json!({"input_file_id": file, "endpoint": "/v1/chat/completions", "completion_window": "24h"}),
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("line 3"), "{}", r.json());
     for (lines, bad_line, words) in cases {
         let file = upload_batch_file(&state, &lines).await;
         let batch = create_ok(&state, &file, "/v1/chat/completions").await;
