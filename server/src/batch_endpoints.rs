@@ -84,7 +84,12 @@ async fn check(
 }
 
 /// Runs the handler of `endpoint` on `body`; its response, success or error.
-async fn run(state: AppState, project: String, endpoint: &str, body: Map<String, Value>) -> Response {
+async fn run(
+    state: AppState,
+    project: String,
+    endpoint: &str,
+    body: Map<String, Value>,
+) -> Response {
     let ctx = batch_context(project);
     let query = ApiQuery(ProjectQuery::default());
     let answer = match endpoint {
@@ -126,9 +131,8 @@ async fn run(state: AppState, project: String, endpoint: &str, body: Map<String,
 async fn reply(response: Response) -> EndpointReply {
     let status = response.status().as_u16();
     let body = match axum::body::to_bytes(response.into_body(), MAX_REPLY_BYTES).await {
-        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|_| {
-            Value::String(String::from_utf8_lossy(&bytes).into_owned())
-        }),
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned())),
         Err(e) => {
             tracing::error!(error = %e, "a batch request's answer could not be read");
             return EndpointReply {

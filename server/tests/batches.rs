@@ -73,7 +73,12 @@ async fn create_ok(state: &AppState, file: &str, endpoint: &str) -> Value {
                "metadata": {"purpose": "test"}}),
     )
     .await;
-    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.bytes));
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.bytes)
+    );
     let batch = reply.json();
     assert_eq!(batch["status"], "validating", "{batch}");
     assert_eq!(batch["object"], "batch");
@@ -83,7 +88,12 @@ async fn create_ok(state: &AppState, file: &str, endpoint: &str) -> Value {
 
 async fn retrieve(state: &AppState, id: &str) -> Value {
     let reply = get(state, &format!("/v1/batches/{id}"), Some(KEY)).await;
-    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.bytes));
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.bytes)
+    );
     reply.json()
 }
 
@@ -95,7 +105,10 @@ async fn wait_for(state: &AppState, id: &str, done: impl Fn(&Value) -> bool) -> 
         if done(&batch) {
             return batch;
         }
-        assert!(start.elapsed() < Duration::from_secs(120), "batch stuck: {batch}");
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "batch stuck: {batch}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -123,7 +136,13 @@ async fn file_lines(state: &AppState, id: &Value) -> Vec<Value> {
 async fn a_chat_batch_completes_with_one_result_per_line() {
     let state = state();
     let worker = worker(&state, 4);
-    let prompts = ["Say hi", "What is 2+2?", "Name a colour", "Count to three", "Say bye"];
+    let prompts = [
+        "Say hi",
+        "What is 2+2?",
+        "Name a colour",
+        "Count to three",
+        "Say bye",
+    ];
     let lines: Vec<String> = prompts
         .iter()
         .enumerate()
@@ -134,15 +153,26 @@ async fn a_chat_batch_completes_with_one_result_per_line() {
     let id = batch["id"].as_str().unwrap();
     let done = wait_for(&state, id, is_over).await;
     assert_eq!(done["status"], "completed", "{done}");
-    assert_eq!(done["request_counts"], json!({"total": 5, "completed": 5, "failed": 0}));
-    for field in ["in_progress_at", "finalizing_at", "completed_at", "output_file_id"] {
+    assert_eq!(
+        done["request_counts"],
+        json!({"total": 5, "completed": 5, "failed": 0})
+    );
+    for field in [
+        "in_progress_at",
+        "finalizing_at",
+        "completed_at",
+        "output_file_id",
+    ] {
         assert!(!done[field].is_null(), "{field}: {done}");
     }
     for field in ["error_file_id", "failed_at", "cancelled_at", "errors"] {
         assert!(done[field].is_null(), "{field}: {done}");
     }
     let out = file_lines(&state, &done["output_file_id"]).await;
-    let ids: Vec<&str> = out.iter().map(|l| l["custom_id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = out
+        .iter()
+        .map(|l| l["custom_id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["req-0", "req-1", "req-2", "req-3", "req-4"]);
     for l in &out {
         assert!(l["id"].as_str().unwrap().starts_with("batch_req_"), "{l}");
@@ -151,23 +181,38 @@ async fn a_chat_batch_completes_with_one_result_per_line() {
         assert_eq!(response["status_code"], 200);
         assert_eq!(response["body"]["object"], "chat.completion", "{l}");
         assert_eq!(response["request_id"], response["body"]["id"]);
-        let text = response["body"]["choices"][0]["message"]["content"].as_str().unwrap();
+        let text = response["body"]["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap();
         assert!(!text.is_empty(), "{l}");
     }
     // The same request over HTTP answers the same text (greedy): the batch
     // ran the route's code.
-    let direct = post(&state, "/v1/chat/completions", &chat_body(prompts[1], 8).to_string()).await;
+    let direct = post(
+        &state,
+        "/v1/chat/completions",
+        &chat_body(prompts[1], 8).to_string(),
+    )
+    .await;
     assert_eq!(
         direct.json()["choices"][0]["message"]["content"],
         out[1]["response"]["body"]["choices"][0]["message"]["content"]
     );
     // The output is an ordinary file of the project.
-    let files = get(&state, "/v1/files?purpose=batch_output", Some(KEY)).await.json();
+    let files = get(&state, "/v1/files?purpose=batch_output", Some(KEY))
+        .await
+        .json();
     assert_eq!(files["data"][0]["id"], done["output_file_id"], "{files}");
     let metrics = get(&state, "/metrics", Some(KEY)).await;
     let metrics = String::from_utf8(metrics.bytes).unwrap();
-    assert!(metrics.contains("hearth_batch_requests_total{outcome=\"completed\"} 5"), "{metrics}");
-    assert!(metrics.contains("hearth_batches{status=\"completed\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("hearth_batch_requests_total{outcome=\"completed\"} 5"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("hearth_batches{status=\"completed\"} 1"),
+        "{metrics}"
+    );
     worker.shut_down().await;
 }
 
@@ -193,7 +238,9 @@ async fn embeddings_completions_and_responses_batches_complete() {
         ),
     ];
     for (endpoint, body, object) in cases {
-        let lines: Vec<String> = (0..3).map(|i| line(&format!("c{i}"), endpoint, body.clone())).collect();
+        let lines: Vec<String> = (0..3)
+            .map(|i| line(&format!("c{i}"), endpoint, body.clone()))
+            .collect();
         let file = upload_batch_file(&state, &lines).await;
         let batch = create_ok(&state, &file, endpoint).await;
         let done = wait_for(&state, batch["id"].as_str().unwrap(), is_over).await;
@@ -253,21 +300,34 @@ async fn bad_files_fail_the_batch_with_line_numbers() {
     )
     .await;
     assert_eq!(r.status, 400);
-    assert!(r.json()["error"]["message"].as_str().unwrap().contains("line 3"), "{}", r.json());
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("line 3"),
+        "{}",
+        r.json()
+    );
     for (lines, bad_line, words) in cases {
         let file = upload_batch_file(&state, &lines).await;
         let batch = create_ok(&state, &file, "/v1/chat/completions").await;
         let done = wait_for(&state, batch["id"].as_str().unwrap(), is_over).await;
         assert_eq!(done["status"], "failed", "{done}");
         assert!(!done["failed_at"].is_null());
-        assert!(done["output_file_id"].is_null() && done["in_progress_at"].is_null(), "{done}");
+        assert!(
+            done["output_file_id"].is_null() && done["in_progress_at"].is_null(),
+            "{done}"
+        );
         let errors = &done["errors"];
         assert_eq!(errors["object"], "list");
         let first = &errors["data"][0];
         assert_eq!(first["line"], bad_line, "{done}");
         let message = first["message"].as_str().unwrap();
         assert!(message.contains(words), "{words}: {message}");
-        assert!(message.starts_with(&format!("Line {bad_line}:")), "{message}");
+        assert!(
+            message.starts_with(&format!("Line {bad_line}:")),
+            "{message}"
+        );
     }
     worker.shut_down().await;
 }
@@ -279,13 +339,20 @@ async fn failed_requests_go_to_the_error_file() {
     let lines = vec![
         line("ok", "/v1/chat/completions", chat_body("hi", 4)),
         // Passes the checks, but its max_tokens does not fit the context.
-        line("too-long", "/v1/chat/completions", chat_body("hi", 1_000_000)),
+        line(
+            "too-long",
+            "/v1/chat/completions",
+            chat_body("hi", 1_000_000),
+        ),
     ];
     let file = upload_batch_file(&state, &lines).await;
     let batch = create_ok(&state, &file, "/v1/chat/completions").await;
     let done = wait_for(&state, batch["id"].as_str().unwrap(), is_over).await;
     assert_eq!(done["status"], "completed", "{done}");
-    assert_eq!(done["request_counts"], json!({"total": 2, "completed": 1, "failed": 1}));
+    assert_eq!(
+        done["request_counts"],
+        json!({"total": 2, "completed": 1, "failed": 1})
+    );
     let out = file_lines(&state, &done["output_file_id"]).await;
     assert_eq!(out.len(), 1);
     assert_eq!(out[0]["custom_id"], "ok");
@@ -295,7 +362,13 @@ async fn failed_requests_go_to_the_error_file() {
     assert_eq!(e["custom_id"], "too-long");
     assert_eq!(e["response"]["status_code"], 400, "{e}");
     assert_eq!(e["error"]["code"], "invalid_request", "{e}");
-    assert!(e["error"]["message"].as_str().unwrap().contains("max_tokens"), "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_tokens"),
+        "{e}"
+    );
     worker.shut_down().await;
 }
 
@@ -319,28 +392,79 @@ async fn cancel_stops_a_running_batch_with_partial_results() {
     let file = upload_batch_file(&state, &long_batch(60)).await;
     let batch = create_ok(&state, &file, "/v1/chat/completions").await;
     let id = batch["id"].as_str().unwrap();
-    wait_for(&state, id, |b| b["request_counts"]["completed"].as_i64() >= Some(2)).await;
+    wait_for(&state, id, |b| {
+        b["request_counts"]["completed"].as_i64() >= Some(2)
+    })
+    .await;
     // The input file is in use while the batch runs.
-    let delete = request(&state, "DELETE", &format!("/v1/files/{file}"), Some(KEY), None, vec![]).await;
-    assert_eq!(delete.status, 409, "{}", String::from_utf8_lossy(&delete.bytes));
-    let reply = request(&state, "POST", &format!("/v1/batches/{id}/cancel"), Some(KEY), None, vec![]).await;
-    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.bytes));
+    let delete = request(
+        &state,
+        "DELETE",
+        &format!("/v1/files/{file}"),
+        Some(KEY),
+        None,
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        delete.status,
+        409,
+        "{}",
+        String::from_utf8_lossy(&delete.bytes)
+    );
+    let reply = request(
+        &state,
+        "POST",
+        &format!("/v1/batches/{id}/cancel"),
+        Some(KEY),
+        None,
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.bytes)
+    );
     let status = reply.json()["status"].as_str().unwrap().to_string();
     assert!(status == "cancelling" || status == "cancelled", "{status}");
     let done = wait_for(&state, id, is_over).await;
     assert_eq!(done["status"], "cancelled", "{done}");
-    assert!(!done["cancelling_at"].is_null() && !done["cancelled_at"].is_null(), "{done}");
+    assert!(
+        !done["cancelling_at"].is_null() && !done["cancelled_at"].is_null(),
+        "{done}"
+    );
     let completed = done["request_counts"]["completed"].as_u64().unwrap();
     assert!((2..60).contains(&completed), "{done}");
     let out = file_lines(&state, &done["output_file_id"]).await;
     assert_eq!(out.len() as u64, completed);
     // Cancelling again returns it as it is; the file can go now.
-    let again = request(&state, "POST", &format!("/v1/batches/{id}/cancel"), Some(KEY), None, vec![]).await;
+    let again = request(
+        &state,
+        "POST",
+        &format!("/v1/batches/{id}/cancel"),
+        Some(KEY),
+        None,
+        vec![],
+    )
+    .await;
     assert_eq!(again.json()["status"], "cancelled");
-    let delete = request(&state, "DELETE", &format!("/v1/files/{file}"), Some(KEY), None, vec![]).await;
+    let delete = request(
+        &state,
+        "DELETE",
+        &format!("/v1/files/{file}"),
+        Some(KEY),
+        None,
+        vec![],
+    )
+    .await;
     assert_eq!(delete.status, 200);
     // The batch keeps its result file ids.
-    assert_eq!(retrieve(&state, id).await["output_file_id"], done["output_file_id"]);
+    assert_eq!(
+        retrieve(&state, id).await["output_file_id"],
+        done["output_file_id"]
+    );
     worker.shut_down().await;
 }
 
@@ -352,7 +476,10 @@ async fn a_stopped_worker_s_batch_resumes_without_losing_or_repeating_lines() {
     let file = upload_batch_file(&state, &long_batch(n)).await;
     let batch = create_ok(&state, &file, "/v1/chat/completions").await;
     let id = batch["id"].as_str().unwrap();
-    wait_for(&state, id, |b| b["request_counts"]["completed"].as_i64() >= Some(3)).await;
+    wait_for(&state, id, |b| {
+        b["request_counts"]["completed"].as_i64() >= Some(3)
+    })
+    .await;
     first.shut_down().await;
     let paused = retrieve(&state, id).await;
     assert_eq!(paused["status"], "in_progress", "{paused}");
@@ -361,9 +488,15 @@ async fn a_stopped_worker_s_batch_resumes_without_losing_or_repeating_lines() {
     let second = worker(&state, 4);
     let done = wait_for(&state, id, is_over).await;
     assert_eq!(done["status"], "completed", "{done}");
-    assert_eq!(done["request_counts"], json!({"total": n, "completed": n, "failed": 0}));
+    assert_eq!(
+        done["request_counts"],
+        json!({"total": n, "completed": n, "failed": 0})
+    );
     let out = file_lines(&state, &done["output_file_id"]).await;
-    let ids: Vec<String> = out.iter().map(|l| l["custom_id"].as_str().unwrap().to_string()).collect();
+    let ids: Vec<String> = out
+        .iter()
+        .map(|l| l["custom_id"].as_str().unwrap().to_string())
+        .collect();
     let want: Vec<String> = (0..n).map(|i| format!("r{i}")).collect();
     assert_eq!(ids, want, "exactly one result per line, in input order");
     second.shut_down().await;
@@ -379,49 +512,130 @@ async fn creation_is_checked_and_lists_page_within_the_project() {
         let state = state.clone();
         async move { create(&state, body).await }
     };
-    let r = bad(json!({"input_file_id": file, "endpoint": "/v1/images", "completion_window": "24h"})).await;
+    let r =
+        bad(json!({"input_file_id": file, "endpoint": "/v1/images", "completion_window": "24h"}))
+            .await;
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["param"], "endpoint");
-    let r = bad(json!({"input_file_id": file, "endpoint": "/v1/embeddings", "completion_window": "7d"})).await;
+    let r = bad(
+        json!({"input_file_id": file, "endpoint": "/v1/embeddings", "completion_window": "7d"}),
+    )
+    .await;
     assert_eq!(r.json()["error"]["param"], "completion_window");
     let r = bad(json!({"input_file_id": "file-nope", "endpoint": "/v1/embeddings", "completion_window": "24h"})).await;
     assert_eq!(r.json()["error"]["param"], "input_file_id");
-    let tune = upload(&state, "fine-tune", br#"{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}"#).await;
+    let tune = upload(
+        &state,
+        "fine-tune",
+        br#"{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}"#,
+    )
+    .await;
     let r = bad(json!({"input_file_id": tune["id"], "endpoint": "/v1/embeddings", "completion_window": "24h"})).await;
-    assert!(r.json()["error"]["message"].as_str().unwrap().contains("purpose"));
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("purpose"));
     let r = bad(json!({"endpoint": "/v1/embeddings", "completion_window": "24h"})).await;
     assert_eq!(r.status, 422);
     // Three batches (no worker: they stay `validating`), two on one file.
-    let other_file = upload_batch_file(&state, &[line("z", "/v1/embeddings", json!({"model": EMBED, "input": "y"}))]).await;
+    let other_file = upload_batch_file(
+        &state,
+        &[line(
+            "z",
+            "/v1/embeddings",
+            json!({"model": EMBED, "input": "y"}),
+        )],
+    )
+    .await;
     let mut ids = Vec::new();
     for f in [&file, &other_file, &file] {
-        ids.push(create_ok(&state, f, "/v1/embeddings").await["id"].as_str().unwrap().to_string());
+        ids.push(
+            create_ok(&state, f, "/v1/embeddings").await["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
     }
     let page = get(&state, "/v1/batches?limit=2", Some(KEY)).await.json();
     assert_eq!(page["object"], "list");
-    let listed: Vec<&str> = page["data"].as_array().unwrap().iter().map(|b| b["id"].as_str().unwrap()).collect();
+    let listed: Vec<&str> = page["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["id"].as_str().unwrap())
+        .collect();
     assert_eq!(listed, [ids[2].as_str(), ids[1].as_str()], "newest first");
-    assert_eq!((page["has_more"].as_bool(), page["first_id"].as_str(), page["last_id"].as_str()),
-               (Some(true), Some(ids[2].as_str()), Some(ids[1].as_str())));
-    let rest = get(&state, &format!("/v1/batches?limit=2&after={}", ids[1]), Some(KEY)).await.json();
+    assert_eq!(
+        (
+            page["has_more"].as_bool(),
+            page["first_id"].as_str(),
+            page["last_id"].as_str()
+        ),
+        (Some(true), Some(ids[2].as_str()), Some(ids[1].as_str()))
+    );
+    let rest = get(
+        &state,
+        &format!("/v1/batches?limit=2&after={}", ids[1]),
+        Some(KEY),
+    )
+    .await
+    .json();
     assert_eq!(rest["data"][0]["id"], ids[0].as_str());
     assert_eq!(rest["has_more"], false);
-    let by_file = get(&state, &format!("/v1/batches?input_file_id={file}"), Some(KEY)).await.json();
+    let by_file = get(
+        &state,
+        &format!("/v1/batches?input_file_id={file}"),
+        Some(KEY),
+    )
+    .await
+    .json();
     assert_eq!(by_file["data"].as_array().unwrap().len(), 2);
-    assert_eq!(get(&state, "/v1/batches?limit=0", Some(KEY)).await.status, 422);
+    assert_eq!(
+        get(&state, "/v1/batches?limit=0", Some(KEY)).await.status,
+        422
+    );
     // The input file of a waiting batch cannot be deleted.
-    let delete = request(&state, "DELETE", &format!("/v1/files/{file}"), Some(KEY), None, vec![]).await;
+    let delete = request(
+        &state,
+        "DELETE",
+        &format!("/v1/files/{file}"),
+        Some(KEY),
+        None,
+        vec![],
+    )
+    .await;
     assert_eq!(delete.status, 409);
     // Another project's key sees none of it: 403 exactly as a missing id.
     let (_other, other_key) = other_project(&state).await;
     let theirs = get(&state, "/v1/batches", Some(&other_key)).await.json();
     assert_eq!(theirs["data"], json!([]));
     let foreign = get(&state, &format!("/v1/batches/{}", ids[0]), Some(&other_key)).await;
-    let missing = get(&state, "/v1/batches/batch-01JAAAAAAAAAAAAAAAAAAAAAAA", Some(&other_key)).await;
+    let missing = get(
+        &state,
+        "/v1/batches/batch-01JAAAAAAAAAAAAAAAAAAAAAAA",
+        Some(&other_key),
+    )
+    .await;
     assert_eq!(shape_a(&foreign, 403), shape_a(&missing, 403));
-    let cancel = request(&state, "POST", &format!("/v1/batches/{}/cancel", ids[0]), Some(&other_key), None, vec![]).await;
+    let cancel = request(
+        &state,
+        "POST",
+        &format!("/v1/batches/{}/cancel", ids[0]),
+        Some(&other_key),
+        None,
+        vec![],
+    )
+    .await;
     assert_eq!(cancel.status, 403);
     // A batch no worker holds is cancelled at once; cancelled is final.
-    let cancelled = request(&state, "POST", &format!("/v1/batches/{}/cancel", ids[0]), Some(KEY), None, vec![]).await;
+    let cancelled = request(
+        &state,
+        "POST",
+        &format!("/v1/batches/{}/cancel", ids[0]),
+        Some(KEY),
+        None,
+        vec![],
+    )
+    .await;
     assert_eq!(cancelled.json()["status"], "cancelled");
 }

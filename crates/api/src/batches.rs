@@ -380,7 +380,10 @@ pub fn parse_input_line(
         Some(_) => return Err("`body` must be a JSON object".into()),
         None => return Err("`body` is missing".into()),
     };
-    if body.get("stream").is_some_and(|s| s.as_bool() == Some(true)) {
+    if body
+        .get("stream")
+        .is_some_and(|s| s.as_bool() == Some(true))
+    {
         return Err("`body.stream` is true; batch requests cannot stream".into());
     }
     if let Some(overrides) = overrides {
@@ -398,7 +401,9 @@ impl CustomIds {
         if self.0.insert(id.to_string()) {
             Ok(())
         } else {
-            Err(format!("`custom_id` `{id}` appears on an earlier line; each must be unique"))
+            Err(format!(
+                "`custom_id` `{id}` appears on an earlier line; each must be unique"
+            ))
         }
     }
 }
@@ -446,7 +451,9 @@ mod tests {
     #[test]
     fn creation_checks_name_the_field() {
         assert!(request("/v1/chat/completions", "24h").validate().is_ok());
-        let e = request("/v1/images/generations", "24h").validate().unwrap_err();
+        let e = request("/v1/images/generations", "24h")
+            .validate()
+            .unwrap_err();
         assert_eq!((e.status(), e.param()), (400, Some("endpoint")));
         let e = request("/v1/embeddings", "1h").validate().unwrap_err();
         assert_eq!(e.param(), Some("completion_window"));
@@ -483,11 +490,26 @@ mod tests {
         for (text, want) in [
             ("{", "not valid JSON"),
             ("[1]", "not a JSON object"),
-            (r#"{"method":"POST","url":"/v1/chat/completions","body":{}}"#, "`custom_id` is missing"),
-            (r#"{"custom_id":"a","method":"GET","url":"/v1/chat/completions","body":{}}"#, "`method`"),
-            (r#"{"custom_id":"a","method":"POST","url":"/v1/embeddings","body":{}}"#, "not the batch's endpoint"),
-            (r#"{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":3}"#, "`body` must be"),
-            (r#"{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"stream":true}}"#, "cannot stream"),
+            (
+                r#"{"method":"POST","url":"/v1/chat/completions","body":{}}"#,
+                "`custom_id` is missing",
+            ),
+            (
+                r#"{"custom_id":"a","method":"GET","url":"/v1/chat/completions","body":{}}"#,
+                "`method`",
+            ),
+            (
+                r#"{"custom_id":"a","method":"POST","url":"/v1/embeddings","body":{}}"#,
+                "not the batch's endpoint",
+            ),
+            (
+                r#"{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":3}"#,
+                "`body` must be",
+            ),
+            (
+                r#"{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"stream":true}}"#,
+                "cannot stream",
+            ),
         ] {
             let e = parse_input_line(text, ep, None).unwrap_err();
             assert!(e.contains(want), "{text}: {e}");

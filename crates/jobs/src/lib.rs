@@ -90,11 +90,11 @@ mod worker_handle;
 
 use std::path::PathBuf;
 
+pub use batch::{BatchEndpoints, BatchWorker, BatchWorkerConfig, BatchWorkerHandle, EndpointReply};
 pub use hearth_models::LoraAdapter;
 pub use train::data::DataStats;
 pub use train::model::TokenizedExample;
 pub use train::trainer::Trainer;
-pub use batch::{BatchEndpoints, BatchWorker, BatchWorkerConfig, BatchWorkerHandle, EndpointReply};
 pub use worker::{fine_tuned_model_name, Worker, WorkerConfig};
 pub use worker_handle::WorkerHandle;
 

@@ -163,7 +163,9 @@ pub async fn retrieve(
     Extension(ctx): Extension<RequestContext>,
     ApiPath(batch_id): ApiPath<String>,
 ) -> Result<Json<BatchObject>, HttpError> {
-    Ok(Json(batch_object(caller_batch(&state, &ctx, &batch_id).await?)))
+    Ok(Json(batch_object(
+        caller_batch(&state, &ctx, &batch_id).await?,
+    )))
 }
 
 /// `POST /v1/batches/{batch_id}/cancel`: the batch comes back `cancelling`

@@ -96,7 +96,14 @@ pub(crate) async fn prepare(
     state: &AppState,
     project: &str,
     request: CompletionRequest,
-) -> Result<(ValidCompletion, hearth_engine::ChatModel, Option<hearth_engine::LoadedAdapter>), HttpError> {
+) -> Result<
+    (
+        ValidCompletion,
+        hearth_engine::ChatModel,
+        Option<hearth_engine::LoadedAdapter>,
+    ),
+    HttpError,
+> {
     let valid = request.validate()?;
     state.limits.check_prompts(&valid.prompts, valid.n)?;
     state.limits.check_stop(&valid.params.stop)?;

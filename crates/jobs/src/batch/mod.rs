@@ -60,8 +60,12 @@ pub trait BatchEndpoints: Send + Sync + 'static {
     ) -> BoxFuture<Result<String, String>>;
 
     /// Runs a request at batch priority.
-    fn run(&self, project: String, endpoint: String, body: Map<String, Value>)
-        -> BoxFuture<EndpointReply>;
+    fn run(
+        &self,
+        project: String,
+        endpoint: String,
+        body: Map<String, Value>,
+    ) -> BoxFuture<EndpointReply>;
 }
 
 #[derive(Clone)]

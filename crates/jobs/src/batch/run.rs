@@ -42,6 +42,7 @@ pub(super) struct BatchRun {
 }
 
 /// An input line that passed its checks, with its line number (from 1).
+#[derive(Debug)]
 struct Request {
     line: i64,
     input: BatchInputLine,
@@ -95,7 +96,11 @@ impl BatchRun {
         }
     }
 
-    async fn drive(&self, batch: Batch, control: watch::Receiver<Control>) -> Result<BatchStatus, Stop> {
+    async fn drive(
+        &self,
+        batch: Batch,
+        control: watch::Receiver<Control>,
+    ) -> Result<BatchStatus, Stop> {
         let worker = self.config.worker_id.as_str();
         if batch.status == BatchStatus::Cancelling && batch.in_progress_at.is_none() {
             return self.end(&batch, BatchStatus::Cancelled, Vec::new()).await;
@@ -115,7 +120,11 @@ impl BatchRun {
                 Err(stop) => return Err(stop),
             };
             let total = requests.len() as i64;
-            if !self.store.start_batch(&batch.id, worker, &model, total).await? {
+            if !self
+                .store
+                .start_batch(&batch.id, worker, &model, total)
+                .await?
+            {
                 return self.after_lost_write(&batch).await;
             }
             tracing::info!(batch = %batch.id, %model, total, "batch validated; running");
@@ -211,16 +220,18 @@ impl BatchRun {
             .clone()
             .and_then(|v| serde_json::from_value(v).ok());
         let max_lines = self.config.max_lines;
-        tokio::task::spawn_blocking(move || parse_file(&content, &endpoint, overrides.as_ref(), max_lines))
-            .await
-            .map_err(|_| {
-                Stop::Failed(vec![batch_error(
-                    "invalid_input_file",
-                    "The input file could not be read.".into(),
-                    None,
-                )])
-            })?
-            .map_err(Stop::Failed)
+        tokio::task::spawn_blocking(move || {
+            parse_file(&content, &endpoint, overrides.as_ref(), max_lines)
+        })
+        .await
+        .map_err(|_| {
+            Stop::Failed(vec![batch_error(
+                "invalid_input_file",
+                "The input file could not be read.".into(),
+                None,
+            )])
+        })?
+        .map_err(Stop::Failed)
     }
 
     /// Each body through its endpoint's checks; one model for the batch.
@@ -364,11 +375,19 @@ impl BatchRun {
 
     /// Writes the result files from the recorded results (plus `extra`
     /// error lines) and ends the batch as `status`.
-    async fn end(&self, batch: &Batch, status: BatchStatus, extra: Vec<String>) -> Result<BatchStatus, Stop> {
+    async fn end(
+        &self,
+        batch: &Batch,
+        status: BatchStatus,
+        extra: Vec<String>,
+    ) -> Result<BatchStatus, Stop> {
         let (mut output, mut errors) = (Vec::new(), Vec::new());
         let mut after = -1;
         loop {
-            let page = self.store.batch_results(&batch.id, after, RESULT_PAGE).await?;
+            let page = self
+                .store
+                .batch_results(&batch.id, after, RESULT_PAGE)
+                .await?;
             let Some(last) = page.last() else { break };
             after = last.line;
             for r in &page {
@@ -403,7 +422,12 @@ impl BatchRun {
         Ok(status)
     }
 
-    async fn result_file(&self, batch: &Batch, kind: &str, bytes: &[u8]) -> Result<Option<String>, Stop> {
+    async fn result_file(
+        &self,
+        batch: &Batch,
+        kind: &str,
+        bytes: &[u8],
+    ) -> Result<Option<String>, Stop> {
         if bytes.is_empty() {
             return Ok(None);
         }
@@ -569,7 +593,12 @@ fn result_line(line: i64, custom_id: &str, reply: EndpointReply) -> BatchResult 
 }
 
 /// An error-file line for a request that never got an answer.
-fn failure_line(custom_id: &str, response: Option<BatchResponse>, code: &str, message: String) -> String {
+fn failure_line(
+    custom_id: &str,
+    response: Option<BatchResponse>,
+    code: &str,
+    message: String,
+) -> String {
     let out = BatchOutputLine {
         id: format!("batch_req_{}", random_suffix()),
         custom_id: custom_id.to_string(),
@@ -619,16 +648,31 @@ mod tests {
     fn files_are_parsed_with_line_numbers() {
         let ep = "/v1/embeddings";
         let good = |id: &str| {
-            format!(r#"{{"custom_id":"{id}","method":"POST","url":"/v1/embeddings","body":{{"model":"m","input":"x"}}}}"#)
+            format!(
+                r#"{{"custom_id":"{id}","method":"POST","url":"/v1/embeddings","body":{{"model":"m","input":"x"}}}}"#
+            )
         };
         let text = format!("{}\n\n{}\n", good("a"), good("b"));
         let requests = parse_file(text.as_bytes(), ep, None, 10).unwrap();
-        assert_eq!(requests.iter().map(|r| r.line).collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(
+            requests.iter().map(|r| r.line).collect::<Vec<_>>(),
+            vec![1, 3]
+        );
         let text = format!("{}\nnot json\n{}\n", good("a"), good("a"));
         let errors = parse_file(text.as_bytes(), ep, None, 10).unwrap_err();
-        assert_eq!(errors.iter().map(|e| e.line).collect::<Vec<_>>(), vec![Some(2), Some(3)]);
-        assert!(errors[1].message.contains("unique"), "{}", errors[1].message);
-        let many = (0..4).map(|i| good(&i.to_string())).collect::<Vec<_>>().join("\n");
+        assert_eq!(
+            errors.iter().map(|e| e.line).collect::<Vec<_>>(),
+            vec![Some(2), Some(3)]
+        );
+        assert!(
+            errors[1].message.contains("unique"),
+            "{}",
+            errors[1].message
+        );
+        let many = (0..4)
+            .map(|i| good(&i.to_string()))
+            .collect::<Vec<_>>()
+            .join("\n");
         let errors = parse_file(many.as_bytes(), ep, None, 3).unwrap_err();
         assert_eq!(errors[0].code, "too_many_requests");
     }
@@ -638,7 +682,10 @@ mod tests {
         let ok = result_line(
             1,
             "a",
-            EndpointReply { status: 200, body: json!({"id": "chatcmpl-1", "object": "chat.completion"}) },
+            EndpointReply {
+                status: 200,
+                body: json!({"id": "chatcmpl-1", "object": "chat.completion"}),
+            },
         );
         assert!(ok.ok);
         let line: BatchOutputLine = serde_json::from_str(&ok.body).unwrap();
@@ -656,7 +703,10 @@ mod tests {
         assert!(!bad.ok);
         let line: BatchOutputLine = serde_json::from_str(&bad.body).unwrap();
         let error = line.error.unwrap();
-        assert_eq!((error.code.as_str(), error.message.as_str()), ("not_found", "Model 'x' not found"));
+        assert_eq!(
+            (error.code.as_str(), error.message.as_str()),
+            ("not_found", "Model 'x' not found")
+        );
         assert_eq!(line.response.unwrap().status_code, 404);
     }
 }
