@@ -17,7 +17,10 @@
 //!    decode that needs a new block when the pool is empty preempts the
 //!    newest sequence of the lowest class (batch work before interactive;
 //!    itself if it is that one): its blocks are freed and it goes back to the
-//!    front of its queue to be recomputed later.
+//!    front of its queue to be recomputed later. Batch-class sequences get
+//!    at most a quarter of the step's tokens, and none in a step that
+//!    computes an interactive prompt, so an interactive request's first
+//!    token waits for at most one short step behind batch work.
 //! 4. One [`hearth_models::CausalLM::forward_paged`] over every planned chunk; sequences
 //!    whose tokens are all computed sample their next token and emit it.
 //!
@@ -40,6 +43,10 @@ use crate::sampler::Sampled;
 use crate::sequence::Sequence;
 
 const CLASSES: usize = 2;
+
+/// Batch-class sequences take at most `1 / BATCH_STEP_SHARE` of a step's
+/// tokens (and none while an interactive prompt runs).
+const BATCH_STEP_SHARE: usize = 8;
 
 fn class(p: Priority) -> usize {
     match p {
@@ -240,6 +247,19 @@ impl EngineLoop {
     /// index. Preempted sequences are moved back to their queues.
     fn plan(&mut self) -> Vec<(usize, usize)> {
         let mut budget = self.config.max_batch_tokens.max(1);
+        // Batch-class work gets a step of its own only while no interactive
+        // prompt is being computed, and then at most a quarter of the step:
+        // an interactive request waits for at most one short step before
+        // its prompt runs alone.
+        let interactive_prefill = self
+            .active
+            .iter()
+            .any(|s| s.priority() == Priority::Interactive && !s.is_decoding());
+        let mut batch_budget = if interactive_prefill {
+            0
+        } else {
+            (budget / BATCH_STEP_SHARE).max(1)
+        };
         let mut planned: Vec<(usize, usize)> = Vec::new();
         let mut preempted = vec![false; self.active.len()];
         for decoding in [true, false] {
@@ -251,7 +271,12 @@ impl EngineLoop {
                 if preempted[i] || s.is_decoding() != decoding {
                     continue;
                 }
-                let mut n = s.pending().min(budget);
+                let is_batch = s.priority() == Priority::Batch;
+                let cap = if is_batch { batch_budget } else { budget };
+                let mut n = s.pending().min(cap);
+                if n == 0 {
+                    continue;
+                }
                 loop {
                     let s = &mut self.active[i];
                     if s.table.ensure(s.computed + n) {
@@ -282,6 +307,9 @@ impl EngineLoop {
                 if n > 0 {
                     planned.push((i, n));
                     budget -= n;
+                    if is_batch {
+                        batch_budget -= n;
+                    }
                 }
             }
         }

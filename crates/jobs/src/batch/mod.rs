@@ -100,7 +100,7 @@ impl Default for BatchWorkerConfig {
             max_inflight: 32,
             max_lines: DEFAULT_MAX_LINES,
             poll: Duration::from_secs(1),
-            heartbeat: Duration::from_secs(2),
+            heartbeat: Duration::from_secs(1),
             stale_after_secs: 30,
             max_attempts: hearth_store::fine_tuning::DEFAULT_MAX_ATTEMPTS,
         }
