@@ -639,3 +639,45 @@ async fn creation_is_checked_and_lists_page_within_the_project() {
     .await;
     assert_eq!(cancelled.json()["status"], "cancelled");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_past_its_window_expires_with_partial_results() {
+    let state = state();
+    let file = upload_batch_file(&state, &long_batch(40)).await;
+    // Created already past its window (the API always gives 24 hours).
+    let batch = state
+        .store
+        .create_batch(hearth_store::NewBatch {
+            project_id: state.default_project.to_string(),
+            endpoint: "/v1/chat/completions".into(),
+            completion_window: "24h".into(),
+            input_file_id: file,
+            metadata: None,
+            override_settings: None,
+            expires_at: hearth_store::ids::now() - 1,
+        })
+        .await
+        .unwrap();
+    let worker = worker(&state, 1);
+    let done = wait_for(&state, &batch.id, is_over).await;
+    assert_eq!(done["status"], "expired", "{done}");
+    assert!(!done["expired_at"].is_null(), "{done}");
+    let completed = done["request_counts"]["completed"].as_u64().unwrap();
+    assert!(completed < 40, "{done}");
+    let expired = file_lines(&state, &done["error_file_id"]).await;
+    assert_eq!(
+        expired.len() as u64,
+        40 - completed,
+        "one error line per request not run"
+    );
+    assert!(expired
+        .iter()
+        .all(|l| l["error"]["code"] == "batch_expired" && l["response"].is_null()));
+    if completed > 0 {
+        assert_eq!(
+            file_lines(&state, &done["output_file_id"]).await.len() as u64,
+            completed
+        );
+    }
+    worker.shut_down().await;
+}
