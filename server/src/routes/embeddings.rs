@@ -40,7 +40,7 @@ pub(crate) fn prepare(
     request: EmbeddingRequest,
 ) -> Result<(ValidEmbedding, EmbedModel), HttpError> {
     let valid = request.validate()?;
-    let model = embed_model(&state, &valid.model)?;
+    let model = embed_model(state, &valid.model)?;
     if model.cross_encoder {
         return Err(HttpError(ApiError::bad_request(
             Some("model"),
