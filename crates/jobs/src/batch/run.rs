@@ -142,12 +142,7 @@ impl BatchRun {
             }
             Control::Cancel => self.end(&batch, BatchStatus::Cancelled, Vec::new()).await,
             Control::Expire => {
-                let done: HashSet<i64> = self
-                    .store
-                    .batch_result_lines(&batch.id)
-                    .await?
-                    .into_iter()
-                    .collect();
+                let done = self.done_lines(&batch).await?;
                 let expired = requests
                     .iter()
                     .filter(|r| !done.contains(&r.line))
@@ -316,12 +311,7 @@ impl BatchRun {
         mut control: watch::Receiver<Control>,
     ) -> Result<Control, Stop> {
         let worker = self.config.worker_id.as_str();
-        let done: HashSet<i64> = self
-            .store
-            .batch_result_lines(&batch.id)
-            .await?
-            .into_iter()
-            .collect();
+        let done = self.done_lines(batch).await?;
         // Indices of the requests still to run (a plain queue: nothing
         // borrowed from a closure lives across the awaits below).
         let mut pending: std::collections::VecDeque<usize> = (0..requests.len())
@@ -371,6 +361,12 @@ impl BatchRun {
                 }
             }
         }
+    }
+
+    /// The lines that already have a result.
+    async fn done_lines(&self, batch: &Batch) -> Result<HashSet<i64>, Stop> {
+        let lines = self.store.batch_result_lines(&batch.id).await?;
+        Ok(lines.into_iter().collect())
     }
 
     /// Writes the result files from the recorded results (plus `extra`
