@@ -54,6 +54,13 @@ fn parse<T: serde::de::DeserializeOwned>(body: &Map<String, Value>) -> Result<T,
     Ok(parse_json_body(&bytes)?)
 }
 
+fn unknown_endpoint(endpoint: &str) -> HttpError {
+    HttpError(ApiError::bad_request(
+        Some("url"),
+        format!("`{endpoint}` is not an endpoint batches can run."),
+    ))
+}
+
 /// The model a body names after the route's checks, or the error it gets.
 async fn check(
     state: &AppState,
@@ -76,10 +83,7 @@ async fn check(
             let prepared = routes::responses::prepare(state, &ctx, parse(body)?).await?;
             Ok(prepared.valid.model)
         }
-        other => Err(HttpError(ApiError::bad_request(
-            Some("url"),
-            format!("`{other}` is not an endpoint batches can run."),
-        ))),
+        other => Err(unknown_endpoint(other)),
     }
 }
 
@@ -119,10 +123,7 @@ async fn run(
             }
             Err(e) => Err(e),
         },
-        other => Err(HttpError(ApiError::bad_request(
-            Some("url"),
-            format!("`{other}` is not an endpoint batches can run."),
-        ))),
+        other => Err(unknown_endpoint(other)),
     };
     answer.unwrap_or_else(IntoResponse::into_response)
 }

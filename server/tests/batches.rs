@@ -86,6 +86,11 @@ async fn create_ok(state: &AppState, file: &str, endpoint: &str) -> Value {
     batch
 }
 
+/// A request without a body (cancel, delete).
+async fn bodiless(state: &AppState, method: &str, uri: &str, key: &str) -> Raw {
+    request(state, method, uri, Some(key), None, vec![]).await
+}
+
 async fn retrieve(state: &AppState, id: &str) -> Value {
     let reply = get(state, &format!("/v1/batches/{id}"), Some(KEY)).await;
     assert_eq!(
@@ -397,30 +402,14 @@ async fn cancel_stops_a_running_batch_with_partial_results() {
     })
     .await;
     // The input file is in use while the batch runs.
-    let delete = request(
-        &state,
-        "DELETE",
-        &format!("/v1/files/{file}"),
-        Some(KEY),
-        None,
-        vec![],
-    )
-    .await;
+    let delete = bodiless(&state, "DELETE", &format!("/v1/files/{file}"), KEY).await;
     assert_eq!(
         delete.status,
         409,
         "{}",
         String::from_utf8_lossy(&delete.bytes)
     );
-    let reply = request(
-        &state,
-        "POST",
-        &format!("/v1/batches/{id}/cancel"),
-        Some(KEY),
-        None,
-        vec![],
-    )
-    .await;
+    let reply = bodiless(&state, "POST", &format!("/v1/batches/{id}/cancel"), KEY).await;
     assert_eq!(
         reply.status,
         200,
@@ -440,25 +429,9 @@ async fn cancel_stops_a_running_batch_with_partial_results() {
     let out = file_lines(&state, &done["output_file_id"]).await;
     assert_eq!(out.len() as u64, completed);
     // Cancelling again returns it as it is; the file can go now.
-    let again = request(
-        &state,
-        "POST",
-        &format!("/v1/batches/{id}/cancel"),
-        Some(KEY),
-        None,
-        vec![],
-    )
-    .await;
+    let again = bodiless(&state, "POST", &format!("/v1/batches/{id}/cancel"), KEY).await;
     assert_eq!(again.json()["status"], "cancelled");
-    let delete = request(
-        &state,
-        "DELETE",
-        &format!("/v1/files/{file}"),
-        Some(KEY),
-        None,
-        vec![],
-    )
-    .await;
+    let delete = bodiless(&state, "DELETE", &format!("/v1/files/{file}"), KEY).await;
     assert_eq!(delete.status, 200);
     // The batch keeps its result file ids.
     assert_eq!(
@@ -595,15 +568,7 @@ async fn creation_is_checked_and_lists_page_within_the_project() {
         422
     );
     // The input file of a waiting batch cannot be deleted.
-    let delete = request(
-        &state,
-        "DELETE",
-        &format!("/v1/files/{file}"),
-        Some(KEY),
-        None,
-        vec![],
-    )
-    .await;
+    let delete = bodiless(&state, "DELETE", &format!("/v1/files/{file}"), KEY).await;
     assert_eq!(delete.status, 409);
     // Another project's key sees none of it: 403 exactly as a missing id.
     let (_other, other_key) = other_project(&state).await;
@@ -617,24 +582,20 @@ async fn creation_is_checked_and_lists_page_within_the_project() {
     )
     .await;
     assert_eq!(shape_a(&foreign, 403), shape_a(&missing, 403));
-    let cancel = request(
+    let cancel = bodiless(
         &state,
         "POST",
         &format!("/v1/batches/{}/cancel", ids[0]),
-        Some(&other_key),
-        None,
-        vec![],
+        &other_key,
     )
     .await;
     assert_eq!(cancel.status, 403);
     // A batch no worker holds is cancelled at once; cancelled is final.
-    let cancelled = request(
+    let cancelled = bodiless(
         &state,
         "POST",
         &format!("/v1/batches/{}/cancel", ids[0]),
-        Some(KEY),
-        None,
-        vec![],
+        KEY,
     )
     .await;
     assert_eq!(cancelled.json()["status"], "cancelled");

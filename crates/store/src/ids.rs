@@ -30,6 +30,14 @@ pub fn is_well_formed(prefix: &str, id: &str) -> bool {
         .is_some_and(|ulid| ulid.len() == 26 && Ulid::from_string(ulid).is_ok())
 }
 
+/// 32 random hex digits, for ids made outside the store (OpenAI-shaped
+/// `chatcmpl-...`, `resp_...`, `batch_req_...`).
+pub fn random_hex() -> String {
+    use rand::Rng;
+    let n: u128 = rand::rng().random();
+    format!("{n:032x}")
+}
+
 /// Seconds since the Unix epoch.
 pub fn now() -> i64 {
     std::time::SystemTime::now()

@@ -216,9 +216,7 @@ pub fn response_id(prefix: &str) -> String {
 
 /// 128 random bits as 32 hex digits, the body of every generated id.
 pub fn random_hex() -> String {
-    use rand::Rng;
-    let n: u128 = rand::rng().random();
-    format!("{n:032x}")
+    hearth_store::ids::random_hex()
 }
 
 /// One piece of a choice's stream, handed to a route's renderer.

@@ -525,12 +525,6 @@ async fn run_with_retry(
     }
 }
 
-fn random_suffix() -> String {
-    use rand::Rng;
-    let bytes: [u8; 12] = rand::rng().random();
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// The `{code, message}` of an error reply, from its body's `message` or
 /// `detail`.
 fn reply_error(reply: &EndpointReply) -> BatchLineError {
@@ -569,10 +563,10 @@ fn result_line(line: i64, custom_id: &str, reply: EndpointReply) -> BatchResult 
         .get("id")
         .and_then(Value::as_str)
         .map(str::to_string)
-        .unwrap_or_else(|| format!("req_{}", random_suffix()));
+        .unwrap_or_else(|| format!("req_{}", hearth_store::ids::random_hex()));
     let error = (!ok).then(|| reply_error(&reply));
     let out = BatchOutputLine {
-        id: format!("batch_req_{}", random_suffix()),
+        id: format!("batch_req_{}", hearth_store::ids::random_hex()),
         custom_id: custom_id.to_string(),
         response: Some(BatchResponse {
             status_code: reply.status,
@@ -596,7 +590,7 @@ fn failure_line(
     message: String,
 ) -> String {
     let out = BatchOutputLine {
-        id: format!("batch_req_{}", random_suffix()),
+        id: format!("batch_req_{}", hearth_store::ids::random_hex()),
         custom_id: custom_id.to_string(),
         response,
         error: Some(BatchLineError {
