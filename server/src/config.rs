@@ -122,6 +122,12 @@ pub struct ServeArgs {
     /// prompt is split over several steps so running streams keep flowing).
     #[arg(long, env = "HEARTH_MAX_STEP_TOKENS", default_value_t = 512)]
     pub max_step_tokens: usize,
+    /// Milliseconds a chat step may spend on batch requests (the tokens that
+    /// fit at the measured cost per token; none beside an interactive
+    /// prompt): about the most an interactive request waits behind a batch.
+    #[arg(long, env = "HEARTH_BATCH_STEP_MS", default_value_t = 20,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub batch_step_ms: u64,
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]

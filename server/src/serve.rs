@@ -59,6 +59,7 @@ pub fn build_state(
         max_batch_tokens: args.max_step_tokens,
         kv_cache_bytes: args.kv_cache_mb.map(|mb| mb << 20),
         max_adapters: args.max_adapters,
+        batch_step_time: std::time::Duration::from_millis(args.batch_step_ms),
     };
     let encoder_config = BatcherConfig {
         max_batch_tokens: args.max_batch_tokens,

@@ -8,6 +8,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use hearth_core::{EngineError, GenerateRequest, TokenEvent};
 use hearth_models::{CausalLM, LoraAdapter, BLOCK_SIZE};
@@ -31,6 +32,11 @@ pub struct EngineConfig {
     pub kv_cache_bytes: Option<usize>,
     /// LoRA adapters kept loaded ([`AdapterCache`] capacity).
     pub max_adapters: usize,
+    /// Time a step may spend on batch-class sequences: they get the tokens
+    /// that fit in it at the measured cost of a token (and none in a step
+    /// that computes an interactive prompt). An interactive request waits
+    /// at most about this long behind batch work.
+    pub batch_step_time: Duration,
 }
 
 impl Default for EngineConfig {
@@ -41,6 +47,7 @@ impl Default for EngineConfig {
             max_batch_tokens: 512,
             kv_cache_bytes: None,
             max_adapters: crate::adapters::DEFAULT_MAX_ADAPTERS,
+            batch_step_time: Duration::from_millis(20),
         }
     }
 }

@@ -8,7 +8,9 @@
 //! 2. Admission: waiting sequences join the running batch, interactive
 //!    first, oldest first, while there are `max_active` slots and the pool
 //!    has blocks for the whole prompt of the newcomer on top of what the
-//!    running prefills still need. A newcomer first takes the cached blocks
+//!    running prefills still need. An interactive newcomer that finds no
+//!    slot or no blocks evicts the newest batch-class sequence (recomputed
+//!    later) instead of waiting behind batch work. A newcomer first takes the cached blocks
 //!    of its prompt's prefix ([`crate::block_manager`]), which it does not
 //!    recompute.
 //! 3. Planning, within `max_batch_tokens`: every decoding sequence gets one
@@ -18,9 +20,12 @@
 //!    newest sequence of the lowest class (batch work before interactive;
 //!    itself if it is that one): its blocks are freed and it goes back to the
 //!    front of its queue to be recomputed later. Batch-class sequences get
-//!    at most a quarter of the step's tokens, and none in a step that
+//!    the tokens that fit in `batch_step_time` at the measured cost of a
+//!    token ([`StepCost`]) while interactive work is about (`QUIET_FACTOR`
+//!    times that on a server without any), and none in a step that
 //!    computes an interactive prompt, so an interactive request's first
-//!    token waits for at most one short step behind batch work.
+//!    token waits for at most one short step behind batch work, whatever
+//!    the hardware.
 //! 4. One [`hearth_models::CausalLM::forward_paged`] over every planned chunk; sequences
 //!    whose tokens are all computed sample their next token and emit it.
 //!
@@ -31,6 +36,7 @@ use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use hearth_core::{EngineError, Priority, TokenEvent};
 use hearth_models::{KvPool, PagedSeq};
@@ -41,12 +47,22 @@ use crate::block_manager::BlockManager;
 use crate::engine::{EngineConfig, EngineParts, EngineStats, Job};
 use crate::sampler::Sampled;
 use crate::sequence::Sequence;
+use crate::step_cost::StepCost;
 
 const CLASSES: usize = 2;
 
-/// Batch-class sequences take at most `1 / BATCH_STEP_SHARE` of a step's
-/// tokens (and none while an interactive prompt runs).
+/// Before any step was measured, batch-class sequences take at most
+/// `1 / BATCH_STEP_SHARE` of a step's tokens.
 const BATCH_STEP_SHARE: usize = 8;
+
+/// How long after its last interactive sequence a server still holds
+/// batch steps to `batch_step_time` (requests of a conversation or a
+/// client's next call come within it).
+const INTERACTIVE_LINGER: Duration = Duration::from_secs(2);
+
+/// On a server without interactive work, batch steps may take this many
+/// times `batch_step_time`.
+const QUIET_FACTOR: u32 = 5;
 
 fn class(p: Priority) -> usize {
     match p {
@@ -68,6 +84,9 @@ pub(crate) struct EngineLoop {
     context_length: usize,
     salt: u64,
     stats: Arc<EngineStats>,
+    cost: StepCost,
+    /// When an interactive sequence was last running or waiting.
+    last_interactive: Option<Instant>,
 }
 
 impl EngineLoop {
@@ -92,6 +111,8 @@ impl EngineLoop {
             context_length,
             salt: 0x4845_4152_5448, // one model per engine; each adapter re-salts
             stats,
+            cost: StepCost::default(),
+            last_interactive: None,
         }
     }
 
@@ -206,7 +227,13 @@ impl EngineLoop {
     }
 
     fn admit(&mut self) {
-        while self.active.len() < self.config.max_active.max(1) {
+        loop {
+            let interactive_waits = !self.waiting[0].is_empty();
+            if self.active.len() >= self.config.max_active.max(1)
+                && !(interactive_waits && self.evict_batch())
+            {
+                return;
+            }
             let Some(c) = (0..CLASSES).find(|&c| !self.waiting[c].is_empty()) else {
                 return;
             };
@@ -219,6 +246,9 @@ impl EngineLoop {
             if !fits && !self.active.is_empty() {
                 seq.reset();
                 self.waiting[c].push_front(seq);
+                if c == 0 && self.evict_batch() {
+                    continue;
+                }
                 return;
             }
             self.uncount(&mut seq);
@@ -234,6 +264,24 @@ impl EngineLoop {
         }
     }
 
+    /// Makes room for interactive work: the newest running batch-class
+    /// sequence frees its slot and blocks and goes back to the front of its
+    /// queue (recomputed later, as a preempted one). False when none runs.
+    fn evict_batch(&mut self) -> bool {
+        if self
+            .active
+            .last()
+            .is_none_or(|s| s.priority() != Priority::Batch)
+        {
+            return false;
+        }
+        let mut seq = self.active.pop().expect("a running sequence");
+        seq.reset();
+        self.waiting[class(Priority::Batch)].push_front(seq);
+        self.stats.preemptions.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
     /// The sequence to preempt so that `keep` can grow: the newest of the
     /// lowest class among `candidates`, never of a higher class than `keep`.
     fn victim(&self, keep: usize, candidates: impl Iterator<Item = usize>) -> Option<usize> {
@@ -243,23 +291,45 @@ impl EngineLoop {
             .max_by_key(|&i| (self.active[i].priority(), self.active[i].order))
     }
 
+    /// Tokens batch-class sequences may run this step. None while an
+    /// interactive prompt is computed (it runs alone); while interactive
+    /// work runs or ran within `INTERACTIVE_LINGER`, what fits in
+    /// `batch_step_time` at the measured cost per token, so an arriving
+    /// request waits for at most one short step; on a server with no
+    /// interactive work, `QUIET_FACTOR` times that, so batches run in
+    /// the larger steps the hardware is faster with.
+    fn batch_budget(&mut self, budget: usize) -> usize {
+        let mut interactive = self
+            .active
+            .iter()
+            .filter(|s| s.priority() == Priority::Interactive)
+            .peekable();
+        let present = interactive.peek().is_some() || !self.waiting[0].is_empty();
+        if interactive.any(|s| !s.is_decoding()) {
+            self.last_interactive = Some(Instant::now());
+            return 0;
+        }
+        if present {
+            self.last_interactive = Some(Instant::now());
+        }
+        let recent = self
+            .last_interactive
+            .is_some_and(|t| t.elapsed() < INTERACTIVE_LINGER);
+        let time = if recent {
+            self.config.batch_step_time
+        } else {
+            self.config.batch_step_time * QUIET_FACTOR
+        };
+        self.cost
+            .tokens_within(time, budget / BATCH_STEP_SHARE)
+            .min(budget)
+    }
+
     /// Chooses this step's chunks: `(index into active, tokens)`, sorted by
     /// index. Preempted sequences are moved back to their queues.
     fn plan(&mut self) -> Vec<(usize, usize)> {
         let mut budget = self.config.max_batch_tokens.max(1);
-        // Batch-class work gets a step of its own only while no interactive
-        // prompt is being computed, and then at most a quarter of the step:
-        // an interactive request waits for at most one short step before
-        // its prompt runs alone.
-        let interactive_prefill = self
-            .active
-            .iter()
-            .any(|s| s.priority() == Priority::Interactive && !s.is_decoding());
-        let mut batch_budget = if interactive_prefill {
-            0
-        } else {
-            (budget / BATCH_STEP_SHARE).max(1)
-        };
+        let mut batch_budget = self.batch_budget(budget);
         let mut planned: Vec<(usize, usize)> = Vec::new();
         let mut preempted = vec![false; self.active.len()];
         for decoding in [true, false] {
@@ -332,18 +402,26 @@ impl EngineLoop {
     }
 
     fn step(&mut self) {
+        let started = Instant::now();
         let plan = self.plan();
         if plan.is_empty() {
             return;
         }
-        let logits = self.forward(&plan);
+        let run: usize = plan.iter().map(|p| p.1).sum();
+        self.run_step(&plan, run);
+        self.cost.observe(run, started.elapsed());
+    }
+
+    /// Runs the planned chunks (`run` tokens in all): one forward, then
+    /// sampling and emission for the sequences whose tokens are computed.
+    fn run_step(&mut self, plan: &[(usize, usize)], run: usize) {
+        let logits = self.forward(plan);
         let stats = &self.stats;
         stats.steps.fetch_add(1, Ordering::Relaxed);
         let decodes = plan
             .iter()
             .filter(|&&(i, _)| self.active[i].is_decoding())
             .count();
-        let run: usize = plan.iter().map(|p| p.1).sum();
         stats
             .prompt_tokens
             .fetch_add(run - decodes, Ordering::Relaxed);

@@ -28,6 +28,7 @@ mod engine_loop;
 pub mod pull;
 pub mod sampler;
 mod sequence;
+mod step_cost;
 pub mod stop;
 pub mod tokenizer;
 
