@@ -156,7 +156,7 @@ impl From<hearth_store::StoreError> for HttpError {
             E::Interrupted(detail) => {
                 ApiError::with_detail(400, format!("The upload was interrupted: {detail}"))
             }
-            E::Db(_) | E::Migrate(_) | E::Blob(_) | E::Io(_) => {
+            E::Db(_) | E::Migrate(_) | E::Blob(_) | E::Io(_) | E::Table(_) => {
                 tracing::error!("store: {e}");
                 ApiError::internal()
             }

@@ -161,6 +161,79 @@ impl Blobs {
         }
     }
 
+    /// The size in bytes of the blob under `key`; [`StoreError::NotFound`]
+    /// when missing.
+    pub async fn size(&self, key: &str) -> Result<u64> {
+        match self.store.head(&ObjectPath::from(key)).await {
+            Ok(meta) => Ok(meta.size),
+            Err(object_store::Error::NotFound { .. }) => Err(StoreError::NotFound("blob")),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The bytes `range` of the blob under `key`; [`StoreError::NotFound`]
+    /// when missing.
+    pub async fn get_range(&self, key: &str, range: std::ops::Range<u64>) -> Result<Bytes> {
+        match self.store.get_range(&ObjectPath::from(key), range).await {
+            Ok(bytes) => Ok(bytes),
+            Err(object_store::Error::NotFound { .. }) => Err(StoreError::NotFound("blob")),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Writes the local file at `path` under `key`, replacing what was
+    /// there, streamed through a multipart upload (memory: the parts in
+    /// flight, whatever the file's size); the blob appears whole, and in a
+    /// local folder is on disk when this returns. Returns the bytes written.
+    pub async fn put_file(&self, key: &str, path: &Path) -> Result<u64> {
+        const READ_BYTES: usize = 1024 * 1024;
+        let file = std::fs::File::open(path)?;
+        let location = ObjectPath::from(key);
+        let upload = self.store.put_multipart(&location).await?;
+        let mut writer = BlobWriter {
+            inner: WriteMultipart::new_with_chunk_size(upload, PART_BYTES),
+            bytes: 0,
+            blobs: self.clone(),
+            path: location,
+        };
+        // Blocking reads on the blocking pool, one buffer going back and forth.
+        let mut state = (file, vec![0u8; READ_BYTES]);
+        loop {
+            let read = tokio::task::spawn_blocking(move || {
+                let (mut file, mut buf) = state;
+                let n = loop {
+                    match std::io::Read::read(&mut file, &mut buf) {
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        n => break n,
+                    }
+                };
+                (n, (file, buf))
+            })
+            .await
+            .map_err(|e| StoreError::Io(std::io::Error::other(e)));
+            let (n, back) = match read {
+                Ok((Ok(n), back)) => (n, back),
+                Ok((Err(e), _)) => {
+                    writer.abort().await;
+                    return Err(e.into());
+                }
+                Err(e) => {
+                    writer.abort().await;
+                    return Err(e);
+                }
+            };
+            state = back;
+            if n == 0 {
+                break;
+            }
+            if let Err(e) = writer.write(&state.1[..n]).await {
+                writer.abort().await;
+                return Err(e);
+            }
+        }
+        writer.finish().await
+    }
+
     /// Deletes every blob whose key starts with the path `prefix` (whole
     /// segments: `fine_tuning/ftjob-1` does not match `fine_tuning/ftjob-10`).
     pub async fn delete_prefix(&self, prefix: &str) -> Result<()> {

@@ -26,6 +26,9 @@ pub enum StoreError {
     Blob(#[from] object_store::Error),
     #[error("blob storage: {0}")]
     Io(#[from] std::io::Error),
+    /// A stored dataset part does not read or write as Parquet.
+    #[error("dataset storage: {0}")]
+    Table(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

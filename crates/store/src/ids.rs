@@ -13,6 +13,9 @@ pub const FT_JOB: &str = "ftjob";
 pub const FT_EVENT: &str = "ftevent";
 pub const FT_CHECKPOINT: &str = "ftckpt";
 pub const BATCH: &str = "batch";
+pub const DATASET: &str = "dataset";
+pub const DATASET_UPLOAD: &str = "dsupload";
+pub const DATASET_PART: &str = "dspart";
 
 /// A new id with `prefix`; ids made by one process are strictly increasing.
 pub fn new_id(prefix: &str) -> String {

@@ -15,6 +15,7 @@
 pub mod accounts;
 pub mod batches;
 pub mod blobs;
+pub mod datasets;
 pub mod db;
 pub mod error;
 pub mod files;
