@@ -85,6 +85,44 @@ pub fn app(state: AppState) -> Router {
             post(routes::batches::cancel),
         )
         .route(
+            "/v1/datasets",
+            post(routes::datasets::create).get(routes::datasets::list),
+        )
+        .route(
+            "/v1/datasets/{dataset_id}",
+            get(routes::datasets::retrieve)
+                .patch(routes::datasets::patch)
+                .delete(routes::datasets::delete),
+        )
+        .route(
+            "/v1/datasets/{dataset_id}/content",
+            get(routes::datasets::content),
+        )
+        .route(
+            "/v1/datasets/{dataset_id}/export",
+            get(routes::datasets::export),
+        )
+        .route(
+            "/v1/datasets/{dataset_id}/query_templates",
+            get(routes::datasets::query_templates),
+        )
+        .route(
+            "/v1/datasets/uploads",
+            post(routes::dataset_uploads::create),
+        )
+        .route(
+            "/v1/datasets/uploads/{upload_id}/parts",
+            post(routes::dataset_uploads::add_part),
+        )
+        .route(
+            "/v1/datasets/uploads/{upload_id}/complete",
+            post(routes::dataset_uploads::complete),
+        )
+        .route(
+            "/v1/datasets/uploads/{upload_id}/cancel",
+            post(routes::dataset_uploads::cancel),
+        )
+        .route(
             "/v1/admin/keys",
             get(routes::admin::list_keys).post(routes::admin::create_key),
         )

@@ -140,6 +140,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub batch: BatchArgs,
     #[command(flatten)]
+    pub datasets: DatasetArgs,
+    #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
     pub http: HttpArgs,
@@ -262,6 +264,38 @@ pub struct FineTuneArgs {
     /// under constant load a step then runs anyway.
     #[arg(long, env = "HEARTH_FT_YIELD_MAX_SECS", default_value_t = 30)]
     pub ft_yield_max_secs: u64,
+}
+
+/// Dataset uploads.
+#[derive(Debug, Clone, Args)]
+pub struct DatasetArgs {
+    /// Most parts one dataset upload may have.
+    #[arg(long, env = "HEARTH_DATASET_MAX_PARTS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(i64).range(1..))]
+    pub dataset_max_parts: i64,
+    /// Hours a dataset upload may stay unfinished; then it is cancelled and
+    /// its parts deleted (checked at start and every hour).
+    #[arg(long, env = "HEARTH_DATASET_UPLOAD_TTL_HOURS", default_value_t = 24,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub dataset_upload_ttl_hours: u64,
+}
+
+impl Default for DatasetArgs {
+    fn default() -> Self {
+        Self {
+            dataset_max_parts: 10_000,
+            dataset_upload_ttl_hours: 24,
+        }
+    }
+}
+
+impl DatasetArgs {
+    pub fn policy(&self) -> crate::state::DatasetPolicy {
+        crate::state::DatasetPolicy {
+            max_parts: self.dataset_max_parts,
+            upload_ttl: std::time::Duration::from_secs(self.dataset_upload_ttl_hours * 3600),
+        }
+    }
 }
 
 /// The batch worker of this node.

@@ -15,6 +15,7 @@
 
 mod admin;
 mod batches;
+mod datasets;
 mod docs_page;
 mod files;
 mod fine_tuning;
@@ -188,7 +189,7 @@ impl Modify for Bearer {
     info(
         title = "Hearth",
         description = "A self-hosted, OpenAI-compatible inference server: completions, chat, \
-            embeddings, rerank, files, LoRA fine-tuning and batches. Every operation is scoped to a \
+            embeddings, rerank, files, datasets, LoRA fine-tuning and batches. Every operation is scoped to a \
             project (`ai_project_id`, else the key's default project). Errors come in three \
             shapes: `ErrorDetail` (A), `UpstreamError` (B) and `ValidationError` (C, 422).",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
@@ -223,6 +224,18 @@ impl Modify for Bearer {
         batches::list_batches,
         batches::retrieve_batch,
         batches::cancel_batch,
+        datasets::create_dataset,
+        datasets::list_datasets,
+        datasets::retrieve_dataset,
+        datasets::update_dataset,
+        datasets::delete_dataset,
+        datasets::dataset_content,
+        datasets::export_dataset,
+        datasets::query_templates,
+        datasets::create_upload,
+        datasets::add_part,
+        datasets::complete_upload,
+        datasets::cancel_upload,
         admin::list_keys,
         admin::create_key,
         admin::revoke_key,
@@ -250,6 +263,7 @@ impl Modify for Bearer {
         (name = "Models"), (name = "Completions"), (name = "Chat"), (name = "Responses"),
         (name = "Embeddings"),
         (name = "Rerank"), (name = "Files"), (name = "Fine-tuning"), (name = "Batches"),
+        (name = "Datasets"),
         (name = "Admin"),
         (name = "Service", description = "Health, metrics and this document."),
     )

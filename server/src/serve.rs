@@ -126,6 +126,7 @@ pub fn build_state(
         limits: crate::limits::Limits::new(&args.limits, args.max_waiting),
         http: crate::state::HttpPolicy::new(&args.http),
         batch_counters: Default::default(),
+        datasets: args.datasets.policy(),
     })
 }
 
@@ -217,6 +218,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         &args.ft,
     );
     let batches = crate::batch_endpoints::start_worker(&state, &args.batch);
+    let expiry = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(std::time::Duration::from_secs(3600));
+            loop {
+                every.tick().await;
+                crate::routes::dataset_uploads::expire_stale(&state).await;
+            }
+        })
+    };
     // Before saying that we listen: a signal from then on is ours.
     let signal = shutdown_signal()?;
     let listener = tokio::net::TcpListener::bind((args.host, args.port))
@@ -237,6 +248,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(batches) = batches {
         batches.shut_down().await;
     }
+    expiry.abort();
     Ok(())
 }
 

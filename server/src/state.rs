@@ -39,6 +39,27 @@ pub struct AppState {
     pub http: HttpPolicy,
     /// Requests this node's batch worker ran (for `/metrics`).
     pub batch_counters: Arc<hearth_jobs::batch::BatchCounters>,
+    /// Limits of dataset uploads.
+    pub datasets: DatasetPolicy,
+}
+
+/// Limits of dataset uploads.
+#[derive(Clone, Debug)]
+pub struct DatasetPolicy {
+    /// Most parts one upload may have.
+    pub max_parts: i64,
+    /// How long an upload may stay `PENDING` before it is cancelled and
+    /// its parts deleted.
+    pub upload_ttl: std::time::Duration,
+}
+
+impl Default for DatasetPolicy {
+    fn default() -> Self {
+        Self {
+            max_parts: 10_000,
+            upload_ttl: std::time::Duration::from_secs(24 * 3600),
+        }
+    }
 }
 
 /// The HTTP side's settings that handlers read.

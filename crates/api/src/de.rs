@@ -88,3 +88,14 @@ impl<'de> Visitor<'de> for OptLenientBool {
         deserialize_lenient_bool(d).map(Some)
     }
 }
+
+/// A field that may be absent (`None`), `null` (`Some(None)`) or a value
+/// (`Some(Some(v))`), for patches where `null` clears a field; use with
+/// `#[serde(default, deserialize_with = "double_option")]`.
+pub fn double_option<'de, T, D>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    T: serde::Deserialize<'de>,
+    D: Deserializer<'de>,
+{
+    serde::Deserialize::deserialize(deserializer).map(Some)
+}

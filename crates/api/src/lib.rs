@@ -30,6 +30,7 @@ pub mod batches;
 pub mod chat;
 pub mod common;
 pub mod completions;
+pub mod datasets;
 pub mod de;
 pub mod embeddings;
 pub mod error;

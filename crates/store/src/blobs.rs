@@ -132,6 +132,14 @@ impl Blobs {
         }
     }
 
+    /// Deletes the blob under `key` (nothing if it is already gone).
+    pub async fn delete_key(&self, key: &str) -> Result<()> {
+        match self.store.delete(&ObjectPath::from(key)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Whether the content of `file_id` exists.
     pub async fn exists(&self, file_id: &str) -> Result<bool> {
         match self.store.head(&file_path(file_id)).await {

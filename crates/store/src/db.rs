@@ -31,7 +31,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0004_responses.sql"),
     ),
     (5, "batches", include_str!("../migrations/0005_batches.sql")),
-    (6, "datasets", include_str!("../migrations/0006_datasets.sql")),
+    (
+        6,
+        "datasets",
+        include_str!("../migrations/0006_datasets.sql"),
+    ),
 ];
 
 #[derive(Debug)]

@@ -259,20 +259,10 @@ async fn stream_content(state: &AppState, file: FileRecord) -> Result<Response, 
         .into_response())
 }
 
-/// `GET /v1/files/{file_id}/link`: a URL that downloads the content without
-/// a key until it expires (`expires_in` seconds, default an hour).
-pub async fn link(
-    State(state): State<AppState>,
-    Extension(ctx): Extension<RequestContext>,
-    ApiPath(file_id): ApiPath<String>,
-    ApiQuery(query): ApiQuery<LinkQuery>,
-    headers: HeaderMap,
-) -> Result<Json<FileLink>, HttpError> {
-    let expires_in = query.expires_in()?;
-    let file = caller_file(&state, &ctx, &file_id).await?;
-    let expires_at = hearth_store::ids::now() + expires_in;
-    let signature = state.store.sign_link(&file.id, expires_at);
-    let base = match &state.http.public_url {
+/// The server's address as clients see it: `--public-url`, else from the
+/// request's `Host` (and `X-Forwarded-Proto`).
+pub fn public_base(state: &AppState, headers: &HeaderMap) -> String {
+    match &state.http.public_url {
         Some(url) => url.to_string(),
         None => {
             let host = headers
@@ -289,7 +279,23 @@ pub async fn link(
             };
             format!("{scheme}://{host}")
         }
-    };
+    }
+}
+
+/// `GET /v1/files/{file_id}/link`: a URL that downloads the content without
+/// a key until it expires (`expires_in` seconds, default an hour).
+pub async fn link(
+    State(state): State<AppState>,
+    Extension(ctx): Extension<RequestContext>,
+    ApiPath(file_id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<LinkQuery>,
+    headers: HeaderMap,
+) -> Result<Json<FileLink>, HttpError> {
+    let expires_in = query.expires_in()?;
+    let file = caller_file(&state, &ctx, &file_id).await?;
+    let expires_at = hearth_store::ids::now() + expires_in;
+    let signature = state.store.sign_link(&file.id, expires_at);
+    let base = public_base(&state, &headers);
     Ok(Json(FileLink {
         object: OBJECT_FILE_LINK.to_string(),
         url: format!(

@@ -4,6 +4,8 @@ pub mod admin;
 pub mod batches;
 pub mod chat;
 pub mod completions;
+pub mod dataset_uploads;
+pub mod datasets;
 pub mod embeddings;
 pub mod files;
 pub mod fine_tuning;

@@ -51,6 +51,7 @@ pub fn serve_args(models: Vec<String>, max_waiting: usize, max_active: usize) ->
         max_upload_mb: 512,
         ft: Default::default(),
         batch: Default::default(),
+        datasets: Default::default(),
         limits: Default::default(),
         http: Default::default(),
     }
@@ -127,6 +128,7 @@ pub fn bare_state() -> AppState {
         limits: Default::default(),
         http: Default::default(),
         batch_counters: Default::default(),
+        datasets: Default::default(),
     }
 }
 

@@ -247,10 +247,57 @@ fn jsonl_rows(input: &Path, schema: &[Column], out: &mut PartWriter) -> Result<(
 
 // ---- CSV ----
 
-pub(super) fn csv_reader(input: &Path) -> Result<csv::Reader<File>, PartError> {
+pub(super) fn csv_reader(input: &Path) -> Result<csv::Reader<CrlfToLf<File>>, PartError> {
     Ok(csv::ReaderBuilder::new()
         .has_headers(true)
-        .from_reader(File::open(input)?))
+        .from_reader(CrlfToLf::new(File::open(input)?)))
+}
+
+/// Reads `\r\n` as `\n`. The csv crate ends a record at the `\r` of a
+/// CRLF and counts its `\n` only as part of the next record, so every
+/// line number after a CRLF would be one short; RFC 4180 files all end
+/// their lines so. (A CRLF inside a quoted cell becomes LF too.)
+pub(super) struct CrlfToLf<R> {
+    inner: std::io::BufReader<R>,
+}
+
+impl<R: std::io::Read> CrlfToLf<R> {
+    pub(super) fn new(inner: R) -> Self {
+        Self {
+            inner: std::io::BufReader::with_capacity(64 * 1024, inner),
+        }
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for CrlfToLf<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::io::BufRead;
+        let mut out = 0;
+        while out < buf.len() {
+            let available = self.inner.fill_buf()?;
+            if available.is_empty() {
+                break;
+            }
+            // Copy up to the next `\r`.
+            let take = (buf.len() - out).min(available.len());
+            let run = available[..take]
+                .iter()
+                .position(|&b| b == b'\r')
+                .unwrap_or(take);
+            buf[out..out + run].copy_from_slice(&available[..run]);
+            out += run;
+            self.inner.consume(run);
+            if run < take {
+                // A `\r`: dropped when a `\n` follows.
+                self.inner.consume(1);
+                if self.inner.fill_buf()?.first() != Some(&b'\n') {
+                    buf[out] = b'\r';
+                    out += 1;
+                }
+            }
+        }
+        Ok(out)
+    }
 }
 
 pub(super) fn csv_error(e: csv::Error) -> PartError {
@@ -307,4 +354,33 @@ fn csv_rows(input: &Path, schema: &[Column], out: &mut PartWriter) -> Result<(),
         out.rows_done(1)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod crlf_tests {
+    use std::io::Read;
+
+    use super::CrlfToLf;
+
+    fn through(input: &[u8], chunk: usize) -> Vec<u8> {
+        let mut reader = CrlfToLf::new(input);
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; chunk];
+        loop {
+            let n = reader.read(&mut buf).unwrap();
+            if n == 0 {
+                return out;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    #[test]
+    fn crlf_becomes_lf_and_lone_crs_stay() {
+        for chunk in [1, 2, 3, 64] {
+            assert_eq!(through(b"a,b\r\n1,2\r\n", chunk), b"a,b\n1,2\n");
+            assert_eq!(through(b"x\ry\r\r\nz\r", chunk), b"x\ry\r\nz\r");
+            assert_eq!(through(b"", chunk), b"");
+        }
+    }
 }
