@@ -112,7 +112,7 @@ pub fn app(state: AppState) -> Router {
         )
         .route(
             "/v1/datasets/uploads/{upload_id}/parts",
-            post(routes::dataset_uploads::add_part),
+            post(routes::dataset_uploads::add_part).layer(DefaultBodyLimit::disable()),
         )
         .route(
             "/v1/datasets/uploads/{upload_id}/complete",

@@ -56,14 +56,19 @@ async fn limit(State(permits): State<Arc<Semaphore>>, request: Request, next: Ne
 }
 
 /// Whether a request may run as long as it needs: generation (streamed or
-/// not), uploads and downloads of file contents.
+/// not), uploads (files, dataset parts) and downloads (file contents,
+/// dataset exports).
 fn unbounded(method: &Method, path: &str) -> bool {
     match *method {
-        Method::POST => matches!(
-            path,
-            "/v1/chat/completions" | "/v1/completions" | "/v1/files"
-        ),
-        Method::GET => path.ends_with("/content") || path.ends_with("/download"),
+        Method::POST => {
+            matches!(
+                path,
+                "/v1/chat/completions" | "/v1/completions" | "/v1/files"
+            ) || (path.starts_with("/v1/datasets/uploads/") && path.ends_with("/parts"))
+        }
+        Method::GET => {
+            path.ends_with("/content") || path.ends_with("/download") || path.ends_with("/export")
+        }
         _ => false,
     }
 }

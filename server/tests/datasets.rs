@@ -1344,3 +1344,59 @@ async fn query_templates_name_every_column() {
         "no export URL: {body}"
     );
 }
+
+/// Parts larger than the default request-body limit stream through;
+/// the upload limit (`--max-upload-mb`) is 413 and `--dataset-max-parts`
+/// is 409, each leaving the upload usable.
+#[tokio::test]
+async fn large_parts_stream_and_limits_hold() {
+    let mut state = bare_state();
+    state.max_upload_bytes = 6 * 1024 * 1024;
+    state.datasets.max_parts = 2;
+    let upload = create_upload(
+        &state,
+        KEY,
+        "/v1/datasets/uploads",
+        json!({"name": "big", "schema": [{"name": "text", "type": {"name": "string"}}]}),
+    )
+    .await;
+    let upload_id = id_of(&upload);
+    // About 4 MB: over the 2 MB default of a request body, under the limit.
+    let row = format!("{{\"text\": \"{}\"}}\n", "x".repeat(100));
+    let rows = 40_000;
+    let big = row.repeat(rows);
+    assert!(big.len() > 4_000_000);
+    let first = part_ok(&state, &upload_id, "big.jsonl", big.as_bytes(), rows as i64).await;
+    // Over the upload limit: 413, nothing kept.
+    let huge = row.repeat(70_000);
+    let reply = add_part(&state, KEY, &upload_id, "huge.jsonl", huge.as_bytes()).await;
+    assert_eq!(
+        reply.status,
+        413,
+        "{}",
+        String::from_utf8_lossy(&reply.bytes)
+    );
+    // The second part is the last one allowed.
+    let second = part_ok(&state, &upload_id, "small.jsonl", row.as_bytes(), 1).await;
+    let reply = add_part(&state, KEY, &upload_id, "third.jsonl", row.as_bytes()).await;
+    assert_eq!(
+        reply.status,
+        409,
+        "{}",
+        String::from_utf8_lossy(&reply.bytes)
+    );
+    let done = ok(&call(
+        &state,
+        "POST",
+        &format!("/v1/datasets/uploads/{upload_id}/complete"),
+        KEY,
+        Some(json!({"part_ids": [first, second]})),
+    )
+    .await);
+    let dataset = done["upload_info"]["dataset"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let got = ok(&call(&state, "GET", &format!("/v1/datasets/{dataset}"), KEY, None).await);
+    assert_eq!(got["row_count"], rows as i64 + 1);
+}

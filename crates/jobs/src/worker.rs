@@ -373,13 +373,33 @@ impl JobContext {
         file_id: &str,
         which: &str,
     ) -> Result<Vec<TrainingExample>, Stop> {
-        let bytes = self.block_on(async {
-            use futures_util::TryStreamExt;
-            let file = self.store.file(project_id, file_id).await?;
-            let chunks: Vec<bytes::Bytes> =
-                self.store.file_content(&file).await?.try_collect().await?;
-            Ok::<_, hearth_store::StoreError>(chunks.concat())
-        })?;
+        let bytes = self
+            .block_on(async {
+                use futures_util::TryStreamExt;
+                // A dataset (`dataset-...`) trains from its `messages` or
+                // `prompt`/`completion` columns, read from its Parquet parts.
+                let content = if file_id.starts_with("dataset-") {
+                    let dataset = self.store.dataset_by_id(file_id).await?;
+                    if dataset.project_id != project_id {
+                        return Err(hearth_store::StoreError::NotFound("dataset"));
+                    }
+                    self.store.dataset_training_lines(&dataset).await?
+                } else {
+                    let file = self.store.file(project_id, file_id).await?;
+                    self.store.file_content(&file).await?
+                };
+                let chunks: Vec<bytes::Bytes> = content.try_collect().await?;
+                Ok::<_, hearth_store::StoreError>(chunks.concat())
+            })
+            .map_err(|e| match e {
+                hearth_store::StoreError::Invalid(_) | hearth_store::StoreError::NotFound(_) => {
+                    Stop::Failed {
+                        code: "invalid_training_file",
+                        message: format!("the {which} file {file_id}: {e}"),
+                    }
+                }
+                e => e.into(),
+            })?;
         let text = String::from_utf8(bytes).map_err(|_| Stop::Failed {
             code: "invalid_training_file",
             message: format!("the {which} file {file_id} is not UTF-8"),

@@ -110,6 +110,9 @@ async fn check_file(
     file_id: &str,
     param: &str,
 ) -> Result<(), HttpError> {
+    if file_id.starts_with("dataset-") {
+        return check_dataset(state, project_id, file_id, param).await;
+    }
     let file = match state.store.file(project_id, file_id).await {
         Ok(file) => file,
         Err(StoreError::NotFound(_)) => {
@@ -148,7 +151,49 @@ async fn check_file(
         .acquire()
         .await
         .map_err(|_| HttpError(ApiError::internal()))?;
-    let mut content = state.store.file_content(&file).await?;
+    let content = state.store.file_content(&file).await?;
+    check_lines(content, &format!("The file `{file_id}`"), param).await
+}
+
+/// A dataset named as a training or validation file: the project's, with
+/// `messages` or `prompt`/`completion` columns, every row an example.
+async fn check_dataset(
+    state: &AppState,
+    project_id: &str,
+    dataset_id: &str,
+    param: &str,
+) -> Result<(), HttpError> {
+    let bad = |message: String| HttpError(ApiError::bad_request(Some(param), message));
+    let dataset = match state.store.dataset_by_id(dataset_id).await {
+        Ok(d) if d.project_id == project_id => d,
+        Ok(_) | Err(StoreError::NotFound(_)) => {
+            return Err(bad(format!(
+                "The dataset `{dataset_id}` does not exist in this project."
+            )))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let lines = match state.store.dataset_training_lines(&dataset).await {
+        Ok(lines) => lines,
+        Err(StoreError::Invalid(message)) => return Err(bad(message)),
+        Err(e) => return Err(e.into()),
+    };
+    let _permit = state
+        .limits
+        .validations
+        .acquire()
+        .await
+        .map_err(|_| HttpError(ApiError::internal()))?;
+    check_lines(lines, &format!("The dataset `{dataset_id}`"), param).await
+}
+
+/// Runs every line of `content` through the training-line check (on the
+/// blocking pool, a chunk at a time); 400 naming `what` and the line.
+async fn check_lines(
+    mut content: futures_util::stream::BoxStream<'static, Result<bytes::Bytes, StoreError>>,
+    what: &str,
+    param: &str,
+) -> Result<(), HttpError> {
     let mut lines = LineChecker::default();
     while let Some(chunk) = content.try_next().await.map_err(HttpError::from)? {
         let mut checker = std::mem::take(&mut lines);
@@ -166,7 +211,7 @@ async fn check_file(
     lines.finish().map_err(|problem| {
         HttpError(ApiError::bad_request(
             Some(param),
-            format!("The file `{file_id}` is not a valid fine-tuning dataset: {problem}"),
+            format!("{what} is not a valid fine-tuning dataset: {problem}"),
         ))
     })
 }

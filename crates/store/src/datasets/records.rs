@@ -224,7 +224,7 @@ impl Store {
     /// fine-tuning job that has not ended trains from it.
     pub async fn delete_dataset(&self, id: &str) -> Result<Vec<String>> {
         let users = sqlx::query(
-            "SELECT id FROM fine_tuning_jobs WHERE training_file = $1 \
+            "SELECT id FROM fine_tuning_jobs WHERE (training_file = $1 OR validation_file = $1) \
              AND status IN ('validating_files', 'queued', 'running')",
         )
         .bind(id)
