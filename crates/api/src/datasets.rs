@@ -294,6 +294,23 @@ pub fn check_name(name: &str) -> Result<(), ApiError> {
     check_len("name", name, MAX_NAME)
 }
 
+/// A new dataset's name, folder and description (400 shape B naming the
+/// field over its limit).
+fn check_descriptive(
+    name: &str,
+    folder: Option<&str>,
+    description: Option<&str>,
+) -> Result<(), ApiError> {
+    check_name(name)?;
+    if let Some(folder) = folder {
+        check_len("folder", folder, MAX_FOLDER)?;
+    }
+    if let Some(description) = description {
+        check_len("description", description, MAX_DESCRIPTION)?;
+    }
+    Ok(())
+}
+
 fn check_len(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
     if value.len() > max {
         return Err(ApiError::bad_request(
@@ -319,14 +336,11 @@ impl UploadCreateRequest {
     /// Name, folder and description limits (the schema is checked by the
     /// store's rules).
     pub fn validate(&self) -> Result<(), ApiError> {
-        check_name(&self.name)?;
-        if let Some(folder) = &self.folder {
-            check_len("folder", folder, MAX_FOLDER)?;
-        }
-        if let Some(description) = &self.description {
-            check_len("description", description, MAX_DESCRIPTION)?;
-        }
-        Ok(())
+        check_descriptive(
+            &self.name,
+            self.folder.as_deref(),
+            self.description.as_deref(),
+        )
     }
 }
 
@@ -364,13 +378,11 @@ pub struct DatasetCreateRequest {
 
 impl DatasetCreateRequest {
     pub fn validate(&self) -> Result<(), ApiError> {
-        check_name(&self.name)?;
-        if let Some(folder) = &self.folder {
-            check_len("folder", folder, MAX_FOLDER)?;
-        }
-        if let Some(description) = &self.description {
-            check_len("description", description, MAX_DESCRIPTION)?;
-        }
+        check_descriptive(
+            &self.name,
+            self.folder.as_deref(),
+            self.description.as_deref(),
+        )?;
         match (&self.rows, &self.source) {
             (Some(_), Some(_)) => Err(ApiError::bad_request(
                 Some("rows"),

@@ -6,7 +6,6 @@
 //! `cancel` drops them.
 
 use axum::extract::{FromRequest, Multipart, Request, State};
-use axum::http::header::CONTENT_LENGTH;
 use axum::{Extension, Json};
 use hearth_api::datasets::{
     UploadCompleteRequest, UploadCreateRequest, UploadDataset, UploadInfo, UploadObject,
@@ -25,9 +24,6 @@ use super::datasets::{
 use crate::auth::RequestContext;
 use crate::error::{ApiJson, ApiPath, ApiQuery, HttpError};
 use crate::state::AppState;
-
-/// Room for the multipart framing around the part.
-const MULTIPART_OVERHEAD: u64 = 64 * 1024;
 
 fn upload_object(u: Upload) -> UploadObject {
     UploadObject {
@@ -102,14 +98,7 @@ pub async fn add_part(
         .into());
     }
     let limit = state.max_upload_bytes;
-    let declared = request
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit + MULTIPART_OVERHEAD) {
-        return Err(StoreError::TooLarge { limit }.into());
-    }
+    super::files::refuse_declared_over(&request, limit)?;
     let mut multipart = Multipart::from_request(request, &state)
         .await
         .map_err(|_| HttpError(missing_field("data")))?;

@@ -38,14 +38,10 @@ fn file_object(f: FileRecord) -> FileObject {
     }
 }
 
-/// `POST /v1/files`: multipart with `file` and `purpose`.
-pub async fn upload(
-    State(state): State<AppState>,
-    Extension(ctx): Extension<RequestContext>,
-    ApiQuery(_project): ApiQuery<ProjectQuery>,
-    request: Request,
-) -> Result<Json<FileObject>, HttpError> {
-    let limit = state.max_upload_bytes;
+/// 413 at once when a multipart upload's declared length is over `limit`
+/// (plus room for the form's framing); the stream is counted as it comes
+/// too, for bodies that do not declare their length.
+pub fn refuse_declared_over(request: &Request, limit: u64) -> Result<(), HttpError> {
     let declared = request
         .headers()
         .get(CONTENT_LENGTH)
@@ -54,6 +50,17 @@ pub async fn upload(
     if declared.is_some_and(|n| n > limit + MULTIPART_OVERHEAD) {
         return Err(hearth_store::StoreError::TooLarge { limit }.into());
     }
+    Ok(())
+}
+
+/// `POST /v1/files`: multipart with `file` and `purpose`.
+pub async fn upload(
+    State(state): State<AppState>,
+    Extension(ctx): Extension<RequestContext>,
+    ApiQuery(_project): ApiQuery<ProjectQuery>,
+    request: Request,
+) -> Result<Json<FileObject>, HttpError> {
+    refuse_declared_over(&request, state.max_upload_bytes)?;
     let mut multipart = Multipart::from_request(request, &state)
         .await
         .map_err(|_| HttpError(missing_field("file")))?;

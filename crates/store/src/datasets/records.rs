@@ -74,13 +74,18 @@ pub fn is_well_formed_dataset_id(id: &str) -> bool {
 const COLUMNS: &str = "id, project_id, name, folder, description, schema, row_count, \
      bytes, source, created_at, updated_at";
 
+/// The `schema` column of a dataset or upload row, parsed.
+pub(super) fn stored_schema(row: &AnyRow, what: &str) -> Result<Vec<Column>> {
+    let text: String = row.try_get("schema")?;
+    serde_json::from_str(&text)
+        .map_err(|e| e.to_string())
+        .and_then(|v| schema_from_json(&v))
+        .map_err(|e| StoreError::Invalid(format!("stored {what} schema: {e}")))
+}
+
 impl Dataset {
     pub(super) fn from_row(row: &AnyRow) -> Result<Self> {
-        let schema: String = row.try_get("schema")?;
-        let schema = serde_json::from_str(&schema)
-            .map_err(|e| e.to_string())
-            .and_then(|v| schema_from_json(&v))
-            .map_err(|e| StoreError::Invalid(format!("stored dataset schema: {e}")))?;
+        let schema = stored_schema(row, "dataset")?;
         let source: Option<String> = row.try_get("source")?;
         Ok(Self {
             id: row.try_get("id")?,

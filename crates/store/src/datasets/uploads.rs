@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::records::{insert_dataset, Dataset, NewDataset, StoredPart};
-use super::schema::{schema_from_json, schema_to_json, Column};
+use super::records::{insert_dataset, stored_schema, Dataset, NewDataset, StoredPart};
+use super::schema::{schema_to_json, Column};
 use crate::error::{Result, StoreError};
 use crate::ids::{self, new_id, now};
 use crate::Store;
@@ -110,11 +110,7 @@ pub fn part_blob_key(upload_id: &str, part_id: &str) -> String {
 
 impl Upload {
     fn from_row(row: &AnyRow) -> Result<Self> {
-        let schema: String = row.try_get("schema")?;
-        let schema = serde_json::from_str(&schema)
-            .map_err(|e| e.to_string())
-            .and_then(|v| schema_from_json(&v))
-            .map_err(|e| StoreError::Invalid(format!("stored upload schema: {e}")))?;
+        let schema = stored_schema(row, "upload")?;
         let part_ids: Option<String> = row.try_get("part_ids")?;
         Ok(Self {
             id: row.try_get("id")?,
