@@ -111,6 +111,10 @@ pub fn app(state: AppState) -> Router {
             post(routes::dataset_uploads::create),
         )
         .route(
+            "/v1/datasets/uploads/{upload_id}",
+            get(routes::dataset_uploads::retrieve),
+        )
+        .route(
             "/v1/datasets/uploads/{upload_id}/parts",
             post(routes::dataset_uploads::add_part).layer(DefaultBodyLimit::disable()),
         )

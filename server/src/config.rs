@@ -278,6 +278,14 @@ pub struct DatasetArgs {
     #[arg(long, env = "HEARTH_DATASET_UPLOAD_TTL_HOURS", default_value_t = 24,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub dataset_upload_ttl_hours: u64,
+    /// URL prefixes (`s3://bucket/prefix/`, `file:///srv/datasets/`) that
+    /// dataset imports may read; none by default (imports refused).
+    #[arg(
+        long = "dataset-import-allow",
+        env = "HEARTH_DATASET_IMPORT_ALLOW",
+        value_delimiter = ','
+    )]
+    pub dataset_import_allow: Vec<String>,
 }
 
 impl Default for DatasetArgs {
@@ -285,6 +293,7 @@ impl Default for DatasetArgs {
         Self {
             dataset_max_parts: 10_000,
             dataset_upload_ttl_hours: 24,
+            dataset_import_allow: Vec::new(),
         }
     }
 }
@@ -294,6 +303,7 @@ impl DatasetArgs {
         crate::state::DatasetPolicy {
             max_parts: self.dataset_max_parts,
             upload_ttl: std::time::Duration::from_secs(self.dataset_upload_ttl_hours * 3600),
+            import_allow: self.dataset_import_allow.clone().into(),
         }
     }
 }

@@ -233,6 +233,7 @@ impl Modify for Bearer {
         datasets::export_dataset,
         datasets::query_templates,
         datasets::create_upload,
+        datasets::retrieve_upload,
         datasets::add_part,
         datasets::complete_upload,
         datasets::cancel_upload,

@@ -51,6 +51,8 @@ pub struct DatasetPolicy {
     /// How long an upload may stay `PENDING` before it is cancelled and
     /// its parts deleted.
     pub upload_ttl: std::time::Duration,
+    /// URL prefixes imports from object storage may read; empty: none.
+    pub import_allow: Arc<[String]>,
 }
 
 impl Default for DatasetPolicy {
@@ -58,6 +60,7 @@ impl Default for DatasetPolicy {
         Self {
             max_parts: 10_000,
             upload_ttl: std::time::Duration::from_secs(24 * 3600),
+            import_allow: Arc::from(Vec::new()),
         }
     }
 }

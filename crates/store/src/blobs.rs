@@ -132,6 +132,62 @@ impl Blobs {
         }
     }
 
+    /// Copies the object at `url` (`file:///path` or `s3://bucket/key`,
+    /// credentials from the `AWS_*` environment) to the local file `path`,
+    /// streamed; at most `limit` bytes ([`StoreError::TooLarge`] beyond).
+    /// A missing object is [`StoreError::NotFound`].
+    pub async fn download_url(url: &url::Url, path: &Path, limit: u64) -> Result<u64> {
+        use tokio::io::AsyncWriteExt;
+        let (store, location): (Arc<dyn ObjectStore>, ObjectPath) = match url.scheme() {
+            "file" => {
+                let file = url
+                    .to_file_path()
+                    .map_err(|_| StoreError::Invalid(format!("`{url}` is not a file path")))?;
+                let location = ObjectPath::from_absolute_path(&file)
+                    .map_err(|e| StoreError::Invalid(format!("`{url}`: {e}")))?;
+                (Arc::new(LocalFileSystem::new()), location)
+            }
+            "s3" => {
+                let bucket = url.host_str().unwrap_or_default();
+                let s3 = AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .build()?;
+                (
+                    Arc::new(s3),
+                    ObjectPath::from(url.path().trim_start_matches('/')),
+                )
+            }
+            other => {
+                return Err(StoreError::Invalid(format!(
+                    "`{url}`: unsupported scheme `{other}` (use file:// or s3://)"
+                )))
+            }
+        };
+        let result = match store.get(&location).await {
+            Ok(result) => result,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(StoreError::NotFound("object"))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if result.meta.size > limit {
+            return Err(StoreError::TooLarge { limit });
+        }
+        let mut stream = result.into_stream();
+        let mut file = tokio::fs::File::create(path).await?;
+        let mut written = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            written += chunk.len() as u64;
+            if written > limit {
+                return Err(StoreError::TooLarge { limit });
+            }
+            file.write_all(&chunk).await?;
+        }
+        file.flush().await?;
+        Ok(written)
+    }
+
     /// Deletes the blob under `key` (nothing if it is already gone).
     pub async fn delete_key(&self, key: &str) -> Result<()> {
         match self.store.delete(&ObjectPath::from(key)).await {

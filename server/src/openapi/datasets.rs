@@ -22,16 +22,20 @@ struct PartForm {
 
 #[utoipa::path(
     post, path = "/v1/datasets", tag = "Datasets", operation_id = "createDataset",
-    summary = "Create a dataset from rows sent inline",
+    summary = "Create a dataset from rows sent inline, or import one from object storage",
     description = "`rows` (at most 10,000 objects) are checked against `schema` (inferred from \
-        them when absent) and stored as Parquet. Larger sets go through uploads. Imports from \
-        object storage (`source`) are not available yet (400).",
+        them when absent) and stored as Parquet; the answer is the dataset. With `source` \
+        (`{type: \"object_storage\", url, format}`, under a prefix the server allows with \
+        `--dataset-import-allow`), the answer is an upload record, `PENDING`, and the object is \
+        read in the background: `GET /v1/datasets/uploads/{upload_id}` shows it `COMPLETED` \
+        with the dataset's id, or `FAILED` with `error`.",
     params(ProjectQuery),
     request_body = DatasetCreateRequest,
     responses(
-        (status = 200, description = "The dataset.", body = DatasetObject),
-        (status = 400, description = "A bad schema, a row that breaks it (named by its line = \
-            item number), or `source`.", body = UpstreamError),
+        (status = 200, description = "The dataset (rows inline) or the import's upload record \
+            (`source`).", body = DatasetObject),
+        (status = 400, description = "A bad schema, a row that breaks it (`rows[i]`), or a \
+            `source` that is not allowed.", body = UpstreamError),
     )
 )]
 pub fn create_dataset() {}
@@ -118,6 +122,14 @@ pub fn query_templates() {}
     )
 )]
 pub fn create_upload() {}
+
+#[utoipa::path(
+    get, path = "/v1/datasets/uploads/{upload_id}", tag = "Datasets",
+    operation_id = "retrieveDatasetUpload", summary = "An upload (or import) and how it went",
+    params(("upload_id" = String, Path, description = "The upload's id.")),
+    responses((status = 200, description = "The upload record.", body = UploadObject))
+)]
+pub fn retrieve_upload() {}
 
 #[utoipa::path(
     post, path = "/v1/datasets/uploads/{upload_id}/parts", tag = "Datasets",

@@ -25,7 +25,7 @@ use crate::auth::RequestContext;
 use crate::error::{ApiJson, ApiPath, ApiQuery, HttpError};
 use crate::state::AppState;
 
-fn upload_object(u: Upload) -> UploadObject {
+pub fn upload_object(u: Upload) -> UploadObject {
     UploadObject {
         id: u.id,
         object: OBJECT_UPLOAD.to_string(),
@@ -79,6 +79,18 @@ pub async fn create(
         .await?;
     tracing::info!(upload = %upload.id, "dataset upload created");
     Ok(Json(upload_object(upload)))
+}
+
+/// `GET /v1/datasets/uploads/{upload_id}`: the upload record (how an
+/// import from object storage went).
+pub async fn retrieve(
+    State(state): State<AppState>,
+    Extension(ctx): Extension<RequestContext>,
+    ApiPath(upload_id): ApiPath<String>,
+) -> Result<Json<UploadObject>, HttpError> {
+    Ok(Json(upload_object(
+        caller_upload(&state, &ctx, &upload_id).await?,
+    )))
 }
 
 /// `POST /v1/datasets/uploads/{upload_id}/parts`: multipart, the part in

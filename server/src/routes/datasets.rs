@@ -148,19 +148,25 @@ async fn caller_dataset(
 }
 
 /// `POST /v1/datasets`: rows inline (checked like an uploaded part; the
-/// schema inferred from them when absent).
+/// schema inferred from them when absent), answered with the dataset; or
+/// an import from object storage (`source`), answered with its upload
+/// record (see `dataset_import`).
 pub async fn create(
     State(state): State<AppState>,
     Extension(ctx): Extension<RequestContext>,
     ApiQuery(_project): ApiQuery<ProjectQuery>,
-    ApiJson(request): ApiJson<DatasetCreateRequest>,
-) -> Result<Json<DatasetObject>, HttpError> {
+    ApiJson(mut request): ApiJson<DatasetCreateRequest>,
+) -> Result<Response, HttpError> {
     request.validate()?;
+    if let Some(source) = request.source.take() {
+        let upload =
+            super::dataset_import::start(&state, &ctx.project_id, request, &source).await?;
+        return Ok(Json(upload).into_response());
+    }
     let Some(rows) = request.rows else {
         return Err(HttpError(ApiError::bad_request(
-            Some("source"),
-            "Imports from object storage are not available yet; upload the rows in parts \
-             (`/v1/datasets/uploads`) or send them inline (`rows`).",
+            Some("rows"),
+            "`rows` is missing.",
         )));
     };
     let dir = tempfile::tempdir().map_err(StoreError::from)?;
@@ -221,7 +227,7 @@ pub async fn create(
     match created {
         Ok(dataset) => {
             tracing::info!(dataset = %dataset.id, rows = dataset.row_count, "dataset created");
-            Ok(Json(dataset_object(dataset)))
+            Ok(Json(dataset_object(dataset)).into_response())
         }
         Err(e) => {
             delete_blobs(&state, vec![key]).await;

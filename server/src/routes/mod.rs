@@ -4,6 +4,7 @@ pub mod admin;
 pub mod batches;
 pub mod chat;
 pub mod completions;
+pub mod dataset_import;
 pub mod dataset_uploads;
 pub mod datasets;
 pub mod embeddings;

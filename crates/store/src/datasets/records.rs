@@ -77,6 +77,10 @@ const COLUMNS: &str = "id, project_id, name, folder, description, schema, row_co
 /// The `schema` column of a dataset or upload row, parsed.
 pub(super) fn stored_schema(row: &AnyRow, what: &str) -> Result<Vec<Column>> {
     let text: String = row.try_get("schema")?;
+    // An import without a schema holds none until it is inferred.
+    if text == "[]" {
+        return Ok(Vec::new());
+    }
     serde_json::from_str(&text)
         .map_err(|e| e.to_string())
         .and_then(|v| schema_from_json(&v))

@@ -1,0 +1,196 @@
+//! Imports from object storage: `POST /v1/datasets` with `source:
+//! {type: "object_storage", url, format?}` answers an upload record
+//! (`PENDING`) at once and reads the object in the background: download
+//! to a temporary file, infer the schema when none was given, check and
+//! convert it as a part, then complete the upload (`COMPLETED` with the
+//! dataset's id) or fail it (`FAILED` with `error`). `GET
+//! /v1/datasets/uploads/{id}` shows how it went.
+//!
+//! Only URLs under a prefix the operator allowed (`--dataset-import-allow`)
+//! are read: the server's own files and credentials are not the callers'.
+
+use hearth_api::datasets::{DatasetCreateRequest, DatasetSource, UploadObject};
+use hearth_api::ApiError;
+use hearth_store::datasets::schema::Column;
+use hearth_store::datasets::table::{self, PartFormat};
+use hearth_store::datasets::{new_part_id, part_blob_key, NewUpload};
+use hearth_store::{Blobs, StoreError};
+
+use super::dataset_uploads::upload_object;
+use super::datasets::{convert_to_parquet, delete_blobs, schema_from_wire, RowsFrom};
+use crate::error::HttpError;
+use crate::state::AppState;
+
+/// The checked URL and format of an import (400 shape B naming
+/// `source...` otherwise).
+fn check_source(
+    state: &AppState,
+    source: &DatasetSource,
+) -> Result<(url::Url, PartFormat), HttpError> {
+    let bad = |param: &str, message: String| HttpError(ApiError::bad_request(Some(param), message));
+    if source.kind != "object_storage" {
+        return Err(bad(
+            "source.type",
+            format!(
+                "`source.type` `{}` is unknown; use `object_storage`.",
+                source.kind
+            ),
+        ));
+    }
+    let url = url::Url::parse(&source.url)
+        .map_err(|e| bad("source.url", format!("`source.url` is not a URL: {e}")))?;
+    if !matches!(url.scheme(), "file" | "s3") {
+        return Err(bad(
+            "source.url",
+            "`source.url` must be `s3://bucket/key` or `file:///path`.".into(),
+        ));
+    }
+    if url
+        .path()
+        .split('/')
+        .any(|s| s == ".." || s == "." || s == "%2e%2e")
+    {
+        return Err(bad(
+            "source.url",
+            "`source.url` must not hold `.` or `..` segments.".into(),
+        ));
+    }
+    let allowed = state
+        .datasets
+        .import_allow
+        .iter()
+        .any(|prefix| url.as_str().starts_with(prefix.as_str()));
+    if !allowed {
+        let message = if state.datasets.import_allow.is_empty() {
+            "Imports from object storage are off on this server (the operator allows URL \
+             prefixes with `--dataset-import-allow`); upload the rows in parts instead."
+                .to_string()
+        } else {
+            format!(
+                "`{url}` is not under a prefix this server imports from ({}).",
+                state.datasets.import_allow.join(", ")
+            )
+        };
+        return Err(bad("source.url", message));
+    }
+    let format = match source.format.as_deref() {
+        Some("jsonl") => PartFormat::Jsonl,
+        Some("csv") => PartFormat::Csv,
+        Some("parquet") => PartFormat::Parquet,
+        Some(other) => {
+            return Err(bad(
+                "source.format",
+                format!("`source.format` `{other}` is unknown; use jsonl, csv or parquet."),
+            ))
+        }
+        None => PartFormat::detect(None, url.path_segments().and_then(|mut s| s.next_back())),
+    };
+    Ok((url, format))
+}
+
+/// `POST /v1/datasets` with `source`: the upload record, `PENDING`; the
+/// import runs in the background.
+pub async fn start(
+    state: &AppState,
+    project_id: &str,
+    request: DatasetCreateRequest,
+    source: &DatasetSource,
+) -> Result<UploadObject, HttpError> {
+    let (url, format) = check_source(state, source)?;
+    let schema = match &request.schema {
+        Some(schema) => Some(schema_from_wire(schema)?),
+        None => None,
+    };
+    let upload = state
+        .store
+        .create_upload(NewUpload {
+            project_id: project_id.to_string(),
+            name: request.name,
+            folder: request.folder,
+            description: request.description,
+            schema: schema.clone().unwrap_or_default(),
+        })
+        .await?;
+    tracing::info!(upload = %upload.id, url = %url, "dataset import started");
+    let background = state.clone();
+    let id = upload.id.clone();
+    tokio::spawn(async move {
+        if let Err(message) = run(&background, &id, &url, format, schema).await {
+            tracing::warn!(upload = %id, "dataset import failed: {message}");
+            match background.store.fail_upload(&id, &message).await {
+                Ok(keys) => delete_blobs(&background, keys).await,
+                Err(e) => tracing::warn!(upload = %id, "recording a failed import: {e}"),
+            }
+        }
+    });
+    Ok(upload_object(upload))
+}
+
+/// Reads, checks and stores the object, then completes the upload; the
+/// error says what went wrong, for the upload's `error`.
+async fn run(
+    state: &AppState,
+    upload_id: &str,
+    url: &url::Url,
+    format: PartFormat,
+    schema: Option<Vec<Column>>,
+) -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let input = dir.path().join("object");
+    Blobs::download_url(url, &input, state.max_upload_bytes)
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound(_) => format!("`{url}` does not exist"),
+            e => format!("reading `{url}`: {e}"),
+        })?;
+    let schema = match schema {
+        Some(schema) => schema,
+        None => {
+            let path = input.clone();
+            let inferred = tokio::task::spawn_blocking(move || table::infer_schema(&path, format))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("cannot infer a schema: {e}"))?;
+            state
+                .store
+                .set_upload_schema(upload_id, &inferred)
+                .await
+                .map_err(|e| e.to_string())?;
+            inferred
+        }
+    };
+    let output = dir.path().join("object.parquet");
+    let stats = convert_to_parquet(input, format, schema, output.clone(), RowsFrom::Part)
+        .await
+        .map_err(|e| e.0.message().replacen("Part `data`", "The object", 1))?;
+    let part_id = new_part_id();
+    let key = part_blob_key(upload_id, &part_id);
+    let bytes = state
+        .store
+        .blobs()
+        .put_file(&key, &output)
+        .await
+        .map_err(|e| e.to_string())?;
+    let stored = state
+        .store
+        .add_upload_part(
+            upload_id,
+            &part_id,
+            &key,
+            stats.rows as i64,
+            bytes as i64,
+            i64::MAX,
+        )
+        .await;
+    if let Err(e) = stored {
+        delete_blobs(state, vec![key]).await;
+        return Err(e.to_string());
+    }
+    let (upload, dataset, _) = state
+        .store
+        .complete_upload(upload_id, &[part_id])
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(upload = %upload.id, dataset = %dataset.id, rows = dataset.row_count, "dataset imported");
+    Ok(())
+}
