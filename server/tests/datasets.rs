@@ -1480,6 +1480,10 @@ async fn imports_read_allowed_objects_in_the_background() {
         got["schema"],
         json!([{"name": "q", "type": {"name": "string"}}, {"name": "n", "type": {"name": "integer"}}])
     );
+    assert_eq!(
+        got["source"],
+        json!({"type": "object_storage", "url": format!("{allowed}rows.jsonl"), "format": "jsonl"})
+    );
 
     // A bad row fails the import with its line; a missing object too.
     let csv = json!({"name": "csv", "schema": [{"name": "q", "type": {"name": "string"}},

@@ -46,6 +46,8 @@ CREATE TABLE dataset_uploads (
     -- The JSON list of part ids that completed it (a repeated complete
     -- with the same list answers the same record).
     part_ids TEXT,
+    -- Where an import reads from (JSON), for the dataset's `source`.
+    source TEXT,
     created_at BIGINT NOT NULL,
     completed_at BIGINT
 );

@@ -59,6 +59,7 @@ fn new_upload(project: &str) -> NewUpload {
         folder: None,
         description: Some("support chats".to_string()),
         schema: schema(),
+        source: None,
     }
 }
 

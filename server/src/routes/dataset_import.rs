@@ -109,6 +109,11 @@ pub async fn start(
             folder: request.folder,
             description: request.description,
             schema: schema.clone().unwrap_or_default(),
+            source: Some(serde_json::json!({
+                "type": "object_storage",
+                "url": source.url,
+                "format": format.as_str(),
+            })),
         })
         .await?;
     tracing::info!(upload = %upload.id, url = %url, "dataset import started");

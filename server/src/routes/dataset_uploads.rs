@@ -75,6 +75,7 @@ pub async fn create(
             folder: request.folder,
             description: request.description,
             schema,
+            source: None,
         })
         .await?;
     tracing::info!(upload = %upload.id, "dataset upload created");

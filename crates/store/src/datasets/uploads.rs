@@ -68,6 +68,8 @@ pub struct Upload {
     pub dataset_id: Option<String>,
     /// The parts that completed it, in order.
     pub part_ids: Option<Vec<String>>,
+    /// Where an import reads from (becomes the dataset's `source`).
+    pub source: Option<Value>,
     pub created_at: i64,
     pub completed_at: Option<i64>,
 }
@@ -80,6 +82,8 @@ pub struct NewUpload {
     pub folder: Option<String>,
     pub description: Option<String>,
     pub schema: Vec<Column>,
+    /// Where an import reads from; `None` for a multipart upload.
+    pub source: Option<Value>,
 }
 
 /// A received part.
@@ -95,7 +99,7 @@ pub struct UploadPart {
 }
 
 const UPLOAD_COLUMNS: &str = "id, project_id, name, folder, description, schema, status, error, \
-     dataset_id, part_ids, created_at, completed_at";
+     dataset_id, part_ids, source, created_at, completed_at";
 
 /// A new part id (the caller names the part's blob after it before the
 /// row exists).
@@ -112,6 +116,7 @@ impl Upload {
     fn from_row(row: &AnyRow) -> Result<Self> {
         let schema = stored_schema(row, "upload")?;
         let part_ids: Option<String> = row.try_get("part_ids")?;
+        let source: Option<String> = row.try_get("source")?;
         Ok(Self {
             id: row.try_get("id")?,
             project_id: row.try_get("project_id")?,
@@ -123,6 +128,7 @@ impl Upload {
             error: row.try_get("error")?,
             dataset_id: row.try_get("dataset_id")?,
             part_ids: part_ids.and_then(|p| serde_json::from_str(&p).ok()),
+            source: source.and_then(|s| serde_json::from_str(&s).ok()),
             created_at: row.try_get("created_at")?,
             completed_at: row.try_get("completed_at")?,
         })
@@ -156,12 +162,13 @@ impl Store {
             error: None,
             dataset_id: None,
             part_ids: None,
+            source: new.source,
             created_at: now(),
             completed_at: None,
         };
         sqlx::query(
             "INSERT INTO dataset_uploads (id, project_id, name, folder, description, schema, \
-             status, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+             status, source, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&upload.id)
         .bind(&upload.project_id)
@@ -170,6 +177,7 @@ impl Store {
         .bind(&upload.description)
         .bind(schema_to_json(&upload.schema).to_string())
         .bind(upload.status.as_str())
+        .bind(upload.source.as_ref().map(Value::to_string))
         .bind(upload.created_at)
         .execute(&self.pool)
         .await?;
@@ -324,7 +332,12 @@ impl Store {
                 folder: upload.folder.clone(),
                 description: upload.description.clone(),
                 schema: upload.schema.clone(),
-                source: Some(json!({"type": "upload", "upload_id": id})),
+                source: Some(
+                    upload
+                        .source
+                        .clone()
+                        .unwrap_or_else(|| json!({"type": "upload", "upload_id": id})),
+                ),
                 parts: chosen,
             },
         )

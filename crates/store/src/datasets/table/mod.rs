@@ -41,6 +41,17 @@ pub enum PartFormat {
 }
 
 impl PartFormat {
+    /// `jsonl`, `csv` or `parquet`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PartFormat::Jsonl => "jsonl",
+            PartFormat::Csv => "csv",
+            PartFormat::Parquet => "parquet",
+        }
+    }
+}
+
+impl PartFormat {
     /// From a content type (`application/jsonl`, `application/x-ndjson`,
     /// `application/json`, `text/csv`, `application/vnd.apache.parquet`,
     /// `application/x-parquet`; `application/octet-stream` and others are
