@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::raw::{self, upload, Raw};
+use common::raw::{self, shape_b_param, upload, Raw};
 use common::*;
 use serde_json::{json, Value};
 
@@ -60,28 +60,6 @@ async fn get_json(state: &hearth_server::AppState, uri: &str) -> Value {
         String::from_utf8_lossy(&reply.bytes)
     );
     reply.json()
-}
-
-/// A 400 shape-B body naming `param`; returns the message.
-fn shape_b(reply: &Raw, param: Option<&str>) -> String {
-    assert_eq!(
-        reply.status,
-        400,
-        "{}",
-        String::from_utf8_lossy(&reply.bytes)
-    );
-    let body = reply.json();
-    assert_eq!(body["error"]["type"], "BadRequestError", "{body}");
-    assert_eq!(body["error"]["code"], 400, "{body}");
-    assert_eq!(body["error"]["param"].as_str(), param, "{body}");
-    assert!(
-        body["detail"]
-            .as_str()
-            .unwrap()
-            .starts_with(hearth_api::INVALID_REQUEST_PREFIX),
-        "{body}"
-    );
-    body["error"]["message"].as_str().unwrap().to_string()
 }
 
 #[tokio::test]
@@ -528,7 +506,7 @@ async fn every_bad_request_is_refused_before_a_job_exists() {
     ];
     for (body, param, needle) in cases {
         let reply = create(&state, body.clone()).await;
-        let message = shape_b(&reply, param);
+        let message = shape_b_param(&reply, param);
         assert!(message.contains(needle), "{body}: {message}");
     }
     // Wrong JSON types and missing fields: 422 shape C.
@@ -687,7 +665,7 @@ async fn other_projects_jobs_are_403_and_finished_jobs_cannot_be_cancelled() {
         None,
     )
     .await;
-    let message = shape_b(&reply, None);
+    let message = shape_b_param(&reply, None);
     assert!(
         message.contains("cannot cancel a job that has already succeeded"),
         "{message}"
@@ -762,77 +740,4 @@ async fn spec_draft_lists_the_default_model_at_both_paths() {
     ] {
         raw::shape_a(&raw::get(&state, path, None).await, 401);
     }
-}
-
-/// A dataset (`dataset-...`) as the training file: the project's, with a
-/// `messages` json column (or `prompt`/`completion`), every row an example;
-/// anything else is refused before a job exists.
-#[tokio::test]
-async fn a_dataset_can_be_the_training_file() {
-    let state = state();
-    let make = |body: Value| {
-        let state = state.clone();
-        async move {
-            let reply = send_as(&state, "POST", "/v1/datasets", KEY, Some(&body)).await;
-            assert_eq!(
-                reply.status,
-                200,
-                "{}",
-                String::from_utf8_lossy(&reply.bytes)
-            );
-            reply.json()["id"].as_str().unwrap().to_string()
-        }
-    };
-    let messages = |q: &str, a: &str, role: &str| json!({"messages": [{"role": "user", "content": q}, {"role": role, "content": a}]});
-    let good = make(json!({"name": "chats", "rows": [
-        messages("Say hi", "hi", "assistant"), messages("2+2?", "4", "assistant")]}))
-    .await;
-    let pairs = make(json!({"name": "pairs", "rows": [
-        {"prompt": "Say hi", "completion": "hi"}]}))
-    .await;
-    let columns = make(json!({"name": "text", "rows": [{"text": "just text"}]})).await;
-    let bad_row = make(json!({"name": "robot", "rows": [
-        messages("Say hi", "hi", "assistant"), messages("2+2?", "4", "robot")]}))
-    .await;
-
-    for dataset in [&good, &pairs] {
-        let reply = create(&state, json!({"model": MODEL, "training_file": dataset})).await;
-        assert_eq!(
-            reply.status,
-            200,
-            "{}",
-            String::from_utf8_lossy(&reply.bytes)
-        );
-        assert_eq!(reply.json()["training_file"], json!(dataset));
-    }
-    let message = shape_b(
-        &create(&state, json!({"model": MODEL, "training_file": columns})).await,
-        Some("training_file"),
-    );
-    assert!(message.contains("`messages`"), "{message}");
-    let message = shape_b(
-        &create(&state, json!({"model": MODEL, "training_file": bad_row})).await,
-        Some("training_file"),
-    );
-    assert!(
-        message.contains("line 2") && message.contains("robot"),
-        "{message}"
-    );
-    let message = shape_b(
-        &create(
-            &state,
-            json!({"model": MODEL, "training_file": "dataset-01J00000000000000000000000"}),
-        )
-        .await,
-        Some("training_file"),
-    );
-    assert!(message.contains("does not exist"), "{message}");
-    // A dataset in use by a queued job cannot be deleted.
-    let reply = send_as(&state, "DELETE", &format!("/v1/datasets/{good}"), KEY, None).await;
-    assert_eq!(
-        reply.status,
-        409,
-        "{}",
-        String::from_utf8_lossy(&reply.bytes)
-    );
 }

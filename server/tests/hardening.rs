@@ -13,33 +13,8 @@ const TRAINING: &str = concat!(
     "\n",
 );
 
-/// A key whose account reaches the default project (its default) and a
-/// second project `a`; returns (key, a).
-async fn two_project_key(state: &AppState) -> (String, String) {
-    let store = &state.store;
-    let a = store.create_project("A").await.unwrap().id;
-    let key = store
-        .create_key("two", Some(&state.default_project), false)
-        .await
-        .unwrap();
-    store.grant_project(&key.info.account_id, &a).await.unwrap();
-    (key.secret, a)
-}
-
 async fn json_as(state: &AppState, method: &str, uri: &str, key: &str, body: Value) -> Raw {
-    request(
-        state,
-        method,
-        uri,
-        Some(key),
-        Some("application/json"),
-        body.to_string().into_bytes(),
-    )
-    .await
-}
-
-fn text(reply: &Raw) -> String {
-    String::from_utf8_lossy(&reply.bytes).to_string()
+    call(state, method, uri, key, Some(body)).await
 }
 
 #[tokio::test]

@@ -147,3 +147,67 @@ pub async fn other_project(state: &AppState) -> (String, String) {
         .unwrap();
     (project.id, key.secret)
 }
+
+/// The body as text (for assertion messages).
+pub fn text(reply: &Raw) -> String {
+    String::from_utf8_lossy(&reply.bytes).to_string()
+}
+
+/// A request with a JSON body (`Some`) or none, as `key`.
+pub async fn call(
+    state: &AppState,
+    method: &str,
+    uri: &str,
+    key: &str,
+    body: Option<Value>,
+) -> Raw {
+    match body {
+        Some(body) => {
+            request(
+                state,
+                method,
+                uri,
+                Some(key),
+                Some("application/json"),
+                body.to_string().into_bytes(),
+            )
+            .await
+        }
+        None => request(state, method, uri, Some(key), None, Vec::new()).await,
+    }
+}
+
+/// A key whose account reaches the default project (its default) and a
+/// second project `a`; returns (key, a).
+pub async fn two_project_key(state: &AppState) -> (String, String) {
+    let store = &state.store;
+    let a = store.create_project("A").await.unwrap().id;
+    let key = store
+        .create_key("two", Some(&state.default_project), false)
+        .await
+        .unwrap();
+    store.grant_project(&key.info.account_id, &a).await.unwrap();
+    (key.secret, a)
+}
+
+/// A 400 shape-B body naming `param`; returns the message.
+pub fn shape_b_param(reply: &Raw, param: Option<&str>) -> String {
+    assert_eq!(
+        reply.status,
+        400,
+        "{}",
+        String::from_utf8_lossy(&reply.bytes)
+    );
+    let body = reply.json();
+    assert_eq!(body["error"]["type"], "BadRequestError", "{body}");
+    assert_eq!(body["error"]["code"], 400, "{body}");
+    assert_eq!(body["error"]["param"].as_str(), param, "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with(hearth_api::INVALID_REQUEST_PREFIX),
+        "{body}"
+    );
+    body["error"]["message"].as_str().unwrap().to_string()
+}
