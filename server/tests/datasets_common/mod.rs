@@ -8,7 +8,8 @@ use serde_json::{json, Value};
 
 use crate::common::raw::*;
 use crate::common::*;
-/// A request with a JSON body (`Some`) or none./// Asserts 200 and gives the JSON body.
+
+/// Asserts 200 and gives the JSON body.
 pub fn ok(reply: &Raw) -> Value {
     assert_eq!(reply.status, 200, "{}", text(reply));
     reply.json()
@@ -231,7 +232,7 @@ pub fn indices(page: &Value) -> Vec<i64> {
         .collect()
 }
 
-/// `a`; returns (key, a).// ---- the rows of the upload flow ----
+// ---- the rows of the upload flow ----
 
 pub const JSONL_PART: &str = concat!(
     r#"{"prompt": "hello", "count": 1, "score": 0.5, "ok": true, "meta": {"a": {"b": [1, 2]}, "c": null}}"#,
