@@ -131,3 +131,25 @@ async fn imports_read_allowed_objects_in_the_background() {
         );
     }
 }
+
+/// `GET /v1/datasets/uploads/{id}`: the caller's upload in any of its
+/// projects; another project's key, or an id that names nothing, is 403.
+#[tokio::test]
+async fn an_upload_is_read_only_by_its_projects() {
+    let state = bare_state();
+    let upload = create_upload(
+        &state,
+        KEY,
+        "/v1/datasets/uploads",
+        json!({"name": "mine", "schema": full_schema()}),
+    )
+    .await;
+    let id = id_of(&upload);
+    let uri = format!("/v1/datasets/uploads/{id}");
+    let read = ok(&call(&state, "GET", &uri, KEY, None).await);
+    assert_eq!(read, upload);
+    let (_, other_key) = other_project(&state).await;
+    shape_a(&call(&state, "GET", &uri, &other_key, None).await, 403);
+    let missing = "/v1/datasets/uploads/dsupload-01J00000000000000000000000";
+    shape_a(&call(&state, "GET", missing, KEY, None).await, 403);
+}

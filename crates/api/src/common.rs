@@ -194,18 +194,29 @@ pub fn list_limit(
     default: i64,
     max: i64,
 ) -> Result<i64, crate::error::ApiError> {
+    match limit {
+        None => Ok(default),
+        Some(n) => query_in_range("limit", n, 1, Some(max)),
+    }
+}
+
+/// Query parameter `name`'s value `n`, checked to be at least `min` and at
+/// most `max`: else 422 shape C as pydantic words it.
+pub fn query_in_range(
+    name: &str,
+    n: i64,
+    min: i64,
+    max: Option<i64>,
+) -> Result<i64, crate::error::ApiError> {
     use crate::error::{ApiError, Loc, ValidationItem};
     use serde_json::{json, Value};
-    let Some(n) = limit else {
-        return Ok(default);
-    };
-    let (kind, msg, ctx) = if n < 1 {
+    let (kind, msg, ctx) = if n < min {
         (
             "greater_than_equal",
-            "Input should be greater than or equal to 1".to_string(),
-            json!({"ge": 1}),
+            format!("Input should be greater than or equal to {min}"),
+            json!({"ge": min}),
         )
-    } else if n > max {
+    } else if let Some(max) = max.filter(|&max| n > max) {
         (
             "less_than_equal",
             format!("Input should be less than or equal to {max}"),
@@ -216,7 +227,7 @@ pub fn list_limit(
     };
     Err(ApiError::validation(vec![ValidationItem {
         kind: kind.into(),
-        loc: vec![Loc::from("query"), Loc::from("limit")],
+        loc: vec![Loc::from("query"), Loc::from(name)],
         msg,
         input: Value::String(n.to_string()),
         ctx: Some(ctx),

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::common::{list_limit, OBJECT_LIST};
-use crate::error::{ApiError, Loc, ValidationItem};
+use crate::common::{list_limit, query_in_range, OBJECT_LIST};
+use crate::error::ApiError;
 
 pub const OBJECT_DATASET: &str = "dataset";
 pub const OBJECT_DATASET_DELETED: &str = "dataset.deleted";
@@ -161,16 +161,7 @@ impl ContentQuery {
     /// The checked `(limit, offset)` (422 shape C when out of range).
     pub fn checked(&self) -> Result<(i64, i64), ApiError> {
         let limit = list_limit(self.limit, DEFAULT_DATASET_LIMIT, MAX_DATASET_LIMIT)?;
-        let offset = self.offset.unwrap_or(0);
-        if offset < 0 {
-            return Err(ApiError::validation(vec![ValidationItem {
-                kind: "greater_than_equal".into(),
-                loc: vec![Loc::from("query"), Loc::from("offset")],
-                msg: "Input should be greater than or equal to 0".into(),
-                input: Value::String(offset.to_string()),
-                ctx: Some(serde_json::json!({"ge": 0})),
-            }]));
-        }
+        let offset = query_in_range("offset", self.offset.unwrap_or(0), 0, None)?;
         Ok((limit, offset))
     }
 }

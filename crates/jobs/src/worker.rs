@@ -378,7 +378,7 @@ impl JobContext {
                 use futures_util::TryStreamExt;
                 // A dataset (`dataset-...`) trains from its `messages` or
                 // `prompt`/`completion` columns, read from its Parquet parts.
-                let content = if file_id.starts_with("dataset-") {
+                let content = if hearth_store::datasets::names_dataset(file_id) {
                     let dataset = self.store.dataset_by_id(file_id).await?;
                     if dataset.project_id != project_id {
                         return Err(hearth_store::StoreError::NotFound("dataset"));

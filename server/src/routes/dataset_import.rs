@@ -74,15 +74,12 @@ fn check_source(
         return Err(bad("source.url", message));
     }
     let format = match source.format.as_deref() {
-        Some("jsonl") => PartFormat::Jsonl,
-        Some("csv") => PartFormat::Csv,
-        Some("parquet") => PartFormat::Parquet,
-        Some(other) => {
-            return Err(bad(
+        Some(name) => PartFormat::parse(name).ok_or_else(|| {
+            bad(
                 "source.format",
-                format!("`source.format` `{other}` is unknown; use jsonl, csv or parquet."),
-            ))
-        }
+                format!("`source.format` `{name}` is unknown; use jsonl, csv or parquet."),
+            )
+        })?,
         None => PartFormat::detect(None, url.path_segments().and_then(|mut s| s.next_back())),
     };
     Ok((url, format))
@@ -165,9 +162,9 @@ async fn run(
         }
     };
     let output = dir.path().join("object.parquet");
-    let stats = convert_to_parquet(input, format, schema, output.clone(), RowsFrom::Part)
+    let stats = convert_to_parquet(input, format, schema, output.clone(), RowsFrom::Import)
         .await
-        .map_err(|e| e.0.message().replacen("Part `data`", "The object", 1))?;
+        .map_err(|e| e.0.message())?;
     let part_id = new_part_id();
     let key = part_blob_key(upload_id, &part_id);
     let bytes = state

@@ -88,6 +88,8 @@ pub enum RowsFrom {
     Part,
     /// `rows` of a creation request: named by index.
     Inline,
+    /// The object an import reads: named by line.
+    Import,
 }
 
 /// Checks the part at `input` against `schema` and writes it as Parquet to
@@ -119,6 +121,7 @@ pub async fn convert_to_parquet(
                 },
             ),
             e if from == RowsFrom::Inline => ("rows", format!("`rows`: {e}")),
+            e if from == RowsFrom::Import => ("source.url", format!("The object, {e}")),
             e => ("data", format!("Part `data`, {e}")),
         };
         HttpError(ApiError::bad_request(Some(param), message))

@@ -110,7 +110,7 @@ async fn check_file(
     file_id: &str,
     param: &str,
 ) -> Result<(), HttpError> {
-    if file_id.starts_with("dataset-") {
+    if hearth_store::datasets::names_dataset(file_id) {
         return check_dataset(state, project_id, file_id, param).await;
     }
     let file = match state.store.file(project_id, file_id).await {

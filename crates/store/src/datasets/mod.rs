@@ -12,7 +12,8 @@ pub mod table;
 mod uploads;
 
 pub use records::{
-    is_well_formed_dataset_id, Dataset, DatasetPatch, DatasetSort, NewDataset, StoredPart,
+    is_well_formed_dataset_id, names_dataset, Dataset, DatasetPatch, DatasetSort, NewDataset,
+    StoredPart,
 };
 pub use uploads::{new_part_id, part_blob_key, NewUpload, Upload, UploadPart, UploadStatus};
 

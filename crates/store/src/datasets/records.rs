@@ -71,6 +71,13 @@ pub fn is_well_formed_dataset_id(id: &str) -> bool {
     ids::is_well_formed(ids::DATASET, id)
 }
 
+/// Whether `id` names a dataset rather than a file (where either may
+/// stand, as a fine-tuning job's training file).
+pub fn names_dataset(id: &str) -> bool {
+    id.strip_prefix(ids::DATASET)
+        .is_some_and(|rest| rest.starts_with('-'))
+}
+
 const COLUMNS: &str = "id, project_id, name, folder, description, schema, row_count, \
      bytes, source, created_at, updated_at";
 
@@ -232,10 +239,11 @@ impl Store {
     /// its parts, for the caller to remove. [`StoreError::InUse`] while a
     /// fine-tuning job that has not ended trains from it.
     pub async fn delete_dataset(&self, id: &str) -> Result<Vec<String>> {
-        let users = sqlx::query(
+        let users = sqlx::query(&format!(
             "SELECT id FROM fine_tuning_jobs WHERE (training_file = $1 OR validation_file = $1) \
-             AND status IN ('validating_files', 'queued', 'running')",
-        )
+             AND status IN {}",
+            crate::fine_tuning::ACTIVE
+        ))
         .bind(id)
         .fetch_all(&self.pool)
         .await?;

@@ -88,7 +88,7 @@ impl std::fmt::Display for FtStatus {
 }
 
 /// The SQL list of the non-terminal statuses.
-const ACTIVE: &str = "('validating_files', 'queued', 'running')";
+pub(crate) const ACTIVE: &str = "('validating_files', 'queued', 'running')";
 
 /// A fine-tuning job row.
 #[derive(Debug, Clone, PartialEq)]

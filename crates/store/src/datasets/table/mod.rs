@@ -49,9 +49,14 @@ impl PartFormat {
             PartFormat::Parquet => "parquet",
         }
     }
-}
 
-impl PartFormat {
+    /// The format named `jsonl`, `csv` or `parquet`.
+    pub fn parse(name: &str) -> Option<Self> {
+        [PartFormat::Jsonl, PartFormat::Csv, PartFormat::Parquet]
+            .into_iter()
+            .find(|f| f.as_str() == name)
+    }
+
     /// From a content type (`application/jsonl`, `application/x-ndjson`,
     /// `application/json`, `text/csv`, `application/vnd.apache.parquet`,
     /// `application/x-parquet`; `application/octet-stream` and others are
