@@ -126,10 +126,7 @@ impl Blobs {
 
     /// Deletes the content of `file_id` (nothing if it is already gone).
     pub async fn delete(&self, file_id: &str) -> Result<()> {
-        match self.store.delete(&file_path(file_id)).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        self.delete_key(file_path(file_id).as_ref()).await
     }
 
     /// Copies the object at `url` (`file:///path` or `s3://bucket/key`,
