@@ -2,7 +2,7 @@
 
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, patch, post};
 use axum::Router;
 
 use crate::auth::require_key;
@@ -80,6 +80,18 @@ pub fn app(state: AppState) -> Router {
             post(routes::batches::create).get(routes::batches::list),
         )
         .route("/v1/batches/{batch_id}", get(routes::batches::retrieve))
+        .route(
+            "/v0/dedicated_endpoints/templates",
+            get(routes::endpoints::templates),
+        )
+        .route(
+            "/v0/dedicated_endpoints",
+            post(routes::endpoints::create).get(routes::endpoints::list),
+        )
+        .route(
+            "/v0/dedicated_endpoints/{endpoint_id}",
+            patch(routes::endpoints::update).delete(routes::endpoints::delete),
+        )
         .route(
             "/v1/batches/{batch_id}/cancel",
             post(routes::batches::cancel),

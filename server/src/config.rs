@@ -32,6 +32,10 @@ pub enum Command {
     /// Create and list projects.
     #[command(subcommand)]
     Projects(ProjectsCommand),
+    /// List, create and delete dedicated endpoints (a running server
+    /// loads and drops their replicas within seconds).
+    #[command(subcommand)]
+    Endpoints(EndpointsCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -141,6 +145,8 @@ pub struct ServeArgs {
     pub batch: BatchArgs,
     #[command(flatten)]
     pub datasets: DatasetArgs,
+    #[command(flatten)]
+    pub endpoints: EndpointArgs,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
@@ -308,6 +314,20 @@ impl DatasetArgs {
     }
 }
 
+/// What this node sets aside for dedicated endpoints.
+#[derive(Debug, Clone, Default, Args)]
+pub struct EndpointArgs {
+    /// Memory dedicated endpoints may reserve in all (weights, KV caches,
+    /// working memory of every replica), in MiB; default: 80% of the
+    /// memory available when the server starts.
+    #[arg(long, env = "HEARTH_ENDPOINT_MEMORY_MB")]
+    pub endpoint_memory_mb: Option<u64>,
+    /// Threads dedicated endpoints may reserve in all; default: the
+    /// host's cores.
+    #[arg(long, env = "HEARTH_ENDPOINT_THREADS")]
+    pub endpoint_threads: Option<usize>,
+}
+
 /// The batch worker of this node.
 #[derive(Debug, Clone, Args)]
 pub struct BatchArgs {
@@ -450,4 +470,38 @@ pub enum ProjectsCommand {
     },
     /// List projects.
     List(StoreLocation),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EndpointsCommand {
+    /// List the dedicated endpoints of every project.
+    List(StoreLocation),
+    /// Create a dedicated endpoint; prints its id and routing key. The
+    /// server checks that the flavor fits when it loads it (a misfit ends
+    /// `failed` with the reason).
+    Create {
+        #[arg(long)]
+        name: String,
+        /// A template's model name (see GET /v0/dedicated_endpoints/templates).
+        #[arg(long)]
+        model: String,
+        /// A flavor of that template, e.g. cpu-large.
+        #[arg(long)]
+        flavor: String,
+        /// Replicas kept loaded.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
+        replicas: u32,
+        /// Project (default: the default project).
+        #[arg(long)]
+        project: Option<String>,
+        #[command(flatten)]
+        location: StoreLocation,
+    },
+    /// Delete a dedicated endpoint (its replicas stop once their requests
+    /// are done).
+    Delete {
+        id: String,
+        #[command(flatten)]
+        location: StoreLocation,
+    },
 }

@@ -6,7 +6,7 @@ use hearth_store::Store;
 
 use crate::config::{KeysCommand, ProjectsCommand, StoreLocation};
 
-async fn open(location: &StoreLocation) -> anyhow::Result<Store> {
+pub(crate) async fn open(location: &StoreLocation) -> anyhow::Result<Store> {
     Store::open(&location.store_config())
         .await
         .context("opening the store")

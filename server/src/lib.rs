@@ -4,6 +4,8 @@ pub mod app;
 pub mod auth;
 pub mod batch_endpoints;
 pub mod config;
+pub mod endpoints;
+pub mod endpoints_cli;
 pub mod error;
 pub mod fine_tuned;
 pub mod keys_cli;

@@ -36,5 +36,8 @@ fn main() -> anyhow::Result<()> {
         Command::Projects(command) => {
             runtime()?.block_on(hearth_server::keys_cli::projects(command))
         }
+        Command::Endpoints(command) => {
+            runtime()?.block_on(hearth_server::endpoints_cli::endpoints(command))
+        }
     }
 }

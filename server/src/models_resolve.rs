@@ -1,6 +1,8 @@
 //! Which model a request's `model` name means, for chat and completions.
 //!
-//! A name is, in order: a served chat model (the base, no adapter); a LoRA
+//! A name is, in order: a served chat model (the base, no adapter); the
+//! routing key of one of the project's dedicated endpoints (its
+//! least-loaded replica, `crate::endpoints`); a LoRA
 //! adapter of the catalogue (`kind = "adapter"`, [`AppState::adapters`]);
 //! or whatever the pluggable [`AdapterSource`] in [`AppState::adapter_source`]
 //! knows for the caller's project (e.g. fine-tuned models
@@ -65,6 +67,9 @@ pub async fn resolve_chat(
 ) -> Result<(ChatModel, Option<LoadedAdapter>), HttpError> {
     if let Some(model) = state.chat.get(name) {
         return Ok((model.clone(), None));
+    }
+    if let Some(routed) = state.endpoints.route(project, name) {
+        return routed.map_err(HttpError);
     }
     let adapter = match state.adapters.get(name) {
         Some(a) => Some(a.clone()),

@@ -60,10 +60,12 @@ pub fn build_state(
         kv_cache_bytes: args.kv_cache_mb.map(|mb| mb << 20),
         max_adapters: args.max_adapters,
         batch_step_time: std::time::Duration::from_millis(args.batch_step_ms),
+        threads: None,
     };
     let encoder_config = BatcherConfig {
         max_batch_tokens: args.max_batch_tokens,
         max_waiting: args.max_waiting,
+        threads: None,
     };
     let mut chat = BTreeMap::new();
     let mut embed = BTreeMap::new();
@@ -111,6 +113,12 @@ pub fn build_state(
         let model = load_adapter_entry(entry, &models_dir, &chat, started_at)?;
         adapters.insert(entry.id.clone(), model);
     }
+    let endpoints = crate::endpoints::Endpoints::new(crate::endpoints::HostConfig {
+        models_dir: models_dir.clone(),
+        engine: config.clone(),
+        capacity: crate::endpoints::Capacity::from_args(&args.endpoints),
+        device: device.clone(),
+    });
     Ok(AppState {
         chat: Arc::new(chat),
         adapters: Arc::new(adapters),
@@ -127,6 +135,7 @@ pub fn build_state(
         http: crate::state::HttpPolicy::new(&args.http),
         batch_counters: Default::default(),
         datasets: args.datasets.policy(),
+        endpoints,
     })
 }
 
@@ -218,6 +227,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         &args.ft,
     );
     let batches = crate::batch_endpoints::start_worker(&state, &args.batch);
+    // Endpoints of the store are registered (503 until loaded) before we
+    // listen; their replicas load in the background.
+    crate::endpoints::reconcile::reconcile_once(&state).await;
+    let reconciler = crate::endpoints::reconcile::spawn(state.clone());
     let expiry = {
         let state = state.clone();
         tokio::spawn(async move {
@@ -249,6 +262,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         batches.shut_down().await;
     }
     expiry.abort();
+    reconciler.abort();
     Ok(())
 }
 

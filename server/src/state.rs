@@ -41,6 +41,9 @@ pub struct AppState {
     pub batch_counters: Arc<hearth_jobs::batch::BatchCounters>,
     /// Limits of dataset uploads.
     pub datasets: DatasetPolicy,
+    /// This node's dedicated endpoints (empty and unable to start any on
+    /// a state built without models).
+    pub endpoints: crate::endpoints::Endpoints,
 }
 
 /// Limits of dataset uploads.

@@ -23,6 +23,7 @@ fn state() -> AppState {
         store,
         default_project: project.into(),
         batch_counters: Default::default(),
+        endpoints: Default::default(),
         ..with_model()
     }
 }

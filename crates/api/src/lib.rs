@@ -11,6 +11,8 @@
 //! - [`batches`]: `/v1/batches` creation, the batch object and list, the
 //!   lines of input and result files.
 //! - [`common`], [`completions`], [`chat`], [`models`]: request and response types.
+//! - [`endpoints`]: `/v0/dedicated_endpoints` templates, bodies, the
+//!   endpoint object and list.
 //! - [`embeddings`], [`rerank`]: `/v1/embeddings` and `/v1/rerank` types,
 //!   their validation, base64 vectors and `dimensions`.
 //! - [`files`]: `/v1/files` objects, lists, links and purposes.
@@ -33,6 +35,7 @@ pub mod completions;
 pub mod datasets;
 pub mod de;
 pub mod embeddings;
+pub mod endpoints;
 pub mod error;
 pub mod files;
 pub mod fine_tuning;

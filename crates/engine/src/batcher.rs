@@ -60,6 +60,8 @@ pub struct BatcherConfig {
     pub max_batch_tokens: usize,
     /// Requests that may wait before new ones are refused.
     pub max_waiting: usize,
+    /// Threads of the encoder's own pool; `None`: rayon's global pool.
+    pub threads: Option<usize>,
 }
 
 impl Default for BatcherConfig {
@@ -67,6 +69,7 @@ impl Default for BatcherConfig {
         Self {
             max_batch_tokens: 8192,
             max_waiting: 256,
+            threads: None,
         }
     }
 }
@@ -93,7 +96,11 @@ impl EncoderHandle {
         let (tx, rx) = mpsc::channel(max_waiting);
         let thread = std::thread::Builder::new()
             .name("hearth-encoder".into())
-            .spawn(move || run(encoder, config, rx))
+            .spawn(move || {
+                crate::threads::run_on_pool(config.threads, "hearth-encoder", move || {
+                    run(encoder, config, rx)
+                })
+            })
             .expect("spawning the encoder thread");
         Self {
             tx,
@@ -331,6 +338,7 @@ mod tests {
             BatcherConfig {
                 max_batch_tokens: 8,
                 max_waiting: 16,
+                threads: None,
             },
         );
         let inputs: Vec<Vec<u32>> = (0..10).map(|i| vec![i; (i % 3 + 1) as usize]).collect();
@@ -354,6 +362,7 @@ mod tests {
             BatcherConfig {
                 max_batch_tokens: 1000,
                 max_waiting: 64,
+                threads: None,
             },
         );
         let results = rt().block_on(async {
@@ -398,6 +407,7 @@ mod tests {
             BatcherConfig {
                 max_batch_tokens: 1,
                 max_waiting: 8,
+                threads: None,
             },
         );
         rt().block_on(async {
@@ -430,6 +440,7 @@ mod tests {
             BatcherConfig {
                 max_batch_tokens: 1,
                 max_waiting: 1,
+                threads: None,
             },
         );
         let outcomes = rt().block_on(async {

@@ -37,6 +37,9 @@ pub struct EngineConfig {
     /// that computes an interactive prompt). An interactive request waits
     /// at most about this long behind batch work.
     pub batch_step_time: Duration,
+    /// Threads of the engine's own pool; `None`: rayon's global pool,
+    /// shared with the other models (see `threads.rs`).
+    pub threads: Option<usize>,
 }
 
 impl Default for EngineConfig {
@@ -48,6 +51,7 @@ impl Default for EngineConfig {
             kv_cache_bytes: None,
             max_adapters: crate::adapters::DEFAULT_MAX_ADAPTERS,
             batch_step_time: Duration::from_millis(20),
+            threads: None,
         }
     }
 }
@@ -116,6 +120,7 @@ pub struct EngineHandle {
     max_waiting: usize,
     context_length: usize,
     vocab_size: usize,
+    block_bytes: usize,
     stats: Arc<EngineStats>,
     adapters: Arc<AdapterCache>,
 }
@@ -149,18 +154,21 @@ impl EngineHandle {
         stats.blocks_total.store(num_blocks, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
         let loop_stats = stats.clone();
+        let threads = config.threads;
         std::thread::Builder::new()
             .name("hearth-engine".into())
             .spawn(move || {
-                crate::engine_loop::EngineLoop::new(
-                    parts,
-                    config,
-                    rx,
-                    pool,
-                    context_length,
-                    loop_stats,
-                )
-                .run()
+                crate::threads::run_on_pool(threads, "hearth-engine", move || {
+                    crate::engine_loop::EngineLoop::new(
+                        parts,
+                        config,
+                        rx,
+                        pool,
+                        context_length,
+                        loop_stats,
+                    )
+                    .run()
+                })
             })
             .map_err(candle_core::Error::wrap)?;
         Ok(Self {
@@ -168,6 +176,7 @@ impl EngineHandle {
             max_waiting,
             context_length,
             vocab_size,
+            block_bytes,
             stats,
             adapters,
         })
@@ -181,6 +190,17 @@ impl EngineHandle {
 
     pub fn context_length(&self) -> usize {
         self.context_length
+    }
+
+    /// Bytes of one KV block (16 tokens of every layer's keys and values).
+    pub fn kv_block_bytes(&self) -> usize {
+        self.block_bytes
+    }
+
+    /// Bytes of the KV pool an engine of this model needs at least: one
+    /// sequence of the full context.
+    pub fn min_kv_bytes(&self) -> usize {
+        (self.context_length + 1).div_ceil(BLOCK_SIZE) * self.block_bytes
     }
 
     /// Sequences the engine is advancing now (not counting queued requests).

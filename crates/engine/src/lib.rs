@@ -30,6 +30,7 @@ pub mod sampler;
 mod sequence;
 mod step_cost;
 pub mod stop;
+mod threads;
 pub mod tokenizer;
 
 pub use adapters::{AdapterCache, AdapterLoader, LoadedAdapter, PeftFiles};

@@ -36,6 +36,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "datasets",
         include_str!("../migrations/0006_datasets.sql"),
     ),
+    (
+        7,
+        "endpoints",
+        include_str!("../migrations/0007_endpoints.sql"),
+    ),
 ];
 
 #[derive(Debug)]

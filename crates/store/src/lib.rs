@@ -9,14 +9,16 @@
 //!
 //! One module per repository: [`projects`], [`accounts`], [`keys`],
 //! [`files`], [`fine_tuning`] (jobs, events, checkpoints), [`batches`]
-//! (batches and their requests' results), [`responses`]; [`links`] signs
-//! download links; [`jsonl`] checks uploads.
+//! (batches and their requests' results), [`responses`], [`endpoints`]
+//! (dedicated endpoints' desired state); [`links`] signs download links;
+//! [`jsonl`] checks uploads.
 
 pub mod accounts;
 pub mod batches;
 pub mod blobs;
 pub mod datasets;
 pub mod db;
+pub mod endpoints;
 pub mod error;
 pub mod files;
 pub mod fine_tuning;
@@ -36,6 +38,7 @@ use sqlx::{AnyPool, Row};
 pub use batches::{Batch, BatchClaimRules, BatchResult, BatchStatus, NewBatch};
 pub use blobs::{BlobWriter, Blobs};
 pub use db::Backend;
+pub use endpoints::{DedicatedEndpoint, EndpointPatch, NewEndpoint};
 pub use error::{Result, StoreError};
 pub use files::{FileRecord, FileStatus, ListOrder};
 pub use fine_tuning::{

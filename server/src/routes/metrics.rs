@@ -95,6 +95,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         }
     }
     batch_series(&state, &mut out).await;
+    endpoint_series(&state, &mut out).await;
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
 }
 
@@ -125,4 +126,60 @@ async fn batch_series(state: &AppState, out: &mut String) {
          hearth_batch_requests_total{{outcome=\"completed\"}} {completed}\n\
          hearth_batch_requests_total{{outcome=\"failed\"}} {failed}"
     );
+}
+
+/// Dedicated endpoints by status (the whole store's), and this node's
+/// replicas of each: how many serve, and their engines' counters summed.
+async fn endpoint_series(state: &AppState, out: &mut String) {
+    match state.store.endpoint_counts_by_status().await {
+        Ok(counts) => {
+            let _ = writeln!(
+                out,
+                "# HELP hearth_dedicated_endpoints Dedicated endpoints in the store, by status.\n\
+                 # TYPE hearth_dedicated_endpoints gauge"
+            );
+            for (status, n) in counts {
+                let _ = writeln!(out, "hearth_dedicated_endpoints{{status=\"{status}\"}} {n}");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot count dedicated endpoints for /metrics"),
+    }
+    let live = state.endpoints.all();
+    let _ = writeln!(
+        out,
+        "# HELP hearth_endpoint_replicas Replicas of a dedicated endpoint serving on this node.\n\
+         # TYPE hearth_endpoint_replicas gauge"
+    );
+    let mut sums = Vec::new();
+    for l in &live {
+        let replicas = l.replicas();
+        let _ = writeln!(
+            out,
+            "hearth_endpoint_replicas{{endpoint=\"{}\",routing_key=\"{}\"}} {}",
+            l.id,
+            l.routing_key,
+            replicas.len()
+        );
+        let mut sum = EngineSnapshot::default();
+        for r in &replicas {
+            let s = r.model.engine.snapshot();
+            sum.active += s.active;
+            sum.waiting += s.waiting;
+            sum.blocks_in_use += s.blocks_in_use;
+            sum.blocks_total += s.blocks_total;
+            sum.preemptions += s.preemptions;
+            sum.prefix_hit_blocks += s.prefix_hit_blocks;
+            sum.prompt_tokens += s.prompt_tokens;
+            sum.generated_tokens += s.generated_tokens;
+            sum.steps += s.steps;
+        }
+        sums.push((l.id.clone(), sum));
+    }
+    for (name, kind, help, value) in SERIES {
+        let name = name.replacen("hearth_", "hearth_endpoint_", 1);
+        let _ = writeln!(out, "# HELP {name} {help} (a dedicated endpoint's replicas)\n# TYPE {name} {kind}");
+        for (id, snap) in &sums {
+            let _ = writeln!(out, "{name}{{endpoint=\"{id}\"}} {}", value(snap));
+        }
+    }
 }

@@ -8,6 +8,7 @@ pub mod dataset_import;
 pub mod dataset_uploads;
 pub mod datasets;
 pub mod embeddings;
+pub mod endpoints;
 pub mod files;
 pub mod fine_tuning;
 pub mod generate;

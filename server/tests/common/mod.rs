@@ -52,6 +52,7 @@ pub fn serve_args(models: Vec<String>, max_waiting: usize, max_active: usize) ->
         ft: Default::default(),
         batch: Default::default(),
         datasets: Default::default(),
+        endpoints: Default::default(),
         limits: Default::default(),
         http: Default::default(),
     }
@@ -128,6 +129,7 @@ pub fn bare_state() -> AppState {
         limits: Default::default(),
         http: Default::default(),
         batch_counters: Default::default(),
+        endpoints: Default::default(),
         datasets: Default::default(),
     }
 }

@@ -1,0 +1,250 @@
+//! Dedicated endpoints: named deployments of one model, each replica its own
+//! engine (scheduler, KV pool, rayon pool) sized by a flavor.
+//!
+//! The store's rows are the desired state (`hearth_store::endpoints`); the
+//! reconciler ([`reconcile`]) brings this node's replicas in line with them,
+//! at start, every few seconds and when a route changes a row. The
+//! [`Endpoints`] registry is what requests see: an endpoint's routing key
+//! resolves to its least-loaded running replica, only for its own project.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use hearth_api::endpoints::{EndpointObject, Scaling, OBJECT_ENDPOINT};
+use hearth_api::ApiError;
+use hearth_engine::{ChatModel, EngineConfig, LoadedAdapter};
+use hearth_store::DedicatedEndpoint;
+use tokio::sync::Notify;
+
+pub mod host;
+pub mod reconcile;
+pub mod templates;
+
+pub use host::Capacity;
+
+/// What a node needs to start replicas (set once by `serve`).
+#[derive(Clone)]
+pub struct HostConfig {
+    pub models_dir: PathBuf,
+    /// The shared engines' settings; a replica's flavor replaces the
+    /// threads, KV cache and concurrency.
+    pub engine: EngineConfig,
+    pub capacity: Capacity,
+    /// Where replicas run.
+    pub device: hearth_engine::Device,
+}
+
+/// One running replica: its own engine, and the adapter of a fine-tuned
+/// model loaded on it.
+pub struct Replica {
+    pub model: ChatModel,
+    pub adapter: Option<LoadedAdapter>,
+}
+
+impl Replica {
+    fn load(&self) -> usize {
+        self.model.engine.active_sequences() + self.model.engine.waiting_requests()
+    }
+}
+
+/// An endpoint as this node runs it.
+pub struct Live {
+    pub id: String,
+    pub project_id: String,
+    pub routing_key: String,
+    /// The row's generation last taken up (loaded, or failed to).
+    pub generation: Mutex<i64>,
+    replicas: RwLock<Vec<Arc<Replica>>>,
+    next: AtomicUsize,
+}
+
+impl Live {
+    fn new(row: &DedicatedEndpoint) -> Self {
+        Self {
+            id: row.id.clone(),
+            project_id: row.project_id.clone(),
+            routing_key: row.routing_key.clone(),
+            generation: Mutex::new(0),
+            replicas: RwLock::default(),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// Replicas serving now.
+    pub fn replicas(&self) -> Vec<Arc<Replica>> {
+        self.replicas.read().unwrap().clone()
+    }
+
+    /// Puts `replica` at `index` (the one there stops once its requests
+    /// are done), or at the end.
+    pub(crate) fn set_replica(&self, index: usize, replica: Replica) {
+        let mut all = self.replicas.write().unwrap();
+        if index < all.len() {
+            all[index] = Arc::new(replica);
+        } else {
+            all.push(Arc::new(replica));
+        }
+    }
+
+    /// Keeps the first `n` replicas.
+    pub(crate) fn truncate(&self, n: usize) {
+        self.replicas.write().unwrap().truncate(n);
+    }
+
+    /// The replica with the fewest running and waiting requests (ties go
+    /// round).
+    fn pick(&self) -> Option<Arc<Replica>> {
+        let all = self.replicas.read().unwrap();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..all.len())
+            .map(|i| &all[(start + i) % all.len()])
+            .min_by_key(|r| r.load())
+            .cloned()
+    }
+}
+
+/// The registry of this node's endpoints.
+#[derive(Clone, Default)]
+pub struct Endpoints {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    host: OnceLock<HostConfig>,
+    live: RwLock<HashMap<String, Arc<Live>>>,
+    /// Endpoints whose replicas are being loaded.
+    loading: Mutex<HashSet<String>>,
+    wake: Notify,
+    /// Held from a route's admission check to its store write, so that two
+    /// requests never both take the last room.
+    admission: tokio::sync::Mutex<()>,
+}
+
+impl Endpoints {
+    /// A registry that can start replicas on this host.
+    pub fn new(host: HostConfig) -> Self {
+        let this = Self::default();
+        let _ = this.inner.host.set(host);
+        this
+    }
+
+    /// `None` on a state built without models (tests of other routes).
+    pub fn host(&self) -> Option<&HostConfig> {
+        self.inner.host.get()
+    }
+
+    /// Serializes admission checks with the writes they admit.
+    pub async fn admission(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.inner.admission.lock().await
+    }
+
+    /// Asks the reconciler to look at the store now.
+    pub fn wake(&self) {
+        self.inner.wake.notify_one();
+    }
+
+    pub(crate) async fn woken(&self) {
+        self.inner.wake.notified().await
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<Live>> {
+        self.inner.live.read().unwrap().get(id).cloned()
+    }
+
+    /// The endpoint of `row`, registered if new.
+    pub(crate) fn register(&self, row: &DedicatedEndpoint) -> Arc<Live> {
+        let mut live = self.inner.live.write().unwrap();
+        live.entry(row.id.clone())
+            .or_insert_with(|| Arc::new(Live::new(row)))
+            .clone()
+    }
+
+    /// Forgets an endpoint: new requests no longer reach it; those in
+    /// flight finish on their replica, whose engine stops after them.
+    pub(crate) fn remove(&self, id: &str) -> Option<Arc<Live>> {
+        self.inner.live.write().unwrap().remove(id)
+    }
+
+    pub(crate) fn ids(&self) -> Vec<String> {
+        self.inner.live.read().unwrap().keys().cloned().collect()
+    }
+
+    /// Marks `id` as loading; false when it already was.
+    pub(crate) fn start_loading(&self, id: &str) -> bool {
+        self.inner.loading.lock().unwrap().insert(id.to_string())
+    }
+
+    pub(crate) fn done_loading(&self, id: &str) {
+        self.inner.loading.lock().unwrap().remove(id);
+    }
+
+    pub(crate) fn is_loading(&self, id: &str) -> bool {
+        self.inner.loading.lock().unwrap().contains(id)
+    }
+
+    /// Replicas serving `id` now.
+    pub fn ready_replicas(&self, id: &str) -> usize {
+        self.get(id).map_or(0, |l| l.replicas.read().unwrap().len())
+    }
+
+    /// Every registered endpoint.
+    pub fn all(&self) -> Vec<Arc<Live>> {
+        self.inner.live.read().unwrap().values().cloned().collect()
+    }
+
+    /// What `model` = `name` means for `project` if it is a routing key:
+    /// `None` when no endpoint of the project has it; the least-loaded
+    /// replica; or 503 shape B while none runs.
+    pub fn route(
+        &self,
+        project: &str,
+        name: &str,
+    ) -> Option<Result<(ChatModel, Option<LoadedAdapter>), ApiError>> {
+        let live = self
+            .inner
+            .live
+            .read()
+            .unwrap()
+            .values()
+            .find(|l| l.routing_key == name && l.project_id == project)
+            .cloned()?;
+        Some(match live.pick() {
+            Some(r) => Ok((r.model.clone(), r.adapter.clone())),
+            None => Err(ApiError::unavailable(format!(
+                "no available endpoints: the dedicated endpoint `{name}` has no running replica \
+                 (see its status at GET /v0/dedicated_endpoints)"
+            ))),
+        })
+    }
+}
+
+/// The endpoint as the API shows it.
+pub fn endpoint_object(row: DedicatedEndpoint, endpoints: &Endpoints) -> EndpointObject {
+    let ready = endpoints.ready_replicas(&row.id) as u32;
+    EndpointObject {
+        object: OBJECT_ENDPOINT.to_string(),
+        ready_replicas: ready,
+        endpoint_id: row.id,
+        name: row.name,
+        description: row.description,
+        model_name: row.model_name,
+        routing_key: row.routing_key,
+        flavor_name: row.flavor_name,
+        gpu_type: row.gpu_type,
+        gpu_count: row.gpu_count.max(0) as u32,
+        region: row.region,
+        scaling: Scaling {
+            min_replicas: row.min_replicas.max(0) as u32,
+            max_replicas: row.max_replicas.max(0) as u32,
+        },
+        enabled: row.enabled,
+        status: row.status,
+        status_reason: row.status_reason,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+        ai_project_id: row.project_id,
+    }
+}

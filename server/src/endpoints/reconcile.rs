@@ -1,0 +1,261 @@
+//! The reconciler: brings this node's replicas in line with the store's
+//! endpoint rows.
+//!
+//! A pass reads every row. An enabled row whose generation this node has
+//! not taken up yet gets its replicas (re)loaded in a task of its own, one
+//! replica at a time, each replacing the one at its place only once it is
+//! loaded and warmed up, so an endpoint being updated keeps serving. A
+//! disabled row loses its replicas (`stopped`); a `deleting` row is
+//! forgotten (requests in flight finish on their replica) and purged.
+//! Passes run at start, every [`PASS_EVERY`] and whenever a route changes
+//! a row ([`Endpoints::wake`]).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hearth_api::endpoints::Flavor;
+use hearth_core::{GenerateRequest, Priority, SamplingParams, TokenEvent};
+use hearth_engine::{ChatModel, EngineConfig, LoadedAdapter};
+use hearth_store::DedicatedEndpoint;
+
+use super::host::{self, Need};
+use super::templates::{deployable, Deployable};
+use super::{HostConfig, Live, Replica};
+use crate::state::AppState;
+
+/// Longest time between two passes.
+pub const PASS_EVERY: Duration = Duration::from_secs(2);
+
+/// Runs passes until the task is aborted.
+pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            reconcile_once(&state).await;
+            tokio::select! {
+                _ = tokio::time::sleep(PASS_EVERY) => {},
+                _ = state.endpoints.woken() => {},
+            }
+        }
+    })
+}
+
+/// One pass over the store's rows.
+pub async fn reconcile_once(state: &AppState) {
+    let endpoints = &state.endpoints;
+    let Some(host) = endpoints.host().cloned() else {
+        return;
+    };
+    let rows = match state.store.all_endpoints().await {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the dedicated endpoints");
+            return;
+        }
+    };
+    let ids: HashSet<&str> = rows.iter().map(|r| r.id.as_str()).collect();
+    for id in endpoints.ids() {
+        if !ids.contains(id.as_str()) && !endpoints.is_loading(&id) {
+            endpoints.remove(&id);
+        }
+    }
+    for row in rows {
+        if endpoints.is_loading(&row.id) {
+            // Its load ends with a wake; the row is looked at then.
+            continue;
+        }
+        if row.status == "deleting" {
+            endpoints.remove(&row.id);
+            match state.store.purge_endpoint(&row.id).await {
+                Ok(_) => tracing::info!(endpoint = %row.id, "dedicated endpoint deleted"),
+                Err(e) => tracing::warn!(endpoint = %row.id, error = %e, "cannot purge"),
+            }
+            continue;
+        }
+        let live = endpoints.register(&row);
+        if *live.generation.lock().unwrap() == row.generation {
+            continue;
+        }
+        if !row.enabled {
+            live.truncate(0);
+            *live.generation.lock().unwrap() = row.generation;
+            set_status(state, &row, "stopped", None).await;
+            tracing::info!(endpoint = %row.id, "dedicated endpoint stopped");
+            continue;
+        }
+        if !endpoints.start_loading(&row.id) {
+            continue;
+        }
+        *live.generation.lock().unwrap() = row.generation;
+        let state = state.clone();
+        let host = host.clone();
+        tokio::spawn(async move {
+            let id = row.id.clone();
+            provision(&state, &host, live, row).await;
+            state.endpoints.done_loading(&id);
+            state.endpoints.wake();
+        });
+    }
+}
+
+async fn set_status(state: &AppState, row: &DedicatedEndpoint, status: &str, reason: Option<&str>) {
+    if let Err(e) = state
+        .store
+        .set_endpoint_status(&row.id, row.generation, status, reason)
+        .await
+    {
+        tracing::warn!(endpoint = %row.id, error = %e, "cannot record the endpoint's status");
+    }
+}
+
+/// Loads the row's replicas and records how that went.
+async fn provision(state: &AppState, host: &HostConfig, live: Arc<Live>, row: DedicatedEndpoint) {
+    if !matches!(row.status.as_str(), "provisioning" | "updating") {
+        // A restart: the row says how it ran before.
+        set_status(state, &row, "provisioning", None).await;
+    }
+    tracing::info!(endpoint = %row.id, model = %row.model_name, flavor = %row.flavor_name,
+        replicas = row.min_replicas, "provisioning dedicated endpoint");
+    match load_replicas(state, host, &live, &row).await {
+        Ok(true) => {
+            set_status(state, &row, "running", None).await;
+            tracing::info!(endpoint = %row.id, routing_key = %row.routing_key, "dedicated endpoint running");
+        }
+        Ok(false) => {} // superseded by a newer generation or deleted
+        Err(reason) => {
+            tracing::warn!(endpoint = %row.id, "dedicated endpoint failed: {reason}");
+            set_status(state, &row, "failed", Some(&reason)).await;
+        }
+    }
+}
+
+/// Loads `min_replicas` replicas of the row's model and flavor in place of
+/// the ones there. `Ok(false)` when the row changed meanwhile (a newer
+/// pass takes over).
+async fn load_replicas(
+    state: &AppState,
+    host: &HostConfig,
+    live: &Live,
+    row: &DedicatedEndpoint,
+) -> Result<bool, String> {
+    let model = deployable(state, &row.project_id, &row.model_name)
+        .await
+        .map_err(|e| format!("cannot resolve the model: {}", e.0.message()))?
+        .ok_or_else(|| format!("the model `{}` is not served by this node", row.model_name))?;
+    let flavor = model
+        .flavor(host, &row.flavor_name)
+        .ok_or_else(|| format!("the flavor `{}` does not exist on this node", row.flavor_name))?;
+    let others = reserved_by_others(state, host, &row.id).await;
+    let wanted = host::need(&flavor).times(row.min_replicas.max(1) as u64);
+    if let Some(missing) = host::shortfall(&host.capacity, others, wanted) {
+        return Err(format!("the endpoint does not fit on this node: {missing}"));
+    }
+    let target = row.min_replicas.max(1) as usize;
+    for index in 0..target {
+        if !still_current(state, row).await {
+            return Ok(false);
+        }
+        let replica = start_replica(host, &model, &flavor).await?;
+        live.set_replica(index, replica);
+        tracing::info!(endpoint = %row.id, replica = index, "replica ready");
+    }
+    live.truncate(target);
+    Ok(still_current(state, row).await)
+}
+
+async fn still_current(state: &AppState, row: &DedicatedEndpoint) -> bool {
+    match state.store.endpoint_by_id(&row.id).await {
+        Ok(now) => now.generation == row.generation && now.status != "deleting",
+        Err(_) => false,
+    }
+}
+
+/// What the store's other enabled endpoints reserve on this host.
+pub async fn reserved_by_others(state: &AppState, host: &HostConfig, except: &str) -> Need {
+    let rows = state.store.all_endpoints().await.unwrap_or_default();
+    let mut total = Need::default();
+    for row in rows {
+        if row.id == except || !row.enabled || row.status == "deleting" {
+            continue;
+        }
+        let Ok(Some(model)) = deployable(state, &row.project_id, &row.model_name).await else {
+            continue;
+        };
+        if let Some(flavor) = model.flavor(host, &row.flavor_name) {
+            total = total.plus(host::need(&flavor).times(row.min_replicas.max(1) as u64));
+        }
+    }
+    total
+}
+
+/// A new engine for `model` sized by `flavor`, its adapter loaded, warmed
+/// up by one generated token.
+async fn start_replica(
+    host: &HostConfig,
+    model: &Deployable,
+    flavor: &Flavor,
+) -> Result<Replica, String> {
+    let r = &flavor.resources;
+    let config = EngineConfig {
+        kv_cache_bytes: Some((r.kv_cache_mb as usize) << 20),
+        max_active: r.max_active as usize,
+        threads: Some(r.threads as usize),
+        ..host.engine.clone()
+    };
+    let entry = model.base.entry.clone();
+    let dir = host.models_dir.clone();
+    let device = host.device.clone();
+    let chat = tokio::task::spawn_blocking(move || ChatModel::start(&entry, &dir, &device, config))
+        .await
+        .map_err(|e| format!("loading the model stopped: {e}"))?
+        .map_err(|e| format!("cannot load the model: {e:#}"))?;
+    let adapter = match &model.adapter {
+        Some(a) => Some(
+            chat.engine
+                .adapters()
+                .get(&a.id, &a.loader)
+                .await
+                .map_err(|e| format!("cannot load the adapter: {e:#}"))?,
+        ),
+        None => None,
+    };
+    warm_up(&chat, adapter.clone()).await?;
+    Ok(Replica {
+        model: chat,
+        adapter,
+    })
+}
+
+/// Generates one token, so the first request finds the pages touched and
+/// the pool's threads started.
+async fn warm_up(model: &ChatModel, adapter: Option<LoadedAdapter>) -> Result<(), String> {
+    let prompt_ids = model
+        .tokenizer
+        .encode("Hello", true)
+        .map_err(|e| format!("warm-up: {e}"))?
+        .get_ids()
+        .to_vec();
+    let request = GenerateRequest {
+        id: "endpoint-warm-up".into(),
+        prompt_ids,
+        params: SamplingParams {
+            max_tokens: Some(1),
+            ..SamplingParams::default()
+        },
+        priority: Priority::Interactive,
+        adapter: None,
+        cache_scope: Some("endpoint-warm-up".into()),
+    };
+    let mut events = model
+        .engine
+        .submit_with(request, adapter)
+        .map_err(|e| format!("warm-up: {e}"))?;
+    while let Some(event) = events.recv().await {
+        match event {
+            TokenEvent::Finished { .. } => return Ok(()),
+            TokenEvent::Error(e) => return Err(format!("warm-up: {e}")),
+            _ => {}
+        }
+    }
+    Err("warm-up: the engine stopped".into())
+}

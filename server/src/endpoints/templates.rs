@@ -1,0 +1,129 @@
+//! Which models can back an endpoint (the templates), and the flavors each
+//! may run with on this host.
+//!
+//! A deployable model is a chat model this server loaded, or a LoRA adapter
+//! over one (a catalogue adapter, or a fine-tuned model of the caller's
+//! project). A replica loads its own copy of the base's weights; an
+//! adapter is applied on top of it by the replica's engine.
+
+use hearth_api::endpoints::{EndpointTemplate, Flavor};
+use hearth_engine::catalog::WeightFormat;
+use hearth_engine::ChatModel;
+
+use super::host::{self, ModelFootprint};
+use super::HostConfig;
+use crate::error::HttpError;
+use crate::models_resolve::{list_adapters, AdapterModel};
+use crate::state::AppState;
+
+/// A model an endpoint may serve.
+#[derive(Clone)]
+pub struct Deployable {
+    /// The `model_name` of templates and endpoints.
+    pub name: String,
+    /// The shared instance of the base model (its catalogue entry is
+    /// loaded again for each replica).
+    pub base: ChatModel,
+    /// The adapter of a fine-tuned (or catalogue adapter) model.
+    pub adapter: Option<AdapterModel>,
+    pub description: Option<String>,
+}
+
+impl Deployable {
+    fn footprint(&self, host: &HostConfig) -> ModelFootprint {
+        let entry = &self.base.entry;
+        let weights = match entry.format {
+            WeightFormat::Gguf => std::fs::metadata(entry.weights_path(&host.models_dir))
+                .map_or(0, |m| m.len()),
+            WeightFormat::Safetensors => dir_bytes(&entry.dir(&host.models_dir)),
+        };
+        ModelFootprint {
+            weights,
+            min_kv: self.base.engine.min_kv_bytes() as u64,
+            adapter: self.adapter.is_some(),
+        }
+    }
+
+    /// Its flavors on this host.
+    pub fn flavors(&self, host: &HostConfig) -> Vec<Flavor> {
+        host::flavors(&host.capacity, &self.footprint(host))
+    }
+
+    /// Its flavor named `name`.
+    pub fn flavor(&self, host: &HostConfig, name: &str) -> Option<Flavor> {
+        self.flavors(host)
+            .into_iter()
+            .find(|f| f.flavor_name == name)
+    }
+
+    pub fn template(&self, host: &HostConfig) -> EndpointTemplate {
+        EndpointTemplate {
+            model_name: self.name.clone(),
+            description: self.description.clone(),
+            context_length: self.base.engine.context_length() as u64,
+            flavors: self.flavors(host),
+        }
+    }
+}
+
+fn base_model(base: &ChatModel) -> Deployable {
+    Deployable {
+        name: base.entry.id.clone(),
+        base: base.clone(),
+        adapter: None,
+        description: base.entry.description.clone(),
+    }
+}
+
+fn adapter_model(state: &AppState, adapter: AdapterModel) -> Option<Deployable> {
+    let base = state.chat.get(&adapter.base)?;
+    Some(Deployable {
+        name: adapter.id.clone(),
+        base: base.clone(),
+        description: adapter.description.clone(),
+        adapter: Some(adapter),
+    })
+}
+
+/// Every model `project` may deploy: the served chat models, then the
+/// adapters over them.
+pub async fn deployables(state: &AppState, project: &str) -> Result<Vec<Deployable>, HttpError> {
+    let mut out: Vec<Deployable> = state.chat.values().map(base_model).collect();
+    for adapter in list_adapters(state, project).await? {
+        out.extend(adapter_model(state, adapter));
+    }
+    Ok(out)
+}
+
+/// The deployable model `name` of `project`, if there is one.
+pub async fn deployable(
+    state: &AppState,
+    project: &str,
+    name: &str,
+) -> Result<Option<Deployable>, HttpError> {
+    if let Some(base) = state.chat.get(name) {
+        return Ok(Some(base_model(base)));
+    }
+    let adapter = match state.adapters.get(name) {
+        Some(a) => Some(a.clone()),
+        None => match &state.adapter_source {
+            Some(source) => source.resolve(project, name).await?,
+            None => None,
+        },
+    };
+    Ok(adapter.and_then(|a| adapter_model(state, a)))
+}
+
+/// Total size of the files directly in `dir` (0 when unreadable).
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
