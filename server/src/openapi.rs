@@ -15,6 +15,7 @@
 
 mod admin;
 mod batches;
+mod endpoints;
 mod datasets;
 mod docs_page;
 mod files;
@@ -189,7 +190,7 @@ impl Modify for Bearer {
     info(
         title = "Hearth",
         description = "A self-hosted, OpenAI-compatible inference server: completions, chat, \
-            embeddings, rerank, files, datasets, LoRA fine-tuning and batches. Every operation is scoped to a \
+            embeddings, rerank, files, datasets, LoRA fine-tuning, batches and dedicated endpoints. Every operation is scoped to a \
             project (`ai_project_id`, else the key's default project). Errors come in three \
             shapes: `ErrorDetail` (A), `UpstreamError` (B) and `ValidationError` (C, 422).",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
@@ -224,6 +225,11 @@ impl Modify for Bearer {
         batches::list_batches,
         batches::retrieve_batch,
         batches::cancel_batch,
+        endpoints::list_templates,
+        endpoints::create_endpoint,
+        endpoints::list_endpoints,
+        endpoints::update_endpoint,
+        endpoints::delete_endpoint,
         datasets::create_dataset,
         datasets::list_datasets,
         datasets::retrieve_dataset,
@@ -264,7 +270,7 @@ impl Modify for Bearer {
         (name = "Models"), (name = "Completions"), (name = "Chat"), (name = "Responses"),
         (name = "Embeddings"),
         (name = "Rerank"), (name = "Files"), (name = "Fine-tuning"), (name = "Batches"),
-        (name = "Datasets"),
+        (name = "Datasets"), (name = "Dedicated endpoints"),
         (name = "Admin"),
         (name = "Service", description = "Health, metrics and this document."),
     )
