@@ -315,7 +315,7 @@ impl DatasetArgs {
 }
 
 /// What this node sets aside for dedicated endpoints.
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct EndpointArgs {
     /// Memory dedicated endpoints may reserve in all (weights, KV caches,
     /// working memory of every replica), in MiB; default: 80% of the
@@ -326,6 +326,20 @@ pub struct EndpointArgs {
     /// host's cores.
     #[arg(long, env = "HEARTH_ENDPOINT_THREADS")]
     pub endpoint_threads: Option<usize>,
+    /// Seconds an endpoint above its `min_replicas` must go without
+    /// requests before it drops a replica.
+    #[arg(long, env = "HEARTH_ENDPOINT_SCALE_DOWN_SECS", default_value_t = 60)]
+    pub endpoint_scale_down_secs: u64,
+}
+
+impl Default for EndpointArgs {
+    fn default() -> Self {
+        Self {
+            endpoint_memory_mb: None,
+            endpoint_threads: None,
+            endpoint_scale_down_secs: 60,
+        }
+    }
 }
 
 /// The batch worker of this node.

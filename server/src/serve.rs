@@ -118,6 +118,7 @@ pub fn build_state(
         engine: config.clone(),
         capacity: crate::endpoints::Capacity::from_args(&args.endpoints),
         device: device.clone(),
+        scale_down_after: std::time::Duration::from_secs(args.endpoints.endpoint_scale_down_secs),
     });
     Ok(AppState {
         chat: Arc::new(chat),

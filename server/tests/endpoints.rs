@@ -26,6 +26,7 @@ fn state_with(memory_mb: u64) -> AppState {
         threads: 2,
         cores: 2,
     };
+    host.scale_down_after = Duration::ZERO;
     let (store, project) = new_store();
     AppState {
         store,
@@ -409,4 +410,64 @@ async fn another_project_neither_sees_nor_reaches_an_endpoint() {
     let mine = list(&state, KEY).await;
     assert_eq!(mine.len(), 1);
     assert_eq!(mine[0]["name"], "x");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_scales_up_while_requests_wait_and_down_when_idle() {
+    let state = state_with(4096);
+    let reply = call(
+        &state,
+        "POST",
+        "/v0/dedicated_endpoints",
+        KEY,
+        Some(json!({"name": "elastic", "model_name": MODEL, "flavor_name": "cpu-medium",
+                    "scaling": {"min_replicas": 1, "max_replicas": 2}})),
+    )
+    .await;
+    assert_eq!(reply.status, 201, "{}", text(&reply));
+    let id = reply.json()["endpoint_id"].as_str().unwrap().to_string();
+    let key = reply.json()["routing_key"].as_str().unwrap().to_string();
+    assert_eq!(wait_for(&state, &id, "running").await["ready_replicas"], 1);
+
+    // More requests than the flavor's 16 slots: some wait on the one replica.
+    let requests: Vec<_> = (0..24)
+        .map(|i| {
+            let state = state.clone();
+            let key = key.clone();
+            tokio::spawn(async move {
+                call(
+                    &state,
+                    "POST",
+                    "/v1/chat/completions",
+                    KEY,
+                    Some(json!({"model": key, "max_tokens": 96, "ignore_eos": true,
+                                "messages": [{"role": "user", "content": format!("Count to {i}")}]})),
+                )
+                .await
+                .status
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    let mut grew = false;
+    while start.elapsed() < Duration::from_secs(120) {
+        reconcile::reconcile_once(&state).await;
+        if state.endpoints.ready_replicas(&id) == 2 {
+            grew = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for r in requests {
+        assert_eq!(r.await.unwrap(), 200);
+    }
+    assert!(grew, "no second replica while requests waited");
+    // Idle (the test node's scale-down delay is zero): back to one.
+    let start = Instant::now();
+    while state.endpoints.ready_replicas(&id) > 1 {
+        assert!(start.elapsed() < Duration::from_secs(60), "never scaled down");
+        reconcile::reconcile_once(&state).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(list(&state, KEY).await[0]["status"], "running");
 }

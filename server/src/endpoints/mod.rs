@@ -34,6 +34,9 @@ pub struct HostConfig {
     pub capacity: Capacity,
     /// Where replicas run.
     pub device: hearth_engine::Device,
+    /// How long an endpoint above `min_replicas` must be idle before it
+    /// drops a replica.
+    pub scale_down_after: std::time::Duration,
 }
 
 /// One running replica: its own engine, and the adapter of a fine-tuned
@@ -58,6 +61,8 @@ pub struct Live {
     pub generation: Mutex<i64>,
     replicas: RwLock<Vec<Arc<Replica>>>,
     next: AtomicUsize,
+    /// Since when no replica has had a request (for scaling down).
+    idle_since: Mutex<Option<std::time::Instant>>,
 }
 
 impl Live {
@@ -69,6 +74,7 @@ impl Live {
             generation: Mutex::new(0),
             replicas: RwLock::default(),
             next: AtomicUsize::new(0),
+            idle_since: Mutex::new(None),
         }
     }
 
@@ -91,6 +97,24 @@ impl Live {
     /// Keeps the first `n` replicas.
     pub(crate) fn truncate(&self, n: usize) {
         self.replicas.write().unwrap().truncate(n);
+    }
+
+    /// Whether every replica has requests waiting for a slot (there is at
+    /// least one).
+    pub(crate) fn saturated(&self) -> bool {
+        let all = self.replicas.read().unwrap();
+        !all.is_empty() && all.iter().all(|r| r.model.engine.waiting_requests() > 0)
+    }
+
+    /// How long no replica has had a request (`None`: one has one now).
+    pub(crate) fn idle_for(&self) -> Option<std::time::Duration> {
+        let busy = self.replicas.read().unwrap().iter().any(|r| r.load() > 0);
+        let mut since = self.idle_since.lock().unwrap();
+        if busy {
+            *since = None;
+            return None;
+        }
+        Some(since.get_or_insert_with(std::time::Instant::now).elapsed())
     }
 
     /// The replica with the fewest running and waiting requests (ties go

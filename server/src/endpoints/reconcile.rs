@@ -6,7 +6,10 @@
 //! replica at a time, each replacing the one at its place only once it is
 //! loaded and warmed up, so an endpoint being updated keeps serving. A
 //! disabled row loses its replicas (`stopped`); a `deleting` row is
-//! forgotten (requests in flight finish on their replica) and purged.
+//! forgotten (requests in flight finish on their replica) and purged. A
+//! running endpoint scales between `min_replicas` and `max_replicas`: one
+//! more replica while every replica has requests waiting for a slot, one
+//! fewer after `scale_down_after` without requests.
 //! Passes run at start, every [`PASS_EVERY`] and whenever a route changes
 //! a row ([`Endpoints::wake`]).
 
@@ -74,6 +77,9 @@ pub async fn reconcile_once(state: &AppState) {
         }
         let live = endpoints.register(&row);
         if *live.generation.lock().unwrap() == row.generation {
+            if row.enabled && row.status == "running" {
+                autoscale(state, &host, live, row);
+            }
             continue;
         }
         if !row.enabled {
@@ -96,6 +102,58 @@ pub async fn reconcile_once(state: &AppState) {
             state.endpoints.wake();
         });
     }
+}
+
+/// Between `min_replicas` and `max_replicas`: one more replica while every
+/// replica has requests waiting, one fewer once all have been idle for
+/// `scale_down_after`. (Admission reserved `max_replicas`.)
+fn autoscale(state: &AppState, host: &HostConfig, live: Arc<Live>, row: DedicatedEndpoint) {
+    let count = live.replicas().len();
+    let idle = live.idle_for();
+    if count > row.min_replicas.max(1) as usize && idle.is_some_and(|d| d >= host.scale_down_after) {
+        live.truncate(count - 1);
+        tracing::info!(endpoint = %row.id, replicas = count - 1, "scaled down (idle)");
+        return;
+    }
+    if count >= row.max_replicas as usize || !live.saturated() || !state.endpoints.start_loading(&row.id) {
+        return;
+    }
+    let state = state.clone();
+    let host = host.clone();
+    tokio::spawn(async move {
+        let id = row.id.clone();
+        match scale_up(&state, &host, &live, &row).await {
+            Ok(true) => tracing::info!(endpoint = %id, replicas = count + 1, "scaled up (requests waiting)"),
+            Ok(false) => {}
+            Err(reason) => tracing::warn!(endpoint = %id, "cannot add a replica: {reason}"),
+        }
+        state.endpoints.done_loading(&id);
+        state.endpoints.wake();
+    });
+}
+
+/// Loads one more replica of the row; `Ok(false)` when the row changed
+/// meanwhile (the replica is dropped).
+async fn scale_up(
+    state: &AppState,
+    host: &HostConfig,
+    live: &Live,
+    row: &DedicatedEndpoint,
+) -> Result<bool, String> {
+    let model = deployable(state, &row.project_id, &row.model_name)
+        .await
+        .map_err(|e| e.0.message())?
+        .ok_or("the model is no longer served")?;
+    let flavor = model
+        .flavor(host, &row.flavor_name)
+        .ok_or("the flavor no longer exists")?;
+    let replica = start_replica(host, &model, &flavor).await?;
+    if !still_current(state, row).await {
+        return Ok(false);
+    }
+    let count = live.replicas().len();
+    live.set_replica(count, replica);
+    Ok(true)
 }
 
 async fn set_status(state: &AppState, row: &DedicatedEndpoint, status: &str, reason: Option<&str>) {
@@ -146,7 +204,7 @@ async fn load_replicas(
         .flavor(host, &row.flavor_name)
         .ok_or_else(|| format!("the flavor `{}` does not exist on this node", row.flavor_name))?;
     let others = reserved_by_others(state, host, &row.id).await;
-    let wanted = host::need(&flavor).times(row.min_replicas.max(1) as u64);
+    let wanted = host::need(&flavor).times(row.max_replicas.max(1) as u64);
     if let Some(missing) = host::shortfall(&host.capacity, others, wanted) {
         return Err(format!("the endpoint does not fit on this node: {missing}"));
     }
@@ -182,7 +240,7 @@ pub async fn reserved_by_others(state: &AppState, host: &HostConfig, except: &st
             continue;
         };
         if let Some(flavor) = model.flavor(host, &row.flavor_name) {
-            total = total.plus(host::need(&flavor).times(row.min_replicas.max(1) as u64));
+            total = total.plus(host::need(&flavor).times(row.max_replicas.max(1) as u64));
         }
     }
     total

@@ -99,7 +99,7 @@ pub async fn create(
     let enabled = request.enabled.unwrap_or(true);
     let _admission = state.endpoints.admission().await;
     if enabled {
-        admit(&state, host, "", &flavor, scaling.min_replicas).await?;
+        admit(&state, host, "", &flavor, scaling.max_replicas).await?;
     }
     let id = uuid::Uuid::new_v4().to_string();
     let new = NewEndpoint {
@@ -179,7 +179,7 @@ pub async fn update(
     let flavor_name = patch.flavor_name.as_deref().unwrap_or(&row.flavor_name);
     let replicas = patch
         .scaling
-        .map_or(row.min_replicas.max(1) as u32, |s| s.min_replicas);
+        .map_or(row.max_replicas.max(1) as u32, |s| s.max_replicas);
     let _admission = state.endpoints.admission().await;
     if enabled {
         let host = host_of(&state)?;
@@ -286,8 +286,9 @@ fn pick_flavor(host: &HostConfig, model: &Deployable, name: &str) -> Result<Flav
     })
 }
 
-/// 400 shape B naming what is missing when `replicas` of `flavor` do not
-/// fit beside the other endpoints' reservations.
+/// 400 shape B naming what is missing when `replicas` (an endpoint's
+/// `max_replicas`: it may scale up to them) of `flavor` do not fit beside
+/// the other endpoints' reservations.
 async fn admit(
     state: &AppState,
     host: &HostConfig,
