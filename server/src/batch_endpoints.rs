@@ -77,7 +77,9 @@ async fn check(
             let (valid, ..) = routes::completions::prepare(state, &project, parse(body)?).await?;
             Ok(valid.model)
         }
-        "/v1/embeddings" => Ok(routes::embeddings::prepare(state, parse(body)?)?.0.model),
+        "/v1/embeddings" => Ok(routes::embeddings::prepare(state, &project, parse(body)?)?
+            .0
+            .model),
         "/v1/responses" => {
             let ctx = batch_context(project);
             let prepared = routes::responses::prepare(state, &ctx, parse(body)?).await?;
@@ -111,9 +113,11 @@ async fn run(
             Err(e) => Err(e),
         },
         "/v1/embeddings" => match parse(&body) {
-            Ok(request) => routes::embeddings::create(State(state), query, ApiJson(request))
-                .await
-                .map(Json::into_response),
+            Ok(request) => {
+                routes::embeddings::create(State(state), query, Extension(ctx), ApiJson(request))
+                    .await
+                    .map(Json::into_response)
+            }
             Err(e) => Err(e),
         },
         "/v1/responses" => match parse(&body) {

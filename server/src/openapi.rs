@@ -15,9 +15,9 @@
 
 mod admin;
 mod batches;
-mod endpoints;
 mod datasets;
 mod docs_page;
+mod endpoints;
 mod files;
 mod fine_tuning;
 mod finish;

@@ -116,6 +116,8 @@ pub fn build_state(
     let endpoints = crate::endpoints::Endpoints::new(crate::endpoints::HostConfig {
         models_dir: models_dir.clone(),
         engine: config.clone(),
+        encoder: encoder_config.clone(),
+        encoder_precision: args.encoder_precision,
         capacity: crate::endpoints::Capacity::from_args(&args.endpoints),
         device: device.clone(),
         scale_down_after: std::time::Duration::from_secs(args.endpoints.endpoint_scale_down_secs),

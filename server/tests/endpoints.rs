@@ -244,7 +244,14 @@ async fn an_endpoint_serves_on_its_own_engine_survives_a_restart_and_is_deleted(
 
     // A flavor change reloads; the old replica serves meanwhile.
     let other = template["flavors"][1]["flavor_name"].as_str().unwrap();
-    let reply = call(&state, "PATCH", &uri, KEY, Some(json!({"flavor_name": other}))).await;
+    let reply = call(
+        &state,
+        "PATCH",
+        &uri,
+        KEY,
+        Some(json!({"flavor_name": other})),
+    )
+    .await;
     assert_eq!(reply.status, 200, "{}", text(&reply));
     assert_eq!(reply.json()["status"], "updating");
     assert_eq!(chat(&state, KEY, &key).await.status, 200);
@@ -272,7 +279,10 @@ async fn an_endpoint_serves_on_its_own_engine_survives_a_restart_and_is_deleted(
     let again = call(&after, "DELETE", &uri, KEY, None).await;
     assert_eq!(again.status, 403, "{}", text(&again));
     reconcile::reconcile_once(&after).await;
-    assert!(list(&after, KEY).await.iter().all(|e| e["endpoint_id"] != id));
+    assert!(list(&after, KEY)
+        .await
+        .iter()
+        .all(|e| e["endpoint_id"] != id));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,13 +298,29 @@ async fn bad_requests_get_the_api_error_shapes() {
         b[k] = v;
         b
     };
-    shape_b_param(&post(with("model_name", json!("no/such-model"))).await, Some("model_name"));
-    shape_b_param(&post(with("flavor_name", json!("gpu-h100"))).await, Some("flavor_name"));
-    shape_b_param(&post(with("region", json!("eu-north1"))).await, Some("region"));
-    shape_b_param(&post(with("gpu_type", json!("gpu-h100-sxm"))).await, Some("gpu_type"));
+    shape_b_param(
+        &post(with("model_name", json!("no/such-model"))).await,
+        Some("model_name"),
+    );
+    shape_b_param(
+        &post(with("flavor_name", json!("gpu-h100"))).await,
+        Some("flavor_name"),
+    );
+    shape_b_param(
+        &post(with("region", json!("eu-north1"))).await,
+        Some("region"),
+    );
+    shape_b_param(
+        &post(with("gpu_type", json!("gpu-h100-sxm"))).await,
+        Some("gpu_type"),
+    );
     shape_b_param(&post(with("gpu_count", json!(8))).await, Some("gpu_count"));
     shape_b_param(
-        &post(with("scaling", json!({"min_replicas": 3, "max_replicas": 1}))).await,
+        &post(with(
+            "scaling",
+            json!({"min_replicas": 3, "max_replicas": 1}),
+        ))
+        .await,
         Some("scaling.max_replicas"),
     );
     // Malformed bodies: 422 shape C.
@@ -305,7 +331,14 @@ async fn bad_requests_get_the_api_error_shapes() {
     // Malformed ids: 422 at the path.
     for method in ["PATCH", "DELETE"] {
         let body = (method == "PATCH").then(|| json!({"name": "y"}));
-        let reply = call(&state, method, "/v0/dedicated_endpoints/not-a-uuid", KEY, body).await;
+        let reply = call(
+            &state,
+            method,
+            "/v0/dedicated_endpoints/not-a-uuid",
+            KEY,
+            body,
+        )
+        .await;
         let item = shape_c(&reply);
         assert_eq!(item["loc"], json!(["path", "endpoint_id"]));
     }
@@ -344,20 +377,36 @@ async fn what_does_not_fit_is_refused_with_what_is_missing() {
         .into_iter()
         .find(|t| t["model_name"] == MODEL)
         .unwrap();
-    let one = template["flavors"][0]["resources"]["memory_mb"].as_u64().unwrap();
+    let one = template["flavors"][0]["resources"]["memory_mb"]
+        .as_u64()
+        .unwrap();
     let state = state_with(one * 3 / 2);
     let body = |replicas: u32, enabled: bool| {
         json!({"name": "x", "model_name": MODEL, "flavor_name": "cpu-medium",
                "scaling": {"min_replicas": replicas, "max_replicas": replicas},
                "enabled": enabled})
     };
-    let reply = call(&state, "POST", "/v0/dedicated_endpoints", KEY, Some(body(2, true))).await;
+    let reply = call(
+        &state,
+        "POST",
+        "/v0/dedicated_endpoints",
+        KEY,
+        Some(body(2, true)),
+    )
+    .await;
     let message = shape_b_param(&reply, Some("flavor_name"));
     assert!(message.contains("MiB of memory more"), "{message}");
     assert!(list(&state, KEY).await.is_empty());
     // A stopped endpoint reserves nothing; starting it with two replicas
     // is refused the same way.
-    let reply = call(&state, "POST", "/v0/dedicated_endpoints", KEY, Some(body(2, false))).await;
+    let reply = call(
+        &state,
+        "POST",
+        "/v0/dedicated_endpoints",
+        KEY,
+        Some(body(2, false)),
+    )
+    .await;
     assert_eq!(reply.status, 201, "{}", text(&reply));
     let uri = format!(
         "/v0/dedicated_endpoints/{}",
@@ -371,8 +420,10 @@ async fn what_does_not_fit_is_refused_with_what_is_missing() {
         "POST",
         "/v0/dedicated_endpoints",
         KEY,
-        Some(json!({"name": "t", "model_name": MODEL, "flavor_name": "cpu-large",
-                    "scaling": {"min_replicas": 2, "max_replicas": 2}})),
+        Some(
+            json!({"name": "t", "model_name": MODEL, "flavor_name": "cpu-large",
+                    "scaling": {"min_replicas": 2, "max_replicas": 2}}),
+        ),
     )
     .await;
     assert!(shape_b_param(&threads, Some("flavor_name")).contains("threads more"));
@@ -386,8 +437,10 @@ async fn another_project_neither_sees_nor_reaches_an_endpoint() {
         "POST",
         "/v0/dedicated_endpoints",
         KEY,
-        Some(json!({"name": "x", "model_name": MODEL, "flavor_name": "cpu-medium",
-                    "enabled": false})),
+        Some(
+            json!({"name": "x", "model_name": MODEL, "flavor_name": "cpu-medium",
+                    "enabled": false}),
+        ),
     )
     .await;
     assert_eq!(reply.status, 201, "{}", text(&reply));
@@ -400,7 +453,10 @@ async fn another_project_neither_sees_nor_reaches_an_endpoint() {
     let (_, other_key) = other_project(&state).await;
     assert!(list(&state, &other_key).await.is_empty());
     let uri = format!("/v0/dedicated_endpoints/{id}");
-    for (method, body) in [("PATCH", Some(json!({"name": "mine now"}))), ("DELETE", None)] {
+    for (method, body) in [
+        ("PATCH", Some(json!({"name": "mine now"}))),
+        ("DELETE", None),
+    ] {
         let reply = call(&state, method, &uri, &other_key, body).await;
         assert_eq!(reply.status, 403, "{method}: {}", text(&reply));
     }
@@ -420,8 +476,10 @@ async fn an_endpoint_scales_up_while_requests_wait_and_down_when_idle() {
         "POST",
         "/v0/dedicated_endpoints",
         KEY,
-        Some(json!({"name": "elastic", "model_name": MODEL, "flavor_name": "cpu-medium",
-                    "scaling": {"min_replicas": 1, "max_replicas": 2}})),
+        Some(
+            json!({"name": "elastic", "model_name": MODEL, "flavor_name": "cpu-medium",
+                    "scaling": {"min_replicas": 1, "max_replicas": 2}}),
+        ),
     )
     .await;
     assert_eq!(reply.status, 201, "{}", text(&reply));
@@ -465,9 +523,74 @@ async fn an_endpoint_scales_up_while_requests_wait_and_down_when_idle() {
     // Idle (the test node's scale-down delay is zero): back to one.
     let start = Instant::now();
     while state.endpoints.ready_replicas(&id) > 1 {
-        assert!(start.elapsed() < Duration::from_secs(60), "never scaled down");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "never scaled down"
+        );
         reconcile::reconcile_once(&state).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(list(&state, KEY).await[0]["status"], "running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedding_model_runs_as_an_endpoint() {
+    const EMBED: &str = "sentence-transformers/all-MiniLM-L6-v2";
+    let state = state_with(4096);
+    let all = templates(&state).await;
+    let template = all
+        .iter()
+        .find(|t| t["model_name"] == EMBED)
+        .unwrap_or_else(|| panic!("{all:?}"));
+    let flavor = &template["flavors"][0];
+    assert_eq!(flavor["resources"]["kv_cache_mb"], 0, "{template}");
+    let reply = call(
+        &state,
+        "POST",
+        "/v0/dedicated_endpoints",
+        KEY,
+        Some(body_from(template, flavor, "vectors")),
+    )
+    .await;
+    assert_eq!(reply.status, 201, "{}", text(&reply));
+    let id = reply.json()["endpoint_id"].as_str().unwrap().to_string();
+    let key = reply.json()["routing_key"].as_str().unwrap().to_string();
+    wait_for(&state, &id, "running").await;
+
+    let embed = |model: String| {
+        let state = state.clone();
+        async move {
+            let reply = call(
+                &state,
+                "POST",
+                "/v1/embeddings",
+                KEY,
+                Some(json!({"model": model, "input": ["A cat sat on the mat.", "Stocks fell."]})),
+            )
+            .await;
+            assert_eq!(reply.status, 200, "{}", text(&reply));
+            reply.json()
+        }
+    };
+    let own = embed(key.clone()).await;
+    let shared = embed(EMBED.to_string()).await;
+    assert_eq!(own["model"], key.as_str());
+    for i in 0..2 {
+        let a: Vec<f64> = serde_json::from_value(own["data"][i]["embedding"].clone()).unwrap();
+        let b: Vec<f64> = serde_json::from_value(shared["data"][i]["embedding"].clone()).unwrap();
+        assert_eq!(a.len(), b.len());
+        let dot: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        assert!(dot > 0.999, "input {i}: cosine {dot}");
+    }
+    // The wrong kind of route for this key: 400 naming `model`.
+    shape_b_param(&chat(&state, KEY, &key).await, Some("model"));
+    let rerank = call(
+        &state,
+        "POST",
+        "/v1/rerank",
+        KEY,
+        Some(json!({"model": key, "query": "cats", "documents": ["A cat sat.", "Stocks fell."]})),
+    )
+    .await;
+    assert_eq!(rerank.status, 200, "{}", text(&rerank));
 }

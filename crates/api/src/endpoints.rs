@@ -33,9 +33,10 @@ pub const MAX_DESCRIPTION: usize = 1024;
 pub struct FlavorResources {
     /// Threads of the replica's own pool.
     pub threads: u32,
-    /// Bytes of its KV cache, in MiB.
+    /// Bytes of its KV cache, in MiB (0 for an embedding model).
     pub kv_cache_mb: u64,
-    /// Sequences it advances together.
+    /// Sequences it advances together (for an embedding model: requests
+    /// it queues).
     pub max_active: u32,
     /// Memory the replica reserves in all (weights, KV cache, working
     /// memory), in MiB: what admission control counts.
@@ -166,7 +167,9 @@ impl CreateEndpointRequest {
             if region != REGION_LOCAL {
                 return Err(ApiError::bad_request(
                     Some("region"),
-                    format!("Unknown region `{region}`; this server has one region, `{REGION_LOCAL}`."),
+                    format!(
+                        "Unknown region `{region}`; this server has one region, `{REGION_LOCAL}`."
+                    ),
                 ));
             }
         }
@@ -320,7 +323,10 @@ mod tests {
         let ok = create(json!({"name": "a", "model_name": "m", "flavor_name": "f"}));
         assert!(ok.check().is_ok());
         let cases = [
-            (json!({"name": " ", "model_name": "m", "flavor_name": "f"}), "name"),
+            (
+                json!({"name": " ", "model_name": "m", "flavor_name": "f"}),
+                "name",
+            ),
             (
                 json!({"name": "a", "model_name": "m", "flavor_name": "f", "region": "eu-north1"}),
                 "region",
@@ -355,8 +361,8 @@ mod tests {
     #[test]
     fn a_patch_takes_only_what_may_change() {
         let body = |v: Value| v.as_object().unwrap().clone();
-        let p = UpdateEndpointRequest::parse(&body(json!({"description": null, "name": "b"})))
-            .unwrap();
+        let p =
+            UpdateEndpointRequest::parse(&body(json!({"description": null, "name": "b"}))).unwrap();
         assert_eq!(p.description, Some(None));
         assert_eq!(p.name.as_deref(), Some("b"));
         for field in ["model_name", "region", "routing_key"] {

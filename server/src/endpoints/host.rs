@@ -67,6 +67,8 @@ pub struct ModelFootprint {
     pub min_kv: u64,
     /// Whether an adapter is loaded on top.
     pub adapter: bool,
+    /// An encoder: no KV cache; `max_active` bounds its queue.
+    pub encoder: bool,
 }
 
 /// What one replica of a flavor reserves.
@@ -129,8 +131,17 @@ pub fn flavors(capacity: &Capacity, model: &ModelFootprint) -> Vec<Flavor> {
     out
 }
 
-fn resources(threads: usize, kv_mb: u64, max_active: u32, model: &ModelFootprint) -> FlavorResources {
-    let kv = (kv_mb * MIB).max(model.min_kv);
+fn resources(
+    threads: usize,
+    kv_mb: u64,
+    max_active: u32,
+    model: &ModelFootprint,
+) -> FlavorResources {
+    let kv = if model.encoder {
+        0
+    } else {
+        (kv_mb * MIB).max(model.min_kv)
+    };
     let adapter = if model.adapter { ADAPTER_OVERHEAD } else { 0 };
     let memory = model.weights + kv + REPLICA_OVERHEAD + adapter;
     FlavorResources {
@@ -190,6 +201,7 @@ mod tests {
         weights: 100 * MIB,
         min_kv: 200 * MIB,
         adapter: false,
+        encoder: false,
     };
 
     #[test]
@@ -202,7 +214,11 @@ mod tests {
         };
         assert_eq!(
             names(&cap(16, 1 << 20)),
-            [("cpu-small".into(), 4), ("cpu-medium".into(), 8), ("cpu-large".into(), 16)]
+            [
+                ("cpu-small".into(), 4),
+                ("cpu-medium".into(), 8),
+                ("cpu-large".into(), 16)
+            ]
         );
         // Two cores: a quarter and a half are both one thread.
         assert_eq!(
@@ -227,14 +243,23 @@ mod tests {
         let fl = flavors(&cap(16, 400), &SMALL_MODEL);
         assert_eq!(fl.len(), 1);
         assert_eq!(fl[0].flavor_name, "cpu-small");
-        let fl = flavors(&Capacity { threads: 8, ..cap(16, 1 << 20) }, &SMALL_MODEL);
+        let fl = flavors(
+            &Capacity {
+                threads: 8,
+                ..cap(16, 1 << 20)
+            },
+            &SMALL_MODEL,
+        );
         assert_eq!(fl.last().unwrap().flavor_name, "cpu-medium");
     }
 
     #[test]
     fn shortfall_names_what_is_missing() {
         let c = cap(4, 1000);
-        let one = Need { memory: 400 * MIB, threads: 2 };
+        let one = Need {
+            memory: 400 * MIB,
+            threads: 2,
+        };
         assert_eq!(shortfall(&c, Need::default(), one), None);
         assert_eq!(shortfall(&c, one, one), None);
         let why = shortfall(&c, one.times(2), one).unwrap();

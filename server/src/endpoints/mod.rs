@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use hearth_api::endpoints::{EndpointObject, Scaling, OBJECT_ENDPOINT};
 use hearth_api::ApiError;
-use hearth_engine::{ChatModel, EngineConfig, LoadedAdapter};
+use hearth_engine::{
+    BatcherConfig, ChatModel, EmbedModel, EncoderPrecision, EngineConfig, LoadedAdapter,
+};
 use hearth_store::DedicatedEndpoint;
 use tokio::sync::Notify;
 
@@ -32,6 +34,10 @@ pub struct HostConfig {
     /// threads, KV cache and concurrency.
     pub engine: EngineConfig,
     pub capacity: Capacity,
+    /// The shared encoders' batcher settings; a replica's flavor sets its
+    /// threads and queue.
+    pub encoder: BatcherConfig,
+    pub encoder_precision: EncoderPrecision,
     /// Where replicas run.
     pub device: hearth_engine::Device,
     /// How long an endpoint above `min_replicas` must be idle before it
@@ -39,16 +45,41 @@ pub struct HostConfig {
     pub scale_down_after: std::time::Duration,
 }
 
-/// One running replica: its own engine, and the adapter of a fine-tuned
-/// model loaded on it.
-pub struct Replica {
-    pub model: ChatModel,
-    pub adapter: Option<LoadedAdapter>,
+/// One running replica: its own engine (with the adapter of a fine-tuned
+/// model loaded on it), or its own encoder batcher.
+pub enum Replica {
+    Chat {
+        model: ChatModel,
+        adapter: Option<LoadedAdapter>,
+    },
+    Embed(EmbedModel),
 }
 
 impl Replica {
+    /// Running and waiting requests (0 for an encoder, whose queue is not
+    /// counted).
     fn load(&self) -> usize {
-        self.model.engine.active_sequences() + self.model.engine.waiting_requests()
+        match self {
+            Replica::Chat { model, .. } => {
+                model.engine.active_sequences() + model.engine.waiting_requests()
+            }
+            Replica::Embed(_) => 0,
+        }
+    }
+
+    fn waiting(&self) -> usize {
+        match self {
+            Replica::Chat { model, .. } => model.engine.waiting_requests(),
+            Replica::Embed(_) => 0,
+        }
+    }
+
+    /// The engine's counters (chat replicas).
+    pub fn snapshot(&self) -> Option<hearth_engine::EngineSnapshot> {
+        match self {
+            Replica::Chat { model, .. } => Some(model.engine.snapshot()),
+            Replica::Embed(_) => None,
+        }
     }
 }
 
@@ -103,7 +134,7 @@ impl Live {
     /// least one).
     pub(crate) fn saturated(&self) -> bool {
         let all = self.replicas.read().unwrap();
-        !all.is_empty() && all.iter().all(|r| r.model.engine.waiting_requests() > 0)
+        !all.is_empty() && all.iter().all(|r| r.waiting() > 0)
     }
 
     /// How long no replica has had a request (`None`: one has one now).
@@ -219,30 +250,58 @@ impl Endpoints {
         self.inner.live.read().unwrap().values().cloned().collect()
     }
 
-    /// What `model` = `name` means for `project` if it is a routing key:
-    /// `None` when no endpoint of the project has it; the least-loaded
-    /// replica; or 503 shape B while none runs.
-    pub fn route(
-        &self,
-        project: &str,
-        name: &str,
-    ) -> Option<Result<(ChatModel, Option<LoadedAdapter>), ApiError>> {
-        let live = self
-            .inner
+    /// The endpoint of `project` whose routing key is `name`, if any.
+    fn find(&self, project: &str, name: &str) -> Option<Arc<Live>> {
+        self.inner
             .live
             .read()
             .unwrap()
             .values()
             .find(|l| l.routing_key == name && l.project_id == project)
-            .cloned()?;
-        Some(match live.pick() {
-            Some(r) => Ok((r.model.clone(), r.adapter.clone())),
-            None => Err(ApiError::unavailable(format!(
-                "no available endpoints: the dedicated endpoint `{name}` has no running replica \
-                 (see its status at GET /v0/dedicated_endpoints)"
-            ))),
+            .cloned()
+    }
+
+    /// What `model` = `name` means for `project` on a generation route if
+    /// it is a routing key: `None` when no endpoint of the project has it;
+    /// the least-loaded replica; 503 shape B while none runs; 400 for an
+    /// embedding endpoint.
+    pub fn route(
+        &self,
+        project: &str,
+        name: &str,
+    ) -> Option<Result<(ChatModel, Option<LoadedAdapter>), ApiError>> {
+        let live = self.find(project, name)?;
+        Some(match live.pick().as_deref() {
+            Some(Replica::Chat { model, adapter }) => Ok((model.clone(), adapter.clone())),
+            Some(Replica::Embed(_)) => Err(ApiError::bad_request(
+                Some("model"),
+                format!(
+                    "`{name}` is an embedding endpoint: it serves /v1/embeddings and /v1/rerank."
+                ),
+            )),
+            None => Err(no_replica(name)),
         })
     }
+
+    /// [`Endpoints::route`] for `/v1/embeddings` and `/v1/rerank`.
+    pub fn route_embed(&self, project: &str, name: &str) -> Option<Result<EmbedModel, ApiError>> {
+        let live = self.find(project, name)?;
+        Some(match live.pick().as_deref() {
+            Some(Replica::Embed(model)) => Ok(model.clone()),
+            Some(Replica::Chat { .. }) => Err(ApiError::bad_request(
+                Some("model"),
+                format!("`{name}` is a chat endpoint: it serves chat, completions and responses."),
+            )),
+            None => Err(no_replica(name)),
+        })
+    }
+}
+
+fn no_replica(name: &str) -> ApiError {
+    ApiError::unavailable(format!(
+        "no available endpoints: the dedicated endpoint `{name}` has no running replica \
+         (see its status at GET /v0/dedicated_endpoints)"
+    ))
 }
 
 /// The endpoint as the API shows it.

@@ -19,11 +19,11 @@ use std::time::Duration;
 
 use hearth_api::endpoints::Flavor;
 use hearth_core::{GenerateRequest, Priority, SamplingParams, TokenEvent};
-use hearth_engine::{ChatModel, EngineConfig, LoadedAdapter};
+use hearth_engine::{BatcherConfig, ChatModel, EmbedModel, EngineConfig, LoadedAdapter};
 use hearth_store::DedicatedEndpoint;
 
 use super::host::{self, Need};
-use super::templates::{deployable, Deployable};
+use super::templates::{deployable, Base, Deployable};
 use super::{HostConfig, Live, Replica};
 use crate::state::AppState;
 
@@ -110,12 +110,16 @@ pub async fn reconcile_once(state: &AppState) {
 fn autoscale(state: &AppState, host: &HostConfig, live: Arc<Live>, row: DedicatedEndpoint) {
     let count = live.replicas().len();
     let idle = live.idle_for();
-    if count > row.min_replicas.max(1) as usize && idle.is_some_and(|d| d >= host.scale_down_after) {
+    if count > row.min_replicas.max(1) as usize && idle.is_some_and(|d| d >= host.scale_down_after)
+    {
         live.truncate(count - 1);
         tracing::info!(endpoint = %row.id, replicas = count - 1, "scaled down (idle)");
         return;
     }
-    if count >= row.max_replicas as usize || !live.saturated() || !state.endpoints.start_loading(&row.id) {
+    if count >= row.max_replicas as usize
+        || !live.saturated()
+        || !state.endpoints.start_loading(&row.id)
+    {
         return;
     }
     let state = state.clone();
@@ -123,7 +127,9 @@ fn autoscale(state: &AppState, host: &HostConfig, live: Arc<Live>, row: Dedicate
     tokio::spawn(async move {
         let id = row.id.clone();
         match scale_up(&state, &host, &live, &row).await {
-            Ok(true) => tracing::info!(endpoint = %id, replicas = count + 1, "scaled up (requests waiting)"),
+            Ok(true) => {
+                tracing::info!(endpoint = %id, replicas = count + 1, "scaled up (requests waiting)")
+            }
             Ok(false) => {}
             Err(reason) => tracing::warn!(endpoint = %id, "cannot add a replica: {reason}"),
         }
@@ -200,9 +206,12 @@ async fn load_replicas(
         .await
         .map_err(|e| format!("cannot resolve the model: {}", e.0.message()))?
         .ok_or_else(|| format!("the model `{}` is not served by this node", row.model_name))?;
-    let flavor = model
-        .flavor(host, &row.flavor_name)
-        .ok_or_else(|| format!("the flavor `{}` does not exist on this node", row.flavor_name))?;
+    let flavor = model.flavor(host, &row.flavor_name).ok_or_else(|| {
+        format!(
+            "the flavor `{}` does not exist on this node",
+            row.flavor_name
+        )
+    })?;
     let others = reserved_by_others(state, host, &row.id).await;
     let wanted = host::need(&flavor).times(row.max_replicas.max(1) as u64);
     if let Some(missing) = host::shortfall(&host.capacity, others, wanted) {
@@ -246,23 +255,49 @@ pub async fn reserved_by_others(state: &AppState, host: &HostConfig, except: &st
     total
 }
 
-/// A new engine for `model` sized by `flavor`, its adapter loaded, warmed
-/// up by one generated token.
+/// A new engine (or encoder) for `model` sized by `flavor`, its adapter
+/// loaded, warmed up by one generated token (one encoded input).
 async fn start_replica(
     host: &HostConfig,
     model: &Deployable,
     flavor: &Flavor,
 ) -> Result<Replica, String> {
     let r = &flavor.resources;
+    let entry = model.base.entry().clone();
+    let dir = host.models_dir.clone();
+    let device = host.device.clone();
+    if let Base::Embed(_) = model.base {
+        let config = BatcherConfig {
+            max_waiting: r.max_active as usize,
+            threads: Some(r.threads as usize),
+            ..host.encoder.clone()
+        };
+        let precision = host.encoder_precision;
+        let embed = tokio::task::spawn_blocking(move || {
+            EmbedModel::start(&entry, &dir, &device, config, precision)
+        })
+        .await
+        .map_err(|e| format!("loading the model stopped: {e}"))?
+        .map_err(|e| format!("cannot load the model: {e:#}"))?;
+        let ids = embed
+            .tokenizer
+            .encode("Hello", true)
+            .map_err(|e| format!("warm-up: {e}"))?
+            .get_ids()
+            .to_vec();
+        embed
+            .encoder
+            .encode(vec![ids])
+            .await
+            .map_err(|e| format!("warm-up: {e}"))?;
+        return Ok(Replica::Embed(embed));
+    }
     let config = EngineConfig {
         kv_cache_bytes: Some((r.kv_cache_mb as usize) << 20),
         max_active: r.max_active as usize,
         threads: Some(r.threads as usize),
         ..host.engine.clone()
     };
-    let entry = model.base.entry.clone();
-    let dir = host.models_dir.clone();
-    let device = host.device.clone();
     let chat = tokio::task::spawn_blocking(move || ChatModel::start(&entry, &dir, &device, config))
         .await
         .map_err(|e| format!("loading the model stopped: {e}"))?
@@ -278,7 +313,7 @@ async fn start_replica(
         None => None,
     };
     warm_up(&chat, adapter.clone()).await?;
-    Ok(Replica {
+    Ok(Replica::Chat {
         model: chat,
         adapter,
     })

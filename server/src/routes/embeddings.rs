@@ -2,22 +2,24 @@
 //! embedding model and turning inputs into token ids within its limits.
 
 use axum::extract::State;
-use axum::Json;
+use axum::{Extension, Json};
 use hearth_api::{
     apply_dimensions, dimensions_too_large, ApiError, EmbeddingList, EmbeddingRequest,
     ProjectQuery, PromptInput, ValidEmbedding,
 };
 use hearth_engine::EmbedModel;
 
+use crate::auth::RequestContext;
 use crate::error::{ApiJson, ApiQuery, HttpError};
 use crate::state::AppState;
 
 pub async fn create(
     State(state): State<AppState>,
     ApiQuery(_project): ApiQuery<ProjectQuery>,
+    Extension(ctx): Extension<RequestContext>,
     ApiJson(request): ApiJson<EmbeddingRequest>,
 ) -> Result<Json<EmbeddingList>, HttpError> {
-    let (valid, model) = prepare(&state, request)?;
+    let (valid, model) = prepare(&state, &ctx.project_id, request)?;
     let ids = token_inputs(&model, valid.inputs, valid.truncate).await?;
     let prompt_tokens = ids.iter().map(Vec::len).sum();
     let mut vectors = model.encoder.encode(ids).await?;
@@ -37,10 +39,11 @@ pub async fn create(
 /// `dimensions`. Batches check their lines with it.
 pub(crate) fn prepare(
     state: &AppState,
+    project: &str,
     request: EmbeddingRequest,
 ) -> Result<(ValidEmbedding, EmbedModel), HttpError> {
     let valid = request.validate()?;
-    let model = embed_model(state, &valid.model)?;
+    let model = embed_model(state, project, &valid.model)?;
     if model.cross_encoder {
         return Err(HttpError(ApiError::bad_request(
             Some("model"),
@@ -58,10 +61,14 @@ pub(crate) fn prepare(
     Ok((valid, model))
 }
 
-/// Finds a served embedding model: 400 shape B for a chat model, else 404 shape A.
-pub fn embed_model(state: &AppState, id: &str) -> Result<EmbedModel, HttpError> {
+/// Finds a served embedding model, or the project's embedding endpoint of
+/// that routing key: 400 shape B for a chat model, else 404 shape A.
+pub fn embed_model(state: &AppState, project: &str, id: &str) -> Result<EmbedModel, HttpError> {
     if let Some(model) = state.embed.get(id) {
         return Ok(model.clone());
+    }
+    if let Some(routed) = state.endpoints.route_embed(project, id) {
+        return routed.map_err(HttpError);
     }
     if state.chat.contains_key(id) {
         return Err(HttpError(ApiError::bad_request(

@@ -123,10 +123,7 @@ pub async fn create(
             let routing_key = format!("{}:{}", model.name, new.id);
             state
                 .store
-                .create_endpoint(NewEndpoint {
-                    routing_key,
-                    ..new
-                })
+                .create_endpoint(NewEndpoint { routing_key, ..new })
                 .await?
         }
         other => other?,
@@ -280,7 +277,11 @@ fn pick_flavor(host: &HostConfig, model: &Deployable, name: &str) -> Result<Flav
             format!(
                 "`{name}` is not a flavor of `{}` on this node; its flavors: {}.",
                 model.name,
-                if names.is_empty() { "none".to_string() } else { names.join(", ") }
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
             ),
         )
     })

@@ -161,8 +161,7 @@ async fn endpoint_series(state: &AppState, out: &mut String) {
             replicas.len()
         );
         let mut sum = EngineSnapshot::default();
-        for r in &replicas {
-            let s = r.model.engine.snapshot();
+        for s in replicas.iter().filter_map(|r| r.snapshot()) {
             sum.active += s.active;
             sum.waiting += s.waiting;
             sum.blocks_in_use += s.blocks_in_use;
@@ -177,7 +176,10 @@ async fn endpoint_series(state: &AppState, out: &mut String) {
     }
     for (name, kind, help, value) in SERIES {
         let name = name.replacen("hearth_", "hearth_endpoint_", 1);
-        let _ = writeln!(out, "# HELP {name} {help} (a dedicated endpoint's replicas)\n# TYPE {name} {kind}");
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help} (a dedicated endpoint's replicas)\n# TYPE {name} {kind}"
+        );
         for (id, snap) in &sums {
             let _ = writeln!(out, "{name}{{endpoint=\"{id}\"}} {}", value(snap));
         }

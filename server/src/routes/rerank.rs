@@ -7,23 +7,25 @@
 //! with the query's; texts over the maximum length are truncated.
 
 use axum::extract::State;
-use axum::Json;
+use axum::{Extension, Json};
 use hearth_api::{ApiError, ProjectQuery, PromptInput, RerankRequest, RerankResponse};
 use hearth_engine::cross_encoder::pair_items;
 use hearth_engine::embed::cosine;
 
 use super::embeddings::{embed_model, token_inputs};
 use super::generate::response_id;
+use crate::auth::RequestContext;
 use crate::error::{ApiJson, ApiQuery, HttpError};
 use crate::state::AppState;
 
 pub async fn create(
     State(state): State<AppState>,
     ApiQuery(_project): ApiQuery<ProjectQuery>,
+    Extension(ctx): Extension<RequestContext>,
     ApiJson(request): ApiJson<RerankRequest>,
 ) -> Result<Json<RerankResponse>, HttpError> {
     let valid = request.validate()?;
-    let model = embed_model(&state, &valid.model)?;
+    let model = embed_model(&state, &ctx.project_id, &valid.model)?;
     if model.cross_encoder {
         let tokenizer = model.tokenizer.clone();
         let (query, documents) = (valid.query.clone(), valid.documents.clone());
