@@ -40,6 +40,7 @@ mod llama;
 mod llama_cpu;
 pub mod lora;
 mod lora_apply;
+mod lora_merge;
 mod packed_attention;
 mod paged;
 mod roberta;
@@ -109,6 +110,12 @@ pub trait CausalLM: Send + Sync {
     /// ([`LoraSpec::prepare`]); `None` when the model takes no adapters.
     fn lora_spec(&self) -> Option<LoraSpec> {
         None
+    }
+
+    /// Folds `adapter` (prepared by [`LoraSpec::prepare`]) into the
+    /// weights; refused by models that take no adapters.
+    fn merge_lora(&mut self, _adapter: &LoraAdapter) -> candle_core::Result<()> {
+        candle_core::bail!("this model cannot merge LoRA adapters")
     }
 
     /// Bytes of KV cache one block takes over all layers.

@@ -25,7 +25,7 @@ use hearth_kernels::{Format, QuantMatrix};
 
 /// Weight of a [`Linear`].
 #[derive(Debug, Clone)]
-enum Weight {
+pub(crate) enum Weight {
     Quantized(QMatMul),
     Kernel(KernelOp),
     Dense(Tensor),
@@ -49,7 +49,7 @@ pub(crate) fn kernel_format(dtype: GgmlDType) -> Option<Format> {
 /// `x W^T` through a [`QuantMatrix`], as a candle op on the CPU: `x` is f32
 /// `[..., k]`, the result `[..., n]`.
 #[derive(Debug, Clone)]
-struct KernelOp(Arc<QuantMatrix>);
+pub(crate) struct KernelOp(pub(crate) Arc<QuantMatrix>);
 
 impl CustomOp1 for KernelOp {
     fn name(&self) -> &'static str {
@@ -80,8 +80,8 @@ impl CustomOp1 for KernelOp {
 /// `y = x W^T + b` with `W` of shape `[out_features, in_features]`.
 #[derive(Debug, Clone)]
 pub struct Linear {
-    weight: Weight,
-    bias: Option<Tensor>,
+    pub(crate) weight: Weight,
+    pub(crate) bias: Option<Tensor>,
     in_features: usize,
     out_features: usize,
 }

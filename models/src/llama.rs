@@ -201,7 +201,7 @@ pub struct Llama {
     info: ModelInfo,
     /// `[vocab, hidden]`; looked-up rows are f32.
     embed: TokenEmbedding,
-    blocks: Vec<Block>,
+    pub(crate) blocks: Vec<Block>,
     norm: RmsNorm,
     lm_head: Linear,
     rotary: Rotary,
@@ -269,6 +269,22 @@ impl Llama {
             cpu_blocks,
             kv_dtype: DType::F16,
         })
+    }
+
+    /// Rebuilds the slice path's view of the blocks after their weights
+    /// changed ([`Llama::merge_lora`]).
+    pub(crate) fn rebuild_cpu_blocks(&mut self) -> Result<()> {
+        if self.cpu_blocks.is_some() {
+            let i = &self.info;
+            self.cpu_blocks = CpuBlocks::new(
+                &self.blocks,
+                &self.rotary,
+                i.num_heads,
+                i.num_kv_heads,
+                i.head_dim,
+            )?;
+        }
+        Ok(())
     }
 
     /// Runs every block through candle operations, as on other devices and
@@ -612,6 +628,10 @@ impl CausalLM for Llama {
 
     fn kv_dtype(&self) -> DType {
         self.kv_dtype
+    }
+
+    fn merge_lora(&mut self, adapter: &crate::LoraAdapter) -> Result<()> {
+        Llama::merge_lora(self, adapter)
     }
 
     fn lora_spec(&self) -> Option<LoraSpec> {

@@ -261,3 +261,68 @@ fn mismatched_adapter_is_refused() -> Result<()> {
     assert!(model.forward_paged(&[seq], &mut pool).is_err());
     Ok(())
 }
+
+#[test]
+fn a_merged_adapter_equals_the_adapter_at_run_time() -> Result<()> {
+    let tensors = base_tensors()?;
+    let base = model_from(&tensors)?;
+    let x = base
+        .lora_spec()
+        .unwrap()
+        .prepare(&random_adapter(5, 2, 128)?)?;
+    let mut merged_model = model_from(&tensors)?;
+    merged_model.merge_lora(&x)?;
+    let with = run_batch(&base, &[&P1, &P3], &[Some(&x), Some(&x)])?;
+    let want = run_batch(&merged_model, &[&P1, &P3], &[None, None])?;
+    assert_close(&with, &want, "run-time adapter vs merge_lora");
+    Ok(())
+}
+
+/// On a quantized GGUF base whose matrices run on the kernels: the merged
+/// layers are Q8_0 kernel matrices (the slice path stays), and the logits
+/// are those of the adapter at run time up to Q8_0's rounding of the sums.
+#[test]
+fn merging_into_a_quantized_gguf_keeps_the_kernels_and_the_adapter() -> Result<()> {
+    let tensors = base_tensors()?;
+    let cfg = tiny_config(true);
+    let list: Vec<(String, Tensor)> = tensors
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let shape = GgufShape {
+        hidden: cfg.hidden_size,
+        intermediate: cfg.intermediate_size,
+        layers: cfg.num_hidden_layers,
+        heads: cfg.num_attention_heads,
+        kv_heads: cfg.num_kv_heads(),
+        context: cfg.max_position_embeddings,
+        theta: cfg.rope_theta,
+    };
+    let bytes = write_gguf(&list, &shape, GgmlDType::Q4_0)?;
+    let base = load_gguf(bytes.clone())?.with_kv_dtype(DType::F32)?;
+    assert!(base.runs_slice_path());
+    let x = base
+        .lora_spec()
+        .unwrap()
+        .prepare(&random_adapter(6, 2, 128)?)?;
+    let mut merged_model = load_gguf(bytes)?.with_kv_dtype(DType::F32)?;
+    merged_model.merge_lora(&x)?;
+    assert!(merged_model.runs_slice_path());
+    let with = run_batch(&base, &[&P1], &[Some(&x)])?;
+    let want = run_batch(&merged_model, &[&P1], &[None])?;
+    let plain = run_batch(&base, &[&P1], &[None])?;
+    for (s, ((a, b), p)) in with.iter().zip(&want).zip(&plain).enumerate() {
+        let d = max_diff(a, b);
+        let effect = max_diff(a, p);
+        // Q8_0 moves each summed weight by at most half a step (max|block|
+        // / 254); these random models amplify that to about 5% of the
+        // adapter's effect on the logits (requantizing the base alone, with
+        // a zero update, moves them by 0.5-0.7). A merge that lost or
+        // misplaced the update would differ by the whole effect.
+        assert!(
+            d < effect / 8.0,
+            "step {s}: merged differs by {d}, the adapter's effect is {effect}"
+        );
+    }
+    Ok(())
+}

@@ -594,3 +594,58 @@ async fn an_embedding_model_runs_as_an_endpoint() {
     .await;
     assert_eq!(rerank.status, 200, "{}", text(&rerank));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fine_tuned_model_runs_with_its_adapter_merged() {
+    use common::lora::{adapter, Jobs, FT};
+    let dir = temp_dir();
+    adapter(2, 192).save_dir(&dir.join("ft")).unwrap();
+    let mut state = state_with(4096);
+    state.adapter_source = Some(std::sync::Arc::new(Jobs(dir.join("ft"))));
+    let all = templates(&state).await;
+    let template = all
+        .iter()
+        .find(|t| t["model_name"] == FT)
+        .unwrap_or_else(|| panic!("{all:?}"));
+    let base = all.iter().find(|t| t["model_name"] == MODEL).unwrap();
+    // The merged layers are Q8_0: the weights count twice.
+    assert!(
+        template["flavors"][0]["resources"]["memory_mb"].as_u64()
+            > base["flavors"][0]["resources"]["memory_mb"].as_u64()
+    );
+    let reply = call(
+        &state,
+        "POST",
+        "/v0/dedicated_endpoints",
+        KEY,
+        Some(body_from(template, &template["flavors"][0], "tuned")),
+    )
+    .await;
+    assert_eq!(reply.status, 201, "{}", text(&reply));
+    let id = reply.json()["endpoint_id"].as_str().unwrap().to_string();
+    let key = reply.json()["routing_key"].as_str().unwrap().to_string();
+    wait_for(&state, &id, "running").await;
+
+    let answer = |reply: Raw| {
+        assert_eq!(reply.status, 200, "{}", text(&reply));
+        reply.json()["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let merged = answer(chat(&state, KEY, &key).await);
+    let per_token = answer(chat(&state, KEY, FT).await);
+    let plain = answer(chat(&state, KEY, MODEL).await);
+    // The endpoint answers as the adapter does on the shared engine (its
+    // Q8_0 rounding does not change these greedy tokens), not as the base.
+    assert_eq!(merged, per_token);
+    assert_ne!(merged, plain);
+    // No adapter is loaded on the endpoint's engine: it was merged.
+    let own = &state.endpoints.get(&id).unwrap().replicas()[0];
+    match own.as_ref() {
+        hearth_server::endpoints::Replica::Chat(m) => {
+            assert!(m.engine.adapters().loaded().is_empty())
+        }
+        _ => panic!("a chat replica"),
+    }
+}

@@ -6,69 +6,15 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use candle_core::{Device, Tensor};
+use common::lora::{adapter, Jobs, FT};
 use common::*;
-use hearth_api::ApiError;
-use hearth_engine::adapters::dir_loader;
-use hearth_models::{LoraAdapter, LoraConfig, LoraTarget, LoraWeights};
-use hearth_server::models_resolve::{AdapterModel, AdapterSource, SourceFuture};
 use hearth_server::serve::build_state;
 use hearth_server::AppState;
 
 const LORA: &str = "test/smollm2-lora";
-const FT: &str = "HuggingFaceTB/SmolLM2-135M-Instruct:my-suffix:ftjob-01TEST";
-
-/// A seeded rank-8 adapter on q and v of SmolLM2-135M (30 layers, hidden
-/// 576, 9 x 64 query and 3 x 64 kv rows), `v_rows` rows in v's B.
-fn adapter(seed: u64, v_rows: usize) -> LoraAdapter {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut m = |rows: usize, cols: usize| {
-        let v: Vec<f32> = (0..rows * cols)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * 0.08
-            })
-            .collect();
-        Tensor::from_vec(v, (rows, cols), &Device::Cpu).unwrap()
-    };
-    let layers = (0..30)
-        .map(|_| {
-            let mut l = BTreeMap::new();
-            l.insert(
-                LoraTarget::Q,
-                LoraWeights {
-                    a: m(8, 576),
-                    b: m(576, 8),
-                },
-            );
-            l.insert(
-                LoraTarget::V,
-                LoraWeights {
-                    a: m(8, 576),
-                    b: m(v_rows, 8),
-                },
-            );
-            l
-        })
-        .collect();
-    LoraAdapter {
-        config: LoraConfig {
-            r: 8,
-            alpha: 16.0,
-            dropout: 0.0,
-            use_rslora: false,
-            targets: vec![LoraTarget::Q, LoraTarget::V],
-            base_model: MODEL.into(),
-        },
-        layers,
-    }
-}
 
 /// A catalogue file with one adapter entry over `base`, from `folder`.
 fn catalogue(dir: &Path, base: &str, folder: &Path) -> std::path::PathBuf {
@@ -91,39 +37,6 @@ fn state_with(catalog: std::path::PathBuf) -> anyhow::Result<AppState> {
     args.store.catalog = Some(catalog);
     let (store, project) = new_store();
     build_state(&args, vec![KEY.to_string()], store, &project)
-}
-
-/// Fine-tuned models of any project: one name, served from a folder.
-struct Jobs(std::path::PathBuf);
-
-impl AdapterSource for Jobs {
-    fn resolve<'a>(
-        &'a self,
-        _project: &'a str,
-        name: &'a str,
-    ) -> SourceFuture<'a, Result<Option<AdapterModel>, ApiError>> {
-        Box::pin(async move { Ok((name == FT).then(|| self.model())) })
-    }
-
-    fn list<'a>(
-        &'a self,
-        _project: &'a str,
-    ) -> SourceFuture<'a, Result<Vec<AdapterModel>, ApiError>> {
-        Box::pin(async move { Ok(vec![self.model()]) })
-    }
-}
-
-impl Jobs {
-    fn model(&self) -> AdapterModel {
-        AdapterModel {
-            id: FT.into(),
-            base: MODEL.into(),
-            owned_by: "user".into(),
-            created: 1,
-            description: None,
-            loader: dir_loader(self.0.clone()),
-        }
-    }
 }
 
 async fn chat(state: &AppState, model: &str) -> (u16, serde_json::Value) {

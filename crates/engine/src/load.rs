@@ -137,9 +137,26 @@ impl ChatModel {
         entry: &CatalogEntry,
         models_dir: &Path,
         device: &Device,
-        mut config: EngineConfig,
+        config: EngineConfig,
     ) -> anyhow::Result<Self> {
-        let lm = load_lm(entry, models_dir, device)?;
+        Self::start_merged(entry, models_dir, device, config, None)
+    }
+
+    /// [`ChatModel::start`] with `adapter` (prepared for this model by its
+    /// [`crate::AdapterCache::prepare`]) folded into the weights: the
+    /// engine serves the fine-tuned model as its base, with no per-token
+    /// adapter work.
+    pub fn start_merged(
+        entry: &CatalogEntry,
+        models_dir: &Path,
+        device: &Device,
+        mut config: EngineConfig,
+        adapter: Option<&hearth_models::LoraAdapter>,
+    ) -> anyhow::Result<Self> {
+        let mut lm = load_lm(entry, models_dir, device)?;
+        if let Some(adapter) = adapter {
+            lm.model.merge_lora(adapter)?;
+        }
         if config.kv_cache_bytes.is_none() {
             let weights = dir_bytes(&entry.dir(models_dir));
             config.kv_cache_bytes = Some(crate::engine::default_kv_cache_bytes(weights));

@@ -18,8 +18,6 @@ const MIB: u64 = 1 << 20;
 /// Working memory of a replica beyond its weights and KV cache (activations,
 /// logits, its threads' stacks).
 const REPLICA_OVERHEAD: u64 = 64 * MIB;
-/// A LoRA adapter's share (its matrices, kept once per replica).
-const ADAPTER_OVERHEAD: u64 = 16 * MIB;
 
 /// The host's resources that endpoints may reserve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,13 +58,12 @@ fn available_memory() -> Option<u64> {
 /// What deploying one replica of a model takes, before the flavor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModelFootprint {
-    /// Bytes of the weights as loaded.
+    /// Bytes of the weights as loaded (an adapter merged into them turns
+    /// its layers into Q8_0: counted as twice the file).
     pub weights: u64,
     /// Bytes of KV cache one sequence of the full context needs (the
     /// least a replica's pool holds).
     pub min_kv: u64,
-    /// Whether an adapter is loaded on top.
-    pub adapter: bool,
     /// An encoder: no KV cache; `max_active` bounds its queue.
     pub encoder: bool,
 }
@@ -142,8 +139,7 @@ fn resources(
     } else {
         (kv_mb * MIB).max(model.min_kv)
     };
-    let adapter = if model.adapter { ADAPTER_OVERHEAD } else { 0 };
-    let memory = model.weights + kv + REPLICA_OVERHEAD + adapter;
+    let memory = model.weights + kv + REPLICA_OVERHEAD;
     FlavorResources {
         threads: threads as u32,
         kv_cache_mb: kv.div_ceil(MIB),
@@ -200,7 +196,6 @@ mod tests {
     const SMALL_MODEL: ModelFootprint = ModelFootprint {
         weights: 100 * MIB,
         min_kv: 200 * MIB,
-        adapter: false,
         encoder: false,
     };
 

@@ -45,13 +45,10 @@ pub struct HostConfig {
     pub scale_down_after: std::time::Duration,
 }
 
-/// One running replica: its own engine (with the adapter of a fine-tuned
-/// model loaded on it), or its own encoder batcher.
+/// One running replica: its own engine (a fine-tuned model's adapter
+/// merged into its weights), or its own encoder batcher.
 pub enum Replica {
-    Chat {
-        model: ChatModel,
-        adapter: Option<LoadedAdapter>,
-    },
+    Chat(ChatModel),
     Embed(EmbedModel),
 }
 
@@ -60,7 +57,7 @@ impl Replica {
     /// counted).
     fn load(&self) -> usize {
         match self {
-            Replica::Chat { model, .. } => {
+            Replica::Chat(model) => {
                 model.engine.active_sequences() + model.engine.waiting_requests()
             }
             Replica::Embed(_) => 0,
@@ -69,7 +66,7 @@ impl Replica {
 
     fn waiting(&self) -> usize {
         match self {
-            Replica::Chat { model, .. } => model.engine.waiting_requests(),
+            Replica::Chat(model) => model.engine.waiting_requests(),
             Replica::Embed(_) => 0,
         }
     }
@@ -77,7 +74,7 @@ impl Replica {
     /// The engine's counters (chat replicas).
     pub fn snapshot(&self) -> Option<hearth_engine::EngineSnapshot> {
         match self {
-            Replica::Chat { model, .. } => Some(model.engine.snapshot()),
+            Replica::Chat(model) => Some(model.engine.snapshot()),
             Replica::Embed(_) => None,
         }
     }
@@ -272,7 +269,7 @@ impl Endpoints {
     ) -> Option<Result<(ChatModel, Option<LoadedAdapter>), ApiError>> {
         let live = self.find(project, name)?;
         Some(match live.pick().as_deref() {
-            Some(Replica::Chat { model, adapter }) => Ok((model.clone(), adapter.clone())),
+            Some(Replica::Chat(model)) => Ok((model.clone(), None)),
             Some(Replica::Embed(_)) => Err(ApiError::bad_request(
                 Some("model"),
                 format!(
@@ -288,7 +285,7 @@ impl Endpoints {
         let live = self.find(project, name)?;
         Some(match live.pick().as_deref() {
             Some(Replica::Embed(model)) => Ok(model.clone()),
-            Some(Replica::Chat { .. }) => Err(ApiError::bad_request(
+            Some(Replica::Chat(_)) => Err(ApiError::bad_request(
                 Some("model"),
                 format!("`{name}` is a chat endpoint: it serves chat, completions and responses."),
             )),

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use hearth_api::endpoints::Flavor;
 use hearth_core::{GenerateRequest, Priority, SamplingParams, TokenEvent};
-use hearth_engine::{BatcherConfig, ChatModel, EmbedModel, EngineConfig, LoadedAdapter};
+use hearth_engine::{BatcherConfig, ChatModel, EmbedModel, EngineConfig};
 use hearth_store::DedicatedEndpoint;
 
 use super::host::{self, Need};
@@ -255,8 +255,9 @@ pub async fn reserved_by_others(state: &AppState, host: &HostConfig, except: &st
     total
 }
 
-/// A new engine (or encoder) for `model` sized by `flavor`, its adapter
-/// loaded, warmed up by one generated token (one encoded input).
+/// A new engine (or encoder) for `model` sized by `flavor`, a fine-tuned
+/// model's adapter merged into its weights, warmed up by one generated
+/// token (one encoded input).
 async fn start_replica(
     host: &HostConfig,
     model: &Deployable,
@@ -292,36 +293,41 @@ async fn start_replica(
             .map_err(|e| format!("warm-up: {e}"))?;
         return Ok(Replica::Embed(embed));
     }
+    // A fine-tuned model: its adapter, checked against the base by the
+    // shared engine's cache, is folded into this replica's weights.
+    let adapter = match (&model.adapter, &model.base) {
+        (Some(a), Base::Chat(base)) => {
+            let files = (a.loader)()
+                .await
+                .map_err(|e| format!("cannot read the adapter: {e:#}"))?;
+            let cache = base.engine.adapters().clone();
+            let prepared = tokio::task::spawn_blocking(move || cache.prepare(&files))
+                .await
+                .map_err(|e| format!("reading the adapter stopped: {e}"))?
+                .map_err(|e| format!("cannot use the adapter: {e:#}"))?;
+            Some(prepared)
+        }
+        _ => None,
+    };
     let config = EngineConfig {
         kv_cache_bytes: Some((r.kv_cache_mb as usize) << 20),
         max_active: r.max_active as usize,
         threads: Some(r.threads as usize),
         ..host.engine.clone()
     };
-    let chat = tokio::task::spawn_blocking(move || ChatModel::start(&entry, &dir, &device, config))
-        .await
-        .map_err(|e| format!("loading the model stopped: {e}"))?
-        .map_err(|e| format!("cannot load the model: {e:#}"))?;
-    let adapter = match &model.adapter {
-        Some(a) => Some(
-            chat.engine
-                .adapters()
-                .get(&a.id, &a.loader)
-                .await
-                .map_err(|e| format!("cannot load the adapter: {e:#}"))?,
-        ),
-        None => None,
-    };
-    warm_up(&chat, adapter.clone()).await?;
-    Ok(Replica::Chat {
-        model: chat,
-        adapter,
+    let chat = tokio::task::spawn_blocking(move || {
+        ChatModel::start_merged(&entry, &dir, &device, config, adapter.as_ref())
     })
+    .await
+    .map_err(|e| format!("loading the model stopped: {e}"))?
+    .map_err(|e| format!("cannot load the model: {e:#}"))?;
+    warm_up(&chat).await?;
+    Ok(Replica::Chat(chat))
 }
 
 /// Generates one token, so the first request finds the pages touched and
 /// the pool's threads started.
-async fn warm_up(model: &ChatModel, adapter: Option<LoadedAdapter>) -> Result<(), String> {
+async fn warm_up(model: &ChatModel) -> Result<(), String> {
     let prompt_ids = model
         .tokenizer
         .encode("Hello", true)
@@ -341,7 +347,7 @@ async fn warm_up(model: &ChatModel, adapter: Option<LoadedAdapter>) -> Result<()
     };
     let mut events = model
         .engine
-        .submit_with(request, adapter)
+        .submit_with(request, None)
         .map_err(|e| format!("warm-up: {e}"))?;
     while let Some(event) = events.recv().await {
         match event {

@@ -4,8 +4,7 @@
 //! A deployable model is a chat or embedding model this server loaded, or
 //! a LoRA adapter over a chat model (a catalogue adapter, or a fine-tuned
 //! model of the caller's project). A replica loads its own copy of the
-//! base's weights; an adapter is applied on top of it by the replica's
-//! engine.
+//! base's weights, with an adapter folded into them at load.
 
 use hearth_api::endpoints::{EndpointTemplate, Flavor};
 use hearth_engine::catalog::CatalogEntry;
@@ -58,16 +57,18 @@ impl Deployable {
         };
         match &self.base {
             Base::Chat(m) => ModelFootprint {
-                weights,
+                weights: if self.adapter.is_some() {
+                    2 * weights
+                } else {
+                    weights
+                },
                 min_kv: m.engine.min_kv_bytes() as u64,
-                adapter: self.adapter.is_some(),
                 encoder: false,
             },
             // f32 weights, and their bf16 copy where the CPU computes in it.
             Base::Embed(_) => ModelFootprint {
                 weights: 2 * weights,
                 min_kv: 0,
-                adapter: false,
                 encoder: true,
             },
         }

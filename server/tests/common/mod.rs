@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod binary;
+pub mod lora;
 pub mod raw;
 
 use std::path::PathBuf;
