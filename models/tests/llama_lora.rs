@@ -148,6 +148,25 @@ fn run_batch(
     Ok(steps)
 }
 
+/// The tiny model's tensors as GGUF bytes, matrices stored as `dtype`.
+fn tiny_gguf(tensors: &HashMap<String, Tensor>, dtype: GgmlDType) -> Result<Vec<u8>> {
+    let cfg = tiny_config(true);
+    let list: Vec<(String, Tensor)> = tensors
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let shape = GgufShape {
+        hidden: cfg.hidden_size,
+        intermediate: cfg.intermediate_size,
+        layers: cfg.num_hidden_layers,
+        heads: cfg.num_attention_heads,
+        kv_heads: cfg.num_kv_heads(),
+        context: cfg.max_position_embeddings,
+        theta: cfg.rope_theta,
+    };
+    write_gguf(&list, &shape, dtype)
+}
+
 fn rows(steps: &[Tensor], i: usize) -> Vec<Tensor> {
     steps.iter().map(|t| t.get(i).unwrap()).collect()
 }
@@ -206,21 +225,7 @@ fn mixed_batch_equals_solo_runs() -> Result<()> {
 fn hf_adapter_on_safetensors_equals_permuted_on_gguf() -> Result<()> {
     let tensors = base_tensors()?;
     let hf = model_from(&tensors)?;
-    let cfg = tiny_config(true);
-    let list: Vec<(String, Tensor)> = tensors
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let shape = GgufShape {
-        hidden: cfg.hidden_size,
-        intermediate: cfg.intermediate_size,
-        layers: cfg.num_hidden_layers,
-        heads: cfg.num_attention_heads,
-        kv_heads: cfg.num_kv_heads(),
-        context: cfg.max_position_embeddings,
-        theta: cfg.rope_theta,
-    };
-    let gguf = load_gguf(write_gguf(&list, &shape, GgmlDType::F32)?)?.with_kv_dtype(DType::F32)?;
+    let gguf = load_gguf(tiny_gguf(&tensors, GgmlDType::F32)?)?.with_kv_dtype(DType::F32)?;
     let adapter = random_adapter(3, 2, 128)?;
     let on_hf = hf.lora_spec().unwrap().prepare(&adapter)?;
     let gspec = gguf.lora_spec().unwrap();
@@ -284,21 +289,7 @@ fn a_merged_adapter_equals_the_adapter_at_run_time() -> Result<()> {
 #[test]
 fn merging_into_a_quantized_gguf_keeps_the_kernels_and_the_adapter() -> Result<()> {
     let tensors = base_tensors()?;
-    let cfg = tiny_config(true);
-    let list: Vec<(String, Tensor)> = tensors
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let shape = GgufShape {
-        hidden: cfg.hidden_size,
-        intermediate: cfg.intermediate_size,
-        layers: cfg.num_hidden_layers,
-        heads: cfg.num_attention_heads,
-        kv_heads: cfg.num_kv_heads(),
-        context: cfg.max_position_embeddings,
-        theta: cfg.rope_theta,
-    };
-    let bytes = write_gguf(&list, &shape, GgmlDType::Q4_0)?;
+    let bytes = tiny_gguf(&tensors, GgmlDType::Q4_0)?;
     let base = load_gguf(bytes.clone())?.with_kv_dtype(DType::F32)?;
     assert!(base.runs_slice_path());
     let x = base

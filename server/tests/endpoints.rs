@@ -110,6 +110,13 @@ async fn metric(state: &AppState, prefix: &str) -> f64 {
         .unwrap_or_else(|| panic!("no `{prefix}` in /metrics:\n{body}"))
 }
 
+/// `POST /v0/dedicated_endpoints` with `body`: 201 expected; the endpoint.
+async fn create(state: &AppState, body: Value) -> Value {
+    let reply = call(state, "POST", "/v0/dedicated_endpoints", KEY, Some(body)).await;
+    assert_eq!(reply.status, 201, "{}", text(&reply));
+    reply.json()
+}
+
 /// A creation body made from a template exactly as it is listed.
 fn body_from(template: &Value, flavor: &Value, name: &str) -> Value {
     json!({
@@ -165,16 +172,8 @@ async fn an_endpoint_serves_on_its_own_engine_survives_a_restart_and_is_deleted(
     let all = templates(&state).await;
     let template = &all[0];
     let flavor = &template["flavors"][0];
-    let reply = call(
-        &state,
-        "POST",
-        "/v0/dedicated_endpoints",
-        KEY,
-        Some(body_from(template, flavor, "mine")),
-    )
-    .await;
-    assert_eq!(reply.status, 201, "{}", text(&reply));
-    let created = reply.json();
+    let reply = create(&state, body_from(template, flavor, "mine")).await;
+    let created = reply;
     let id = created["endpoint_id"].as_str().unwrap().to_string();
     let uuid = uuid::Uuid::parse_str(&id).expect("a UUID");
     assert_eq!(uuid.get_version_num(), 4);
@@ -399,18 +398,10 @@ async fn what_does_not_fit_is_refused_with_what_is_missing() {
     assert!(list(&state, KEY).await.is_empty());
     // A stopped endpoint reserves nothing; starting it with two replicas
     // is refused the same way.
-    let reply = call(
-        &state,
-        "POST",
-        "/v0/dedicated_endpoints",
-        KEY,
-        Some(body(2, false)),
-    )
-    .await;
-    assert_eq!(reply.status, 201, "{}", text(&reply));
+    let reply = create(&state, body(2, false)).await;
     let uri = format!(
         "/v0/dedicated_endpoints/{}",
-        reply.json()["endpoint_id"].as_str().unwrap()
+        reply["endpoint_id"].as_str().unwrap()
     );
     let start = call(&state, "PATCH", &uri, KEY, Some(json!({"enabled": true}))).await;
     shape_b_param(&start, Some("flavor_name"));
@@ -432,20 +423,14 @@ async fn what_does_not_fit_is_refused_with_what_is_missing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_project_neither_sees_nor_reaches_an_endpoint() {
     let state = state_with(4096);
-    let reply = call(
+    let reply = create(
         &state,
-        "POST",
-        "/v0/dedicated_endpoints",
-        KEY,
-        Some(
-            json!({"name": "x", "model_name": MODEL, "flavor_name": "cpu-medium",
+        json!({"name": "x", "model_name": MODEL, "flavor_name": "cpu-medium",
                     "enabled": false}),
-        ),
     )
     .await;
-    assert_eq!(reply.status, 201, "{}", text(&reply));
-    let id = reply.json()["endpoint_id"].as_str().unwrap().to_string();
-    let routing_key = reply.json()["routing_key"].as_str().unwrap().to_string();
+    let id = reply["endpoint_id"].as_str().unwrap().to_string();
+    let routing_key = reply["routing_key"].as_str().unwrap().to_string();
     // The owner's stopped endpoint answers 503 by its key.
     let stopped = chat(&state, KEY, &routing_key).await;
     assert_eq!(stopped.status, 503, "{}", text(&stopped));
@@ -471,20 +456,14 @@ async fn another_project_neither_sees_nor_reaches_an_endpoint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_scales_up_while_requests_wait_and_down_when_idle() {
     let state = state_with(4096);
-    let reply = call(
+    let reply = create(
         &state,
-        "POST",
-        "/v0/dedicated_endpoints",
-        KEY,
-        Some(
-            json!({"name": "elastic", "model_name": MODEL, "flavor_name": "cpu-medium",
+        json!({"name": "elastic", "model_name": MODEL, "flavor_name": "cpu-medium",
                     "scaling": {"min_replicas": 1, "max_replicas": 2}}),
-        ),
     )
     .await;
-    assert_eq!(reply.status, 201, "{}", text(&reply));
-    let id = reply.json()["endpoint_id"].as_str().unwrap().to_string();
-    let key = reply.json()["routing_key"].as_str().unwrap().to_string();
+    let id = reply["endpoint_id"].as_str().unwrap().to_string();
+    let key = reply["routing_key"].as_str().unwrap().to_string();
     assert_eq!(wait_for(&state, &id, "running").await["ready_replicas"], 1);
 
     // More requests than the flavor's 16 slots: some wait on the one replica.
@@ -544,17 +523,9 @@ async fn an_embedding_model_runs_as_an_endpoint() {
         .unwrap_or_else(|| panic!("{all:?}"));
     let flavor = &template["flavors"][0];
     assert_eq!(flavor["resources"]["kv_cache_mb"], 0, "{template}");
-    let reply = call(
-        &state,
-        "POST",
-        "/v0/dedicated_endpoints",
-        KEY,
-        Some(body_from(template, flavor, "vectors")),
-    )
-    .await;
-    assert_eq!(reply.status, 201, "{}", text(&reply));
-    let id = reply.json()["endpoint_id"].as_str().unwrap().to_string();
-    let key = reply.json()["routing_key"].as_str().unwrap().to_string();
+    let reply = create(&state, body_from(template, flavor, "vectors")).await;
+    let id = reply["endpoint_id"].as_str().unwrap().to_string();
+    let key = reply["routing_key"].as_str().unwrap().to_string();
     wait_for(&state, &id, "running").await;
 
     let embed = |model: String| {
@@ -613,17 +584,13 @@ async fn a_fine_tuned_model_runs_with_its_adapter_merged() {
         template["flavors"][0]["resources"]["memory_mb"].as_u64()
             > base["flavors"][0]["resources"]["memory_mb"].as_u64()
     );
-    let reply = call(
+    let reply = create(
         &state,
-        "POST",
-        "/v0/dedicated_endpoints",
-        KEY,
-        Some(body_from(template, &template["flavors"][0], "tuned")),
+        body_from(template, &template["flavors"][0], "tuned"),
     )
     .await;
-    assert_eq!(reply.status, 201, "{}", text(&reply));
-    let id = reply.json()["endpoint_id"].as_str().unwrap().to_string();
-    let key = reply.json()["routing_key"].as_str().unwrap().to_string();
+    let id = reply["endpoint_id"].as_str().unwrap().to_string();
+    let key = reply["routing_key"].as_str().unwrap().to_string();
     wait_for(&state, &id, "running").await;
 
     let answer = |reply: Raw| {

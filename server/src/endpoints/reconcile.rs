@@ -146,13 +146,7 @@ async fn scale_up(
     live: &Live,
     row: &DedicatedEndpoint,
 ) -> Result<bool, String> {
-    let model = deployable(state, &row.project_id, &row.model_name)
-        .await
-        .map_err(|e| e.0.message())?
-        .ok_or("the model is no longer served")?;
-    let flavor = model
-        .flavor(host, &row.flavor_name)
-        .ok_or("the flavor no longer exists")?;
+    let (model, flavor) = model_and_flavor(state, host, row).await?;
     let replica = start_replica(host, &model, &flavor).await?;
     if !still_current(state, row).await {
         return Ok(false);
@@ -202,16 +196,7 @@ async fn load_replicas(
     live: &Live,
     row: &DedicatedEndpoint,
 ) -> Result<bool, String> {
-    let model = deployable(state, &row.project_id, &row.model_name)
-        .await
-        .map_err(|e| format!("cannot resolve the model: {}", e.0.message()))?
-        .ok_or_else(|| format!("the model `{}` is not served by this node", row.model_name))?;
-    let flavor = model.flavor(host, &row.flavor_name).ok_or_else(|| {
-        format!(
-            "the flavor `{}` does not exist on this node",
-            row.flavor_name
-        )
-    })?;
+    let (model, flavor) = model_and_flavor(state, host, row).await?;
     let others = reserved_by_others(state, host, &row.id).await;
     let wanted = host::need(&flavor).times(row.max_replicas.max(1) as u64);
     if let Some(missing) = host::shortfall(&host.capacity, others, wanted) {
@@ -228,6 +213,25 @@ async fn load_replicas(
     }
     live.truncate(target);
     Ok(still_current(state, row).await)
+}
+
+/// The row's model and flavor on this node (why not, otherwise).
+async fn model_and_flavor(
+    state: &AppState,
+    host: &HostConfig,
+    row: &DedicatedEndpoint,
+) -> Result<(Deployable, Flavor), String> {
+    let model = deployable(state, &row.project_id, &row.model_name)
+        .await
+        .map_err(|e| format!("cannot resolve the model: {}", e.0.message()))?
+        .ok_or_else(|| format!("the model `{}` is not served by this node", row.model_name))?;
+    let flavor = model.flavor(host, &row.flavor_name).ok_or_else(|| {
+        format!(
+            "the flavor `{}` does not exist on this node",
+            row.flavor_name
+        )
+    })?;
+    Ok((model, flavor))
 }
 
 async fn still_current(state: &AppState, row: &DedicatedEndpoint) -> bool {
