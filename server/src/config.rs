@@ -330,6 +330,11 @@ pub struct EndpointArgs {
     /// requests before it drops a replica.
     #[arg(long, env = "HEARTH_ENDPOINT_SCALE_DOWN_SECS", default_value_t = 60)]
     pub endpoint_scale_down_secs: u64,
+    /// Seconds a replica taken out of service (delete, update, scale-down,
+    /// stop) may finish its requests before it is stopped (they then end
+    /// with 503).
+    #[arg(long, env = "HEARTH_ENDPOINT_DRAIN_SECS", default_value_t = 30)]
+    pub endpoint_drain_secs: u64,
 }
 
 impl Default for EndpointArgs {
@@ -338,6 +343,7 @@ impl Default for EndpointArgs {
             endpoint_memory_mb: None,
             endpoint_threads: None,
             endpoint_scale_down_secs: 60,
+            endpoint_drain_secs: 30,
         }
     }
 }

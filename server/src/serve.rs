@@ -121,6 +121,7 @@ pub fn build_state(
         capacity: crate::endpoints::Capacity::from_args(&args.endpoints),
         device: device.clone(),
         scale_down_after: std::time::Duration::from_secs(args.endpoints.endpoint_scale_down_secs),
+        drain_deadline: std::time::Duration::from_secs(args.endpoints.endpoint_drain_secs),
     });
     Ok(AppState {
         chat: Arc::new(chat),

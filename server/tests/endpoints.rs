@@ -27,6 +27,7 @@ fn state_with(memory_mb: u64) -> AppState {
         cores: 2,
     };
     host.scale_down_after = Duration::ZERO;
+    host.drain_deadline = Duration::from_secs(1);
     let (store, project) = new_store();
     AppState {
         store,
@@ -615,4 +616,50 @@ async fn a_fine_tuned_model_runs_with_its_adapter_merged() {
         }
         _ => panic!("a chat replica"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_endpoint_stops_its_requests_after_the_drain_deadline() {
+    let state = state_with(4096);
+    let created = create(
+        &state,
+        json!({"name": "short-lived", "model_name": MODEL, "flavor_name": "cpu-medium"}),
+    )
+    .await;
+    let id = created["endpoint_id"].as_str().unwrap().to_string();
+    let key = created["routing_key"].as_str().unwrap().to_string();
+    wait_for(&state, &id, "running").await;
+    let replica = state.endpoints.get(&id).unwrap().replicas()[0].clone();
+    // A request that would run for minutes.
+    let long = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            call(
+                &state,
+                "POST",
+                "/v1/chat/completions",
+                KEY,
+                Some(json!({"model": key, "max_tokens": 8000, "ignore_eos": true,
+                            "messages": [{"role": "user", "content": "Go on forever."}]})),
+            )
+            .await
+        })
+    };
+    let hearth_server::endpoints::Replica::Chat(engine) = replica.as_ref() else {
+        panic!("a chat replica")
+    };
+    let start = Instant::now();
+    while engine.engine.active_sequences() == 0 {
+        assert!(start.elapsed() < Duration::from_secs(60), "never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let uri = format!("/v0/dedicated_endpoints/{id}");
+    assert_eq!(call(&state, "DELETE", &uri, KEY, None).await.status, 200);
+    // Stopped after the test node's one-second deadline: 503 shape B.
+    let reply = tokio::time::timeout(Duration::from_secs(60), long)
+        .await
+        .expect("the request outlived the drain deadline")
+        .unwrap();
+    assert_eq!(reply.status, 503, "{}", text(&reply));
+    assert_eq!(reply.json()["error"]["code"], 503);
 }

@@ -113,10 +113,17 @@ pub(crate) struct Job {
     pub(crate) events: mpsc::UnboundedSender<TokenEvent>,
 }
 
+/// What handles send the engine loop.
+pub(crate) enum Msg {
+    Job(Job),
+    /// End every sequence (`EngineError::Stopped`) and stop.
+    Stop,
+}
+
 /// A cheap, cloneable handle to a running engine.
 #[derive(Clone)]
 pub struct EngineHandle {
-    tx: mpsc::UnboundedSender<Job>,
+    tx: mpsc::UnboundedSender<Msg>,
     max_waiting: usize,
     context_length: usize,
     vocab_size: usize,
@@ -180,6 +187,14 @@ impl EngineHandle {
             stats,
             adapters,
         })
+    }
+
+    /// Stops the engine now: its running and waiting sequences end with
+    /// [`EngineError::Stopped`], later requests are refused, and its
+    /// thread frees the model and the KV pool without waiting for every
+    /// handle to go.
+    pub fn stop(&self) {
+        let _ = self.tx.send(Msg::Stop);
     }
 
     /// The LoRA adapters of this engine's model: load one with
@@ -296,7 +311,7 @@ impl EngineHandle {
             adapter,
             events,
         };
-        self.tx.send(job).map_err(|_| {
+        self.tx.send(Msg::Job(job)).map_err(|_| {
             waiting.fetch_sub(1, Ordering::Relaxed);
             EngineError::Stopped
         })?;

@@ -44,7 +44,7 @@ use rayon::prelude::*;
 use tokio::sync::mpsc;
 
 use crate::block_manager::BlockManager;
-use crate::engine::{EngineConfig, EngineParts, EngineStats, Job};
+use crate::engine::{EngineConfig, EngineParts, EngineStats, Job, Msg};
 use crate::sampler::Sampled;
 use crate::sequence::Sequence;
 use crate::step_cost::StepCost;
@@ -74,7 +74,7 @@ fn class(p: Priority) -> usize {
 pub(crate) struct EngineLoop {
     parts: EngineParts,
     config: EngineConfig,
-    rx: mpsc::UnboundedReceiver<Job>,
+    rx: mpsc::UnboundedReceiver<Msg>,
     pool: KvPool,
     blocks: BlockManager,
     waiting: [VecDeque<Sequence>; CLASSES],
@@ -93,7 +93,7 @@ impl EngineLoop {
     pub(crate) fn new(
         parts: EngineParts,
         config: EngineConfig,
-        rx: mpsc::UnboundedReceiver<Job>,
+        rx: mpsc::UnboundedReceiver<Msg>,
         pool: KvPool,
         context_length: usize,
         stats: Arc<EngineStats>,
@@ -136,19 +136,17 @@ impl EngineLoop {
                 let message = format!("engine panic: {}", panic_message(&panic));
                 tracing::error!("{message}; the engine stops");
                 self.stats.dead.store(true, Ordering::Relaxed);
-                self.fail_all(&message);
+                self.fail_all(EngineError::Model(message));
                 return;
             }
         }
     }
 
-    /// Ends every running and waiting sequence with `message`.
-    fn fail_all(&mut self, message: &str) {
+    /// Ends every running and waiting sequence with `error`.
+    fn fail_all(&mut self, error: EngineError) {
         let waiting = self.waiting.iter_mut().flat_map(|q| q.drain(..));
         for seq in self.active.drain(..).chain(waiting) {
-            let _ = seq
-                .events
-                .send(TokenEvent::Error(EngineError::Model(message.to_string())));
+            let _ = seq.events.send(TokenEvent::Error(error.clone()));
         }
     }
 
@@ -163,17 +161,23 @@ impl EngineLoop {
 
     /// Moves new jobs into the waiting queues; blocks while there is nothing
     /// to do. Returns false when the engine should stop (every handle
-    /// dropped, nothing left).
+    /// dropped, nothing left; or told to stop, every sequence ended).
     fn receive(&mut self) -> bool {
         let idle = self.active.is_empty() && self.waiting.iter().all(VecDeque::is_empty);
         if idle {
             match self.rx.blocking_recv() {
-                Some(job) => self.enqueue(job),
-                None => return false,
+                Some(Msg::Job(job)) => self.enqueue(job),
+                Some(Msg::Stop) | None => return false,
             }
         }
-        while let Ok(job) = self.rx.try_recv() {
-            self.enqueue(job);
+        while let Ok(msg) = self.rx.try_recv() {
+            match msg {
+                Msg::Job(job) => self.enqueue(job),
+                Msg::Stop => {
+                    self.fail_all(EngineError::Stopped);
+                    return false;
+                }
+            }
         }
         true
     }

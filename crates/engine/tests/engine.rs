@@ -243,3 +243,49 @@ fn a_full_queue_refuses_at_once() {
         "{third:?}"
     );
 }
+
+#[test]
+fn a_stopped_engine_ends_its_sequences_and_refuses_new_ones() {
+    let engine = start(EngineConfig {
+        max_active: 1,
+        threads: Some(1),
+        ..EngineConfig::default()
+    });
+    let req = |id: &str| GenerateRequest {
+        id: id.into(),
+        prompt_ids: vec![1, 504, 3458],
+        params: SamplingParams {
+            ignore_eos: true,
+            ..greedy(5000)
+        },
+        priority: Priority::Interactive,
+        adapter: None,
+        cache_scope: None,
+    };
+    let mut running = engine.submit(req("running")).unwrap();
+    assert!(matches!(
+        running.blocking_recv(),
+        Some(TokenEvent::Token { .. })
+    ));
+    let mut waiting = engine.submit(req("waiting")).unwrap();
+    engine.stop();
+    for stream in [&mut running, &mut waiting] {
+        let last = std::iter::from_fn(|| stream.blocking_recv()).last();
+        assert_eq!(
+            last,
+            Some(TokenEvent::Error(hearth_core::EngineError::Stopped))
+        );
+    }
+    // The loop is gone: nothing takes requests any more.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match engine.submit(req("late")) {
+            Err(e) => {
+                assert_eq!(e, hearth_core::EngineError::Stopped);
+                break;
+            }
+            Ok(_) => assert!(Instant::now() < deadline, "the engine still takes requests"),
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -43,6 +43,9 @@ pub struct HostConfig {
     /// How long an endpoint above `min_replicas` must be idle before it
     /// drops a replica.
     pub scale_down_after: std::time::Duration,
+    /// How long a replica taken out of service (delete, update, scale-down,
+    /// stop) may finish its requests before its engine is stopped.
+    pub drain_deadline: std::time::Duration,
 }
 
 /// One running replica: its own engine (a fine-tuned model's adapter
@@ -71,6 +74,29 @@ impl Replica {
         }
     }
 
+    /// Lets the replica finish its requests for at most `deadline`, then
+    /// stops its engine (the rest end with 503) so that its memory goes
+    /// even while a request still holds it. An encoder replica goes when
+    /// its last request does.
+    fn retire(self: Arc<Self>, deadline: std::time::Duration) {
+        let Replica::Chat(_) = &*self else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let start = std::time::Instant::now();
+            while self.load() > 0 && start.elapsed() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            if let Replica::Chat(model) = &*self {
+                if self.load() > 0 {
+                    tracing::info!("drain deadline passed: stopping a replica with requests");
+                }
+                model.engine.stop();
+            }
+        });
+    }
+
     /// The engine's counters (chat replicas).
     pub fn snapshot(&self) -> Option<hearth_engine::EngineSnapshot> {
         match self {
@@ -89,12 +115,14 @@ pub struct Live {
     pub generation: Mutex<i64>,
     replicas: RwLock<Vec<Arc<Replica>>>,
     next: AtomicUsize,
+    /// How long a retired replica may finish its requests.
+    drain: std::time::Duration,
     /// Since when no replica has had a request (for scaling down).
     idle_since: Mutex<Option<std::time::Instant>>,
 }
 
 impl Live {
-    fn new(row: &DedicatedEndpoint) -> Self {
+    fn new(row: &DedicatedEndpoint, drain: std::time::Duration) -> Self {
         Self {
             id: row.id.clone(),
             project_id: row.project_id.clone(),
@@ -102,6 +130,7 @@ impl Live {
             generation: Mutex::new(0),
             replicas: RwLock::default(),
             next: AtomicUsize::new(0),
+            drain,
             idle_since: Mutex::new(None),
         }
     }
@@ -116,15 +145,23 @@ impl Live {
     pub(crate) fn set_replica(&self, index: usize, replica: Replica) {
         let mut all = self.replicas.write().unwrap();
         if index < all.len() {
-            all[index] = Arc::new(replica);
+            let old = std::mem::replace(&mut all[index], Arc::new(replica));
+            old.retire(self.drain);
         } else {
             all.push(Arc::new(replica));
         }
     }
 
-    /// Keeps the first `n` replicas.
+    /// Keeps the first `n` replicas; the others drain and stop.
     pub(crate) fn truncate(&self, n: usize) {
-        self.replicas.write().unwrap().truncate(n);
+        let gone: Vec<_> = {
+            let mut all = self.replicas.write().unwrap();
+            let n = n.min(all.len());
+            all.drain(n..).collect()
+        };
+        for r in gone {
+            r.retire(self.drain);
+        }
     }
 
     /// Whether every replica has requests waiting for a slot (there is at
@@ -208,16 +245,22 @@ impl Endpoints {
 
     /// The endpoint of `row`, registered if new.
     pub(crate) fn register(&self, row: &DedicatedEndpoint) -> Arc<Live> {
+        let drain = self
+            .host()
+            .map_or(std::time::Duration::ZERO, |h| h.drain_deadline);
         let mut live = self.inner.live.write().unwrap();
         live.entry(row.id.clone())
-            .or_insert_with(|| Arc::new(Live::new(row)))
+            .or_insert_with(|| Arc::new(Live::new(row, drain)))
             .clone()
     }
 
     /// Forgets an endpoint: new requests no longer reach it; those in
-    /// flight finish on their replica, whose engine stops after them.
+    /// flight finish on their replica (within the drain deadline), whose
+    /// engine then stops.
     pub(crate) fn remove(&self, id: &str) -> Option<Arc<Live>> {
-        self.inner.live.write().unwrap().remove(id)
+        let live = self.inner.live.write().unwrap().remove(id)?;
+        live.truncate(0);
+        Some(live)
     }
 
     pub(crate) fn ids(&self) -> Vec<String> {
