@@ -113,7 +113,9 @@ pub(crate) struct Job {
     pub(crate) events: mpsc::UnboundedSender<TokenEvent>,
 }
 
-/// What handles send the engine loop.
+/// What handles send the engine loop (a job moves once, so its size is
+/// not worth a box).
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Msg {
     Job(Job),
     /// End every sequence (`EngineError::Stopped`) and stop.
