@@ -46,6 +46,9 @@ const STOPPING: &str = "stopping";
 const STOPPED: &str = "stopped";
 /// The status of a deleted endpoint until the reconciler purges it.
 const DELETING: &str = "deleting";
+/// What the reconciler reports when loading failed; a patch that names
+/// any of `flavor_name`, the replica counts or `enabled: true` retries it.
+const FAILED: &str = "failed";
 /// A status no read returns.
 const DELETED: &str = "deleted";
 
@@ -196,7 +199,7 @@ fn is_unique_violation(e: &sqlx::Error) -> bool {
 /// else `provisioning` (nothing runs yet).
 fn status_after_change(old: &DedicatedEndpoint, enabled: bool) -> String {
     match (old.enabled, enabled) {
-        (true, true) if old.status != PROVISIONING => UPDATING.to_string(),
+        (true, true) if old.status != PROVISIONING && old.status != FAILED => UPDATING.to_string(),
         (_, true) => PROVISIONING.to_string(),
         (true, false) => STOPPING.to_string(),
         (false, false) => old.status.clone(),
@@ -355,7 +358,9 @@ impl Store {
     ///   becomes enabled (nothing runs yet).
     ///
     /// A patch of the name or description only keeps the generation and
-    /// the status.
+    /// the status. On a `failed` endpoint that stays enabled, a patch that
+    /// names `flavor_name`, a replica count or `enabled` (even unchanged)
+    /// is a retry: a new generation, `provisioning`.
     ///
     /// One read, then one `UPDATE ... WHERE id = $n AND generation = $old`
     /// (and the old status, when the new one is computed from it) that sets
@@ -379,10 +384,17 @@ impl Store {
             let min_replicas = patch.min_replicas.unwrap_or(old.min_replicas);
             let max_replicas = patch.max_replicas.unwrap_or(old.max_replicas);
             let enabled = patch.enabled.unwrap_or(old.enabled);
+            let retries = old.status == FAILED
+                && enabled
+                && (patch.flavor_name.is_some()
+                    || patch.min_replicas.is_some()
+                    || patch.max_replicas.is_some()
+                    || patch.enabled.is_some());
             let changes_what_runs = flavor_name != old.flavor_name
                 || min_replicas != old.min_replicas
                 || max_replicas != old.max_replicas
-                || enabled != old.enabled;
+                || enabled != old.enabled
+                || retries;
 
             let mut new = old.clone();
             new.updated_at = now();

@@ -24,6 +24,7 @@ on_both!(
     routing_keys_find_endpoints_of_any_project,
     counts_by_status,
     concurrent_updates_each_bump_the_generation_once,
+    a_patch_naming_what_runs_retries_a_failed_endpoint,
 );
 
 /// A UUID v4 shaped id, distinct per `n`.
@@ -615,4 +616,59 @@ async fn concurrent_updates_each_bump_the_generation_once(env: Env) {
     let now = s.endpoint_by_id(&e.id).await.unwrap();
     assert_eq!(&now, last);
     assert_eq!(now.status, "updating");
+}
+
+async fn a_patch_naming_what_runs_retries_a_failed_endpoint(env: Env) {
+    let s = &env.store;
+    let p = s.default_project().await.unwrap().id;
+    let e = s.create_endpoint(new_endpoint(&p, 1, "k")).await.unwrap();
+    assert!(s
+        .set_endpoint_status(&e.id, e.generation, "failed", Some("no room"))
+        .await
+        .unwrap());
+    // A rename is no retry.
+    let renamed = s
+        .update_endpoint(
+            &e.id,
+            &EndpointPatch {
+                name: Some("again".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (renamed.generation, renamed.status.as_str()),
+        (e.generation, "failed")
+    );
+    // `enabled: true` on an enabled, failed endpoint is.
+    let retried = s
+        .update_endpoint(
+            &e.id,
+            &EndpointPatch {
+                enabled: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(retried.generation, e.generation + 1);
+    assert_eq!(retried.status, "provisioning");
+    assert_eq!(retried.status_reason, None);
+    // On a running endpoint the same patch changes nothing.
+    let running = running_endpoint(s, &p, 2, "k2").await;
+    let same = s
+        .update_endpoint(
+            &running.id,
+            &EndpointPatch {
+                enabled: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (same.generation, same.status.as_str()),
+        (running.generation, "running")
+    );
 }
