@@ -193,6 +193,15 @@ async fn an_endpoint_serves_on_its_own_engine_survives_a_restart_and_is_deleted(
 
     let running = wait_for(&state, &id, "running").await;
     assert_eq!(running["ready_replicas"], 1);
+    // Listed among the project's models, by its routing key.
+    let models = call(&state, "GET", "/v1/models", KEY, None).await.json();
+    let listed = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == key.as_str())
+        .unwrap_or_else(|| panic!("{models}"));
+    assert_eq!(listed["parent"], template["model_name"]);
 
     // Served by the endpoint's engine, not the shared one.
     let shared_before = metric(
@@ -448,6 +457,10 @@ async fn another_project_neither_sees_nor_reaches_an_endpoint() {
     }
     let reply = chat(&state, &other_key, &routing_key).await;
     assert_eq!(reply.status, 404, "{}", text(&reply));
+    let models = call(&state, "GET", "/v1/models", &other_key, None)
+        .await
+        .json();
+    assert!(!models.to_string().contains(&routing_key), "{models}");
     // Untouched.
     let mine = list(&state, KEY).await;
     assert_eq!(mine.len(), 1);

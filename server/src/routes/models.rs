@@ -1,6 +1,7 @@
 //! `GET /v1/models`: the served chat and embedding models, then the adapter
 //! models (catalogue adapters and the project's, through the adapter source)
-//! with `parent`/`root` naming their base.
+//! with `parent`/`root` naming their base, then the routing keys of the
+//! project's dedicated endpoints (`parent`/`root`: the model they serve).
 
 use axum::extract::State;
 use axum::{Extension, Json};
@@ -52,6 +53,20 @@ pub async fn list(
                 output_per_million: base.entry.price_output_per_million,
             });
             object.description = a.description;
+        }
+        data.push(object);
+    }
+    // The project's dedicated endpoints, by routing key.
+    for e in state.store.list_endpoints(&ctx.project_id).await? {
+        if e.status == "deleting" {
+            continue;
+        }
+        let mut object = ModelObject::new(e.routing_key, e.created_at.max(0) as u64, e.project_id);
+        object.parent = Some(e.model_name.clone());
+        object.root = Some(e.model_name);
+        if query.verbose {
+            object.kind = Some("dedicated_endpoint".to_string());
+            object.description = Some(format!("{} ({}, {})", e.name, e.flavor_name, e.status));
         }
         data.push(object);
     }
