@@ -594,7 +594,7 @@ mod tests {
     fn status_after_a_change_of_what_runs() {
         let cases = [
             (true, "running", true, UPDATING),
-            (true, "failed", true, UPDATING),
+            (true, FAILED, true, PROVISIONING),
             (true, UPDATING, true, UPDATING),
             (true, PROVISIONING, true, PROVISIONING),
             (false, STOPPED, true, PROVISIONING),
