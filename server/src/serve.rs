@@ -60,6 +60,7 @@ pub fn build_state(
         kv_cache_bytes: args.kv_cache_mb.map(|mb| mb << 20),
         max_adapters: args.max_adapters,
         batch_step_time: std::time::Duration::from_millis(args.batch_step_ms),
+        batch_long_quiet: std::time::Duration::from_secs(10),
         threads: None,
     };
     let encoder_config = BatcherConfig {

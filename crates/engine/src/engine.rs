@@ -37,6 +37,11 @@ pub struct EngineConfig {
     /// that computes an interactive prompt). An interactive request waits
     /// at most about this long behind batch work.
     pub batch_step_time: Duration,
+    /// After this long without interactive work, batch steps may take 25
+    /// times `batch_step_time` (5 times after 2 s): a server busy with
+    /// batches only runs them in full steps, while a client's next request
+    /// within this time still waits behind a short step.
+    pub batch_long_quiet: Duration,
     /// Threads of the engine's own pool; `None`: rayon's global pool,
     /// shared with the other models (see `threads.rs`).
     pub threads: Option<usize>,
@@ -51,6 +56,7 @@ impl Default for EngineConfig {
             kv_cache_bytes: None,
             max_adapters: crate::adapters::DEFAULT_MAX_ADAPTERS,
             batch_step_time: Duration::from_millis(20),
+            batch_long_quiet: Duration::from_secs(10),
             threads: None,
         }
     }

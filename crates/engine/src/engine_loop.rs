@@ -22,7 +22,8 @@
 //!    front of its queue to be recomputed later. Batch-class sequences get
 //!    the tokens that fit in `batch_step_time` at the measured cost of a
 //!    token ([`StepCost`]) while interactive work is about (`QUIET_FACTOR`
-//!    times that on a server without any), and none in a step that
+//!    times that on a server without any for 2 s, `LONG_QUIET_FACTOR`
+//!    times after `batch_long_quiet`), and none in a step that
 //!    computes an interactive prompt, so an interactive request's first
 //!    token waits for at most one short step behind batch work, whatever
 //!    the hardware.
@@ -63,6 +64,11 @@ const INTERACTIVE_LINGER: Duration = Duration::from_secs(2);
 /// On a server without interactive work, batch steps may take this many
 /// times `batch_step_time`.
 const QUIET_FACTOR: u32 = 5;
+
+/// After `EngineConfig::batch_long_quiet` without interactive work, batch
+/// steps may take this many times `batch_step_time`: room for every
+/// running batch sequence's token in one step on a slow CPU.
+const LONG_QUIET_FACTOR: u32 = 25;
 
 fn class(p: Priority) -> usize {
     match p {
@@ -316,13 +322,13 @@ impl EngineLoop {
         if present {
             self.last_interactive = Some(Instant::now());
         }
-        let recent = self
-            .last_interactive
-            .is_some_and(|t| t.elapsed() < INTERACTIVE_LINGER);
-        let time = if recent {
-            self.config.batch_step_time
-        } else {
-            self.config.batch_step_time * QUIET_FACTOR
+        let quiet_for = self.last_interactive.map(|t| t.elapsed());
+        let time = match quiet_for {
+            Some(d) if d < INTERACTIVE_LINGER => self.config.batch_step_time,
+            Some(d) if d < self.config.batch_long_quiet => {
+                self.config.batch_step_time * QUIET_FACTOR
+            }
+            _ => self.config.batch_step_time * LONG_QUIET_FACTOR,
         };
         self.cost
             .tokens_within(time, budget / BATCH_STEP_SHARE)

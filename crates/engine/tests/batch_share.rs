@@ -213,3 +213,48 @@ fn an_interactive_request_evicts_batch_work_for_a_slot() {
         assert_eq!(drain(stream), 300);
     }
 }
+
+#[test]
+fn batch_steps_grow_after_a_long_quiet() {
+    let batch_step_time = Duration::from_millis(10);
+    let (engine, steps) = start(EngineConfig {
+        batch_step_time,
+        batch_long_quiet: Duration::from_secs(3),
+        ..EngineConfig::default()
+    });
+    // One interactive request, then 48 batch sequences decoding together.
+    // For 2 s after it, batch steps hold what fits in 10 ms; then in 5 x
+    // 10 ms (about 20 tokens at 2 ms and more each: fewer than the 48
+    // decodes); after 3 s, in 25 x 10 ms: every sequence still running
+    // (more than 30 of them) decodes each step.
+    assert_eq!(
+        drain(submit(&engine, INTERACTIVE, 4, 1, Priority::Interactive)),
+        1
+    );
+    let batch: Vec<TokenStream> = (0..48)
+        .map(|_| submit(&engine, BATCH, 1, 80, Priority::Batch))
+        .collect();
+    for stream in batch {
+        assert_eq!(drain(stream), 80);
+    }
+    let steps = steps.lock().unwrap();
+    // Batch tokens per step, after the first (planned before any step was
+    // measured).
+    let tokens: Vec<usize> = steps
+        .iter()
+        .map(|s| s.iter().filter(|c| c.0 == BATCH).map(|c| c.1).sum())
+        .filter(|&n| n > 0)
+        .skip(1)
+        .collect();
+    let budget = (batch_step_time.as_micros() / PER_TOKEN.as_micros()) as usize;
+    assert!(tokens[..5].iter().all(|&n| n <= budget), "{tokens:?}");
+    let middle = tokens
+        .iter()
+        .position(|&n| n > budget && n <= 26)
+        .unwrap_or_else(|| panic!("no 5x steps: {tokens:?}"));
+    let full = tokens
+        .iter()
+        .position(|&n| n >= 30)
+        .unwrap_or_else(|| panic!("no full steps: {tokens:?}"));
+    assert!(middle < full, "{tokens:?}");
+}
