@@ -71,14 +71,7 @@ pub async fn resolve_chat(
     if let Some(routed) = state.endpoints.route(project, name) {
         return routed.map_err(HttpError);
     }
-    let adapter = match state.adapters.get(name) {
-        Some(a) => Some(a.clone()),
-        None => match &state.adapter_source {
-            Some(source) => source.resolve(project, name).await?,
-            None => None,
-        },
-    };
-    let Some(adapter) = adapter else {
+    let Some(adapter) = find_adapter(state, project, name).await? else {
         return chat_model(state, name).map(|m| (m, None));
     };
     let Some(base) = state.chat.get(&adapter.base) else {
@@ -100,6 +93,22 @@ pub async fn resolve_chat(
             )))
         })?;
     Ok((base.clone(), Some(loaded)))
+}
+
+/// The adapter model `name` for `project`: a catalogue adapter, else what
+/// the adapter source knows; `None` when neither does.
+pub async fn find_adapter(
+    state: &AppState,
+    project: &str,
+    name: &str,
+) -> Result<Option<AdapterModel>, HttpError> {
+    if let Some(a) = state.adapters.get(name) {
+        return Ok(Some(a.clone()));
+    }
+    match &state.adapter_source {
+        Some(source) => Ok(source.resolve(project, name).await?),
+        None => Ok(None),
+    }
 }
 
 /// Adapter models of the catalogue and of the source for `project`.

@@ -233,3 +233,26 @@ pub fn query_in_range(
         ctx: Some(ctx),
     }]))
 }
+
+/// A name field: non-blank and at most `max` bytes (400 shape B naming
+/// `name` otherwise).
+pub fn check_name(name: &str, max: usize) -> Result<(), crate::ApiError> {
+    if name.trim().is_empty() {
+        return Err(crate::ApiError::bad_request(
+            Some("name"),
+            "`name` must not be empty.",
+        ));
+    }
+    check_len("name", name, max)
+}
+
+/// A text field of at most `max` bytes (400 shape B naming `field`).
+pub fn check_len(field: &str, value: &str, max: usize) -> Result<(), crate::ApiError> {
+    if value.len() > max {
+        return Err(crate::ApiError::bad_request(
+            Some(field),
+            format!("`{field}` is longer than {max} bytes."),
+        ));
+    }
+    Ok(())
+}

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::common::{list_limit, query_in_range, OBJECT_LIST};
+use crate::common::{check_len, list_limit, query_in_range, OBJECT_LIST};
 use crate::error::ApiError;
 
 pub const OBJECT_DATASET: &str = "dataset";
@@ -276,13 +276,7 @@ impl DatasetPatchRequest {
 
 /// A dataset's name: non-blank, at most [`MAX_NAME`] bytes (400 shape B).
 pub fn check_name(name: &str) -> Result<(), ApiError> {
-    if name.trim().is_empty() {
-        return Err(ApiError::bad_request(
-            Some("name"),
-            "`name` must not be empty.",
-        ));
-    }
-    check_len("name", name, MAX_NAME)
+    crate::common::check_name(name, MAX_NAME)
 }
 
 /// A new dataset's name, folder and description (400 shape B naming the
@@ -298,16 +292,6 @@ fn check_descriptive(
     }
     if let Some(description) = description {
         check_len("description", description, MAX_DESCRIPTION)?;
-    }
-    Ok(())
-}
-
-fn check_len(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
-    if value.len() > max {
-        return Err(ApiError::bad_request(
-            Some(field),
-            format!("`{field}` is longer than {max} bytes."),
-        ));
     }
     Ok(())
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use crate::common::OBJECT_LIST;
+use crate::common::{check_len, OBJECT_LIST};
 use crate::error::ApiError;
 
 /// `object` of an endpoint.
@@ -290,23 +290,7 @@ impl EndpointList {
 
 /// An endpoint's name: non-blank, at most [`MAX_NAME`] bytes.
 fn check_name(name: &str) -> Result<(), ApiError> {
-    if name.trim().is_empty() {
-        return Err(ApiError::bad_request(
-            Some("name"),
-            "`name` must not be empty.",
-        ));
-    }
-    check_len("name", name, MAX_NAME)
-}
-
-fn check_len(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
-    if value.len() > max {
-        return Err(ApiError::bad_request(
-            Some(field),
-            format!("`{field}` must be at most {max} bytes."),
-        ));
-    }
-    Ok(())
+    crate::common::check_name(name, MAX_NAME)
 }
 
 #[cfg(test)]

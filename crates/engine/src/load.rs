@@ -182,7 +182,7 @@ impl ChatModel {
 }
 
 /// Total size of the files directly in `dir` (0 when unreadable).
-fn dir_bytes(dir: &Path) -> usize {
+pub fn dir_bytes(dir: &Path) -> usize {
     std::fs::read_dir(dir)
         .map(|entries| {
             entries

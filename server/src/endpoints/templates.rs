@@ -14,7 +14,7 @@ use hearth_engine::{ChatModel, EmbedModel};
 use super::host::{self, ModelFootprint};
 use super::HostConfig;
 use crate::error::HttpError;
-use crate::models_resolve::{list_adapters, AdapterModel};
+use crate::models_resolve::{find_adapter, list_adapters, AdapterModel};
 use crate::state::AppState;
 
 /// A model an endpoint may serve.
@@ -53,7 +53,9 @@ impl Deployable {
             WeightFormat::Gguf => {
                 std::fs::metadata(entry.weights_path(&host.models_dir)).map_or(0, |m| m.len())
             }
-            WeightFormat::Safetensors => dir_bytes(&entry.dir(&host.models_dir)),
+            WeightFormat::Safetensors => {
+                hearth_engine::load::dir_bytes(&entry.dir(&host.models_dir)) as u64
+            }
         };
         match &self.base {
             Base::Chat(m) => ModelFootprint {
@@ -150,26 +152,6 @@ pub async fn deployable(
     if let Some(base) = state.embed.get(name) {
         return Ok(Some(base_model(Base::Embed(base.clone()))));
     }
-    let adapter = match state.adapters.get(name) {
-        Some(a) => Some(a.clone()),
-        None => match &state.adapter_source {
-            Some(source) => source.resolve(project, name).await?,
-            None => None,
-        },
-    };
+    let adapter = find_adapter(state, project, name).await?;
     Ok(adapter.and_then(|a| adapter_model(state, a)))
-}
-
-/// Total size of the files directly in `dir` (0 when unreadable).
-fn dir_bytes(dir: &std::path::Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter_map(|e| e.metadata().ok())
-                .filter(|m| m.is_file())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
 }
