@@ -169,6 +169,7 @@ pub fn app(state: AppState) -> Router {
         public
     };
     let router = public
+        .merge(crate::iam::router(&state))
         .merge(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

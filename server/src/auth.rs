@@ -1,8 +1,9 @@
 //! Bearer-key authentication and project selection for every route but
-//! `/health` and signed downloads.
+//! `/health`, signed downloads and the cloud API.
 //!
-//! A key is either one of the extra `--api-key` keys (default project only)
-//! or a stored key, looked up by its hash on every request (so a revoke
+//! A key is either one of the extra `--api-key` keys (default project only),
+//! a cloud access token of a service account (its account's projects;
+//! `viewer` reads only), or a stored key, looked up by its hash on every request (so a revoke
 //! takes effect at once). `ai_project_id` in the query then picks the
 //! project: missing means the key's default, malformed is 400, one the key
 //! does not reach is 403 (all shape A). Handlers read the outcome as the
@@ -81,6 +82,13 @@ pub async fn require_key(
     let header = request.headers().get(AUTHORIZATION).cloned();
     let query = request.uri().query().map(str::to_string);
     match resolve(&state, header.as_ref(), query.as_deref()).await {
+        Ok(context) if context.caller.read_only && !request.method().is_safe() => {
+            HttpError(ApiError::forbidden(
+                "This service account has the `viewer` role only: it may read but not \
+                 create or change anything (the `editor` role may).",
+            ))
+            .into_response()
+        }
         Ok(context) => {
             request.extensions_mut().insert(context);
             next.run(request).await
@@ -95,7 +103,9 @@ async fn resolve(
     query: Option<&str>,
 ) -> Result<RequestContext, HttpError> {
     let key = bearer(header).map_err(|detail| HttpError(ApiError::unauthorized(detail)))?;
-    let caller = if state
+    let caller = if key.starts_with(hearth_store::iam::ACCESS_TOKEN_PREFIX) {
+        token_caller(state, key).await?
+    } else if state
         .api_keys
         .iter()
         .any(|k| constant_time_eq(k.as_bytes(), key.as_bytes()))
@@ -106,6 +116,8 @@ async fn resolve(
             is_admin: false,
             default_project_id: state.default_project.to_string(),
             last_used_at: None,
+            service_account_id: None,
+            read_only: false,
         }
     } else {
         state.store.authenticate(key).await?.ok_or_else(|| {
@@ -152,6 +164,37 @@ async fn resolve(
         project_id,
         project_named,
         priority: hearth_core::Priority::Interactive,
+    })
+}
+
+/// The caller a cloud access token stands for: its service account, acting
+/// in its account's projects with its groups' strongest role (`viewer`:
+/// reads only; no role: refused).
+async fn token_caller(state: &AppState, token: &str) -> Result<Caller, HttpError> {
+    let holder = state.store.token_holder(token).await?.ok_or_else(|| {
+        HttpError(ApiError::unauthorized(
+            "Invalid access token: it is unknown or expired, or the key it was issued for is revoked.",
+        ))
+    })?;
+    let groups = state
+        .store
+        .member_groups(&holder.service_account_id)
+        .await?;
+    let role = hearth_store::iam::ServiceAccount::role(&groups).ok_or_else(|| {
+        HttpError(ApiError::forbidden(format!(
+            "The service account `{}` is in no group with a role: an admin must add it to the \
+             `editors` (or `viewers`) group.",
+            holder.service_account_id
+        )))
+    })?;
+    Ok(Caller {
+        key_id: None,
+        account_id: Some(holder.account_id),
+        is_admin: false,
+        default_project_id: holder.default_project_id,
+        last_used_at: None,
+        service_account_id: Some(holder.service_account_id),
+        read_only: role == hearth_store::iam::Role::Viewer,
     })
 }
 

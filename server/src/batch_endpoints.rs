@@ -42,6 +42,8 @@ fn batch_context(project: String) -> RequestContext {
             is_admin: false,
             default_project_id: project.clone(),
             last_used_at: None,
+            service_account_id: None,
+            read_only: false,
         },
         project_id: project,
         project_named: true,

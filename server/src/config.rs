@@ -36,6 +36,10 @@ pub enum Command {
     /// loads and drops their replicas within seconds).
     #[command(subcommand)]
     Endpoints(EndpointsCommand),
+    /// Service accounts, their authorized keys and groups (the cloud API's
+    /// identities).
+    #[command(subcommand)]
+    Iam(crate::iam_cli::IamCommand),
 }
 
 #[derive(Debug, Subcommand)]

@@ -8,6 +8,8 @@ pub mod endpoints;
 pub mod endpoints_cli;
 pub mod error;
 pub mod fine_tuned;
+pub mod iam;
+pub mod iam_cli;
 pub mod keys_cli;
 pub mod layers;
 pub mod limits;

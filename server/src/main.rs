@@ -39,5 +39,6 @@ fn main() -> anyhow::Result<()> {
         Command::Endpoints(command) => {
             runtime()?.block_on(hearth_server::endpoints_cli::endpoints(command))
         }
+        Command::Iam(command) => runtime()?.block_on(hearth_server::iam_cli::iam(command)),
     }
 }

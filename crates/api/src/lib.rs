@@ -10,6 +10,8 @@
 //! - [`admin`]: `/v1/admin` keys and projects.
 //! - [`batches`]: `/v1/batches` creation, the batch object and list, the
 //!   lines of input and result files.
+//! - [`cloud`]: the cloud platform API's error model (`{code, message}`),
+//!   token exchange, profile, service accounts, authorized keys, groups.
 //! - [`common`], [`completions`], [`chat`], [`models`]: request and response types.
 //! - [`endpoints`]: `/v0/dedicated_endpoints` templates, bodies, the
 //!   endpoint object and list.
@@ -30,6 +32,7 @@
 pub mod admin;
 pub mod batches;
 pub mod chat;
+pub mod cloud;
 pub mod common;
 pub mod completions;
 pub mod datasets;

@@ -41,6 +41,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "endpoints",
         include_str!("../migrations/0007_endpoints.sql"),
     ),
+    (8, "iam", include_str!("../migrations/0008_iam.sql")),
 ];
 
 #[derive(Debug)]

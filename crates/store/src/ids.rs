@@ -16,6 +16,9 @@ pub const BATCH: &str = "batch";
 pub const DATASET: &str = "dataset";
 pub const DATASET_UPLOAD: &str = "dsupload";
 pub const DATASET_PART: &str = "dspart";
+pub const SERVICE_ACCOUNT: &str = "serviceaccount";
+pub const AUTHORIZED_KEY: &str = "publickey";
+pub const GROUP: &str = "group";
 
 /// A new id with `prefix`; ids made by one process are strictly increasing.
 pub fn new_id(prefix: &str) -> String {

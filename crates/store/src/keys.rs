@@ -63,6 +63,10 @@ pub struct Caller {
     pub is_admin: bool,
     pub default_project_id: String,
     pub last_used_at: Option<i64>,
+    /// Set when the credential is a service account's access token.
+    pub service_account_id: Option<String>,
+    /// A service account whose strongest role is `viewer`: reads only.
+    pub read_only: bool,
 }
 
 const SELECT_KEYS: &str = "SELECT k.id, k.name, k.prefix, k.account_id, k.created_at, \
@@ -168,6 +172,8 @@ impl Store {
             is_admin: info.is_admin,
             default_project_id: info.default_project_id,
             last_used_at: info.last_used_at,
+            service_account_id: None,
+            read_only: false,
         }))
     }
 

@@ -10,7 +10,8 @@
 //! One module per repository: [`projects`], [`accounts`], [`keys`],
 //! [`files`], [`fine_tuning`] (jobs, events, checkpoints), [`batches`]
 //! (batches and their requests' results), [`responses`], [`endpoints`]
-//! (dedicated endpoints' desired state); [`links`] signs download links;
+//! (dedicated endpoints' desired state), [`iam`] (service accounts, their
+//! groups, authorized keys and access tokens); [`links`] signs download links;
 //! [`jsonl`] checks uploads.
 
 pub mod accounts;
@@ -22,6 +23,7 @@ pub mod endpoints;
 pub mod error;
 pub mod files;
 pub mod fine_tuning;
+pub mod iam;
 pub mod ids;
 pub mod jsonl;
 pub mod keys;
