@@ -146,7 +146,16 @@ pub fn app(state: AppState) -> Router {
         .route(
             "/v1/admin/projects",
             get(routes::admin::list_projects).post(routes::admin::create_project),
-        );
+        )
+        .route(
+            "/v1/admin/projects/{project_id}/budget",
+            get(routes::usage::get_budget).put(routes::usage::set_budget),
+        )
+        .route(
+            "/v1/admin/projects/{project_id}/quotas",
+            get(routes::usage::list_quotas).put(routes::usage::set_quota),
+        )
+        .route("/v1/usage", get(routes::usage::usage));
     let api = if state.http.metrics_public {
         api
     } else {

@@ -494,6 +494,12 @@ pub enum ProjectsCommand {
     },
     /// List projects.
     List(StoreLocation),
+    /// A project's spending budget (402 once spent).
+    #[command(subcommand)]
+    Budget(crate::usage_cli::BudgetCommand),
+    /// A project's token quotas (429 past them).
+    #[command(subcommand)]
+    Quota(crate::usage_cli::QuotaCommand),
 }
 
 #[derive(Debug, Subcommand)]

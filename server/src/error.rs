@@ -33,7 +33,13 @@ impl IntoResponse for HttpError {
         if status.is_server_error() {
             tracing::warn!(status = status.as_u16(), body = %self.0.body_json(), "request failed");
         }
-        (status, axum::Json(self.0.body_json())).into_response()
+        let mut response = (status, axum::Json(self.0.body_json())).into_response();
+        if let Some(secs) = self.0.retry_after() {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 

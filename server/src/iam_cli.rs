@@ -308,14 +308,7 @@ pub fn parse_time(s: &str) -> anyhow::Result<i64> {
             h * 3600 + mi * 60 + se
         }
     };
-    // Days from civil (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    Ok((era * 146_097 + doe - 719_468) * 86_400 + secs)
+    Ok(hearth_store::usage::days_from_civil(y, m, day) * 86_400 + secs)
 }
 
 #[cfg(test)]

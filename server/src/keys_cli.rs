@@ -84,26 +84,19 @@ pub async fn projects(command: ProjectsCommand) -> anyhow::Result<()> {
                 println!("{:<34} {:<20} {}{mark}", p.id, utc(p.created_at), p.name);
             }
         }
+        ProjectsCommand::Budget(command) => crate::usage_cli::budget(command).await?,
+        ProjectsCommand::Quota(command) => crate::usage_cli::quota(command).await?,
     }
     Ok(())
 }
 
 /// `YYYY-MM-DD HH:MM:SS` (UTC) of seconds since the epoch.
 pub fn utc(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let day = secs.div_euclid(hearth_store::usage::DAY);
+    let rem = secs.rem_euclid(hearth_store::usage::DAY);
     format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        "{} {:02}:{:02}:{:02}",
+        hearth_store::usage::day_string(day),
         rem / 3600,
         rem % 3600 / 60,
         rem % 60

@@ -21,6 +21,8 @@ pub mod openapi;
 pub mod routes;
 pub mod serve;
 pub mod state;
+pub mod usage;
+pub mod usage_cli;
 
 pub use app::app;
 pub use state::AppState;

@@ -141,6 +141,7 @@ pub fn build_state(
         batch_counters: Default::default(),
         datasets: args.datasets.policy(),
         endpoints,
+        usage: Default::default(),
     })
 }
 
@@ -236,6 +237,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // listen; their replicas load in the background.
     crate::endpoints::reconcile::reconcile_once(&state).await;
     let reconciler = crate::endpoints::reconcile::spawn(state.clone());
+    let meter = state.usage.spawn_flusher(state.store.clone());
     let expiry = {
         let state = state.clone();
         tokio::spawn(async move {
@@ -255,6 +257,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!("listening on http://{addr}");
     println!("Hearth is listening on http://{addr}");
     let draining = state.http.draining.clone();
+    let (usage, store) = (state.usage.clone(), state.store.clone());
     crate::listen::serve(listener, crate::app::app(state), &args.http, async move {
         signal.await;
         draining.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -268,6 +271,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     expiry.abort();
     reconciler.abort();
+    meter.abort();
+    // What the last requests used is written before we exit.
+    if let Err(e) = usage.flush(&store).await {
+        tracing::warn!("writing the last usage: {e}");
+    }
     Ok(())
 }
 

@@ -44,6 +44,8 @@ pub struct AppState {
     /// This node's dedicated endpoints (empty and unable to start any on
     /// a state built without models).
     pub endpoints: crate::endpoints::Endpoints,
+    /// Usage metering, token quotas and budgets.
+    pub usage: crate::usage::Ledger,
 }
 
 /// Limits of dataset uploads.

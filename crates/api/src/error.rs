@@ -83,6 +83,8 @@ pub enum ErrorBody {
 pub struct ApiError {
     status: u16,
     body: ErrorBody,
+    /// Seconds to wait before retrying (sent as `Retry-After`).
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -91,6 +93,7 @@ impl ApiError {
         Self {
             status,
             body: ErrorBody::Detail(detail.into()),
+            retry_after: None,
         }
     }
 
@@ -112,6 +115,7 @@ impl ApiError {
                 code,
                 param: param.map(str::to_string),
             },
+            retry_after: None,
         }
     }
 
@@ -153,14 +157,22 @@ impl ApiError {
         )
     }
 
-    /// 429, shape A: the token quota of a model is used up.
+    /// 429, shape A: the token quota of a model is used up; `Retry-After`
+    /// carries the same number of seconds as the detail.
     pub fn rate_limited(model: &str, retry_after_secs: u64) -> Self {
-        Self::with_detail(
+        let mut e = Self::with_detail(
             429,
             format!(
                 "Token quota exceeded for model `{model}`. Retry after {retry_after_secs} seconds."
             ),
-        )
+        );
+        e.retry_after = Some(retry_after_secs);
+        e
+    }
+
+    /// Seconds to wait before retrying, for a `Retry-After` header.
+    pub fn retry_after(&self) -> Option<u64> {
+        self.retry_after
     }
 
     /// 500, shape A: an unexpected error.
@@ -186,6 +198,7 @@ impl ApiError {
                 code: 400,
                 param: param.map(str::to_string),
             },
+            retry_after: None,
         }
     }
 
@@ -209,6 +222,7 @@ impl ApiError {
         Self {
             status: 422,
             body: ErrorBody::Validation(items),
+            retry_after: None,
         }
     }
 

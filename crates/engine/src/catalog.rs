@@ -103,6 +103,17 @@ pub struct CatalogEntry {
     pub price_input_per_million: f64,
     #[serde(default)]
     pub price_output_per_million: f64,
+    /// Prices of the requests of `/v1/batches` (default: the prices above).
+    #[serde(default)]
+    pub batch_price_input_per_million: Option<f64>,
+    #[serde(default)]
+    pub batch_price_output_per_million: Option<f64>,
+    /// Token quota of each project on this model (a project's own quota,
+    /// set with `hearth projects quota`, replaces it). None: unlimited.
+    #[serde(default)]
+    pub tokens_per_minute: Option<u64>,
+    #[serde(default)]
+    pub requests_per_minute: Option<u64>,
     /// Loaded by `serve` when no `--models` are named.
     #[serde(default)]
     pub default: bool,

@@ -313,6 +313,10 @@ mod tests {
             context_length: 16,
             price_input_per_million: 0.0,
             price_output_per_million: 0.0,
+            batch_price_input_per_million: None,
+            batch_price_output_per_million: None,
+            tokens_per_minute: None,
+            requests_per_minute: None,
             default: false,
             source: Source::Local {
                 path: dir.to_path_buf(),

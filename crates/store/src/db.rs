@@ -42,6 +42,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0007_endpoints.sql"),
     ),
     (8, "iam", include_str!("../migrations/0008_iam.sql")),
+    (9, "usage", include_str!("../migrations/0009_usage.sql")),
 ];
 
 #[derive(Debug)]

@@ -12,7 +12,7 @@
 //! (batches and their requests' results), [`responses`], [`endpoints`]
 //! (dedicated endpoints' desired state), [`iam`] (service accounts, their
 //! groups, authorized keys and access tokens); [`links`] signs download links;
-//! [`jsonl`] checks uploads.
+//! [`jsonl`] checks uploads; [`usage`] keeps usage sums, quotas and budgets.
 
 pub mod accounts;
 pub mod batches;
@@ -30,6 +30,7 @@ pub mod keys;
 pub mod links;
 pub mod projects;
 pub mod responses;
+pub mod usage;
 
 use std::collections::HashSet;
 use std::path::PathBuf;

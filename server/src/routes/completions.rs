@@ -40,8 +40,9 @@ pub async fn create(
         max_tokens_param: valid.max_tokens_param,
         n: valid.n,
         adapter: adapter.as_ref(),
-        project: &ctx.project_id,
-        priority: ctx.priority,
+        ctx: &ctx,
+        model_name: &valid.model,
+        ledger: &state.usage,
     })?;
     let created = now_secs();
     if valid.stream {

@@ -22,7 +22,11 @@ pub async fn create(
     let (valid, model) = prepare(&state, &ctx.project_id, request)?;
     let ids = token_inputs(&model, valid.inputs, valid.truncate).await?;
     let prompt_tokens = ids.iter().map(Vec::len).sum();
-    let mut vectors = model.encoder.encode(ids).await?;
+    let encoded = model.encoder.encode(ids);
+    let mut vectors = state
+        .usage
+        .encode(&ctx, &valid.model, &model.entry, prompt_tokens, encoded)
+        .await?;
     if let Some(d) = valid.dimensions.filter(|&d| d < model.dimensions) {
         vectors = vectors.iter().map(|v| apply_dimensions(v, d)).collect();
     }

@@ -282,6 +282,7 @@ pub async fn create(
     ApiQuery(_project): ApiQuery<ProjectQuery>,
     ApiJson(request): ApiJson<FineTuneRequest>,
 ) -> Result<Json<FineTuningJob>, HttpError> {
+    state.usage.check_budget(&ctx.project_id)?;
     let Some(model) = trainable(&state, &request.model) else {
         return Err(HttpError(ApiError::bad_request(
             Some("model"),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 use hearth_api::{ApiError, UsageInfo};
 use hearth_core::{
-    EngineError, FinishReason, GenerateRequest, Priority, SamplingParams, TokenEvent,
+    EngineError, FinishReason, GenerateRequest, SamplingParams, TokenEvent,
     TokenLogprobs, Usage,
 };
 use hearth_engine::{ChatModel, LoadedAdapter, TokenStream};
@@ -15,8 +15,10 @@ use serde::Serialize;
 use tokenizers::Tokenizer;
 
 use super::sse::SseSender;
+use crate::auth::RequestContext;
 use crate::error::HttpError;
 use crate::state::AppState;
+use crate::usage::{Ledger, Ticket};
 
 /// Finds a served chat model: 400 shape B for a served embedding model, else
 /// 404 shape A.
@@ -77,9 +79,11 @@ pub struct Submission<'a> {
     pub max_tokens_param: Option<&'a str>,
     pub n: usize,
     pub adapter: Option<&'a LoadedAdapter>,
-    pub project: &'a str,
-    /// The engine's class for the sequences.
-    pub priority: Priority,
+    /// Who asks, in which project, with which priority.
+    pub ctx: &'a RequestContext,
+    /// The model as the request named it (usage and quotas are kept by it).
+    pub model_name: &'a str,
+    pub ledger: &'a Ledger,
 }
 
 /// Submits the sequences of `sub`. Choice `i` of a seeded request uses
@@ -95,8 +99,9 @@ pub fn submit(sub: Submission<'_>) -> Result<Vec<(ChoiceSlot, TokenStream)>, Htt
         max_tokens_param,
         n,
         adapter,
-        project,
-        priority,
+        ctx,
+        model_name,
+        ledger,
     } = sub;
     crate::limits::check_room(
         model.engine.context_length(),
@@ -104,7 +109,10 @@ pub fn submit(sub: Submission<'_>) -> Result<Vec<(ChoiceSlot, TokenStream)>, Htt
         params.max_tokens,
         max_tokens_param,
     )?;
-    let scope: Arc<str> = project.into();
+    let prompt_tokens = prompts.iter().map(Vec::len).sum();
+    let ticket = ledger.admit(ctx, model_name, &model.entry, prompt_tokens)?;
+    let scope: Arc<str> = ctx.project_id.as_str().into();
+    let priority = ctx.priority;
     let mut streams = Vec::with_capacity(prompts.len() * n);
     for (p, ids) in prompts.iter().enumerate() {
         for c in 0..n {
@@ -119,11 +127,55 @@ pub fn submit(sub: Submission<'_>) -> Result<Vec<(ChoiceSlot, TokenStream)>, Htt
                 adapter: None,
                 cache_scope: Some(scope.clone()),
             };
-            let stream = model.engine.submit_with(request, adapter.cloned())?;
+            let stream = match model.engine.submit_with(request, adapter.cloned()) {
+                Ok(stream) => stream,
+                Err(e) => {
+                    ticket.cancel();
+                    return Err(e.into());
+                }
+            };
             streams.push((ChoiceSlot { index, prompt: p }, stream));
         }
     }
-    Ok(streams)
+    ticket.started();
+    Ok(streams
+        .into_iter()
+        .map(|(slot, stream)| (slot, metered(stream, ticket.clone())))
+        .collect())
+}
+
+/// Passes a sequence's events on, recording its output as it is produced
+/// (for the quota) and its final counts (for usage); a sequence that ends
+/// without finishing (the client left, the engine stopped) is charged what
+/// it produced.
+fn metered(mut stream: TokenStream, ticket: Ticket) -> TokenStream {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut produced = 0;
+        let mut finished = false;
+        while let Some(event) = stream.recv().await {
+            match &event {
+                TokenEvent::Token { .. } => {
+                    produced += 1;
+                    ticket.produced(1);
+                }
+                TokenEvent::Finished { usage, .. } => {
+                    let unseen = usage.completion_tokens.saturating_sub(produced);
+                    ticket.produced(unseen as u64);
+                    ticket.finished(usage.completion_tokens, usage.cached_tokens);
+                    finished = true;
+                }
+                TokenEvent::Error(_) => {}
+            }
+            if tx.send(event).is_err() {
+                break;
+            }
+        }
+        if !finished {
+            ticket.finished(produced, 0);
+        }
+    });
+    rx
 }
 
 /// All choices' events as one stream, each tagged with its choice.

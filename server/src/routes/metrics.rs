@@ -96,6 +96,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     }
     batch_series(&state, &mut out).await;
     endpoint_series(&state, &mut out).await;
+    usage_series(&state, &mut out);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
 }
 
@@ -182,6 +183,36 @@ async fn endpoint_series(state: &AppState, out: &mut String) {
         );
         for (id, snap) in &sums {
             let _ = writeln!(out, "{name}{{endpoint=\"{id}\"}} {}", value(snap));
+        }
+    }
+}
+
+/// What this node metered since it started, per model and class.
+fn usage_series(state: &AppState, out: &mut String) {
+    let totals = state.usage.totals();
+    type Pick = fn(&hearth_store::usage::UsageCounts) -> i64;
+    let series: [(&str, &str, Pick); 5] = [
+        ("hearth_usage_requests_total", "Requests metered.", |c| c.requests),
+        ("hearth_usage_input_tokens_total", "Prompt tokens metered.", |c| c.input_tokens),
+        ("hearth_usage_output_tokens_total", "Output tokens metered.", |c| c.output_tokens),
+        ("hearth_usage_cached_tokens_total", "Prompt tokens served from the prefix cache.", |c| {
+            c.cached_tokens
+        }),
+        (
+            "hearth_usage_cost_nanos_total",
+            "Cost at the catalogue's prices, in billionths of the currency unit.",
+            |c| c.cost_nanos,
+        ),
+    ];
+    for (name, help, pick) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for ((model, class), counts) in &totals {
+            let model = model.replace('\\', "\\\\").replace('"', "\\\"");
+            let _ = writeln!(
+                out,
+                "{name}{{model=\"{model}\",class=\"{class}\"}} {}",
+                pick(counts)
+            );
         }
     }
 }

@@ -19,3 +19,4 @@ pub mod rerank;
 pub mod responses;
 mod responses_stream;
 pub mod sse;
+pub mod usage;

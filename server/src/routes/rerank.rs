@@ -39,9 +39,10 @@ pub async fn create(
                 ))
             })?;
         let prompt_tokens = items.iter().map(|i| i.ids.len()).sum();
-        let scores: Vec<f32> = model
-            .encoder
-            .encode_items(items)
+        let encoded = model.encoder.encode_items(items);
+        let scores: Vec<f32> = state
+            .usage
+            .encode(&ctx, &valid.model, &model.entry, prompt_tokens, encoded)
             .await?
             .into_iter()
             .map(|v| v.first().copied().unwrap_or(0.0))
@@ -60,7 +61,11 @@ pub async fn create(
         .collect();
     let ids = token_inputs(&model, texts, true).await?;
     let prompt_tokens = ids.iter().map(Vec::len).sum();
-    let vectors = model.encoder.encode(ids).await?;
+    let encoded = model.encoder.encode(ids);
+    let vectors = state
+        .usage
+        .encode(&ctx, &valid.model, &model.entry, prompt_tokens, encoded)
+        .await?;
     let (query, documents) = vectors
         .split_first()
         .ok_or_else(|| HttpError(ApiError::internal()))?;

@@ -96,8 +96,9 @@ pub async fn create(
         max_tokens_param: valid.max_output_tokens.map(|_| "max_output_tokens"),
         n: 1,
         adapter: adapter.as_ref(),
-        project: &ctx.project_id,
-        priority: ctx.priority,
+        ctx: &ctx,
+        model_name: &valid.model,
+        ledger: &state.usage,
     })?;
     let [prompt] = prompts;
     let object = ResponseObject::start(id, now_secs(), &valid);

@@ -132,6 +132,7 @@ pub fn bare_state() -> AppState {
         batch_counters: Default::default(),
         endpoints: Default::default(),
         datasets: Default::default(),
+        usage: Default::default(),
     }
 }
 

@@ -1,0 +1,421 @@
+//! Usage metering, token quotas (429) and spending budgets (402).
+//!
+//! Every inference request is admitted by [`Ledger::admit`] before the
+//! engine sees it: the project's budget must not be spent (402) and its
+//! quota for the model must hold the prompt (429 with `Retry-After`;
+//! requests of batches are exempt: the scheduler already runs them only in
+//! spare capacity). The [`Ticket`] it returns records the request and its
+//! prompt once the engine took it, the output tokens as they are produced
+//! (quota) and the engine's final counts when each sequence ends (usage).
+//! Usage collects in memory and is written in one transaction per flush
+//! ([`Ledger::flush`], every two seconds and before `/v1/usage` answers),
+//! so the hot path never waits on the database.
+
+mod quota;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use hearth_api::ApiError;
+use hearth_core::Priority;
+use hearth_engine::catalog::CatalogEntry;
+use hearth_store::usage::{Budget, Quota, UsageCounts, UsageKey, DAY};
+use hearth_store::Store;
+
+use crate::auth::RequestContext;
+use crate::error::HttpError;
+pub use quota::Bucket;
+
+/// How often pending usage is written and budgets and quotas re-read.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(2);
+
+/// The meter, quotas and budgets of a server; cheap to clone.
+#[derive(Clone, Default)]
+pub struct Ledger {
+    inner: Arc<Mutex<Inner>>,
+    /// Serialises flushes (a flush and `/v1/usage` may race).
+    flushing: Arc<tokio::sync::Mutex<()>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Not yet written.
+    pending: HashMap<UsageKey, UsageCounts>,
+    /// Everything recorded since start, per (model, class), for `/metrics`.
+    totals: HashMap<(String, String), UsageCounts>,
+    budgets: HashMap<String, BudgetState>,
+    /// Project quotas by (project, model); model `*` for every model.
+    quotas: HashMap<(String, String), Quota>,
+    /// Token and request buckets by (project, model).
+    tokens: HashMap<(String, String), Bucket>,
+    requests: HashMap<(String, String), Bucket>,
+}
+
+struct BudgetState {
+    budget: Budget,
+    /// Spent as of the last read of the store.
+    stored: i64,
+    /// Spent since, not yet counted in `stored`.
+    unflushed: i64,
+}
+
+/// Where one request's usage goes and what it costs.
+#[derive(Debug, Clone)]
+struct Account {
+    project: String,
+    model: String,
+    key_id: String,
+    class: &'static str,
+    /// Price per million input and output tokens.
+    prices: (f64, f64),
+    /// Whether its output is taken from the quota's bucket.
+    metered: bool,
+}
+
+/// The limits that apply to one project and model.
+struct Limits {
+    tokens_per_minute: Option<u64>,
+    requests_per_minute: Option<u64>,
+    burst: Option<u64>,
+}
+
+fn cost_nanos(tokens: i64, price_per_million: f64) -> i64 {
+    // price per million tokens = (price * 1000) billionths per token.
+    (tokens as f64 * price_per_million * 1000.0).round() as i64
+}
+
+impl Ledger {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Admits a request of `ctx` for `model` (the name the client sent,
+    /// served by `entry`) with `prompt_tokens`, or refuses it: 402 when the
+    /// project's budget is spent, 429 when its quota cannot hold it now.
+    pub fn admit(
+        &self,
+        ctx: &RequestContext,
+        model: &str,
+        entry: &CatalogEntry,
+        prompt_tokens: usize,
+    ) -> Result<Ticket, HttpError> {
+        let batch = ctx.priority == Priority::Batch;
+        let prices = if batch {
+            (
+                entry
+                    .batch_price_input_per_million
+                    .unwrap_or(entry.price_input_per_million),
+                entry
+                    .batch_price_output_per_million
+                    .unwrap_or(entry.price_output_per_million),
+            )
+        } else {
+            (entry.price_input_per_million, entry.price_output_per_million)
+        };
+        let account = Account {
+            project: ctx.project_id.clone(),
+            model: model.to_string(),
+            key_id: ctx
+                .caller
+                .key_id
+                .clone()
+                .or_else(|| ctx.caller.service_account_id.clone())
+                .unwrap_or_default(),
+            class: if batch { "batch" } else { "interactive" },
+            prices,
+            metered: false,
+        };
+        let now = Instant::now();
+        let mut inner = self.lock();
+        if let Some(state) = inner.budgets.get(&account.project) {
+            if state.stored + state.unflushed >= state.budget.amount_nanos {
+                return Err(HttpError(ApiError::payment_required(format!(
+                    "The budget of project `{}` is exhausted ({} {} per {}): add funds \
+                     (raise the budget) to continue.",
+                    account.project,
+                    format_amount(state.budget.amount_nanos),
+                    state.budget.currency,
+                    state.budget.period
+                ))));
+            }
+        }
+        let mut account = account;
+        if !batch {
+            let limits = inner.limits(&account.project, model, entry);
+            let key = (account.project.clone(), model.to_string());
+            if let Some(rpm) = limits.requests_per_minute {
+                let bucket = inner
+                    .requests
+                    .entry(key.clone())
+                    .or_insert_with(|| Bucket::new(rpm, rpm, now));
+                bucket.set_limit(rpm, rpm);
+                if let Err(wait) = bucket.check(1, now) {
+                    return Err(HttpError(ApiError::rate_limited(model, wait)));
+                }
+            }
+            if let Some(tpm) = limits.tokens_per_minute {
+                let burst = limits.burst.unwrap_or(tpm);
+                let bucket = inner
+                    .tokens
+                    .entry(key.clone())
+                    .or_insert_with(|| Bucket::new(tpm, burst, now));
+                bucket.set_limit(tpm, burst);
+                if let Err(wait) = bucket.check(prompt_tokens as u64, now) {
+                    return Err(HttpError(ApiError::rate_limited(model, wait)));
+                }
+                bucket.take(prompt_tokens as u64, now);
+                account.metered = true;
+            }
+            if limits.requests_per_minute.is_some() {
+                if let Some(b) = inner.requests.get_mut(&key) {
+                    b.take(1, now);
+                }
+            }
+        }
+        Ok(Ticket {
+            ledger: self.clone(),
+            account: Arc::new(account),
+            prompt_tokens,
+        })
+    }
+
+    /// Admits an encoder request (embeddings, rerank) of `prompt_tokens`,
+    /// runs it, and records it when it succeeds.
+    pub async fn encode<T>(
+        &self,
+        ctx: &RequestContext,
+        model: &str,
+        entry: &CatalogEntry,
+        prompt_tokens: usize,
+        run: impl std::future::Future<Output = Result<T, hearth_core::EngineError>>,
+    ) -> Result<T, HttpError> {
+        let ticket = self.admit(ctx, model, entry, prompt_tokens)?;
+        match run.await {
+            Ok(value) => {
+                ticket.started();
+                Ok(value)
+            }
+            Err(e) => {
+                ticket.cancel();
+                Err(e.into())
+            }
+        }
+    }
+
+    /// 402 when the project's budget is spent (new fine-tuning jobs).
+    pub fn check_budget(&self, project: &str) -> Result<(), HttpError> {
+        let inner = self.lock();
+        match inner.budgets.get(project) {
+            Some(s) if s.stored + s.unflushed >= s.budget.amount_nanos => {
+                Err(HttpError(ApiError::payment_required(format!(
+                    "The budget of project `{project}` is exhausted: add funds (raise the \
+                     budget) to continue."
+                ))))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes pending usage, then re-reads budgets, what they have spent,
+    /// and the project quotas.
+    pub async fn flush(&self, store: &Store) -> hearth_store::Result<()> {
+        let _one = self.flushing.lock().await;
+        let pending: Vec<_> = self.lock().pending.drain().collect();
+        if let Err(e) = store.add_usage(&pending).await {
+            // Put it back: nothing is lost, it goes with the next flush.
+            let mut inner = self.lock();
+            for (k, c) in pending {
+                inner.pending.entry(k).or_default().add(&c);
+            }
+            return Err(e);
+        }
+        let mut flushed: HashMap<String, i64> = HashMap::new();
+        for (k, c) in &pending {
+            *flushed.entry(k.project_id.clone()).or_default() += c.cost_nanos;
+        }
+        let budgets = store.budgets().await?;
+        let now = hearth_store::ids::now();
+        let mut spent = Vec::with_capacity(budgets.len());
+        for b in &budgets {
+            spent.push(store.spent_nanos(&b.project_id, b.first_day(now)).await?);
+        }
+        let quotas = store.quotas().await?;
+        let mut inner = self.lock();
+        let mut states = HashMap::new();
+        for (budget, stored) in budgets.into_iter().zip(spent) {
+            let unflushed = inner
+                .budgets
+                .get(&budget.project_id)
+                .map_or(0, |s| s.unflushed - flushed.get(&budget.project_id).unwrap_or(&0))
+                .max(0);
+            states.insert(
+                budget.project_id.clone(),
+                BudgetState {
+                    budget,
+                    stored,
+                    unflushed,
+                },
+            );
+        }
+        inner.budgets = states;
+        inner.quotas = quotas
+            .into_iter()
+            .map(|q| ((q.project_id.clone(), q.model.clone()), q))
+            .collect();
+        Ok(())
+    }
+
+    /// Flushes every [`FLUSH_EVERY`] until the server stops.
+    pub fn spawn_flusher(&self, store: Store) -> tokio::task::JoinHandle<()> {
+        let ledger = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = ledger.flush(&store).await {
+                    tracing::warn!("writing usage: {e}");
+                }
+                tokio::time::sleep(FLUSH_EVERY).await;
+            }
+        })
+    }
+
+    /// Everything recorded since start, per (model, class).
+    pub fn totals(&self) -> Vec<((String, String), UsageCounts)> {
+        let mut all: Vec<_> = self
+            .lock()
+            .totals
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+}
+
+impl Inner {
+    fn limits(&self, project: &str, model: &str, entry: &CatalogEntry) -> Limits {
+        let own = self
+            .quotas
+            .get(&(project.to_string(), model.to_string()))
+            .or_else(|| self.quotas.get(&(project.to_string(), "*".to_string())));
+        match own {
+            Some(q) => Limits {
+                tokens_per_minute: q.tokens_per_minute.map(|v| v as u64),
+                requests_per_minute: q.requests_per_minute.map(|v| v as u64),
+                burst: q.burst_tokens.map(|v| v as u64),
+            },
+            None => Limits {
+                tokens_per_minute: entry.tokens_per_minute,
+                requests_per_minute: entry.requests_per_minute,
+                burst: None,
+            },
+        }
+    }
+
+    fn record(&mut self, account: &Account, mut counts: UsageCounts) {
+        counts.cost_nanos = cost_nanos(counts.input_tokens, account.prices.0)
+            + cost_nanos(counts.output_tokens, account.prices.1);
+        let key = UsageKey {
+            day: hearth_store::ids::now() / DAY,
+            project_id: account.project.clone(),
+            model: account.model.clone(),
+            key_id: account.key_id.clone(),
+            class: account.class.to_string(),
+        };
+        self.pending.entry(key).or_default().add(&counts);
+        self.totals
+            .entry((account.model.clone(), account.class.to_string()))
+            .or_default()
+            .add(&counts);
+        if let Some(state) = self.budgets.get_mut(&account.project) {
+            state.unflushed += counts.cost_nanos;
+        }
+    }
+}
+
+/// One admitted request: records what it uses.
+#[derive(Clone)]
+pub struct Ticket {
+    ledger: Ledger,
+    account: Arc<Account>,
+    prompt_tokens: usize,
+}
+
+impl Ticket {
+    /// The request reached the engine: records it and its prompt tokens.
+    pub fn started(&self) {
+        self.ledger.lock().record(
+            &self.account,
+            UsageCounts {
+                requests: 1,
+                input_tokens: self.prompt_tokens as i64,
+                ..Default::default()
+            },
+        );
+    }
+
+    /// The request failed before it started: its prompt goes back to the quota.
+    pub fn cancel(&self) {
+        if !self.account.metered {
+            return;
+        }
+        let key = (self.account.project.clone(), self.account.model.clone());
+        if let Some(b) = self.ledger.lock().tokens.get_mut(&key) {
+            b.take_back(self.prompt_tokens as u64);
+        }
+    }
+
+    /// `tokens` of output were just produced (taken from the quota).
+    pub fn produced(&self, tokens: u64) {
+        if !self.account.metered {
+            return;
+        }
+        let key = (self.account.project.clone(), self.account.model.clone());
+        if let Some(b) = self.ledger.lock().tokens.get_mut(&key) {
+            b.take(tokens, Instant::now());
+        }
+    }
+
+    /// Records output (and cached prompt) tokens of a finished sequence.
+    pub fn finished(&self, output_tokens: usize, cached_tokens: usize) {
+        self.ledger.lock().record(
+            &self.account,
+            UsageCounts {
+                output_tokens: output_tokens as i64,
+                cached_tokens: cached_tokens as i64,
+                ..Default::default()
+            },
+        );
+    }
+}
+
+/// An amount in billionths as a decimal number.
+pub fn format_amount(nanos: i64) -> String {
+    let s = format!("{:.9}", nanos as f64 / 1e9);
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    s.to_string()
+}
+
+/// Parses a decimal amount into billionths.
+pub fn parse_amount(s: &str) -> Option<i64> {
+    let v: f64 = s.trim().parse().ok()?;
+    (v.is_finite() && v >= 0.0 && v < 9e9).then(|| (v * 1e9).round() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amounts_and_costs() {
+        assert_eq!(parse_amount("1.5"), Some(1_500_000_000));
+        assert_eq!(parse_amount("0.000001"), Some(1000));
+        assert_eq!(parse_amount("-1"), None);
+        assert_eq!(parse_amount("abc"), None);
+        assert_eq!(format_amount(1_500_000_000), "1.5");
+        assert_eq!(format_amount(0), "0");
+        assert_eq!(format_amount(20), "0.00000002");
+        // 1000 tokens at 0.02 per million: 0.00002 = 20,000 billionths.
+        assert_eq!(cost_nanos(1000, 0.02), 20_000);
+    }
+}
