@@ -104,6 +104,7 @@ async fn exchange(state: &AppState, jwt: &str) -> String {
     let reply = exchange_raw(state, &exchange_form(jwt)).await;
     let body = reply.json();
     assert_eq!(reply.status, 200, "{body}");
+    assert_eq!(reply.headers["cache-control"], "no-store");
     assert_eq!(body["expires_in"], 43200);
     assert_eq!(body["token_type"], "Bearer");
     assert_eq!(body["issued_token_type"], TOKEN_TYPE_ACCESS_TOKEN);
@@ -214,6 +215,11 @@ async fn a_signed_jwt_gets_a_token_that_reads_the_profile_and_the_inference_api(
         404,
         5,
     );
+    cloud_error(
+        &cloud_get(&state, "/iam/v2/profiles", Some(&token)).await,
+        404,
+        5,
+    );
     // A garbage access token on the inference API is its own 401.
     shape_a(&get(&state, "/v1/files", Some("hearthtok_00")).await, 401);
 }
@@ -272,6 +278,12 @@ async fn forged_and_malformed_jwts_are_refused() {
     );
     refused(
         exchange_raw(&state, &exchange_form(&sign(a, &kid, claims(&sa, 3600)))).await,
+        "more than 5 minutes",
+    );
+    // An iat so far back that exp - iat would overflow.
+    let overflow = json!({"iss": sa, "sub": sa, "iat": i64::MIN, "exp": t + 300});
+    refused(
+        exchange_raw(&state, &exchange_form(&sign(a, &kid, overflow))).await,
         "more than 5 minutes",
     );
     // No exp at all.
@@ -433,6 +445,13 @@ async fn roles_decide_what_a_token_may_do_and_admins_manage_the_account() {
         String::from_utf8_lossy(&uploaded.bytes)
     );
     let viewer_kid = uploaded.json()["id"].as_str().unwrap().to_string();
+    let twice = post_json(
+        "/iam/v1/authorizedKeys",
+        admin.clone(),
+        json!({"service_account_id": viewer_sa, "public_key": b.public}),
+    )
+    .await;
+    assert!(cloud_error(&twice, 409, 6).contains(&viewer_kid));
     assert!(viewer_kid.starts_with("publickey-"));
     assert_eq!(uploaded.json()["status"], "active");
 

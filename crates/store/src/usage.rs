@@ -325,7 +325,9 @@ impl Store {
             .flatten()
             .any(|&v| v < 1)
         {
-            return Err(StoreError::Invalid("quota limits must be at least 1".into()));
+            return Err(StoreError::Invalid(
+                "quota limits must be at least 1".into(),
+            ));
         }
         if tokens_per_minute.is_none() && requests_per_minute.is_none() {
             sqlx::query("DELETE FROM project_quotas WHERE project_id = $1 AND model = $2")
@@ -395,6 +397,9 @@ mod tests {
         let d = parse_day("2026-11-25").unwrap();
         assert_eq!(day_string(d), "2026-11-25");
         assert_eq!(day_string(month_start_day(d)), "2026-11-01");
-        assert_eq!(day_string(month_start_day(parse_day("2024-03-01").unwrap())), "2024-03-01");
+        assert_eq!(
+            day_string(month_start_day(parse_day("2024-03-01").unwrap())),
+            "2024-03-01"
+        );
     }
 }

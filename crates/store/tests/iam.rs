@@ -23,7 +23,7 @@ async fn key(s: &Store, sa: &str, expires_at: Option<i64>) -> hearth_store::iam:
         service_account_id: sa.to_string(),
         public_key: "-----BEGIN PUBLIC KEY-----".into(),
         algorithm: "RSA_4096".into(),
-        fingerprint: "00".repeat(32),
+        fingerprint: format!("{:064x}", expires_at.unwrap_or(0)),
         expires_at,
     })
     .await
@@ -136,6 +136,16 @@ async fn keys_and_tokens_live_and_die_together(env: Env) {
         .is_err());
     let k = key(s, &sa.id, None).await;
     assert!(k.id.starts_with("publickey-") && k.is_active(now()));
+    let again = s
+        .add_authorized_key(NewAuthorizedKey {
+            service_account_id: sa.id.clone(),
+            public_key: k.public_key.clone(),
+            algorithm: k.algorithm.clone(),
+            fingerprint: k.fingerprint.clone(),
+            expires_at: None,
+        })
+        .await;
+    assert!(matches!(again, Err(StoreError::InUse(_))), "{again:?}");
     let soon = key(s, &sa.id, Some(now() + 2)).await;
     assert!(!soon.is_active(now() + 3));
 

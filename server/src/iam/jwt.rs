@@ -17,6 +17,8 @@ use super::CloudHttpError;
 
 /// Clocks may differ by this much between the signer and the server.
 pub const CLOCK_SKEW_SECS: i64 = 60;
+/// Longest `jti` kept for replay checks.
+const MAX_JTI_BYTES: usize = 256;
 
 #[derive(Debug, Deserialize)]
 struct Claims {
@@ -24,10 +26,11 @@ struct Claims {
     iss: Option<String>,
     #[serde(default)]
     sub: Option<String>,
+    /// NumericDate: seconds, possibly with a fraction.
     #[serde(default)]
-    exp: Option<i64>,
+    exp: Option<f64>,
     #[serde(default)]
-    iat: Option<i64>,
+    iat: Option<f64>,
     #[serde(default)]
     jti: Option<String>,
 }
@@ -116,7 +119,12 @@ pub async fn verify_subject_jwt(
             })
         })?
         .claims;
-    let (Some(iss), Some(sub), Some(exp)) = (claims.iss, claims.sub, claims.exp) else {
+    let numeric = |v: Option<f64>| {
+        v.filter(|t| t.is_finite())
+            .map(|t| t.floor().clamp(-1e15, 1e15) as i64)
+    };
+    let (exp, iat) = (numeric(claims.exp), numeric(claims.iat));
+    let (Some(iss), Some(sub), Some(exp)) = (claims.iss, claims.sub, exp) else {
         return Err(refused(
             "The JWT must have `iss`, `sub` (the service account id) and `exp` claims.",
         ));
@@ -135,7 +143,7 @@ pub async fn verify_subject_jwt(
             "The JWT's `exp` is more than 5 minutes ahead: token-exchange JWTs live at most 5 minutes.",
         ));
     }
-    if let Some(iat) = claims.iat {
+    if let Some(iat) = iat {
         if iat > now + CLOCK_SKEW_SECS {
             return Err(refused("The JWT's `iat` is in the future."));
         }
@@ -146,6 +154,11 @@ pub async fn verify_subject_jwt(
         }
     }
     if let Some(jti) = &claims.jti {
+        if jti.is_empty() || jti.len() > MAX_JTI_BYTES {
+            return Err(refused(format!(
+                "The JWT's `jti` must be 1 to {MAX_JTI_BYTES} bytes."
+            )));
+        }
         if !store.use_jwt_id(&sub, jti, exp).await? {
             return Err(refused(format!(
                 "The JWT `{jti}` was already exchanged: sign a new one."

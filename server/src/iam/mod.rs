@@ -15,7 +15,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{any, delete, get, post};
 use axum::Router;
 use hearth_api::cloud::{CloudCode, CloudError};
 use hearth_store::iam::{Group, Role, ServiceAccount};
@@ -236,4 +236,8 @@ pub fn router(state: &AppState) -> Router<AppState> {
             post(routes::exchange).fallback(cloud_bad_method),
         )
         .nest("/iam/v1", iam)
+        // Whatever else is under /iam answers in the cloud model too.
+        .route("/iam", any(cloud_not_found))
+        .route("/iam/", any(cloud_not_found))
+        .route("/iam/{*rest}", any(cloud_not_found))
 }

@@ -26,11 +26,16 @@ pub async fn exchange(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: axum::body::Bytes,
-) -> CloudResult<TokenExchangeResponse> {
+) -> Result<impl axum::response::IntoResponse, CloudHttpError> {
     let form_type = headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+        .is_some_and(|v| {
+            v.split(';').next().is_some_and(|t| {
+                t.trim()
+                    .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+            })
+        });
     if !form_type {
         return Err(CloudError::invalid(
             "The token exchange takes `application/x-www-form-urlencoded` form fields.",
@@ -53,12 +58,19 @@ pub async fn exchange(
         key = %verified.key.id,
         "access token issued"
     );
-    Ok(Json(TokenExchangeResponse {
-        access_token: issued.token,
-        issued_token_type: TOKEN_TYPE_ACCESS_TOKEN.to_string(),
-        token_type: "Bearer".to_string(),
-        expires_in: ACCESS_TOKEN_LIFETIME_SECS,
-    }))
+    // Token responses are not to be cached (RFC 6749 section 5.1).
+    Ok((
+        [
+            (axum::http::header::CACHE_CONTROL, "no-store"),
+            (axum::http::header::PRAGMA, "no-cache"),
+        ],
+        Json(TokenExchangeResponse {
+            access_token: issued.token,
+            issued_token_type: TOKEN_TYPE_ACCESS_TOKEN.to_string(),
+            token_type: "Bearer".to_string(),
+            expires_in: ACCESS_TOKEN_LIFETIME_SECS,
+        }),
+    ))
 }
 
 fn group_object(group: &Group, members: Option<Vec<String>>) -> GroupObject {

@@ -7,8 +7,7 @@ use std::sync::Arc;
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 use hearth_api::{ApiError, UsageInfo};
 use hearth_core::{
-    EngineError, FinishReason, GenerateRequest, SamplingParams, TokenEvent,
-    TokenLogprobs, Usage,
+    EngineError, FinishReason, GenerateRequest, SamplingParams, TokenEvent, TokenLogprobs, Usage,
 };
 use hearth_engine::{ChatModel, LoadedAdapter, TokenStream};
 use serde::Serialize;

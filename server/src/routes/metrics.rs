@@ -192,12 +192,24 @@ fn usage_series(state: &AppState, out: &mut String) {
     let totals = state.usage.totals();
     type Pick = fn(&hearth_store::usage::UsageCounts) -> i64;
     let series: [(&str, &str, Pick); 5] = [
-        ("hearth_usage_requests_total", "Requests metered.", |c| c.requests),
-        ("hearth_usage_input_tokens_total", "Prompt tokens metered.", |c| c.input_tokens),
-        ("hearth_usage_output_tokens_total", "Output tokens metered.", |c| c.output_tokens),
-        ("hearth_usage_cached_tokens_total", "Prompt tokens served from the prefix cache.", |c| {
-            c.cached_tokens
+        ("hearth_usage_requests_total", "Requests metered.", |c| {
+            c.requests
         }),
+        (
+            "hearth_usage_input_tokens_total",
+            "Prompt tokens metered.",
+            |c| c.input_tokens,
+        ),
+        (
+            "hearth_usage_output_tokens_total",
+            "Output tokens metered.",
+            |c| c.output_tokens,
+        ),
+        (
+            "hearth_usage_cached_tokens_total",
+            "Prompt tokens served from the prefix cache.",
+            |c| c.cached_tokens,
+        ),
         (
             "hearth_usage_cost_nanos_total",
             "Cost at the catalogue's prices, in billionths of the currency unit.",

@@ -78,7 +78,11 @@ async fn spent(state: &AppState, budget: &Budget) -> Result<i64, HttpError> {
 
 /// Writes what is pending so that sums include the requests just answered.
 async fn flush(state: &AppState) -> Result<(), HttpError> {
-    state.usage.flush(&state.store).await.map_err(HttpError::from)
+    state
+        .usage
+        .flush(&state.store)
+        .await
+        .map_err(HttpError::from)
 }
 
 pub async fn usage(
@@ -161,7 +165,9 @@ pub async fn get_budget(
                 .project(&project)
                 .await?
                 .ok_or(hearth_store::StoreError::NotFound("project"))?;
-            Ok(Json(json!({"object": "budget", "project_id": project, "amount": null})))
+            Ok(Json(
+                json!({"object": "budget", "project_id": project, "amount": null}),
+            ))
         }
     }
 }
@@ -194,7 +200,9 @@ pub async fn set_budget(
     flush(&state).await?;
     match set {
         Some(b) => Ok(Json(budget_json(&b, spent(&state, &b).await?))),
-        None => Ok(Json(json!({"object": "budget", "project_id": project, "amount": null}))),
+        None => Ok(Json(
+            json!({"object": "budget", "project_id": project, "amount": null}),
+        )),
     }
 }
 
@@ -262,6 +270,8 @@ pub async fn set_quota(
     flush(&state).await?;
     Ok(Json(match quota {
         Some(q) => quota_json(&q),
-        None => json!({"object": "quota", "project_id": project, "model": body.model, "tokens_per_minute": null, "requests_per_minute": null}),
+        None => {
+            json!({"object": "quota", "project_id": project, "model": body.model, "tokens_per_minute": null, "requests_per_minute": null})
+        }
     }))
 }

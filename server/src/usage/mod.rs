@@ -111,7 +111,10 @@ impl Ledger {
                     .unwrap_or(entry.price_output_per_million),
             )
         } else {
-            (entry.price_input_per_million, entry.price_output_per_million)
+            (
+                entry.price_input_per_million,
+                entry.price_output_per_million,
+            )
         };
         let account = Account {
             project: ctx.project_id.clone(),
@@ -247,7 +250,9 @@ impl Ledger {
             let unflushed = inner
                 .budgets
                 .get(&budget.project_id)
-                .map_or(0, |s| s.unflushed - flushed.get(&budget.project_id).unwrap_or(&0))
+                .map_or(0, |s| {
+                    s.unflushed - flushed.get(&budget.project_id).unwrap_or(&0)
+                })
                 .max(0);
             states.insert(
                 budget.project_id.clone(),

@@ -83,13 +83,13 @@ mod tests {
         b.take(40, t0);
         b.take(10, t0); // output, as it is produced
         assert_eq!(b.check(40, t0), Err(3)); // 10 there, 30 more at 10/s
-        // Once waited, it fits.
+                                             // Once waited, it fits.
         let later = t0 + Duration::from_secs(3);
         assert!(b.check(40, later).is_ok());
         // Debt is waited out too.
         b.take(100, later);
         assert_eq!(b.check(1, later), Err(7)); // level -60: 61 tokens to go
-        // A prompt larger than the bucket needs a full bucket, not forever.
+                                               // A prompt larger than the bucket needs a full bucket, not forever.
         let full = later + Duration::from_secs(60);
         assert!(b.check(10_000, full).is_ok());
         assert!((b.level() - 60.0).abs() < 1e-9);

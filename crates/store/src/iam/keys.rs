@@ -73,6 +73,17 @@ impl Store {
                 "the key's expiry is in the past".to_string(),
             ));
         }
+        let same = self
+            .authorized_keys(Some(&new.service_account_id), None)
+            .await?
+            .into_iter()
+            .find(|k| k.fingerprint == new.fingerprint && k.revoked_at.is_none());
+        if let Some(same) = same {
+            return Err(StoreError::InUse(format!(
+                "this public key is already authorized as `{}`",
+                same.id
+            )));
+        }
         let id = new_id(ids::AUTHORIZED_KEY);
         sqlx::query(
             "INSERT INTO authorized_keys (id, service_account_id, public_key, algorithm, \

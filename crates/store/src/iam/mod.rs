@@ -223,7 +223,10 @@ impl Store {
         .bind(account_id)
         .fetch_all(&self.pool)
         .await?;
-        let mut groups = rows.iter().map(Group::from_row).collect::<Result<Vec<_>>>()?;
+        let mut groups = rows
+            .iter()
+            .map(Group::from_row)
+            .collect::<Result<Vec<_>>>()?;
         groups.sort_by_key(|g| g.role);
         Ok(groups)
     }
