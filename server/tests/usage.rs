@@ -1,0 +1,347 @@
+//! Usage metering, token quotas and budgets with the default models
+//! (priced here, as a catalogue would price them): the sums of
+//! `/v1/usage` equal the `usage` fields the responses returned; a quota
+//! past its tokens answers 429 with a `Retry-After` that, once waited,
+//! lets the next request through; a spent budget answers 402 to inference
+//! and to new fine-tuning jobs until it is raised.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::raw::*;
+use common::*;
+use hearth_server::state::AppState;
+use serde_json::{json, Value};
+
+const EMBED: &str = "sentence-transformers/all-MiniLM-L6-v2";
+/// Per million tokens: 1000 (input) and 2000 (output), so one input token
+/// costs 0.001 and one output token 0.002.
+const PRICES: (f64, f64) = (1000.0, 2000.0);
+
+/// The shared models, priced, over a fresh store and ledger.
+fn priced_state() -> AppState {
+    let mut state = with_model();
+    let mut chat = (*state.chat).clone();
+    for m in chat.values_mut() {
+        m.entry.price_input_per_million = PRICES.0;
+        m.entry.price_output_per_million = PRICES.1;
+    }
+    let mut embed = (*state.embed).clone();
+    for m in embed.values_mut() {
+        m.entry.price_input_per_million = PRICES.0;
+    }
+    state.chat = Arc::new(chat);
+    state.embed = Arc::new(embed);
+    let (store, project) = new_store();
+    state.store = store;
+    state.default_project = project.into();
+    state.usage = Default::default();
+    state
+}
+
+async fn post_as(state: &AppState, key: &str, uri: &str, body: Value) -> Raw {
+    request(
+        state,
+        "POST",
+        uri,
+        Some(key),
+        Some("application/json"),
+        body.to_string().into_bytes(),
+    )
+    .await
+}
+
+async fn put_admin(state: &AppState, admin: &str, uri: &str, body: Value) -> Value {
+    let reply = request(
+        state,
+        "PUT",
+        uri,
+        Some(admin),
+        Some("application/json"),
+        body.to_string().into_bytes(),
+    )
+    .await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.bytes)
+    );
+    reply.json()
+}
+
+fn chat(max_tokens: u32) -> Value {
+    json!({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Name a colour."}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    })
+}
+
+/// (input, output) of a response's `usage`.
+fn usage_of(body: &Value) -> (i64, i64) {
+    let u = &body["usage"];
+    let input = u["prompt_tokens"]
+        .as_i64()
+        .or_else(|| u["input_tokens"].as_i64())
+        .unwrap();
+    let output = u["completion_tokens"]
+        .as_i64()
+        .or_else(|| u["output_tokens"].as_i64())
+        .unwrap_or(0);
+    (input, output)
+}
+
+#[tokio::test]
+async fn usage_sums_equal_what_the_responses_said() {
+    let state = priced_state();
+    let mut want = (0, 0);
+    let mut requests = 0;
+    let mut add = |body: &Value| {
+        let (i, o) = usage_of(body);
+        want.0 += i;
+        want.1 += o;
+        requests += 1;
+    };
+    let mut two = chat(6);
+    two["n"] = json!(2);
+    two["temperature"] = json!(0.8);
+    for body in [chat(5), two] {
+        let reply = post_as(&state, KEY, "/v1/chat/completions", body).await;
+        assert_eq!(reply.status, 200);
+        add(&reply.json());
+    }
+    let reply = post_as(
+        &state,
+        KEY,
+        "/v1/completions",
+        json!({"model": MODEL, "prompt": ["One", "Two three"], "max_tokens": 4}),
+    )
+    .await;
+    add(&reply.json());
+    let reply = post_as(
+        &state,
+        KEY,
+        "/v1/responses",
+        json!({"model": MODEL, "input": "Hi", "max_output_tokens": 16, "store": false}),
+    )
+    .await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.bytes)
+    );
+    add(&reply.json());
+    let reply = post_as(
+        &state,
+        KEY,
+        "/v1/embeddings",
+        json!({"model": EMBED, "input": ["a cat", "a dog on a mat"]}),
+    )
+    .await;
+    add(&reply.json());
+    // Streamed, with the usage chunk.
+    let mut streamed = chat(7);
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let reply = post_as(&state, KEY, "/v1/chat/completions", streamed).await;
+    let text = String::from_utf8(reply.bytes.clone()).unwrap();
+    let last = sse_events(&text)
+        .into_iter()
+        .filter(|e| e != "[DONE]")
+        .last()
+        .unwrap();
+    add(&serde_json::from_str(&last).unwrap());
+    // A refused request is not counted.
+    let bad = post_as(&state, KEY, "/v1/chat/completions", json!({"model": MODEL})).await;
+    assert_eq!(bad.status, 422);
+
+    let usage = get(&state, "/v1/usage", Some(KEY)).await;
+    assert_eq!(
+        usage.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&usage.bytes)
+    );
+    let usage = usage.json();
+    let totals = &usage["totals"];
+    assert_eq!(totals["input_tokens"], want.0, "{usage}");
+    assert_eq!(totals["output_tokens"], want.1, "{usage}");
+    assert_eq!(totals["requests"], requests, "{usage}");
+    let cost = want.0 as f64 * 0.001 + want.1 as f64 * 0.002;
+    assert!(
+        (totals["cost"].as_f64().unwrap() - cost).abs() < 1e-9,
+        "{usage}"
+    );
+    let models: Vec<_> = usage["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["model"].as_str().unwrap())
+        .collect();
+    assert!(
+        models.contains(&MODEL) && models.contains(&EMBED),
+        "{models:?}"
+    );
+    // Asking again counts nothing twice.
+    let again = get(&state, "/v1/usage", Some(KEY)).await.json();
+    assert_eq!(again["totals"], usage["totals"]);
+    // Dates are checked.
+    let bad = get(&state, "/v1/usage?start_date=2026-02-30", Some(KEY)).await;
+    assert!(shape_b_message(&bad).contains("start_date"));
+    // /metrics carries the same totals.
+    let metrics = String::from_utf8(get(&state, "/metrics", Some(KEY)).await.bytes).unwrap();
+    let line =
+        format!("hearth_usage_output_tokens_total{{model=\"{MODEL}\",class=\"interactive\"}}");
+    assert!(metrics.contains(&line), "{metrics}");
+}
+
+fn shape_b_message(reply: &Raw) -> String {
+    assert_eq!(
+        reply.status,
+        400,
+        "{}",
+        String::from_utf8_lossy(&reply.bytes)
+    );
+    reply.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_quota_answers_429_until_the_wait_it_names_is_over() {
+    let state = priced_state();
+    let admin = state.store.bootstrap_admin().await.unwrap().unwrap().secret;
+    let project = state.default_project.to_string();
+    // 10 tokens a second, 60 at once: a chat prompt here is about 35.
+    put_admin(
+        &state,
+        &admin,
+        &format!("/v1/admin/projects/{project}/quotas"),
+        json!({"model": MODEL, "tokens_per_minute": 600, "burst_tokens": 60}),
+    )
+    .await;
+    let mut refused = None;
+    for _ in 0..10 {
+        let reply = post_as(&state, KEY, "/v1/chat/completions", chat(8)).await;
+        match reply.status {
+            200 => continue,
+            429 => {
+                refused = Some(reply);
+                break;
+            }
+            s => panic!("unexpected {s}: {}", String::from_utf8_lossy(&reply.bytes)),
+        }
+    }
+    let refused = refused.expect("the quota never refused a request");
+    let detail = shape_a(&refused, 429);
+    let wait: u64 = refused.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=6).contains(&wait), "{wait}");
+    assert!(
+        detail.contains(&format!("Retry after {wait} seconds")),
+        "{detail}"
+    );
+    // Other models are not limited by this quota.
+    let embed = post_as(
+        &state,
+        KEY,
+        "/v1/embeddings",
+        json!({"model": EMBED, "input": "x"}),
+    )
+    .await;
+    assert_eq!(embed.status, 200);
+    tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
+    let after = post_as(&state, KEY, "/v1/chat/completions", chat(8)).await;
+    assert_eq!(
+        after.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&after.bytes)
+    );
+    // Removing the quota lifts it.
+    put_admin(
+        &state,
+        &admin,
+        &format!("/v1/admin/projects/{project}/quotas"),
+        json!({"model": MODEL}),
+    )
+    .await;
+    for _ in 0..3 {
+        let reply = post_as(&state, KEY, "/v1/chat/completions", chat(8)).await;
+        assert_eq!(reply.status, 200);
+    }
+}
+
+#[tokio::test]
+async fn a_spent_budget_answers_402_until_it_is_raised() {
+    let state = priced_state();
+    let admin = state.store.bootstrap_admin().await.unwrap().unwrap().secret;
+    let project = state.default_project.to_string();
+    let uri = format!("/v1/admin/projects/{project}/budget");
+    // 0.01: ten input tokens' worth.
+    let budget = put_admin(
+        &state,
+        &admin,
+        &uri,
+        json!({"amount": 0.01, "period": "month"}),
+    )
+    .await;
+    assert_eq!(budget["exhausted"], false);
+    let first = post_as(&state, KEY, "/v1/chat/completions", chat(4)).await;
+    assert_eq!(first.status, 200);
+    let detail = shape_a(
+        &post_as(&state, KEY, "/v1/chat/completions", chat(4)).await,
+        402,
+    );
+    assert!(detail.contains("exhausted"), "{detail}");
+    shape_a(
+        &post_as(
+            &state,
+            KEY,
+            "/v1/embeddings",
+            json!({"model": EMBED, "input": "x"}),
+        )
+        .await,
+        402,
+    );
+    let job = post_as(
+        &state,
+        KEY,
+        "/v1/fine_tuning/jobs",
+        json!({"model": MODEL, "training_file": "file-x"}),
+    )
+    .await;
+    shape_a(&job, 402);
+    let shown = request(&state, "GET", &uri, Some(&admin), None, Vec::new())
+        .await
+        .json();
+    assert_eq!(shown["exhausted"], true, "{shown}");
+    let (i, o) = usage_of(&first.json());
+    let spent = i as f64 * 0.001 + o as f64 * 0.002;
+    assert!(
+        (shown["spent"].as_f64().unwrap() - spent).abs() < 1e-9,
+        "{shown}"
+    );
+    // Only admins set budgets.
+    let not_admin = request(
+        &state,
+        "PUT",
+        &uri,
+        Some(KEY),
+        Some("application/json"),
+        b"{\"amount\": 100}".to_vec(),
+    )
+    .await;
+    shape_a(&not_admin, 403);
+    put_admin(&state, &admin, &uri, json!({"amount": 100})).await;
+    let again = post_as(&state, KEY, "/v1/chat/completions", chat(4)).await;
+    assert_eq!(again.status, 200);
+}
