@@ -22,6 +22,7 @@ mod files;
 mod fine_tuning;
 mod finish;
 mod inference;
+mod usage;
 mod responses;
 
 use std::sync::OnceLock;
@@ -248,6 +249,11 @@ impl Modify for Bearer {
         admin::revoke_key,
         admin::list_projects,
         admin::create_project,
+        usage::get_budget,
+        usage::set_budget,
+        usage::list_quotas,
+        usage::set_quota,
+        usage::get_usage,
         service::health,
         service::ready,
         service::live,
@@ -271,6 +277,7 @@ impl Modify for Bearer {
         (name = "Embeddings"),
         (name = "Rerank"), (name = "Files"), (name = "Fine-tuning"), (name = "Batches"),
         (name = "Datasets"), (name = "Dedicated endpoints"),
+        (name = "Usage", description = "What each project used and spent."),
         (name = "Admin"),
         (name = "Service", description = "Health, metrics and this document."),
     )

@@ -26,6 +26,7 @@
 //! - [`training_data`]: lines of fine-tuning datasets (chat or prompt/completion).
 //! - [`schemas`]: schemas of the shapes without a struct (error bodies,
 //!   the upload form), for the server's OpenAPI document.
+//! - [`usage`]: `/v1/usage` and the admin budget and quota bodies.
 //! - [`validate`]: `validate()` on requests, giving [`ValidCompletion`] and
 //!   [`ValidChat`] with the engine's `SamplingParams`.
 
@@ -48,6 +49,7 @@ pub mod rerank;
 pub mod responses;
 pub mod schemas;
 pub mod training_data;
+pub mod usage;
 pub mod validate;
 
 pub use chat::{

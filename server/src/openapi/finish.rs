@@ -77,6 +77,22 @@ const EVERY: &[(u16, &str, &str)] = &[
     ),
 ];
 
+/// Operations admitted by the usage ledger (`usage/`): a spent budget is
+/// 402 on each; the token quota is 429 on all but new fine-tuning jobs.
+const METERED: &[(&str, bool)] = &[
+    ("createCompletion", true),
+    ("createChatCompletion", true),
+    ("createResponse", true),
+    ("createEmbedding", true),
+    ("createRerank", true),
+    ("createFineTuningJob", false),
+];
+
+const BUDGET_SPENT: &str = "The project's spending budget is exhausted: add funds (an admin \
+    raises it with PUT /v1/admin/projects/{project_id}/budget).";
+const QUOTA_EXCEEDED: &str = "The project's token quota for the model cannot hold the request \
+    now; the detail and `Retry-After` give the seconds to wait.";
+
 /// Applies the renames and shared responses and sets `info.version`.
 pub fn finish(doc: Value, version: &str) -> Value {
     let mut text = doc.to_string();
@@ -113,11 +129,22 @@ pub fn finish(doc: Value, version: &str) -> Value {
                     Some(security) => needs_key(Some(security)),
                     None => global_keyed,
                 };
+                let metered = op
+                    .get("operationId")
+                    .and_then(Value::as_str)
+                    .and_then(|id| METERED.iter().find(|(m, _)| *m == id))
+                    .map(|(_, quota)| *quota);
                 let responses = op
                     .as_object_mut()
                     .expect("an operation is an object")
                     .entry("responses")
                     .or_insert_with(|| json!({}));
+                if let Some(quota) = metered {
+                    add_response(responses, 402, "ErrorDetail", BUDGET_SPENT);
+                    if quota {
+                        add_response(responses, 429, "ErrorDetail", QUOTA_EXCEEDED);
+                    }
+                }
                 let shared = if keyed { KEYED } else { &[] };
                 for (status, shape, description) in shared.iter().chain(EVERY) {
                     add_response(responses, *status, shape, description);

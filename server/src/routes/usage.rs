@@ -4,28 +4,17 @@
 
 use axum::extract::State;
 use axum::{Extension, Json};
+use hearth_api::usage::{
+    BudgetObject, QuotaList, QuotaObject, SetBudgetRequest, SetQuotaRequest, UsageCountsObject,
+    UsageQuery, UsageReport, UsageRowObject,
+};
 use hearth_api::ApiError;
 use hearth_store::usage::{day_string, parse_day, Budget, Quota, UsageCounts, DAY};
-use serde::Deserialize;
-use serde_json::{json, Value};
 
 use crate::auth::RequestContext;
 use crate::error::{ApiJson, ApiPath, ApiQuery, HttpError};
 use crate::state::AppState;
 use crate::usage::{format_amount, parse_amount};
-
-#[derive(Debug, Deserialize)]
-pub struct UsageQuery {
-    /// First day, `YYYY-MM-DD` (default: the first of this month, UTC).
-    #[serde(default)]
-    start_date: Option<String>,
-    /// Last day, inclusive (default: today, UTC).
-    #[serde(default)]
-    end_date: Option<String>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    ai_project_id: Option<String>,
-}
 
 fn day_param(name: &str, value: Option<&str>, default: i64) -> Result<i64, HttpError> {
     match value {
@@ -39,63 +28,66 @@ fn day_param(name: &str, value: Option<&str>, default: i64) -> Result<i64, HttpE
     }
 }
 
-fn amount(nanos: i64) -> Value {
-    format_amount(nanos)
-        .parse::<f64>()
-        .map_or(Value::Null, Value::from)
+fn amount(nanos: i64) -> f64 {
+    format_amount(nanos).parse().unwrap_or(0.0)
 }
 
-fn counts_json(c: &UsageCounts) -> Value {
-    json!({
-        "requests": c.requests,
-        "input_tokens": c.input_tokens,
-        "output_tokens": c.output_tokens,
-        "cached_tokens": c.cached_tokens,
-        "total_tokens": c.input_tokens + c.output_tokens,
-        "cost": amount(c.cost_nanos),
-    })
+fn counts_object(c: &UsageCounts) -> UsageCountsObject {
+    UsageCountsObject {
+        requests: c.requests,
+        input_tokens: c.input_tokens,
+        output_tokens: c.output_tokens,
+        cached_tokens: c.cached_tokens,
+        total_tokens: c.input_tokens + c.output_tokens,
+        cost: amount(c.cost_nanos),
+    }
 }
 
-pub(crate) fn budget_json(budget: &Budget, spent: i64) -> Value {
-    json!({
-        "object": "budget",
-        "project_id": budget.project_id,
-        "amount": amount(budget.amount_nanos),
-        "period": budget.period,
-        "currency": budget.currency,
-        "spent": amount(spent),
-        "remaining": amount((budget.amount_nanos - spent).max(0)),
-        "exhausted": spent >= budget.amount_nanos,
-        "updated_at": budget.updated_at,
-    })
+fn no_budget(project: &str) -> BudgetObject {
+    BudgetObject {
+        object: "budget".into(),
+        project_id: project.to_string(),
+        amount: None,
+        period: None,
+        currency: None,
+        spent: None,
+        remaining: None,
+        exhausted: false,
+        updated_at: None,
+    }
 }
 
-/// What a budget has spent now (from the store, after a flush).
-async fn spent(state: &AppState, budget: &Budget) -> Result<i64, HttpError> {
+/// A budget with what it has spent now (from the store).
+async fn budget_object(state: &AppState, budget: &Budget) -> Result<BudgetObject, HttpError> {
     let first = budget.first_day(hearth_store::ids::now());
-    Ok(state.store.spent_nanos(&budget.project_id, first).await?)
+    let spent = state.store.spent_nanos(&budget.project_id, first).await?;
+    Ok(BudgetObject {
+        object: "budget".into(),
+        project_id: budget.project_id.clone(),
+        amount: Some(amount(budget.amount_nanos)),
+        period: Some(budget.period.clone()),
+        currency: Some(budget.currency.clone()),
+        spent: Some(amount(spent)),
+        remaining: Some(amount((budget.amount_nanos - spent).max(0))),
+        exhausted: spent >= budget.amount_nanos,
+        updated_at: Some(budget.updated_at),
+    })
 }
 
-/// Writes what is pending so that sums include the requests just answered.
+/// Writes what is pending so that sums include the requests just answered
+/// (and re-reads budgets and quotas).
 async fn flush(state: &AppState) -> Result<(), HttpError> {
-    state
-        .usage
-        .flush(&state.store)
-        .await
-        .map_err(HttpError::from)
+    state.usage.flush(&state.store).await.map_err(HttpError::from)
 }
 
 pub async fn usage(
     State(state): State<AppState>,
     Extension(ctx): Extension<RequestContext>,
     ApiQuery(query): ApiQuery<UsageQuery>,
-) -> Result<Json<Value>, HttpError> {
+) -> Result<Json<UsageReport>, HttpError> {
     let today = hearth_store::ids::now() / DAY;
-    let first = day_param(
-        "start_date",
-        query.start_date.as_deref(),
-        hearth_store::usage::month_start_day(today),
-    )?;
+    let month = hearth_store::usage::month_start_day(today);
+    let first = day_param("start_date", query.start_date.as_deref(), month)?;
     let last = day_param("end_date", query.end_date.as_deref(), today)?;
     if last < first {
         return Err(HttpError(ApiError::bad_request(
@@ -106,47 +98,32 @@ pub async fn usage(
     flush(&state).await?;
     let rows = state.store.usage(&ctx.project_id, first, last).await?;
     let mut totals = UsageCounts::default();
-    let data: Vec<Value> = rows
+    let data = rows
         .iter()
         .map(|(k, c)| {
             totals.add(c);
-            let mut row = counts_json(c);
-            row["date"] = json!(day_string(k.day));
-            row["model"] = json!(k.model);
-            row["key_id"] = if k.key_id.is_empty() {
-                Value::Null
-            } else {
-                json!(k.key_id)
-            };
-            row["class"] = json!(k.class);
-            row
+            UsageRowObject {
+                date: day_string(k.day),
+                model: k.model.clone(),
+                key_id: (!k.key_id.is_empty()).then(|| k.key_id.clone()),
+                class: k.class.clone(),
+                counts: counts_object(c),
+            }
         })
         .collect();
     let budget = match state.store.budget(&ctx.project_id).await? {
-        Some(b) => budget_json(&b, spent(&state, &b).await?),
-        None => Value::Null,
+        Some(b) => Some(budget_object(&state, &b).await?),
+        None => None,
     };
-    Ok(Json(json!({
-        "object": "usage",
-        "project_id": ctx.project_id,
-        "start_date": day_string(first),
-        "end_date": day_string(last),
-        "data": data,
-        "totals": counts_json(&totals),
-        "budget": budget,
-    })))
-}
-
-#[derive(Debug, Deserialize)]
-pub struct SetBudget {
-    /// In currency units (e.g. 25.50); null removes the budget.
-    amount: Option<f64>,
-    /// `month` (default) or `total`.
-    #[serde(default)]
-    period: Option<String>,
-    /// Default `USD`.
-    #[serde(default)]
-    currency: Option<String>,
+    Ok(Json(UsageReport {
+        object: "usage".into(),
+        project_id: ctx.project_id.clone(),
+        start_date: day_string(first),
+        end_date: day_string(last),
+        data,
+        totals: counts_object(&totals),
+        budget,
+    }))
 }
 
 /// `GET /v1/admin/projects/{project_id}/budget`.
@@ -154,31 +131,29 @@ pub async fn get_budget(
     State(state): State<AppState>,
     Extension(ctx): Extension<RequestContext>,
     ApiPath(project): ApiPath<String>,
-) -> Result<Json<Value>, HttpError> {
+) -> Result<Json<BudgetObject>, HttpError> {
     ctx.require_admin()?;
     flush(&state).await?;
     match state.store.budget(&project).await? {
-        Some(b) => Ok(Json(budget_json(&b, spent(&state, &b).await?))),
+        Some(b) => Ok(Json(budget_object(&state, &b).await?)),
         None => {
             state
                 .store
                 .project(&project)
                 .await?
                 .ok_or(hearth_store::StoreError::NotFound("project"))?;
-            Ok(Json(
-                json!({"object": "budget", "project_id": project, "amount": null}),
-            ))
+            Ok(Json(no_budget(&project)))
         }
     }
 }
 
-/// `PUT /v1/admin/projects/{project_id}/budget` `{amount, period?, currency?}`.
+/// `PUT /v1/admin/projects/{project_id}/budget`.
 pub async fn set_budget(
     State(state): State<AppState>,
     Extension(ctx): Extension<RequestContext>,
     ApiPath(project): ApiPath<String>,
-    ApiJson(body): ApiJson<SetBudget>,
-) -> Result<Json<Value>, HttpError> {
+    ApiJson(body): ApiJson<SetBudgetRequest>,
+) -> Result<Json<BudgetObject>, HttpError> {
     ctx.require_admin()?;
     let period = body.period.as_deref().unwrap_or("month");
     let currency = body.currency.as_deref().unwrap_or("USD");
@@ -199,35 +174,21 @@ pub async fn set_budget(
         .await?;
     flush(&state).await?;
     match set {
-        Some(b) => Ok(Json(budget_json(&b, spent(&state, &b).await?))),
-        None => Ok(Json(
-            json!({"object": "budget", "project_id": project, "amount": null}),
-        )),
+        Some(b) => Ok(Json(budget_object(&state, &b).await?)),
+        None => Ok(Json(no_budget(&project))),
     }
 }
 
-pub(crate) fn quota_json(q: &Quota) -> Value {
-    json!({
-        "object": "quota",
-        "project_id": q.project_id,
-        "model": q.model,
-        "tokens_per_minute": q.tokens_per_minute,
-        "requests_per_minute": q.requests_per_minute,
-        "burst_tokens": q.burst_tokens,
-        "updated_at": q.updated_at,
-    })
-}
-
-#[derive(Debug, Deserialize)]
-pub struct SetQuota {
-    /// A model name, or `*` for every model without a quota of its own.
-    model: String,
-    #[serde(default)]
-    tokens_per_minute: Option<i64>,
-    #[serde(default)]
-    requests_per_minute: Option<i64>,
-    #[serde(default)]
-    burst_tokens: Option<i64>,
+fn quota_object(q: &Quota) -> QuotaObject {
+    QuotaObject {
+        object: "quota".into(),
+        project_id: q.project_id.clone(),
+        model: q.model.clone(),
+        tokens_per_minute: q.tokens_per_minute,
+        requests_per_minute: q.requests_per_minute,
+        burst_tokens: q.burst_tokens,
+        updated_at: Some(q.updated_at),
+    }
 }
 
 /// `GET /v1/admin/projects/{project_id}/quotas`.
@@ -235,27 +196,29 @@ pub async fn list_quotas(
     State(state): State<AppState>,
     Extension(ctx): Extension<RequestContext>,
     ApiPath(project): ApiPath<String>,
-) -> Result<Json<Value>, HttpError> {
+) -> Result<Json<QuotaList>, HttpError> {
     ctx.require_admin()?;
-    let quotas: Vec<Value> = state
+    let data = state
         .store
         .quotas()
         .await?
         .iter()
         .filter(|q| q.project_id == project)
-        .map(quota_json)
+        .map(quota_object)
         .collect();
-    Ok(Json(json!({"object": "list", "data": quotas})))
+    Ok(Json(QuotaList {
+        object: "list".into(),
+        data,
+    }))
 }
 
-/// `PUT /v1/admin/projects/{project_id}/quotas` `{model, tokens_per_minute?,
-/// requests_per_minute?, burst_tokens?}`; no limits removes the quota.
+/// `PUT /v1/admin/projects/{project_id}/quotas`.
 pub async fn set_quota(
     State(state): State<AppState>,
     Extension(ctx): Extension<RequestContext>,
     ApiPath(project): ApiPath<String>,
-    ApiJson(body): ApiJson<SetQuota>,
-) -> Result<Json<Value>, HttpError> {
+    ApiJson(body): ApiJson<SetQuotaRequest>,
+) -> Result<Json<QuotaObject>, HttpError> {
     ctx.require_admin()?;
     let quota = state
         .store
@@ -269,9 +232,15 @@ pub async fn set_quota(
         .await?;
     flush(&state).await?;
     Ok(Json(match quota {
-        Some(q) => quota_json(&q),
-        None => {
-            json!({"object": "quota", "project_id": project, "model": body.model, "tokens_per_minute": null, "requests_per_minute": null})
-        }
+        Some(q) => quota_object(&q),
+        None => QuotaObject {
+            object: "quota".into(),
+            project_id: project,
+            model: body.model,
+            tokens_per_minute: None,
+            requests_per_minute: None,
+            burst_tokens: None,
+            updated_at: None,
+        },
     }))
 }
