@@ -105,7 +105,7 @@ pub(crate) async fn render(
 
 async fn stream_chat(
     tx: SseSender,
-    streams: Vec<(ChoiceSlot, hearth_engine::TokenStream)>,
+    streams: Vec<(ChoiceSlot, super::generate::MeteredStream)>,
     id: String,
     created: u64,
     model: String,

@@ -158,7 +158,7 @@ async fn decode_all(
 #[allow(clippy::too_many_arguments)]
 async fn stream_completion(
     tx: SseSender,
-    streams: Vec<(ChoiceSlot, hearth_engine::TokenStream)>,
+    streams: Vec<(ChoiceSlot, super::generate::MeteredStream)>,
     id: String,
     created: u64,
     model: String,

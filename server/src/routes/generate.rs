@@ -89,7 +89,7 @@ pub struct Submission<'a> {
 /// seed `seed + i`, so choices differ but the whole request is
 /// reproducible. A `max_tokens` the context cannot hold after the prompt
 /// is refused first (400 shape B naming the field).
-pub fn submit(sub: Submission<'_>) -> Result<Vec<(ChoiceSlot, TokenStream)>, HttpError> {
+pub fn submit(sub: Submission<'_>) -> Result<Vec<(ChoiceSlot, MeteredStream)>, HttpError> {
     let Submission {
         model,
         request_id,
@@ -143,43 +143,58 @@ pub fn submit(sub: Submission<'_>) -> Result<Vec<(ChoiceSlot, TokenStream)>, Htt
         .collect())
 }
 
-/// Passes a sequence's events on, recording its output as it is produced
-/// (for the quota) and its final counts (for usage); a sequence that ends
-/// without finishing (the client left, the engine stopped) is charged what
-/// it produced.
-fn metered(mut stream: TokenStream, ticket: Ticket) -> TokenStream {
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let mut produced = 0;
-        let mut finished = false;
-        while let Some(event) = stream.recv().await {
-            match &event {
-                TokenEvent::Token { .. } => {
-                    produced += 1;
-                    ticket.produced(1);
-                }
-                TokenEvent::Finished { usage, .. } => {
-                    let unseen = usage.completion_tokens.saturating_sub(produced);
-                    ticket.produced(unseen as u64);
-                    ticket.finished(usage.completion_tokens, usage.cached_tokens);
-                    finished = true;
-                }
-                TokenEvent::Error(_) => {}
+/// A sequence's events, metered as they are read: output tokens are taken
+/// from the quota as they come, the engine's final counts are recorded on
+/// `Finished`, and a stream dropped before it finished (the client left,
+/// the engine stopped) is charged what it produced.
+pub struct MeteredStream {
+    rx: TokenStream,
+    ticket: Ticket,
+    produced: usize,
+    finished: bool,
+}
+
+fn metered(rx: TokenStream, ticket: Ticket) -> MeteredStream {
+    MeteredStream {
+        rx,
+        ticket,
+        produced: 0,
+        finished: false,
+    }
+}
+
+impl MeteredStream {
+    pub async fn recv(&mut self) -> Option<TokenEvent> {
+        let event = self.rx.recv().await?;
+        match &event {
+            TokenEvent::Token { .. } => {
+                self.produced += 1;
+                self.ticket.produced(1);
             }
-            if tx.send(event).is_err() {
-                break;
+            TokenEvent::Finished { usage, .. } if !self.finished => {
+                let unseen = usage.completion_tokens.saturating_sub(self.produced);
+                self.ticket.produced(unseen as u64);
+                self.ticket
+                    .finished(usage.completion_tokens, usage.cached_tokens);
+                self.finished = true;
             }
+            _ => {}
         }
-        if !finished {
-            ticket.finished(produced, 0);
+        Some(event)
+    }
+}
+
+impl Drop for MeteredStream {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.ticket.finished(self.produced, 0);
         }
-    });
-    rx
+    }
 }
 
 /// All choices' events as one stream, each tagged with its choice.
 pub fn merge(
-    streams: Vec<(ChoiceSlot, TokenStream)>,
+    streams: Vec<(ChoiceSlot, MeteredStream)>,
 ) -> SelectAll<BoxStream<'static, (ChoiceSlot, TokenEvent)>> {
     stream::select_all(streams.into_iter().map(|(slot, rx)| {
         stream::unfold(
@@ -204,7 +219,7 @@ pub struct ChoiceOutput {
 
 /// Waits for every choice to finish; the first engine error fails the whole request.
 pub async fn collect(
-    streams: Vec<(ChoiceSlot, TokenStream)>,
+    streams: Vec<(ChoiceSlot, MeteredStream)>,
 ) -> Result<Vec<ChoiceOutput>, EngineError> {
     let mut outputs: Vec<ChoiceOutput> = streams
         .iter()
@@ -289,7 +304,7 @@ pub enum Piece {
 /// unless the client has gone.
 pub async fn stream_choices<T: Serialize>(
     tx: &SseSender,
-    streams: Vec<(ChoiceSlot, TokenStream)>,
+    streams: Vec<(ChoiceSlot, MeteredStream)>,
     prompts: &[Vec<u32>],
     mut render: impl FnMut(ChoiceSlot, Piece) -> Vec<T>,
     usage_chunk: Option<impl FnOnce(UsageInfo) -> T>,

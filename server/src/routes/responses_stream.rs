@@ -13,14 +13,14 @@ use hearth_api::responses::{
 };
 use hearth_api::ApiError;
 use hearth_core::{EngineError, FinishReason, TokenEvent};
-use hearth_engine::TokenStream;
+use super::generate::MeteredStream;
 
 use super::responses::Record;
 use super::sse::SseSender;
 
 pub async fn stream_response(
     tx: SseSender,
-    mut stream: TokenStream,
+    mut stream: MeteredStream,
     mut object: ResponseObject,
     message_id: String,
     prompt_tokens: usize,
