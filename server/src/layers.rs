@@ -18,7 +18,9 @@ use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::error::HttpError;
+use crate::iam::CloudHttpError;
 use crate::state::{AppState, HttpPolicy};
+use hearth_api::cloud::{CloudCode, CloudError};
 
 /// Wraps `router` (already holding its routes) in the layers, outermost
 /// last: CORS answers preflights before anything else runs.
@@ -40,13 +42,16 @@ pub fn wrap(router: Router<AppState>, policy: &HttpPolicy) -> Router<AppState> {
 /// Answers 503 at once when `--max-concurrent-requests` are in flight (a
 /// streamed response counts until its headers are sent).
 async fn limit(State(permits): State<Arc<Semaphore>>, request: Request, next: Next) -> Response {
+    let cloud = is_cloud(request.uri().path());
     match permits.try_acquire() {
         Ok(_permit) => next.run(request).await,
         Err(_) => {
-            let mut response = HttpError(ApiError::upstream_unavailable(
-                "The server is handling as many requests as it allows; retry shortly.",
-            ))
-            .into_response();
+            let message = "The server is handling as many requests as it allows; retry shortly.";
+            let mut response = if cloud {
+                CloudHttpError(CloudError::new(CloudCode::Unavailable, message)).into_response()
+            } else {
+                HttpError(ApiError::upstream_unavailable(message)).into_response()
+            };
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -85,23 +90,41 @@ pub async fn request_timeout(
     if unbounded(request.method(), request.uri().path()) {
         return next.run(request).await;
     }
+    let cloud = is_cloud(request.uri().path());
     match tokio::time::timeout(limit, next.run(request)).await {
         Ok(response) => response,
-        Err(_) => HttpError(ApiError::upstream_unavailable(format!(
-            "The request took longer than {} seconds and was stopped.",
-            limit.as_secs()
-        )))
-        .into_response(),
+        Err(_) => {
+            let message = format!(
+                "The request took longer than {} seconds and was stopped.",
+                limit.as_secs()
+            );
+            if cloud {
+                CloudHttpError(CloudError::new(CloudCode::DeadlineExceeded, message))
+                    .into_response()
+            } else {
+                HttpError(ApiError::upstream_unavailable(message)).into_response()
+            }
+        }
     }
+}
+
+/// Whether `path` is the cloud platform API's, whose errors are `{code, message}`.
+fn is_cloud(path: &str) -> bool {
+    path == "/iam" || path.starts_with("/iam/") || path.starts_with("/oauth2/")
 }
 
 /// A bug in a handler answers 500 in shape A instead of dropping the connection.
 async fn catch_panic(request: Request, next: Next) -> Response {
+    let cloud = is_cloud(request.uri().path());
     match AssertUnwindSafe(next.run(request)).catch_unwind().await {
         Ok(response) => response,
         Err(_) => {
             tracing::error!("a request handler panicked");
-            HttpError(ApiError::internal()).into_response()
+            if cloud {
+                CloudHttpError(CloudError::internal()).into_response()
+            } else {
+                HttpError(ApiError::internal()).into_response()
+            }
         }
     }
 }

@@ -22,8 +22,8 @@ mod files;
 mod fine_tuning;
 mod finish;
 mod inference;
-mod usage;
 mod responses;
+mod usage;
 
 use std::sync::OnceLock;
 

@@ -94,6 +94,21 @@ impl CloudCaller {
     }
 }
 
+/// A body, whose read failures (over the size limit, cut off) are refused
+/// in the cloud model (400 code 3).
+pub struct CloudBytes(pub axum::body::Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for CloudBytes {
+    type Rejection = CloudHttpError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        axum::body::Bytes::from_request(req, state)
+            .await
+            .map(CloudBytes)
+            .map_err(|e| CloudError::invalid(format!("cannot read the request body: {e}")).into())
+    }
+}
+
 /// A JSON body, refused in the cloud model (400 code 3).
 pub struct CloudJson<T>(pub T);
 
@@ -101,9 +116,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for CloudJson<T> {
     type Rejection = CloudHttpError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = axum::body::Bytes::from_request(req, state)
-            .await
-            .map_err(|e| CloudError::invalid(format!("cannot read the request body: {e}")))?;
+        let CloudBytes(bytes) = CloudBytes::from_request(req, state).await?;
         serde_json::from_slice(&bytes)
             .map(CloudJson)
             .map_err(|e| CloudError::invalid(format!("invalid JSON body: {e}")).into())

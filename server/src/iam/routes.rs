@@ -17,7 +17,9 @@ use hearth_store::iam::{
 use hearth_store::ids::now;
 use hearth_store::Store;
 
-use super::{no_access, verify_subject_jwt, CloudCaller, CloudHttpError, CloudJson, CloudPath};
+use super::{
+    no_access, verify_subject_jwt, CloudBytes, CloudCaller, CloudHttpError, CloudJson, CloudPath,
+};
 use crate::state::AppState;
 
 type CloudResult<T> = Result<Json<T>, CloudHttpError>;
@@ -25,7 +27,7 @@ type CloudResult<T> = Result<Json<T>, CloudHttpError>;
 pub async fn exchange(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    CloudBytes(body): CloudBytes,
 ) -> Result<impl axum::response::IntoResponse, CloudHttpError> {
     let form_type = headers
         .get(CONTENT_TYPE)

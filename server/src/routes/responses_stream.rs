@@ -8,12 +8,12 @@
 //! departed client stops the producer, which drops the engine stream and
 //! so frees the sequence at once.
 
+use super::generate::MeteredStream;
 use hearth_api::responses::{
     EventSequence, OutputMessage, OutputText, ResponseObject, ResponseUsage,
 };
 use hearth_api::ApiError;
 use hearth_core::{EngineError, FinishReason, TokenEvent};
-use super::generate::MeteredStream;
 
 use super::responses::Record;
 use super::sse::SseSender;

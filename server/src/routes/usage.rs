@@ -77,7 +77,11 @@ async fn budget_object(state: &AppState, budget: &Budget) -> Result<BudgetObject
 /// Writes what is pending so that sums include the requests just answered
 /// (and re-reads budgets and quotas).
 async fn flush(state: &AppState) -> Result<(), HttpError> {
-    state.usage.flush(&state.store).await.map_err(HttpError::from)
+    state
+        .usage
+        .flush(&state.store)
+        .await
+        .map_err(HttpError::from)
 }
 
 pub async fn usage(
