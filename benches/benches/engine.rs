@@ -114,6 +114,7 @@ fn submit(engine: &EngineHandle, seq: usize, prompt_len: usize, max_tokens: usiz
             priority: Default::default(),
             adapter: None,
             cache_scope: None,
+            constraint: None,
         })
         .expect("submit")
 }

@@ -5,6 +5,7 @@
 //!
 //! - [`error`]: [`ApiError`] with the spec's body shapes A, B and C and the
 //!   SSE error event; `EngineError -> ApiError`.
+//! - [`output_format`]: `response_format` (structured output) checked.
 //! - [`parse`]: [`parse_json_body`] and [`parse_query`], failing with 422.
 //! - [`de`]: lenient (pydantic-style) booleans for query structs.
 //! - [`admin`]: `/v1/admin` keys and projects.
@@ -44,6 +45,7 @@ pub mod error;
 pub mod files;
 pub mod fine_tuning;
 pub mod models;
+pub mod output_format;
 pub mod parse;
 pub mod rerank;
 pub mod responses;

@@ -71,6 +71,8 @@ pub struct ValidChat {
     /// `Some(top_logprobs)` when `logprobs: true`.
     pub logprobs: Option<usize>,
     pub user: Option<String>,
+    /// `response_format`: text, or JSON (any object, or of a schema).
+    pub format: crate::output_format::OutputFormat,
 }
 
 fn invalid(param: &str, message: String) -> ApiError {
@@ -403,6 +405,10 @@ impl ChatCompletionRequest {
         };
         params.logprobs = logprobs;
         let stream = self.stream.unwrap_or(false);
+        let format = crate::output_format::OutputFormat::parse(
+            self.response_format.as_ref(),
+            "response_format",
+        )?;
         Ok(ValidChat {
             model: self.model.clone(),
             messages,
@@ -413,6 +419,7 @@ impl ChatCompletionRequest {
             include_usage: include_usage(stream, self.stream_options.as_ref()),
             logprobs,
             user: self.user.clone(),
+            format,
         })
     }
 
@@ -479,7 +486,7 @@ impl ChatCompletionRequest {
         Ok(out)
     }
 
-    /// Rejects tools, forced tool choices and structured output formats.
+    /// Rejects tools and forced tool choices.
     fn check_unsupported(&self) -> Result<(), ApiError> {
         match &self.tools {
             None | Some(Value::Null) => {}
@@ -498,16 +505,6 @@ impl ChatCompletionRequest {
                 return Err(invalid(
                     "tool_choice",
                     "Tools (function calling) are not supported; `tool_choice` may only be `none` or `auto`.".to_string(),
-                ))
-            }
-        }
-        match &self.response_format {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(o)) if o.get("type").and_then(Value::as_str) == Some("text") => {}
-            Some(_) => {
-                return Err(invalid(
-                    "response_format",
-                    "Only `{\"type\": \"text\"}` is supported for `response_format`.".to_string(),
                 ))
             }
         }

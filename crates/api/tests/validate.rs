@@ -287,8 +287,13 @@ fn tool_choice_and_response_format() {
     rejects(chat(json!({"tool_choice": "required"})), "tool_choice");
     assert!(chat(json!({"tool_choice": "none"})).is_ok());
     rejects(
-        chat(json!({"response_format": {"type": "json_object"}})),
+        chat(json!({"response_format": {"type": "yaml"}})),
         "response_format",
+    );
+    let json_object = chat(json!({"response_format": {"type": "json_object"}})).unwrap();
+    assert_eq!(
+        json_object.format,
+        hearth_api::output_format::OutputFormat::JsonObject
     );
     assert!(chat(json!({"response_format": {"type": "text"}})).is_ok());
 }

@@ -5,9 +5,11 @@
 //! ([`TokenEvent`]) and how it fails ([`EngineError`]). The HTTP layer and the
 //! engine both depend on this crate; it depends on neither.
 
+mod constraint;
 mod error;
 mod sampling;
 
+pub use constraint::{is_allowed, Constraint, ConstraintState};
 pub use error::EngineError;
 pub use sampling::{SamplingParams, MAX_STOP_SEQUENCES, MAX_TOP_LOGPROBS};
 
@@ -89,6 +91,9 @@ pub struct GenerateRequest {
     /// so one tenant cannot probe what another's prompts were). `None`: the
     /// shared scope.
     pub cache_scope: Option<Arc<str>>,
+    /// A grammar the generated tokens must follow (structured output);
+    /// each sequence starts its own matcher.
+    pub constraint: Option<Arc<dyn Constraint>>,
 }
 
 /// Scheduling class of a request: interactive requests are admitted before

@@ -25,6 +25,7 @@ pub mod detok;
 pub mod embed;
 pub mod engine;
 mod engine_loop;
+pub mod grammar;
 pub mod pull;
 pub mod sampler;
 mod sequence;

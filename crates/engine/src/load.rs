@@ -1,7 +1,9 @@
 //! Loading a catalogue model into a running engine.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use crate::grammar::GrammarCompiler;
 
 use candle_core::quantized::gguf_file;
 use candle_core::Device;
@@ -21,6 +23,10 @@ pub struct ChatModel {
     pub engine: EngineHandle,
     pub tokenizer: Arc<Tokenizer>,
     pub template: Arc<ChatTemplate>,
+    /// Structured output's grammar compiler, built on first use.
+    grammar: Arc<OnceLock<Result<Arc<GrammarCompiler>, String>>>,
+    /// The end-of-sequence token a finished grammar allows.
+    eos: Option<u32>,
 }
 
 /// The pieces of a causal LM read from disk, before the engine starts.
@@ -162,6 +168,7 @@ impl ChatModel {
             config.kv_cache_bytes = Some(crate::engine::default_kv_cache_bytes(weights));
         }
         let tokenizer = Arc::new(lm.tokenizer);
+        let eos = lm.eos_ids.first().copied();
         let context_length = entry.context_length.min(lm.model.info().context_length);
         let engine = EngineHandle::start(
             EngineParts {
@@ -177,7 +184,22 @@ impl ChatModel {
             engine,
             tokenizer,
             template: Arc::new(lm.template),
+            grammar: Default::default(),
+            eos,
         })
+    }
+
+    /// The model's grammar compiler (built the first time: it reads the
+    /// whole vocabulary, so call it off the async threads).
+    pub fn grammar(&self) -> Result<Arc<GrammarCompiler>, String> {
+        self.grammar
+            .get_or_init(|| {
+                let eos = self.eos.ok_or("the model has no end-of-sequence token")?;
+                GrammarCompiler::new(&self.tokenizer, eos)
+                    .map(Arc::new)
+                    .map_err(|e| format!("structured output is not available for this model: {e}"))
+            })
+            .clone()
     }
 }
 

@@ -25,6 +25,7 @@ use crate::detok::{token_bytes, IncrementalDecoder};
 use crate::engine::EngineParts;
 use crate::sampler::{Sampled, Sampler};
 use crate::stop::{StopMatcher, StopOutcome};
+use hearth_core::ConstraintState;
 
 pub(crate) struct Sequence {
     pub(crate) request: GenerateRequest,
@@ -51,6 +52,14 @@ pub(crate) struct Sequence {
     stop: StopMatcher,
     /// Most tokens to generate (never past the context).
     max_new: usize,
+    /// The request's grammar, at this sequence's position.
+    constraint: Option<Box<dyn ConstraintState>>,
+    /// Logits with the grammar's mask applied (reused between steps).
+    masked: Vec<f32>,
+    /// Why the grammar failed, if it did (the sequence then ends).
+    constraint_error: Option<String>,
+    /// The first end-of-sequence token (what a failed grammar samples).
+    eos: Option<u32>,
 }
 
 impl Sequence {
@@ -85,6 +94,10 @@ impl Sequence {
             decoder: IncrementalDecoder::new(parts.tokenizer.clone(), true),
             stop: StopMatcher::new(params.stop.clone()),
             max_new,
+            constraint: request.constraint.as_ref().map(|c| c.start()),
+            masked: Vec::new(),
+            constraint_error: None,
+            eos: parts.eos_ids.first().copied(),
             request,
             adapter,
             events,
@@ -148,7 +161,36 @@ impl Sequence {
     /// samples in parallel.
     pub(crate) fn sample(&mut self, logits: &[f32]) -> Sampled {
         let (prompt, generated) = self.tokens.split_at(self.prompt_len);
-        self.sampler.sample(logits, prompt, generated)
+        let Some(constraint) = self.constraint.as_mut() else {
+            return self.sampler.sample(logits, prompt, generated);
+        };
+        // Only the tokens the grammar allows keep their logits; the
+        // distribution (and its log-probabilities) is the masked one.
+        let mask = match constraint.allowed() {
+            Ok(mask) => mask,
+            Err(e) => {
+                self.constraint_error = Some(e);
+                Vec::new()
+            }
+        };
+        self.masked.clear();
+        self.masked.extend(logits.iter().enumerate().map(|(i, &l)| {
+            if hearth_core::is_allowed(&mask, i as u32) {
+                l
+            } else {
+                f32::NEG_INFINITY
+            }
+        }));
+        if self.masked.iter().all(|l| *l == f32::NEG_INFINITY) {
+            // Nothing allowed (the grammar failed): the first end-of-sequence
+            // token ends the sequence.
+            if let Some(eos) = self.eos {
+                if let Some(l) = self.masked.get_mut(eos as usize) {
+                    *l = 0.0;
+                }
+            }
+        }
+        self.sampler.sample(&self.masked, prompt, generated)
     }
 
     /// Appends a token from [`Sequence::sample`] and sends it. Returns true
@@ -160,8 +202,16 @@ impl Sequence {
             completion_tokens: self.tokens.len() - self.prompt_len,
             cached_tokens: self.cached_prompt.unwrap_or(0),
         };
-        if !self.request.params.ignore_eos && parts.eos_ids.contains(&sampled.id) {
+        let is_eos = parts.eos_ids.contains(&sampled.id);
+        if is_eos && (!self.request.params.ignore_eos || self.constraint.is_some()) {
             return self.finish(FinishReason::Stop, usage);
+        }
+        let mut grammar_done = false;
+        if let Some(constraint) = self.constraint.as_mut() {
+            if let Err(e) = constraint.accept(sampled.id) {
+                self.constraint_error.get_or_insert(e);
+            }
+            grammar_done = constraint.is_finished();
         }
         let logprobs = self
             .request
@@ -188,6 +238,13 @@ impl Sequence {
                 text: String::new(),
             });
             return true;
+        }
+        if let Some(e) = &self.constraint_error {
+            tracing::warn!(request = %self.request.id, "structured output: {e}");
+            return self.finish(FinishReason::Stop, usage);
+        }
+        if grammar_done {
+            return self.finish(FinishReason::Stop, usage);
         }
         if usage.completion_tokens >= self.max_new {
             return self.finish(FinishReason::Length, usage);

@@ -92,6 +92,7 @@ fn submit(
             priority,
             adapter: None,
             cache_scope: None,
+            constraint: None,
         })
         .unwrap()
 }

@@ -48,6 +48,7 @@ fn run(
             priority: Priority::Interactive,
             adapter: None,
             cache_scope: None,
+            constraint: None,
         })
         .unwrap();
     let (mut ids, mut text) = (Vec::new(), String::new());
@@ -197,6 +198,7 @@ fn a_dropped_stream_frees_its_sequence() {
             priority: Priority::Interactive,
             adapter: None,
             cache_scope: None,
+            constraint: None,
         })
         .unwrap();
     assert!(matches!(
@@ -230,6 +232,7 @@ fn a_full_queue_refuses_at_once() {
         priority: Priority::Interactive,
         adapter: None,
         cache_scope: None,
+        constraint: None,
     };
     let mut first = engine.submit(req("a")).unwrap();
     assert!(matches!(
@@ -261,6 +264,7 @@ fn a_stopped_engine_ends_its_sequences_and_refuses_new_ones() {
         priority: Priority::Interactive,
         adapter: None,
         cache_scope: None,
+        constraint: None,
     };
     let mut running = engine.submit(req("running")).unwrap();
     assert!(matches!(

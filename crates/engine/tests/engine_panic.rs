@@ -70,6 +70,7 @@ fn a_panic_in_a_turn_fails_the_sequences_and_marks_the_engine_dead() {
         priority: Priority::Interactive,
         adapter: None,
         cache_scope: None,
+        constraint: None,
     };
     let mut stream = engine.submit(request.clone()).unwrap();
     let event = stream

@@ -145,6 +145,7 @@ fn submit(
         priority: Priority::Interactive,
         adapter: None,
         cache_scope: None,
+        constraint: None,
     };
     engine.submit_with(request, adapter.cloned()).unwrap()
 }
@@ -254,6 +255,7 @@ fn the_prefix_cache_is_separate_per_adapter() {
         priority: Priority::Interactive,
         adapter: Some("x".into()),
         cache_scope: None,
+        constraint: None,
     };
     assert_eq!(collect(engine.submit(req.clone()).unwrap()), lora_first);
     req.adapter = Some("nope".into());

@@ -58,6 +58,7 @@ fn submit(
             priority,
             adapter: None,
             cache_scope: None,
+            constraint: None,
         })
         .unwrap()
 }
@@ -176,6 +177,7 @@ fn the_prefix_cache_is_separate_per_scope() {
                 priority: Priority::Interactive,
                 adapter: None,
                 cache_scope: Some(scope.into()),
+                constraint: None,
             })
             .unwrap();
         collect(stream).0

@@ -348,6 +348,7 @@ async fn warm_up(model: &ChatModel) -> Result<(), String> {
         priority: Priority::Interactive,
         adapter: None,
         cache_scope: Some("endpoint-warm-up".into()),
+        constraint: None,
     };
     let mut events = model
         .engine

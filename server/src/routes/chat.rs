@@ -11,8 +11,8 @@ use hearth_core::ChatMessage;
 use hearth_engine::{ChatModel, LoadedAdapter};
 
 use super::generate::{
-    collect, response_id, stream_choices, submit, tokenize, total_usage, ChoiceSlot, Piece,
-    Submission,
+    collect, constraint_for, response_id, stream_choices, submit, tokenize, total_usage,
+    ChoiceSlot, Piece, Submission,
 };
 use super::sse::{sse_response, SseSender};
 use crate::auth::RequestContext;
@@ -29,6 +29,7 @@ pub async fn create(
     let (valid, model, adapter) = prepare(&state, &ctx.project_id, request).await?;
     let prompt = render(&model, &valid.messages).await?;
     let prompts = tokenize(model.tokenizer.clone(), vec![prompt], false).await?;
+    let constraint = constraint_for(&model, &valid.format, "response_format").await?;
     let id = response_id("chatcmpl");
     let streams = submit(Submission {
         model: &model,
@@ -41,6 +42,7 @@ pub async fn create(
         ctx: &ctx,
         model_name: &valid.model,
         ledger: &state.usage,
+        constraint,
     })?;
     let created = now_secs();
     if valid.stream {

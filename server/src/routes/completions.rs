@@ -43,6 +43,7 @@ pub async fn create(
         ctx: &ctx,
         model_name: &valid.model,
         ledger: &state.usage,
+        constraint: None,
     })?;
     let created = now_secs();
     if valid.stream {

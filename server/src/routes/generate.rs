@@ -5,9 +5,11 @@
 use std::sync::Arc;
 
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
+use hearth_api::output_format::OutputFormat;
 use hearth_api::{ApiError, UsageInfo};
 use hearth_core::{
-    EngineError, FinishReason, GenerateRequest, SamplingParams, TokenEvent, TokenLogprobs, Usage,
+    Constraint, EngineError, FinishReason, GenerateRequest, SamplingParams, TokenEvent,
+    TokenLogprobs, Usage,
 };
 use hearth_engine::{ChatModel, LoadedAdapter, TokenStream};
 use serde::Serialize;
@@ -60,6 +62,30 @@ pub async fn tokenize(
     })
 }
 
+/// The grammar of an output format (none for text): 400 shape B naming
+/// `param` when the schema cannot be compiled.
+pub async fn constraint_for(
+    model: &ChatModel,
+    format: &OutputFormat,
+    param: &str,
+) -> Result<Option<Arc<dyn Constraint>>, HttpError> {
+    let Some(schema) = format.schema() else {
+        return Ok(None);
+    };
+    let model = model.clone();
+    let compiled = tokio::task::spawn_blocking(move || {
+        let compiler = model.grammar()?;
+        compiler
+            .json_schema(&schema)
+            .map_err(|e| format!("The JSON schema cannot be used: {e}"))
+    })
+    .await
+    .map_err(|_| HttpError(ApiError::internal()))?;
+    compiled
+        .map(Some)
+        .map_err(|message| HttpError(ApiError::bad_request(Some(param), message)))
+}
+
 /// One choice's place: which prompt it answers and its index in `choices`.
 #[derive(Debug, Clone, Copy)]
 pub struct ChoiceSlot {
@@ -83,6 +109,8 @@ pub struct Submission<'a> {
     /// The model as the request named it (usage and quotas are kept by it).
     pub model_name: &'a str,
     pub ledger: &'a Ledger,
+    /// A grammar every choice follows (structured output).
+    pub constraint: Option<Arc<dyn Constraint>>,
 }
 
 /// Submits the sequences of `sub`. Choice `i` of a seeded request uses
@@ -101,6 +129,7 @@ pub fn submit(sub: Submission<'_>) -> Result<Vec<(ChoiceSlot, MeteredStream)>, H
         ctx,
         model_name,
         ledger,
+        constraint,
     } = sub;
     crate::limits::check_room(
         model.engine.context_length(),
@@ -125,6 +154,7 @@ pub fn submit(sub: Submission<'_>) -> Result<Vec<(ChoiceSlot, MeteredStream)>, H
                 priority,
                 adapter: None,
                 cache_scope: Some(scope.clone()),
+                constraint: constraint.clone(),
             };
             let stream = match model.engine.submit_with(request, adapter.cloned()) {
                 Ok(stream) => stream,

@@ -99,6 +99,7 @@ pub async fn create(
         ctx: &ctx,
         model_name: &valid.model,
         ledger: &state.usage,
+        constraint: None,
     })?;
     let [prompt] = prompts;
     let object = ResponseObject::start(id, now_secs(), &valid);
