@@ -56,9 +56,11 @@ impl OutputFormat {
                     {
                         n.clone()
                     }
-                    _ => return Err(bad(format!(
+                    _ => {
+                        return Err(bad(format!(
                         "`{param}.json_schema.name` must be 1 to 64 letters, digits, `_` or `-`."
-                    ))),
+                    )))
+                    }
                 };
                 let schema = match spec.get("schema") {
                     Some(Value::Object(s)) => Value::Object(s.clone()),

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use hearth_core::{Constraint, ConstraintState};
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
-use llguidance::{Matcher, ParserFactory, TokenParser};
+use llguidance::{JsonCompileOptions, Matcher, ParserFactory, TokenParser};
 use serde_json::Value;
 use tokenizers::Tokenizer;
 
@@ -50,7 +50,19 @@ impl GrammarCompiler {
     /// (`{"type": "object"}` for any object). The error says why the
     /// schema cannot be used.
     pub fn json_schema(&self, schema: &Value) -> Result<Arc<dyn Constraint>, String> {
-        let grammar = TopLevelGrammar::from_json_schema(schema.clone());
+        let mut schema = schema.clone();
+        if schema.is_object() && schema.get("x-guidance").is_none() {
+            // One layout, `{"a": 1, "b": [2, 3]}`: free whitespace lets a
+            // sampling model wander in blanks until it runs out of tokens.
+            JsonCompileOptions {
+                item_separator: ", ".into(),
+                key_separator: ": ".into(),
+                whitespace_flexible: false,
+                ..Default::default()
+            }
+            .apply_to(&mut schema);
+        }
+        let grammar = TopLevelGrammar::from_json_schema(schema);
         let parser = self
             .factory
             .create_parser(grammar)
