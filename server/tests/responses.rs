@@ -461,7 +461,7 @@ async fn bad_input_gets_the_api_shapes() {
         ),
         (
             json!({"text": {"format": {"type": "json_schema"}}}),
-            "text.format.type",
+            "text.format",
         ),
         (
             json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}]}),

@@ -158,3 +158,37 @@ async fn json_object_gives_an_object_and_bad_formats_are_refused() {
         );
     }
 }
+
+#[tokio::test]
+async fn responses_text_format_json_schema_is_followed_and_echoed() {
+    let state = with_model();
+    let format =
+        json!({"type": "json_schema", "name": "person", "schema": person_schema(), "strict": true});
+    let reply = request(
+        &state,
+        "POST",
+        "/v1/responses",
+        Some(KEY),
+        Some("application/json"),
+        json!({
+            "model": MODEL,
+            "input": "Describe a person.",
+            "text": {"format": format},
+            "max_output_tokens": 200,
+            "store": false,
+        })
+        .to_string()
+        .into_bytes(),
+    )
+    .await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.bytes)
+    );
+    let body = reply.json();
+    assert_eq!(body["status"], "completed", "{body}");
+    assert_eq!(body["text"]["format"], format);
+    check_person(body["output"][0]["content"][0]["text"].as_str().unwrap());
+}

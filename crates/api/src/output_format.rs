@@ -39,14 +39,18 @@ impl OutputFormat {
             Some("text") => Ok(OutputFormat::Text),
             Some("json_object") => Ok(OutputFormat::JsonObject),
             Some("json_schema") => {
-                let spec = object
-                    .get("json_schema")
-                    .and_then(Value::as_object)
-                    .ok_or_else(|| {
-                        bad(format!(
+                // Chat nests `name` and `schema` under `json_schema`; the
+                // Responses API's `text.format` has them beside `type`.
+                let flat = object.contains_key("schema") || object.contains_key("name");
+                let spec = match object.get("json_schema").and_then(Value::as_object) {
+                    Some(spec) => spec,
+                    None if flat => object,
+                    None => {
+                        return Err(bad(format!(
                             "`{param}.json_schema` is required: {{\"name\": ..., \"schema\": {{...}}}}."
-                        ))
-                    })?;
+                        )))
+                    }
+                };
                 let name = match spec.get("name") {
                     Some(Value::String(n))
                         if !n.is_empty()
@@ -58,7 +62,7 @@ impl OutputFormat {
                     }
                     _ => {
                         return Err(bad(format!(
-                        "`{param}.json_schema.name` must be 1 to 64 letters, digits, `_` or `-`."
+                        "`{param}`: the schema's `name` must be 1 to 64 letters, digits, `_` or `-`."
                     )))
                     }
                 };
@@ -67,7 +71,7 @@ impl OutputFormat {
                     Some(Value::Bool(true)) | None => json!({}),
                     Some(_) => {
                         return Err(bad(format!(
-                            "`{param}.json_schema.schema` must be a JSON schema object."
+                            "`{param}`: `schema` must be a JSON schema object."
                         )))
                     }
                 };

@@ -86,6 +86,7 @@ pub async fn create(
         conversation,
     } = prepare(&state, &ctx, request).await?;
     let prompt = fit_prompt(&model, &valid, &conversation).await?;
+    let constraint = super::generate::constraint_for(&model, &valid.format, "text.format").await?;
     let id = openai_id("resp");
     let prompts = [prompt];
     let streams = submit(Submission {
@@ -99,7 +100,7 @@ pub async fn create(
         ctx: &ctx,
         model_name: &valid.model,
         ledger: &state.usage,
-        constraint: None,
+        constraint,
     })?;
     let [prompt] = prompts;
     let object = ResponseObject::start(id, now_secs(), &valid);

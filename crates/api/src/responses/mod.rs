@@ -3,7 +3,7 @@
 //!
 //! What Hearth cannot honour yet is refused with 400 shape B naming the
 //! field, never ignored: `tools` with entries, a `tool_choice` that needs a
-//! tool, `reasoning`, `background`, structured `text.format`, and images or
+//! tool, `reasoning`, `background`, and images or
 //! files in `input`.
 
 pub mod objects;
@@ -16,6 +16,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::error::ApiError;
+use crate::output_format::OutputFormat;
 use crate::validate::{temperature_top_p, token_budget};
 
 pub use objects::*;
@@ -127,16 +128,29 @@ impl Default for TextConfig {
         Self {
             format: TextFormat {
                 kind: "text".to_string(),
+                name: None,
+                schema: None,
+                strict: None,
+                description: None,
             },
         }
     }
 }
 
-/// `text.format`: only `text` for now.
+/// `text.format`: `text`, `json_object`, or `json_schema` with `name`,
+/// `schema` (and `strict`, `description`) beside `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TextFormat {
     #[serde(rename = "type")]
     pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 /// One message of the conversation, as given (`role` as sent) and as the
@@ -185,6 +199,10 @@ pub struct ValidResponse {
     pub top_p: f64,
     pub tool_choice: Value,
     pub parallel_tool_calls: bool,
+    /// `text.format`: text, or JSON (any object, or of a schema).
+    pub format: OutputFormat,
+    /// `text` as given, echoed in the response object.
+    pub text: TextConfig,
 }
 
 fn invalid(param: &str, message: impl Into<String>) -> ApiError {
@@ -234,6 +252,13 @@ impl ResponseRequest {
                 ));
             }
         }
+        let format = match &self.text {
+            None => OutputFormat::Text,
+            Some(text) => {
+                let value = serde_json::to_value(&text.format).unwrap_or(Value::Null);
+                OutputFormat::parse(Some(&value), "text.format")?
+            }
+        };
         Ok(ValidResponse {
             model: self.model.clone(),
             instructions: self.instructions.clone().filter(|i| !i.is_empty()),
@@ -253,6 +278,8 @@ impl ResponseRequest {
                 .clone()
                 .unwrap_or_else(|| Value::String("auto".to_string())),
             parallel_tool_calls: self.parallel_tool_calls.unwrap_or(true),
+            format,
+            text: self.text.clone().unwrap_or_default(),
         })
     }
 
@@ -288,26 +315,6 @@ impl ResponseRequest {
                 "background",
                 "Background responses are not supported: use `stream`, or the Batch API.",
             ));
-        }
-        if let Some(text) = &self.text {
-            match text.format.kind.as_str() {
-                "text" => {}
-                "json_object" | "json_schema" => {
-                    return Err(invalid(
-                        "text.format.type",
-                        format!(
-                            "`text.format.type` `{}` is not supported yet: structured output is not available; use `text`.",
-                            text.format.kind
-                        ),
-                    ))
-                }
-                other => {
-                    return Err(invalid(
-                        "text.format.type",
-                        format!("`text.format.type` must be `text`, got `{other}`."),
-                    ))
-                }
-            }
         }
         Ok(())
     }
@@ -466,8 +473,8 @@ mod tests {
             ),
             (serde_json::json!({"background": true}), "background"),
             (
-                serde_json::json!({"text": {"format": {"type": "json_object"}}}),
-                "text.format.type",
+                serde_json::json!({"text": {"format": {"type": "yaml"}}}),
+                "text.format",
             ),
             (serde_json::json!({"truncation": "middle"}), "truncation"),
             (

@@ -173,7 +173,7 @@ impl ResponseObject {
             service_tier: crate::common::SERVICE_TIER.to_string(),
             store: request.store,
             temperature: request.temperature,
-            text: TextConfig::default(),
+            text: request.text.clone(),
             tool_choice: request.tool_choice.clone(),
             tools: Vec::new(),
             top_p: request.top_p,
