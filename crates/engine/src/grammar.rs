@@ -51,6 +51,7 @@ impl GrammarCompiler {
     /// schema cannot be used.
     pub fn json_schema(&self, schema: &Value) -> Result<Arc<dyn Constraint>, String> {
         let mut schema = schema.clone();
+        bound_integers(&mut schema);
         if schema.is_object() && schema.get("x-guidance").is_none() {
             // One layout, `{"a": 1, "b": [2, 3]}`: free whitespace lets a
             // sampling model wander in blanks until it runs out of tokens.
@@ -70,6 +71,40 @@ impl GrammarCompiler {
         Ok(Arc::new(Grammar {
             parser: Mutex::new(parser),
         }))
+    }
+}
+
+/// Largest integer JSON parsers read exactly (2^53 - 1).
+const SAFE_INTEGER: i64 = 9_007_199_254_740_991;
+
+/// Gives every `"type": "integer"` without bounds the range JSON parsers
+/// read exactly: an unbounded integer lets a sampling model append digits
+/// until it runs out of tokens.
+fn bound_integers(schema: &mut Value) {
+    match schema {
+        Value::Object(o) => {
+            let integer = match o.get("type") {
+                Some(Value::String(t)) => t == "integer",
+                Some(Value::Array(ts)) => ts.iter().any(|t| t == "integer"),
+                _ => false,
+            };
+            if integer {
+                if !o.contains_key("minimum") && !o.contains_key("exclusiveMinimum") {
+                    o.insert("minimum".into(), Value::from(-SAFE_INTEGER));
+                }
+                if !o.contains_key("maximum") && !o.contains_key("exclusiveMaximum") {
+                    o.insert("maximum".into(), Value::from(SAFE_INTEGER));
+                }
+            }
+            for (key, value) in o.iter_mut() {
+                // Literal values are data, not schemas.
+                if key != "const" && key != "enum" && key != "default" && key != "examples" {
+                    bound_integers(value);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(bound_integers),
+        _ => {}
     }
 }
 
@@ -111,5 +146,34 @@ impl ConstraintState for GrammarState {
 
     fn is_finished(&self) -> bool {
         self.0.is_stopped()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn integers_get_bounds_unless_they_have_their_own() {
+        let mut schema = json!({
+            "type": "object",
+            "properties": {
+                "a": {"type": "integer"},
+                "b": {"type": ["integer", "null"], "minimum": 0},
+                "c": {"type": "array", "items": {"type": "integer"}},
+                "d": {"const": {"type": "integer"}},
+                "properties": {"type": "string"}
+            }
+        });
+        bound_integers(&mut schema);
+        let p = &schema["properties"];
+        assert_eq!(p["a"]["maximum"], SAFE_INTEGER);
+        assert_eq!(p["a"]["minimum"], -SAFE_INTEGER);
+        assert_eq!(p["b"]["minimum"], 0);
+        assert_eq!(p["b"]["maximum"], SAFE_INTEGER);
+        assert_eq!(p["c"]["items"]["maximum"], SAFE_INTEGER);
+        assert!(p["d"]["const"].get("maximum").is_none());
+        assert!(p["properties"].get("maximum").is_none());
     }
 }
