@@ -151,8 +151,7 @@ async fn usage_sums_equal_what_the_responses_said() {
     let text = String::from_utf8(reply.bytes.clone()).unwrap();
     let last = sse_events(&text)
         .into_iter()
-        .filter(|e| e != "[DONE]")
-        .last()
+        .rfind(|e| e != "[DONE]")
         .unwrap();
     add(&serde_json::from_str(&last).unwrap());
     // A refused request is not counted.

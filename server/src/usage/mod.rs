@@ -404,7 +404,7 @@ pub fn format_amount(nanos: i64) -> String {
 /// Parses a decimal amount into billionths.
 pub fn parse_amount(s: &str) -> Option<i64> {
     let v: f64 = s.trim().parse().ok()?;
-    (v.is_finite() && v >= 0.0 && v < 9e9).then(|| (v * 1e9).round() as i64)
+    (0.0..9e9).contains(&v).then(|| (v * 1e9).round() as i64)
 }
 
 #[cfg(test)]
