@@ -166,12 +166,7 @@ async fn a_signed_jwt_gets_a_token_that_reads_the_profile_and_the_inference_api(
 
     // The token works on the inference API, in the account's project.
     let files = get(&state, "/v1/files", Some(&token)).await;
-    assert_eq!(
-        files.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&files.bytes)
-    );
+    files.expect_status(200);
     let uploaded = upload_as(&state, &token, "/v1/files", "batch", "a.jsonl", b"{}\n").await;
     assert_eq!(uploaded.status, 200);
     // ...but not in a project the account does not reach.
@@ -411,12 +406,7 @@ async fn roles_decide_what_a_token_may_do_and_admins_manage_the_account() {
         json!({"name": "reader", "role": "viewer"}),
     )
     .await;
-    assert_eq!(
-        created.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&created.bytes)
-    );
+    created.expect_status(200);
     let viewer_sa = created.json()["id"].as_str().unwrap().to_string();
     assert_eq!(created.json()["account_id"], account.as_str());
     assert_eq!(created.json()["role"], "viewer");
@@ -438,12 +428,7 @@ async fn roles_decide_what_a_token_may_do_and_admins_manage_the_account() {
         json!({"service_account_id": viewer_sa, "public_key": b.public}),
     )
     .await;
-    assert_eq!(
-        uploaded.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&uploaded.bytes)
-    );
+    uploaded.expect_status(200);
     let viewer_kid = uploaded.json()["id"].as_str().unwrap().to_string();
     let twice = post_json(
         "/iam/v1/authorizedKeys",
@@ -500,12 +485,7 @@ async fn roles_decide_what_a_token_may_do_and_admins_manage_the_account() {
             .into_bytes(),
     )
     .await;
-    assert_eq!(
-        added.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&added.bytes)
-    );
+    added.expect_status(200);
     let up = upload_as(&state, &viewer, "/v1/files", "batch", "a.jsonl", b"{}\n").await;
     assert_eq!(up.status, 200);
     // Out of every group: refused on the inference API, profile still readable.

@@ -71,12 +71,7 @@ async fn json_schema_choices_match_the_schema() {
         "logprobs": true,
     }))
     .await;
-    assert_eq!(
-        reply.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&reply.bytes)
-    );
+    reply.expect_status(200);
     let body = reply.json();
     for choice in body["choices"].as_array().unwrap() {
         assert_eq!(choice["finish_reason"], "stop", "{choice}");
@@ -181,12 +176,7 @@ async fn responses_text_format_json_schema_is_followed_and_echoed() {
         .into_bytes(),
     )
     .await;
-    assert_eq!(
-        reply.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&reply.bytes)
-    );
+    reply.expect_status(200);
     let body = reply.json();
     assert_eq!(body["status"], "completed", "{body}");
     assert_eq!(body["text"]["format"], format);

@@ -62,12 +62,7 @@ async fn put_admin(state: &AppState, admin: &str, uri: &str, body: Value) -> Val
         body.to_string().into_bytes(),
     )
     .await;
-    assert_eq!(
-        reply.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&reply.bytes)
-    );
+    reply.expect_status(200);
     reply.json()
 }
 
@@ -128,12 +123,7 @@ async fn usage_sums_equal_what_the_responses_said() {
         json!({"model": MODEL, "input": "Hi", "max_output_tokens": 16, "store": false}),
     )
     .await;
-    assert_eq!(
-        reply.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&reply.bytes)
-    );
+    reply.expect_status(200);
     add(&reply.json());
     let reply = post_as(
         &state,
@@ -159,12 +149,7 @@ async fn usage_sums_equal_what_the_responses_said() {
     assert_eq!(bad.status, 422);
 
     let usage = get(&state, "/v1/usage", Some(KEY)).await;
-    assert_eq!(
-        usage.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&usage.bytes)
-    );
+    usage.expect_status(200);
     let usage = usage.json();
     let totals = &usage["totals"];
     assert_eq!(totals["input_tokens"], want.0, "{usage}");
@@ -199,12 +184,7 @@ async fn usage_sums_equal_what_the_responses_said() {
 }
 
 fn shape_b_message(reply: &Raw) -> String {
-    assert_eq!(
-        reply.status,
-        400,
-        "{}",
-        String::from_utf8_lossy(&reply.bytes)
-    );
+    reply.expect_status(400);
     reply.json()["error"]["message"]
         .as_str()
         .unwrap()
@@ -259,12 +239,7 @@ async fn a_quota_answers_429_until_the_wait_it_names_is_over() {
     assert_eq!(embed.status, 200);
     tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
     let after = post_as(&state, KEY, "/v1/chat/completions", chat(8)).await;
-    assert_eq!(
-        after.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&after.bytes)
-    );
+    after.expect_status(200);
     // Removing the quota lifts it.
     put_admin(
         &state,

@@ -39,6 +39,16 @@ pub struct Raw {
 }
 
 impl Raw {
+    /// Asserts the status, showing the body when it differs.
+    pub fn expect_status(&self, status: u16) {
+        assert_eq!(
+            self.status,
+            status,
+            "{}",
+            String::from_utf8_lossy(&self.bytes)
+        );
+    }
+
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.bytes)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.bytes)))
