@@ -54,15 +54,20 @@ pub struct ChatCompletionRequest {
     pub seed: Option<i64>,
     #[serde(default)]
     pub user: Option<String>,
-    /// Only `{"type": "text"}` is supported.
+    /// `{"type": "text" | "json_object" | "json_schema", "json_schema": {...}}`.
     #[serde(default)]
     pub response_format: Option<Value>,
-    /// Not supported: a non-empty list is rejected.
+    /// Functions the model may call: `[{"type": "function", "function":
+    /// {name, description, parameters}}]`.
     #[serde(default)]
     pub tools: Option<Value>,
-    /// Only `none` and `auto` (which then means none) are accepted.
+    /// `none`, `auto` (default), `required`, or `{"type": "function",
+    /// "function": {"name": ...}}`.
     #[serde(default)]
     pub tool_choice: Option<Value>,
+    /// Whether one answer may call several tools (default true).
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
     /// Extension: keep the k most likely tokens; -1 or 0 disables it.
     #[serde(default)]
     pub top_k: Option<i64>,
@@ -88,6 +93,12 @@ pub struct ChatRequestMessage {
     pub content: Option<MessageContent>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// An assistant message's earlier calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Value>,
+    /// A `tool` message: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 /// `content`: a string or an array of content parts.
@@ -144,18 +155,30 @@ pub struct ChatChoice {
     pub finish_reason: Option<FinishReason>,
 }
 
-/// The generated message: `role` is always `assistant`.
+/// The generated message: `role` is always `assistant`; `content` is null
+/// when the model called tools.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ChatResponseMessage {
     pub role: String,
-    pub content: String,
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<crate::tools::ToolCall>>,
 }
 
 impl ChatResponseMessage {
     pub fn assistant(content: impl Into<String>) -> Self {
         Self {
             role: "assistant".to_string(),
-            content: content.into(),
+            content: Some(content.into()),
+            tool_calls: None,
+        }
+    }
+
+    pub fn tool_calls(calls: Vec<crate::tools::ToolCall>) -> Self {
+        Self {
+            role: "assistant".to_string(),
+            content: None,
+            tool_calls: Some(calls),
         }
     }
 }
@@ -269,6 +292,7 @@ impl ChatChunkChoice {
             delta: ChatDelta {
                 role: Some("assistant".to_string()),
                 content: Some(String::new()),
+                tool_calls: None,
             },
             logprobs: None,
             finish_reason: None,
@@ -282,8 +306,32 @@ impl ChatChunkChoice {
             delta: ChatDelta {
                 role: None,
                 content: Some(text.into()),
+                tool_calls: None,
             },
             logprobs,
+            finish_reason: None,
+        }
+    }
+
+    /// The calls of a choice, each with its `index` among them.
+    pub fn tool_calls(index: usize, calls: &[crate::tools::ToolCall]) -> Self {
+        let calls = calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let mut v = serde_json::to_value(c).unwrap_or_default();
+                v["index"] = Value::from(i);
+                v
+            })
+            .collect();
+        Self {
+            index,
+            delta: ChatDelta {
+                role: None,
+                content: None,
+                tool_calls: Some(calls),
+            },
+            logprobs: None,
             finish_reason: None,
         }
     }
@@ -306,4 +354,7 @@ pub struct ChatDelta {
     pub role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// Calls, each whole in one delta (with its `index`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<Value>>,
 }

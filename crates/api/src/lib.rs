@@ -24,6 +24,7 @@
 //!   and the spec-draft trainable model list.
 //! - [`responses`]: `/v1/responses` requests (validated into the engine's
 //!   parameters), the response object, its stream events, input items.
+//! - [`tools`]: function calling: tools, tool choice, call parsing.
 //! - [`training_data`]: lines of fine-tuning datasets (chat or prompt/completion).
 //! - [`schemas`]: schemas of the shapes without a struct (error bodies,
 //!   the upload form), for the server's OpenAPI document.
@@ -50,6 +51,7 @@ pub mod parse;
 pub mod rerank;
 pub mod responses;
 pub mod schemas;
+pub mod tools;
 pub mod training_data;
 pub mod usage;
 pub mod validate;

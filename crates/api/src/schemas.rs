@@ -9,13 +9,15 @@ use utoipa::ToSchema;
 use crate::error::ValidationItem;
 
 /// Why a choice stopped: an end-of-sequence token or a stop string
-/// (`stop`), or `max_tokens` or the context length (`length`).
+/// (`stop`), `max_tokens` or the context length (`length`), or an answer
+/// of tool calls (`tool_calls`, chat only).
 #[derive(ToSchema)]
 #[schema(rename_all = "snake_case")]
 #[allow(dead_code)]
 pub enum FinishReason {
     Stop,
     Length,
+    ToolCalls,
 }
 
 /// Shape A: `{"detail": "<message>"}` (authentication, project, access,

@@ -11,7 +11,6 @@
 use std::collections::BTreeMap;
 
 use hearth_core::{ChatMessage, SamplingParams, MAX_STOP_SEQUENCES, MAX_TOP_LOGPROBS};
-use serde_json::Value;
 
 use crate::chat::{ChatCompletionRequest, MessageContent};
 use crate::common::{Stop, StreamOptions, MAX_N};
@@ -73,6 +72,8 @@ pub struct ValidChat {
     pub user: Option<String>,
     /// `response_format`: text, or JSON (any object, or of a schema).
     pub format: crate::output_format::OutputFormat,
+    /// The tools the model may call (none: answer in text).
+    pub tools: Option<crate::tools::ValidTools>,
 }
 
 fn invalid(param: &str, message: String) -> ApiError {
@@ -372,7 +373,6 @@ impl ChatCompletionRequest {
     /// Checks the request and builds what the engine and the server need.
     pub fn validate(&self) -> Result<ValidChat, ApiError> {
         let messages = self.flatten_messages()?;
-        self.check_unsupported()?;
         let (mut params, n) = common_params(&common!(self))?;
         let max_tokens_value = self
             .max_tokens
@@ -409,6 +409,17 @@ impl ChatCompletionRequest {
             self.response_format.as_ref(),
             "response_format",
         )?;
+        let tools = crate::tools::ValidTools::parse(
+            self.tools.as_ref(),
+            self.tool_choice.as_ref(),
+            self.parallel_tool_calls,
+        )?;
+        if tools.is_some() && format != crate::output_format::OutputFormat::Text {
+            return Err(invalid(
+                "response_format",
+                "`response_format` cannot be combined with `tools`: a tool call's arguments already follow their schema.".to_string(),
+            ));
+        }
         Ok(ValidChat {
             model: self.model.clone(),
             messages,
@@ -420,6 +431,7 @@ impl ChatCompletionRequest {
             logprobs,
             user: self.user.clone(),
             format,
+            tools,
         })
     }
 
@@ -437,11 +449,14 @@ impl ChatCompletionRequest {
                 "system" | "developer" => "system",
                 "user" => "user",
                 "assistant" => "assistant",
+                // A tool's result goes back as a user turn, which every
+                // chat template knows.
+                "tool" => "user",
                 other => {
                     return Err(invalid(
                         &format!("messages[{i}].role"),
                         format!(
-                            "Role `{other}` is not supported; use `system`, `developer`, `user` or `assistant`."
+                            "Role `{other}` is not supported; use `system`, `developer`, `user`, `assistant` or `tool`."
                         ),
                     ))
                 }
@@ -478,36 +493,32 @@ impl ChatCompletionRequest {
                     ))
                 }
             };
+            let content = match (message.role.as_str(), &message.tool_calls) {
+                ("assistant", Some(calls)) if !calls.is_null() => {
+                    let calls = crate::tools::calls_as_text(calls);
+                    if content.is_empty() {
+                        calls
+                    } else {
+                        format!("{content}\n{calls}")
+                    }
+                }
+                ("tool", _) if message.tool_call_id.is_none() => {
+                    return Err(invalid(
+                        &format!("messages[{i}].tool_call_id"),
+                        "A `tool` message needs the `tool_call_id` it answers.".to_string(),
+                    ))
+                }
+                ("tool", _) => format!(
+                    "Result of the tool call {}:\n{content}",
+                    message.tool_call_id.as_deref().unwrap_or("")
+                ),
+                _ => content,
+            };
             out.push(ChatMessage {
                 role: role.to_string(),
                 content,
             });
         }
         Ok(out)
-    }
-
-    /// Rejects tools and forced tool choices.
-    fn check_unsupported(&self) -> Result<(), ApiError> {
-        match &self.tools {
-            None | Some(Value::Null) => {}
-            Some(Value::Array(tools)) if tools.is_empty() => {}
-            Some(_) => {
-                return Err(invalid(
-                    "tools",
-                    "Tools (function calling) are not supported.".to_string(),
-                ))
-            }
-        }
-        match &self.tool_choice {
-            None | Some(Value::Null) => {}
-            Some(Value::String(s)) if s == "none" || s == "auto" => {}
-            Some(_) => {
-                return Err(invalid(
-                    "tool_choice",
-                    "Tools (function calling) are not supported; `tool_choice` may only be `none` or `auto`.".to_string(),
-                ))
-            }
-        }
-        Ok(())
     }
 }

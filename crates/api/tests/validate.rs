@@ -202,6 +202,21 @@ fn best_of_unsupported() {
 }
 
 #[test]
+fn a_tool_message_names_its_call() {
+    rejects(
+        chat(
+            json!({"messages": [{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}]}),
+        ),
+        "messages[1].tool_call_id",
+    );
+    let ok = chat(json!({"messages": [{"role": "user", "content": "a"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "b"}]}))
+    .unwrap();
+    assert_eq!(ok.messages[1].role, "user");
+    assert!(ok.messages[1].content.contains("call_1"));
+}
+
+#[test]
 fn empty_messages() {
     rejects(chat(json!({"messages": []})), "messages");
 }
@@ -210,7 +225,7 @@ fn empty_messages() {
 fn unknown_role() {
     rejects(
         chat(
-            json!({"messages": [{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}]}),
+            json!({"messages": [{"role": "user", "content": "a"}, {"role": "function", "content": "b"}]}),
         ),
         "messages[1].role",
     );
@@ -274,12 +289,19 @@ fn max_completion_tokens_overrides_max_tokens() {
 }
 
 #[test]
-fn tools_rejected() {
+fn tools_are_read() {
     let tools = json!([{"type": "function", "function": {"name": "f"}}]);
-    let err = chat(json!({"tools": tools})).unwrap_err();
-    assert!(err.message().contains("not supported"));
-    rejects(chat(json!({"tools": tools})), "tools");
-    assert!(chat(json!({"tools": []})).is_ok());
+    let valid = chat(json!({"tools": tools})).unwrap();
+    assert_eq!(valid.tools.unwrap().tools[0].name, "f");
+    rejects(
+        chat(json!({"tools": [{"type": "web_search"}]})),
+        "tools[0].type",
+    );
+    assert!(chat(json!({"tools": []})).unwrap().tools.is_none());
+    assert!(chat(json!({"tools": tools, "tool_choice": "none"}))
+        .unwrap()
+        .tools
+        .is_none());
 }
 
 #[test]

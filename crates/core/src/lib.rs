@@ -25,6 +25,8 @@ pub enum FinishReason {
     Stop,
     /// `max_tokens` or the model's context length was reached.
     Length,
+    /// The answer is tool calls (set by the server, never by the engine).
+    ToolCalls,
 }
 
 impl FinishReason {
@@ -32,6 +34,7 @@ impl FinishReason {
         match self {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
         }
     }
 }

@@ -50,20 +50,25 @@ impl GrammarCompiler {
     /// (`{"type": "object"}` for any object). The error says why the
     /// schema cannot be used.
     pub fn json_schema(&self, schema: &Value) -> Result<Arc<dyn Constraint>, String> {
-        let mut schema = schema.clone();
-        bound_integers(&mut schema);
-        if schema.is_object() && schema.get("x-guidance").is_none() {
-            // One layout, `{"a": 1, "b": [2, 3]}`: free whitespace lets a
-            // sampling model wander in blanks until it runs out of tokens.
-            JsonCompileOptions {
-                item_separator: ", ".into(),
-                key_separator: ": ".into(),
-                whitespace_flexible: false,
-                ..Default::default()
-            }
-            .apply_to(&mut schema);
+        self.compile(TopLevelGrammar::from_json_schema(prepared(schema)))
+    }
+
+    /// Tool calls: JSON matching `calls_schema`, or (when `may_answer`)
+    /// plain text instead, chosen by the first character: `[` starts calls.
+    pub fn tool_calls(
+        &self,
+        calls_schema: &Value,
+        may_answer: bool,
+    ) -> Result<Arc<dyn Constraint>, String> {
+        if !may_answer {
+            return self.json_schema(calls_schema);
         }
-        let grammar = TopLevelGrammar::from_json_schema(schema);
+        let schema = serde_json::to_string(&prepared(calls_schema)).map_err(|e| e.to_string())?;
+        let lark = format!("start: calls | TEXT\ncalls: %json {schema}\nTEXT: /[^\\[](?s:.)*/\n");
+        self.compile(TopLevelGrammar::from_lark(lark))
+    }
+
+    fn compile(&self, grammar: TopLevelGrammar) -> Result<Arc<dyn Constraint>, String> {
         let parser = self
             .factory
             .create_parser(grammar)
@@ -72,6 +77,24 @@ impl GrammarCompiler {
             parser: Mutex::new(parser),
         }))
     }
+}
+
+/// `schema` with bounded integers and one layout, `{"a": 1, "b": [2, 3]}`:
+/// free whitespace lets a sampling model wander in blanks until it runs
+/// out of tokens.
+fn prepared(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    bound_integers(&mut schema);
+    if schema.is_object() && schema.get("x-guidance").is_none() {
+        JsonCompileOptions {
+            item_separator: ", ".into(),
+            key_separator: ": ".into(),
+            whitespace_flexible: false,
+            ..Default::default()
+        }
+        .apply_to(&mut schema);
+    }
+    schema
 }
 
 /// Largest integer JSON parsers read exactly (2^53 - 1).

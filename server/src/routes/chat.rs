@@ -5,14 +5,15 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use hearth_api::{
     ApiError, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
-    ChatCompletionResponse, ChatLogprobs, ChatResponseMessage, ProjectQuery, UsageInfo, ValidChat,
+    ChatCompletionResponse, ChatLogprobs, ProjectQuery, UsageInfo, ValidChat,
 };
 use hearth_core::ChatMessage;
 use hearth_engine::{ChatModel, LoadedAdapter};
 
+use super::chat_tools::{answer, stream_with_tools, with_tool_prompt};
 use super::generate::{
-    collect, constraint_for, response_id, stream_choices, submit, tokenize, total_usage,
-    ChoiceSlot, Piece, Submission,
+    collect, constraint_for, response_id, stream_choices, submit, tokenize, tool_constraint,
+    total_usage, ChoiceSlot, Piece, Submission,
 };
 use super::sse::{sse_response, SseSender};
 use crate::auth::RequestContext;
@@ -27,9 +28,19 @@ pub async fn create(
     ApiJson(request): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, HttpError> {
     let (valid, model, adapter) = prepare(&state, &ctx.project_id, request).await?;
-    let prompt = render(&model, &valid.messages).await?;
+    let (prompt, constraint) = match &valid.tools {
+        Some(tools) => {
+            let messages = with_tool_prompt(&valid.messages, tools);
+            let prompt = render(&model, &messages).await?;
+            (prompt, Some(tool_constraint(&model, tools).await?))
+        }
+        None => {
+            let prompt = render(&model, &valid.messages).await?;
+            let constraint = constraint_for(&model, &valid.format, "response_format").await?;
+            (prompt, constraint)
+        }
+    };
     let prompts = tokenize(model.tokenizer.clone(), vec![prompt], false).await?;
-    let constraint = constraint_for(&model, &valid.format, "response_format").await?;
     let id = response_id("chatcmpl");
     let streams = submit(Submission {
         model: &model,
@@ -45,6 +56,19 @@ pub async fn create(
         constraint,
     })?;
     let created = now_secs();
+    if let (true, Some(tools)) = (valid.stream, valid.tools.clone()) {
+        let include_usage = valid.include_usage;
+        let model_id = valid.model.clone();
+        return Ok(sse_response(move |tx| async move {
+            let chunk = |choice: ChatChunkChoice| {
+                ChatCompletionChunk::new(id.clone(), created, model_id.clone(), vec![choice])
+            };
+            let usage = include_usage.then_some(|usage| {
+                ChatCompletionChunk::usage(id.clone(), created, model_id.clone(), usage)
+            });
+            stream_with_tools(tx, streams, tools, chunk, usage, prompts).await
+        }));
+    }
     if valid.stream {
         let include_usage = valid.include_usage;
         let model_id = valid.model.clone();
@@ -56,13 +80,16 @@ pub async fn create(
     let completion_tokens = outputs.iter().map(|o| o.usage.completion_tokens).sum();
     let choices = outputs
         .into_iter()
-        .map(|o| ChatChoice {
-            index: o.slot.index,
-            logprobs: valid
-                .logprobs
-                .map(|_| ChatLogprobs::from_tokens(&o.logprobs)),
-            message: ChatResponseMessage::assistant(o.text),
-            finish_reason: Some(o.finish_reason),
+        .map(|o| {
+            let (message, reason) = answer(valid.tools.as_ref(), o.text, o.finish_reason);
+            ChatChoice {
+                index: o.slot.index,
+                logprobs: valid
+                    .logprobs
+                    .map(|_| ChatLogprobs::from_tokens(&o.logprobs)),
+                message,
+                finish_reason: Some(reason),
+            }
         })
         .collect();
     let usage = total_usage(&prompts, completion_tokens);

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 use hearth_api::output_format::OutputFormat;
+use hearth_api::tools::ValidTools;
 use hearth_api::{ApiError, UsageInfo};
 use hearth_core::{
     Constraint, EngineError, FinishReason, GenerateRequest, SamplingParams, TokenEvent,
@@ -84,6 +85,25 @@ pub async fn constraint_for(
     compiled
         .map(Some)
         .map_err(|message| HttpError(ApiError::bad_request(Some(param), message)))
+}
+
+/// The grammar of a request's tool calls (see `hearth_api::tools`).
+pub async fn tool_constraint(
+    model: &ChatModel,
+    tools: &ValidTools,
+) -> Result<Arc<dyn Constraint>, HttpError> {
+    let model = model.clone();
+    let schema = tools.calls_schema();
+    let may_answer = tools.may_answer();
+    let compiled = tokio::task::spawn_blocking(move || {
+        model
+            .grammar()?
+            .tool_calls(&schema, may_answer)
+            .map_err(|e| format!("The tools' parameter schemas cannot be used: {e}"))
+    })
+    .await
+    .map_err(|_| HttpError(ApiError::internal()))?;
+    compiled.map_err(|message| HttpError(ApiError::bad_request(Some("tools"), message)))
 }
 
 /// One choice's place: which prompt it answers and its index in `choices`.

@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod batches;
 pub mod chat;
+mod chat_tools;
 pub mod completions;
 pub mod dataset_import;
 pub mod dataset_uploads;

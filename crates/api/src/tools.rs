@@ -1,0 +1,387 @@
+//! Function calling on chat completions: `tools`, `tool_choice` and
+//! `parallel_tool_calls` checked into [`ValidTools`], which says what the
+//! model is told (a system message listing the tools and the call format),
+//! what grammar its output must follow, and how that output becomes
+//! `tool_calls`.
+//!
+//! The model calls tools by answering with a JSON array
+//! `[{"name": ..., "arguments": {...}}]`. With `tool_choice` `required` or
+//! a named function the whole answer must be such an array (of that
+//! function); with `auto` the grammar lets the first character decide: `[`
+//! starts calls, anything else is a plain answer.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use utoipa::ToSchema;
+
+use crate::ApiError;
+
+/// One function the model may call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDef {
+    pub name: String,
+    pub description: Option<String>,
+    /// The JSON schema of its arguments (an object schema).
+    pub parameters: Value,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolChoice {
+    Auto,
+    Required,
+    Named(String),
+}
+
+/// Tools a request offers, and how the model must use them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidTools {
+    pub tools: Vec<ToolDef>,
+    pub choice: ToolChoice,
+    pub parallel: bool,
+}
+
+/// A call in a response: `{id, type: "function", function: {name, arguments}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+/// `arguments` is a JSON text, as OpenAI sends it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+fn bad(param: &str, message: impl Into<String>) -> ApiError {
+    ApiError::bad_request(Some(param), message.into())
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+impl ValidTools {
+    /// Reads the request's fields; `None` when no tool may be called
+    /// (no tools, or `tool_choice: "none"`).
+    pub fn parse(
+        tools: Option<&Value>,
+        choice: Option<&Value>,
+        parallel: Option<bool>,
+    ) -> Result<Option<Self>, ApiError> {
+        let list = match tools {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(list)) => list.clone(),
+            Some(_) => return Err(bad("tools", "`tools` must be an array.")),
+        };
+        let mut defs = Vec::with_capacity(list.len());
+        for (i, tool) in list.iter().enumerate() {
+            let param = format!("tools[{i}]");
+            if tool.get("type").and_then(Value::as_str) != Some("function") {
+                return Err(bad(
+                    &format!("{param}.type"),
+                    "Only tools of type `function` are supported.",
+                ));
+            }
+            let function = tool
+                .get("function")
+                .and_then(Value::as_object)
+                .ok_or_else(|| {
+                    bad(
+                        &format!("{param}.function"),
+                        "A function tool needs `function`.",
+                    )
+                })?;
+            let name = function.get("name").and_then(Value::as_str).unwrap_or("");
+            if !valid_name(name) {
+                return Err(bad(
+                    &format!("{param}.function.name"),
+                    "A function's name must be 1 to 64 letters, digits, `_` or `-`.",
+                ));
+            }
+            if defs.iter().any(|d: &ToolDef| d.name == name) {
+                return Err(bad(
+                    &format!("{param}.function.name"),
+                    format!("Two tools are named `{name}`."),
+                ));
+            }
+            let parameters = match function.get("parameters") {
+                None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
+                Some(Value::Object(p)) => Value::Object(p.clone()),
+                Some(_) => {
+                    return Err(bad(
+                        &format!("{param}.function.parameters"),
+                        "`parameters` must be a JSON schema object.",
+                    ))
+                }
+            };
+            defs.push(ToolDef {
+                name: name.to_string(),
+                description: function
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                parameters,
+            });
+        }
+        let choice = match choice {
+            None | Some(Value::Null) => ToolChoice::Auto,
+            Some(Value::String(s)) => match s.as_str() {
+                "none" => return Ok(None),
+                "auto" => ToolChoice::Auto,
+                "required" => ToolChoice::Required,
+                other => {
+                    return Err(bad(
+                        "tool_choice",
+                        format!("`tool_choice` must be `none`, `auto`, `required` or a function, not `{other}`."),
+                    ))
+                }
+            },
+            Some(Value::Object(o)) => {
+                let name = o
+                    .get("function")
+                    .and_then(|f| f.get("name"))
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| {
+                        bad(
+                            "tool_choice",
+                            "`tool_choice` names a function as {\"type\": \"function\", \"function\": {\"name\": ...}}.",
+                        )
+                    })?;
+                if !defs.iter().any(|d| d.name == name) {
+                    return Err(bad(
+                        "tool_choice",
+                        format!("`tool_choice` names `{name}`, which is not among `tools`."),
+                    ));
+                }
+                ToolChoice::Named(name.to_string())
+            }
+            Some(_) => return Err(bad("tool_choice", "`tool_choice` must be a string or an object.")),
+        };
+        if defs.is_empty() {
+            return match choice {
+                ToolChoice::Auto => Ok(None),
+                _ => Err(bad(
+                    "tool_choice",
+                    "`tool_choice` needs at least one tool in `tools`.",
+                )),
+            };
+        }
+        Ok(Some(Self {
+            tools: defs,
+            choice,
+            parallel: parallel.unwrap_or(true),
+        }))
+    }
+
+    /// The tools the model may call now.
+    fn callable(&self) -> impl Iterator<Item = &ToolDef> {
+        self.tools.iter().filter(move |t| match &self.choice {
+            ToolChoice::Named(name) => &t.name == name,
+            _ => true,
+        })
+    }
+
+    /// The system message that tells the model about the tools.
+    pub fn system_prompt(&self) -> String {
+        let list: Vec<Value> = self
+            .callable()
+            .map(|t| {
+                let mut o = Map::new();
+                o.insert("name".into(), json!(t.name));
+                if let Some(d) = &t.description {
+                    o.insert("description".into(), json!(d));
+                }
+                o.insert("parameters".into(), t.parameters.clone());
+                Value::Object(o)
+            })
+            .collect();
+        let format = "[{\"name\": \"<tool name>\", \"arguments\": {<the arguments>}}]";
+        let how = match self.choice {
+            ToolChoice::Auto => format!(
+                "To call tools, answer with only a JSON array of calls, {format}; otherwise answer the user normally."
+            ),
+            _ => format!("Answer with only a JSON array of calls, {format}."),
+        };
+        format!(
+            "You can call these tools (the JSON schema of each one's arguments is given):\n{}\n{how}",
+            serde_json::to_string(&list).unwrap_or_default()
+        )
+    }
+
+    /// The JSON schema of what the model may answer with calls.
+    pub fn calls_schema(&self) -> Value {
+        let one: Vec<Value> = self
+            .callable()
+            .map(|t| {
+                json!({
+                    "type": "object",
+                    "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+                    "required": ["name", "arguments"],
+                    "additionalProperties": false
+                })
+            })
+            .collect();
+        let item = if one.len() == 1 {
+            one.into_iter().next().unwrap_or_default()
+        } else {
+            json!({"anyOf": one})
+        };
+        let mut schema = json!({"type": "array", "items": item, "minItems": 1});
+        if !self.parallel {
+            schema["maxItems"] = json!(1);
+        }
+        schema
+    }
+
+    /// Whether the model may also answer without calling a tool.
+    pub fn may_answer(&self) -> bool {
+        self.choice == ToolChoice::Auto
+    }
+
+    /// The calls of an answer, when it is a call array of known tools
+    /// (`new_id` makes each call's id).
+    pub fn calls_in(
+        &self,
+        text: &str,
+        mut new_id: impl FnMut() -> String,
+    ) -> Option<Vec<ToolCall>> {
+        let text = text.trim();
+        if !text.starts_with('[') {
+            return None;
+        }
+        let calls: Vec<Value> = serde_json::from_str(text).ok()?;
+        if calls.is_empty() {
+            return None;
+        }
+        calls
+            .iter()
+            .map(|c| {
+                let name = c.get("name")?.as_str()?;
+                self.tools.iter().find(|t| t.name == name)?;
+                let arguments = c.get("arguments").cloned().unwrap_or_else(|| json!({}));
+                Some(ToolCall {
+                    id: new_id(),
+                    kind: "function".to_string(),
+                    function: FunctionCall {
+                        name: name.to_string(),
+                        arguments: serde_json::to_string(&arguments).ok()?,
+                    },
+                })
+            })
+            .collect()
+    }
+}
+
+/// How an assistant message's earlier `tool_calls` are shown to the model:
+/// in the format it is told to call with.
+pub fn calls_as_text(tool_calls: &Value) -> String {
+    let calls: Vec<Value> = tool_calls
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let f = &c["function"];
+            let arguments = f["arguments"]
+                .as_str()
+                .and_then(|a| serde_json::from_str::<Value>(a).ok())
+                .unwrap_or_else(|| f["arguments"].clone());
+            json!({"name": f["name"], "arguments": arguments})
+        })
+        .collect();
+    serde_json::to_string(&calls).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn weather() -> Value {
+        json!([{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+            {"type": "function", "function": {"name": "get_time"}}])
+    }
+
+    #[test]
+    fn tools_and_choices_parse() {
+        let t = ValidTools::parse(Some(&weather()), None, None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.choice, ToolChoice::Auto);
+        assert_eq!(t.tools.len(), 2);
+        assert!(
+            ValidTools::parse(Some(&weather()), Some(&json!("none")), None)
+                .unwrap()
+                .is_none()
+        );
+        assert!(ValidTools::parse(None, None, None).unwrap().is_none());
+        let named = json!({"type": "function", "function": {"name": "get_time"}});
+        let t = ValidTools::parse(Some(&weather()), Some(&named), Some(false))
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.choice, ToolChoice::Named("get_time".into()));
+        let schema = t.calls_schema();
+        assert_eq!(schema["maxItems"], 1);
+        assert_eq!(schema["items"]["properties"]["name"]["const"], "get_time");
+        for (tools, choice, param) in [
+            (
+                json!([{"type": "retrieval"}]),
+                json!("auto"),
+                "tools[0].type",
+            ),
+            (
+                json!([{"type": "function", "function": {"name": "a b"}}]),
+                json!("auto"),
+                "tools[0].function.name",
+            ),
+            (
+                weather(),
+                json!({"type": "function", "function": {"name": "nope"}}),
+                "tool_choice",
+            ),
+            (weather(), json!("always"), "tool_choice"),
+            (json!([]), json!("required"), "tool_choice"),
+        ] {
+            let e = ValidTools::parse(Some(&tools), Some(&choice), None).unwrap_err();
+            assert_eq!(e.param(), Some(param), "{tools} {choice}");
+        }
+    }
+
+    #[test]
+    fn answers_become_calls() {
+        let t = ValidTools::parse(Some(&weather()), None, None)
+            .unwrap()
+            .unwrap();
+        let mut n = 0;
+        let calls = t
+            .calls_in(
+                r#" [{"name": "get_weather", "arguments": {"city": "Paris"}}]"#,
+                || {
+                    n += 1;
+                    format!("call_{n}")
+                },
+            )
+            .unwrap();
+        assert_eq!(calls[0].function.name, "get_weather");
+        assert_eq!(calls[0].function.arguments, r#"{"city":"Paris"}"#);
+        assert_eq!(calls[0].id, "call_1");
+        assert!(t.calls_in("It is sunny.", || String::new()).is_none());
+        assert!(t
+            .calls_in(r#"[{"name": "unknown", "arguments": {}}]"#, || String::new(
+            ))
+            .is_none());
+        let shown = calls_as_text(&json!([{"id": "c", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]));
+        assert_eq!(
+            shown,
+            r#"[{"name":"get_weather","arguments":{"city":"Paris"}}]"#
+        );
+    }
+}

@@ -1,0 +1,212 @@
+//! Function calling on chat completions with the default model: `required`
+//! and named `tool_choice` answer with calls of the offered functions whose
+//! arguments match their schemas (whole and streamed), `auto` answers with
+//! either valid calls or text, tool results go back to the model, and
+//! malformed tools are refused naming the field.
+
+mod common;
+
+use common::raw::*;
+use common::*;
+use serde_json::{json, Value};
+
+fn tools() -> Value {
+    json!([
+        {"type": "function", "function": {
+            "name": "get_weather",
+            "description": "The current weather of a city.",
+            "parameters": {"type": "object",
+                "properties": {"city": {"type": "string", "maxLength": 30},
+                               "unit": {"enum": ["celsius", "fahrenheit"]}},
+                "required": ["city", "unit"], "additionalProperties": false}}},
+        {"type": "function", "function": {
+            "name": "get_time",
+            "description": "The time in a timezone.",
+            "parameters": {"type": "object",
+                "properties": {"timezone": {"type": "string", "maxLength": 30}},
+                "required": ["timezone"], "additionalProperties": false}}}
+    ])
+}
+
+async fn chat(body: Value) -> Raw {
+    let state = with_model();
+    request(
+        &state,
+        "POST",
+        "/v1/chat/completions",
+        Some(KEY),
+        Some("application/json"),
+        body.to_string().into_bytes(),
+    )
+    .await
+}
+
+fn base(choice: Value) -> Value {
+    json!({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+        "tools": tools(),
+        "tool_choice": choice,
+        "max_tokens": 120,
+        "temperature": 0.7,
+        "seed": 3,
+    })
+}
+
+/// Checks one call against the offered tools; returns its name.
+fn check_call(call: &Value) -> String {
+    assert!(call["id"].as_str().unwrap().starts_with("call_"), "{call}");
+    assert_eq!(call["type"], "function");
+    let name = call["function"]["name"].as_str().unwrap().to_string();
+    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("arguments are not JSON ({e}): {call}"));
+    match name.as_str() {
+        "get_weather" => {
+            assert!(args["city"].is_string(), "{call}");
+            assert!(
+                ["celsius", "fahrenheit"].contains(&args["unit"].as_str().unwrap()),
+                "{call}"
+            );
+            assert_eq!(args.as_object().unwrap().len(), 2, "{call}");
+        }
+        "get_time" => assert!(args["timezone"].is_string(), "{call}"),
+        other => panic!("a call of an unknown tool `{other}`"),
+    }
+    name
+}
+
+#[tokio::test]
+async fn required_and_named_choices_answer_with_valid_calls() {
+    let reply = chat(base(json!("required"))).await;
+    reply.expect_status(200);
+    let body = reply.json();
+    let choice = &body["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{body}");
+    assert!(choice["message"]["content"].is_null(), "{body}");
+    let calls = choice["message"]["tool_calls"].as_array().unwrap();
+    assert!(!calls.is_empty());
+    calls.iter().for_each(|c| {
+        check_call(c);
+    });
+
+    let mut named = base(json!({"type": "function", "function": {"name": "get_time"}}));
+    named["parallel_tool_calls"] = json!(false);
+    named["n"] = json!(2);
+    let body = chat(named).await.json();
+    for choice in body["choices"].as_array().unwrap() {
+        let calls = choice["message"]["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "{choice}");
+        assert_eq!(check_call(&calls[0]), "get_time");
+    }
+}
+
+#[tokio::test]
+async fn streamed_calls_come_whole_with_their_index() {
+    let mut body = base(json!("required"));
+    body["stream"] = json!(true);
+    let reply = chat(body).await;
+    reply.expect_status(200);
+    let text = String::from_utf8(reply.bytes.clone()).unwrap();
+    let mut calls = Vec::new();
+    let mut finish = None;
+    for event in sse_events(&text) {
+        if event == "[DONE]" {
+            continue;
+        }
+        let chunk: Value = serde_json::from_str(&event).unwrap();
+        let choice = &chunk["choices"][0];
+        if let Some(list) = choice["delta"]["tool_calls"].as_array() {
+            for (i, c) in list.iter().enumerate() {
+                assert_eq!(c["index"], i);
+                calls.push(c.clone());
+            }
+        }
+        if !choice["finish_reason"].is_null() {
+            finish = Some(choice["finish_reason"].clone());
+        }
+    }
+    assert_eq!(finish, Some(json!("tool_calls")));
+    assert!(!calls.is_empty());
+    calls.iter().for_each(|c| {
+        check_call(c);
+    });
+}
+
+#[tokio::test]
+async fn auto_answers_with_calls_or_text_and_results_go_back() {
+    for seed in 0..3 {
+        let mut body = base(json!("auto"));
+        body["seed"] = json!(seed);
+        let body = chat(body).await.json();
+        let choice = &body["choices"][0];
+        if choice["finish_reason"] == "tool_calls" {
+            choice["message"]["tool_calls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .for_each(|c| {
+                    check_call(c);
+                });
+        } else {
+            let text = choice["message"]["content"].as_str().unwrap();
+            assert!(!text.trim_start().starts_with('['), "{text}");
+            assert!(choice["message"].get("tool_calls").is_none(), "{choice}");
+        }
+    }
+    // The conversation continues with the tool's result.
+    let reply = chat(json!({
+        "model": MODEL,
+        "messages": [
+            {"role": "user", "content": "What is the weather in Paris?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\": \"celsius\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature\": 21, \"sky\": \"clear\"}"}
+        ],
+        "tools": tools(),
+        "tool_choice": "none",
+        "max_tokens": 40,
+        "temperature": 0,
+    }))
+    .await;
+    reply.expect_status(200);
+    let body = reply.json();
+    assert_eq!(body["choices"][0]["finish_reason"], "stop", "{body}");
+    assert!(!body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test]
+async fn malformed_tools_are_refused_by_name() {
+    for (tools, choice, extra, param) in [
+        (
+            json!([{"type": "code_interpreter"}]),
+            json!("auto"),
+            json!({}),
+            "tools[0].type",
+        ),
+        (
+            tools(),
+            json!({"type": "function", "function": {"name": "nope"}}),
+            json!({}),
+            "tool_choice",
+        ),
+        (tools(), json!("always"), json!({}), "tool_choice"),
+        (
+            tools(),
+            json!("auto"),
+            json!({"response_format": {"type": "json_object"}}),
+            "response_format",
+        ),
+    ] {
+        let mut body = base(choice);
+        body["tools"] = tools;
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let reply = chat(body.clone()).await;
+        reply.expect_status(400);
+        assert_eq!(reply.json()["error"]["param"], param, "{body}");
+    }
+}
