@@ -372,10 +372,9 @@ mod tests {
         assert_eq!(calls[0].function.name, "get_weather");
         assert_eq!(calls[0].function.arguments, r#"{"city":"Paris"}"#);
         assert_eq!(calls[0].id, "call_1");
-        assert!(t.calls_in("It is sunny.", || String::new()).is_none());
+        assert!(t.calls_in("It is sunny.", String::new).is_none());
         assert!(t
-            .calls_in(r#"[{"name": "unknown", "arguments": {}}]"#, || String::new(
-            ))
+            .calls_in(r#"[{"name": "unknown", "arguments": {}}]"#, String::new)
             .is_none());
         let shown = calls_as_text(&json!([{"id": "c", "type": "function",
             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]));
