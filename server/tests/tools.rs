@@ -29,16 +29,7 @@ fn tools() -> Value {
 }
 
 async fn chat(body: Value) -> Raw {
-    let state = with_model();
-    request(
-        &state,
-        "POST",
-        "/v1/chat/completions",
-        Some(KEY),
-        Some("application/json"),
-        body.to_string().into_bytes(),
-    )
-    .await
+    post_json(&with_model(), "/v1/chat/completions", &body).await
 }
 
 fn base(choice: Value) -> Value {

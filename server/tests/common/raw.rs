@@ -93,6 +93,19 @@ pub async fn request(
     }
 }
 
+/// `POST uri` with a JSON body and the extra key.
+pub async fn post_json(state: &AppState, uri: &str, body: &Value) -> Raw {
+    request(
+        state,
+        "POST",
+        uri,
+        Some(KEY),
+        Some("application/json"),
+        body.to_string().into_bytes(),
+    )
+    .await
+}
+
 pub async fn upload_as(
     state: &AppState,
     key: &str,
