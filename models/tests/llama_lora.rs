@@ -81,16 +81,42 @@ fn random_adapter(seed: u64, layers: usize, ff: usize) -> Result<LoraAdapter> {
     })
 }
 
-/// The tiny model's weights (created once, random) and the model on them.
+/// The tiny model's weights and the model on them. The shapes and the
+/// initialisers' scales come from candle's `VarMap`; the random values are
+/// then replaced by deterministic ones of the same spread, so every run
+/// checks the same model (tolerances hold run after run).
 fn base_tensors() -> Result<HashMap<String, Tensor>> {
     let varmap = VarMap::new();
     let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
     Llama::from_safetensors(&tiny_config(true), vb)?;
     let data = varmap.data().lock().unwrap();
-    Ok(data
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_tensor().copy().unwrap()))
-        .collect())
+    let mut names: Vec<&String> = data.keys().collect();
+    names.sort();
+    names
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let t = data[name].as_tensor();
+            let v: Vec<f32> = t.flatten_all()?.to_vec1()?;
+            let mean = v.iter().sum::<f32>() / v.len() as f32;
+            let spread =
+                (v.iter().map(|x| (x - mean).powi(2)).sum::<f32>() / v.len() as f32).sqrt();
+            if spread == 0.0 {
+                // Constant initialisers (norm weights) are deterministic already.
+                return Ok((name.clone(), t.copy()?));
+            }
+            // Uniform in [-1, 1) has standard deviation 1/sqrt(3).
+            let scale = spread * 3f32.sqrt();
+            let fixed: Vec<f32> = values(7000 + i as u64, v.len())
+                .iter()
+                .map(|x| x * scale)
+                .collect();
+            Ok((
+                name.clone(),
+                Tensor::from_vec(fixed, t.shape(), &Device::Cpu)?,
+            ))
+        })
+        .collect()
 }
 
 fn model_from(tensors: &HashMap<String, Tensor>) -> Result<Llama> {
