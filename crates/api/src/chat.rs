@@ -68,6 +68,18 @@ pub struct ChatCompletionRequest {
     /// Whether one answer may call several tools (default true).
     #[serde(default)]
     pub parallel_tool_calls: Option<bool>,
+    /// Extension (as vLLM): the output is JSON of this schema.
+    #[serde(default)]
+    pub guided_json: Option<Value>,
+    /// Extension: the output matches this regular expression.
+    #[serde(default)]
+    pub guided_regex: Option<String>,
+    /// Extension: the output is exactly one of these strings.
+    #[serde(default)]
+    pub guided_choice: Option<Vec<String>>,
+    /// Extension: the output follows this Lark grammar.
+    #[serde(default)]
+    pub guided_grammar: Option<String>,
     /// Extension: keep the k most likely tokens; -1 or 0 disables it.
     #[serde(default)]
     pub top_k: Option<i64>,

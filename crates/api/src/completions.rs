@@ -10,6 +10,7 @@ use hearth_core::{FinishReason, TokenLogprobs};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Unexpected, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::common::{Completion, Stop, StreamOptions, UsageInfo, OBJECT_TEXT_COMPLETION};
@@ -68,6 +69,18 @@ pub struct CompletionRequest {
     /// Extension: keep generating past end-of-sequence tokens.
     #[serde(default)]
     pub ignore_eos: Option<bool>,
+    /// Extension (as vLLM): the output is JSON of this schema.
+    #[serde(default)]
+    pub guided_json: Option<Value>,
+    /// Extension: the output matches this regular expression.
+    #[serde(default)]
+    pub guided_regex: Option<String>,
+    /// Extension: the output is exactly one of these strings.
+    #[serde(default)]
+    pub guided_choice: Option<Vec<String>>,
+    /// Extension: the output follows this Lark grammar.
+    #[serde(default)]
+    pub guided_grammar: Option<String>,
 }
 
 /// `prompt`: a string, an array of strings, an array of token ids, or an

@@ -15,15 +15,101 @@ pub enum OutputFormat {
     JsonObject,
     /// JSON matching `schema`.
     JsonSchema { name: String, schema: Value },
+    /// Text matching a regular expression (`guided_regex`).
+    Regex(String),
+    /// Exactly one of these strings (`guided_choice`).
+    Choice(Vec<String>),
+    /// Text of a Lark grammar (`guided_grammar`).
+    Grammar(String),
+}
+
+/// The vLLM-style `guided_*` extensions of chat and completion requests.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Guided<'a> {
+    pub json: Option<&'a Value>,
+    pub regex: Option<&'a str>,
+    pub choice: Option<&'a [String]>,
+    pub grammar: Option<&'a str>,
+}
+
+impl Guided<'_> {
+    /// The format the fields ask for (none when none is given); more than
+    /// one is 400.
+    pub fn format(&self) -> Result<Option<OutputFormat>, ApiError> {
+        let given: Vec<&str> = [
+            ("guided_json", self.json.is_some_and(|v| !v.is_null())),
+            ("guided_regex", self.regex.is_some()),
+            ("guided_choice", self.choice.is_some()),
+            ("guided_grammar", self.grammar.is_some()),
+        ]
+        .into_iter()
+        .filter(|(_, set)| *set)
+        .map(|(name, _)| name)
+        .collect();
+        if given.len() > 1 {
+            return Err(ApiError::bad_request(
+                Some(given[1]),
+                format!("Give one of {} at a time.", given.join(", ")),
+            ));
+        }
+        let bad =
+            |param: &str, message: &str| ApiError::bad_request(Some(param), message.to_string());
+        if let Some(json) = self.json.filter(|v| !v.is_null()) {
+            return match json {
+                Value::Object(_) => Ok(Some(OutputFormat::JsonSchema {
+                    name: "guided_json".into(),
+                    schema: json.clone(),
+                })),
+                _ => Err(bad(
+                    "guided_json",
+                    "`guided_json` must be a JSON schema object.",
+                )),
+            };
+        }
+        if let Some(regex) = self.regex {
+            if regex.is_empty() {
+                return Err(bad("guided_regex", "`guided_regex` must not be empty."));
+            }
+            return Ok(Some(OutputFormat::Regex(regex.to_string())));
+        }
+        if let Some(choice) = self.choice {
+            if choice.is_empty() || choice.iter().any(String::is_empty) {
+                return Err(bad(
+                    "guided_choice",
+                    "`guided_choice` must list one or more non-empty strings.",
+                ));
+            }
+            return Ok(Some(OutputFormat::Choice(choice.to_vec())));
+        }
+        if let Some(grammar) = self.grammar {
+            if grammar.trim().is_empty() {
+                return Err(bad("guided_grammar", "`guided_grammar` must not be empty."));
+            }
+            return Ok(Some(OutputFormat::Grammar(grammar.to_string())));
+        }
+        Ok(None)
+    }
 }
 
 impl OutputFormat {
-    /// The JSON schema the output must match (none for text).
+    /// The JSON schema the output must match (none for text and the
+    /// non-JSON formats).
     pub fn schema(&self) -> Option<Value> {
         match self {
-            OutputFormat::Text => None,
             OutputFormat::JsonObject => Some(json!({"type": "object"})),
             OutputFormat::JsonSchema { schema, .. } => Some(schema.clone()),
+            _ => None,
+        }
+    }
+
+    /// The `guided_*` field this format came from, if it did.
+    pub fn guided_param(&self) -> Option<&'static str> {
+        match self {
+            OutputFormat::Regex(_) => Some("guided_regex"),
+            OutputFormat::Choice(_) => Some("guided_choice"),
+            OutputFormat::Grammar(_) => Some("guided_grammar"),
+            OutputFormat::JsonSchema { name, .. } if name == "guided_json" => Some("guided_json"),
+            _ => None,
         }
     }
 
@@ -88,6 +174,34 @@ impl OutputFormat {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn guided_fields_give_one_format() {
+        let choice = vec!["yes".to_string(), "no".to_string()];
+        let g = Guided {
+            choice: Some(&choice),
+            ..Default::default()
+        };
+        assert_eq!(
+            g.format().unwrap(),
+            Some(OutputFormat::Choice(choice.clone()))
+        );
+        assert_eq!(Guided::default().format().unwrap(), None);
+        let two = Guided {
+            choice: Some(&choice),
+            regex: Some("a+"),
+            ..Default::default()
+        };
+        assert_eq!(two.format().unwrap_err().status(), 400);
+        let empty: Vec<String> = Vec::new();
+        let e = Guided {
+            choice: Some(&empty),
+            ..Default::default()
+        }
+        .format()
+        .unwrap_err();
+        assert_eq!(e.param(), Some("guided_choice"));
+    }
 
     #[test]
     fn formats_parse_and_refuse() {

@@ -49,6 +49,8 @@ pub struct ValidCompletion {
     /// Top candidates per token (0 to 20) when log-probabilities are asked for.
     pub logprobs: Option<usize>,
     pub user: Option<String>,
+    /// The `guided_*` extension given, if any.
+    pub format: crate::output_format::OutputFormat,
 }
 
 /// A validated chat request.
@@ -365,6 +367,14 @@ impl CompletionRequest {
             echo,
             logprobs,
             user: self.user.clone(),
+            format: crate::output_format::Guided {
+                json: self.guided_json.as_ref(),
+                regex: self.guided_regex.as_deref(),
+                choice: self.guided_choice.as_deref(),
+                grammar: self.guided_grammar.as_deref(),
+            }
+            .format()?
+            .unwrap_or_default(),
         })
     }
 }
@@ -409,6 +419,23 @@ impl ChatCompletionRequest {
             self.response_format.as_ref(),
             "response_format",
         )?;
+        let guided = crate::output_format::Guided {
+            json: self.guided_json.as_ref(),
+            regex: self.guided_regex.as_deref(),
+            choice: self.guided_choice.as_deref(),
+            grammar: self.guided_grammar.as_deref(),
+        }
+        .format()?;
+        let format = match (format, guided) {
+            (format, None) => format,
+            (crate::output_format::OutputFormat::Text, Some(guided)) => guided,
+            (_, Some(_)) => {
+                return Err(invalid(
+                    "response_format",
+                    "Give `response_format` or a `guided_*` field, not both.".to_string(),
+                ))
+            }
+        };
         let tools = crate::tools::ValidTools::parse(
             self.tools.as_ref(),
             self.tool_choice.as_ref(),

@@ -68,6 +68,16 @@ impl GrammarCompiler {
         self.compile(TopLevelGrammar::from_lark(lark))
     }
 
+    /// Text matching the regular expression `regex`.
+    pub fn regex(&self, regex: &str) -> Result<Arc<dyn Constraint>, String> {
+        self.compile(TopLevelGrammar::from_regex(regex))
+    }
+
+    /// Text of the Lark grammar `lark` (llguidance's dialect).
+    pub fn lark(&self, lark: &str) -> Result<Arc<dyn Constraint>, String> {
+        self.compile(TopLevelGrammar::from_lark(lark.to_string()))
+    }
+
     fn compile(&self, grammar: TopLevelGrammar) -> Result<Arc<dyn Constraint>, String> {
         let parser = self
             .factory

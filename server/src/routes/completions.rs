@@ -26,6 +26,7 @@ pub async fn create(
 ) -> Result<Response, HttpError> {
     let (valid, model, adapter) = prepare(&state, &ctx.project_id, request).await?;
     let prompts = prompt_ids(&model, &valid).await?;
+    let constraint = super::generate::constraint_for(&model, &valid.format, "guided_json").await?;
     let echoes = if valid.echo {
         decode_all(&model, &prompts).await?
     } else {
@@ -43,7 +44,7 @@ pub async fn create(
         ctx: &ctx,
         model_name: &valid.model,
         ledger: &state.usage,
-        constraint: None,
+        constraint,
     })?;
     let created = now_secs();
     if valid.stream {

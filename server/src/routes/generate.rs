@@ -70,18 +70,36 @@ pub async fn constraint_for(
     format: &OutputFormat,
     param: &str,
 ) -> Result<Option<Arc<dyn Constraint>>, HttpError> {
-    let Some(schema) = format.schema() else {
+    if *format == OutputFormat::Text {
         return Ok(None);
-    };
-    let model = model.clone();
+    }
+    let (model, spec) = (model.clone(), format.clone());
     let compiled = tokio::task::spawn_blocking(move || {
         let compiler = model.grammar()?;
-        compiler
-            .json_schema(&schema)
-            .map_err(|e| format!("The JSON schema cannot be used: {e}"))
+        match &spec {
+            OutputFormat::Regex(regex) => compiler
+                .regex(regex)
+                .map_err(|e| format!("The regular expression cannot be used: {e}")),
+            OutputFormat::Grammar(lark) => compiler
+                .lark(lark)
+                .map_err(|e| format!("The grammar cannot be used: {e}")),
+            OutputFormat::Choice(choices) => {
+                let quoted: Vec<String> = choices
+                    .iter()
+                    .map(|c| serde_json::to_string(c).unwrap_or_default())
+                    .collect();
+                compiler
+                    .lark(&format!("start: {}", quoted.join(" | ")))
+                    .map_err(|e| format!("The choices cannot be used: {e}"))
+            }
+            _ => compiler
+                .json_schema(&spec.schema().unwrap_or_default())
+                .map_err(|e| format!("The JSON schema cannot be used: {e}")),
+        }
     })
     .await
     .map_err(|_| HttpError(ApiError::internal()))?;
+    let param = format.guided_param().unwrap_or(param);
     compiled
         .map(Some)
         .map_err(|message| HttpError(ApiError::bad_request(Some(param), message)))
