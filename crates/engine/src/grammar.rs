@@ -187,6 +187,48 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A byte-level word tokenizer of eight tokens, one per JSON piece.
+    fn tiny_tokenizer() -> Tokenizer {
+        let json = json!({
+            "version": "1.0", "truncation": null, "padding": null,
+            "added_tokens": [{"id": 7, "content": "<eos>", "single_word": false, "lstrip": false,
+                              "rstrip": false, "normalized": false, "special": true}],
+            "normalizer": null, "pre_tokenizer": null, "post_processor": null,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+            // Byte-level: the space byte is written `Ġ`.
+            "model": {"type": "WordLevel", "unk_token": "<eos>",
+                      "vocab": {"{": 0, "}": 1, "\"": 2, "a": 3, ":": 4, "\u{120}": 5, "1": 6, "<eos>": 7}}
+        });
+        json.to_string().parse().unwrap()
+    }
+
+    fn allowed(state: &mut dyn ConstraintState) -> Vec<u32> {
+        let mask = state.allowed().unwrap();
+        (0..8)
+            .filter(|&t| hearth_core::is_allowed(&mask, t))
+            .collect()
+    }
+
+    #[test]
+    fn masks_follow_the_grammar_token_by_token() {
+        let compiler = GrammarCompiler::new(&tiny_tokenizer(), 7).unwrap();
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}},
+                            "required": ["a"], "additionalProperties": false});
+        let mut state = compiler.json_schema(&schema).unwrap().start();
+        // {"a": 1}  =  { " a " : space 1 }
+        let path = [0u32, 2, 3, 2, 4, 5, 6, 1];
+        for &token in &path {
+            let ok = allowed(state.as_mut());
+            assert_eq!(ok, vec![token], "only {token} may come next, not {ok:?}");
+            state.accept(token).unwrap();
+        }
+        // The object is complete: only the end may follow.
+        assert_eq!(allowed(state.as_mut()), vec![7]);
+        // A token the grammar does not allow is an error, not a panic.
+        let mut other = compiler.json_schema(&schema).unwrap().start();
+        assert!(other.accept(1).is_err());
+    }
+
     #[test]
     fn integers_get_bounds_unless_they_have_their_own() {
         let mut schema = json!({

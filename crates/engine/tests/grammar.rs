@@ -123,3 +123,104 @@ fn a_schema_grammar_shapes_the_output_of_every_sequence() {
         .json_schema(&json!({"$ref": "#/$defs/none"}))
         .is_err());
 }
+
+/// A small JSON-schema checker for the keywords the schemas below use.
+fn valid(v: &Value, s: &Value) -> bool {
+    if let Some(options) = s.get("enum").and_then(Value::as_array) {
+        return options.contains(v);
+    }
+    match s.get("type").and_then(Value::as_str) {
+        Some("object") => {
+            let Some(o) = v.as_object() else { return false };
+            let props = s["properties"].as_object().cloned().unwrap_or_default();
+            let required = s["required"].as_array().cloned().unwrap_or_default();
+            let closed = s["additionalProperties"] == json!(false);
+            required.iter().all(|k| o.contains_key(k.as_str().unwrap()))
+                && o.iter().all(|(k, x)| match props.get(k) {
+                    Some(p) => valid(x, p),
+                    None => !closed,
+                })
+        }
+        Some("array") => v.as_array().is_some_and(|a| {
+            a.len() as u64 >= s["minItems"].as_u64().unwrap_or(0)
+                && a.len() as u64 <= s["maxItems"].as_u64().unwrap_or(u64::MAX)
+                && a.iter().all(|x| valid(x, &s["items"]))
+        }),
+        Some("string") => v.as_str().is_some_and(|t| {
+            t.chars().count() as u64 <= s["maxLength"].as_u64().unwrap_or(u64::MAX)
+        }),
+        Some("integer") => v.as_i64().is_some_and(|n| {
+            n >= s["minimum"].as_i64().unwrap_or(i64::MIN)
+                && n <= s["maximum"].as_i64().unwrap_or(i64::MAX)
+        }),
+        Some("number") => v.as_f64().is_some_and(|n| {
+            n >= s["minimum"].as_f64().unwrap_or(f64::MIN)
+                && n <= s["maximum"].as_f64().unwrap_or(f64::MAX)
+        }),
+        Some("boolean") => v.is_boolean(),
+        _ => true,
+    }
+}
+
+#[test]
+fn twenty_prompts_with_varied_schemas_all_validate() {
+    let (engine, compiler, tokenizer) = start();
+    let s = |n: u64| format!("{n}");
+    let schemas = [
+        json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}}, "required": ["name"]}),
+        json!({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0, "maximum": 120}}, "required": ["age"]}),
+        json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}),
+        json!({"type": "object", "properties": {"mood": {"enum": ["happy", "sad", "calm"]}}, "required": ["mood"]}),
+        json!({"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string", "maxLength": 8}, "minItems": 1, "maxItems": 3}}, "required": ["tags"]}),
+        json!({"type": "object", "properties": {"price": {"type": "number", "minimum": 0, "maximum": 1000}}, "required": ["price"]}),
+        json!({"type": "object", "properties": {"point": {"type": "object", "properties": {"x": {"type": "integer", "minimum": -10, "maximum": 10}, "y": {"type": "integer", "minimum": -10, "maximum": 10}}, "required": ["x", "y"], "additionalProperties": false}}, "required": ["point"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object", "properties": {"id": {"type": "integer", "minimum": 1, "maximum": 99}, "done": {"type": "boolean"}}, "required": ["id", "done"], "additionalProperties": false}, "maxItems": 3}}, "required": ["items"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}, "country": {"enum": ["FR", "DE", "JP"]}}, "required": ["city", "country"], "additionalProperties": false}),
+        json!({"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}, "minItems": 2, "maxItems": 5}),
+    ];
+    let prompts = [
+        "Give a name.",
+        "How old?",
+        "Is it fine?",
+        "How do you feel?",
+        "Tag this photo.",
+        "What does it cost?",
+        "Pick a point.",
+        "List tasks.",
+        "Where do you live?",
+        "Some digits.",
+    ];
+    let mut streams = Vec::new();
+    for i in 0..20 {
+        // Closed objects, as strict structured output asks for: an open
+        // one lets a sampling model add properties until it runs out.
+        let mut schema = schemas[i % schemas.len()].clone();
+        if schema["type"] == "object" && schema.get("additionalProperties").is_none() {
+            schema["additionalProperties"] = json!(false);
+        }
+        let schema = &schema;
+        let text = format!(
+            "<|im_start|>user\n{} Answer in JSON.<|im_end|>\n<|im_start|>assistant\n",
+            prompts[i % prompts.len()]
+        );
+        let ids = tokenizer.encode(text, false).unwrap().get_ids().to_vec();
+        let params = SamplingParams {
+            temperature: 0.9,
+            seed: Some(i as u64),
+            max_tokens: Some(120),
+            ..SamplingParams::default()
+        };
+        let grammar = compiler.json_schema(schema).unwrap();
+        streams.push((
+            s(i as u64),
+            schema.clone(),
+            submit(&engine, ids, params, Some(grammar)),
+        ));
+    }
+    for (i, schema, stream) in streams {
+        let (text, reason) = read(stream);
+        assert_eq!(reason, FinishReason::Stop, "{i}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{i}: {e}: {text}"));
+        assert!(valid(&v, &schema), "{i}: {text} does not match {schema}");
+    }
+}
