@@ -279,34 +279,40 @@ impl Store {
     }
 
     pub async fn budget(&self, project_id: &str) -> Result<Option<Budget>> {
-        Ok(self
-            .budgets()
-            .await?
-            .into_iter()
-            .find(|b| b.project_id == project_id))
+        let rows = sqlx::query(&format!("{SELECT_BUDGETS} WHERE project_id = $1"))
+            .bind(project_id)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(budgets_of(&rows)?.pop())
     }
 
     /// Every project's budget.
     pub async fn budgets(&self) -> Result<Vec<Budget>> {
-        let rows = sqlx::query(
-            "SELECT project_id, amount_nanos, period, currency, updated_at FROM project_budgets \
-             ORDER BY project_id",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Budget {
-                    project_id: r.try_get("project_id")?,
-                    amount_nanos: r.try_get("amount_nanos")?,
-                    period: r.try_get("period")?,
-                    currency: r.try_get("currency")?,
-                    updated_at: r.try_get("updated_at")?,
-                })
-            })
-            .collect()
+        let rows = sqlx::query(&format!("{SELECT_BUDGETS} ORDER BY project_id"))
+            .fetch_all(&self.pool)
+            .await?;
+        budgets_of(&rows)
     }
+}
 
+const SELECT_BUDGETS: &str =
+    "SELECT project_id, amount_nanos, period, currency, updated_at FROM project_budgets";
+
+fn budgets_of(rows: &[AnyRow]) -> Result<Vec<Budget>> {
+    rows.iter()
+        .map(|r| {
+            Ok(Budget {
+                project_id: r.try_get("project_id")?,
+                amount_nanos: r.try_get("amount_nanos")?,
+                period: r.try_get("period")?,
+                currency: r.try_get("currency")?,
+                updated_at: r.try_get("updated_at")?,
+            })
+        })
+        .collect()
+}
+
+impl Store {
     /// Sets a project's quota for `model` (`*`: all models); all limits
     /// `None` removes it.
     pub async fn set_quota(

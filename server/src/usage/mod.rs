@@ -63,8 +63,10 @@ struct BudgetState {
 /// Where one request's usage goes and what it costs.
 #[derive(Debug, Clone)]
 struct Account {
-    project: String,
-    model: String,
+    /// (project, model): what usage is kept by and the quota's buckets
+    /// are keyed by (held as one pair so the per-token lookup allocates
+    /// nothing).
+    bucket: (String, String),
     key_id: String,
     class: &'static str,
     /// Price per million input and output tokens.
@@ -117,8 +119,7 @@ impl Ledger {
             )
         };
         let account = Account {
-            project: ctx.project_id.clone(),
-            model: model.to_string(),
+            bucket: (ctx.project_id.clone(), model.to_string()),
             key_id: ctx
                 .caller
                 .key_id
@@ -131,12 +132,12 @@ impl Ledger {
         };
         let now = Instant::now();
         let mut inner = self.lock();
-        if let Some(state) = inner.budgets.get(&account.project) {
+        if let Some(state) = inner.budgets.get(&account.bucket.0) {
             if state.stored + state.unflushed >= state.budget.amount_nanos {
                 return Err(HttpError(ApiError::payment_required(format!(
                     "The budget of project `{}` is exhausted ({} {} per {}): add funds \
                      (raise the budget) to continue.",
-                    account.project,
+                    account.bucket.0,
                     format_amount(state.budget.amount_nanos),
                     state.budget.currency,
                     state.budget.period
@@ -145,8 +146,8 @@ impl Ledger {
         }
         let mut account = account;
         if !batch {
-            let limits = inner.limits(&account.project, model, entry);
-            let key = (account.project.clone(), model.to_string());
+            let limits = inner.limits(&account.bucket.0, model, entry);
+            let key = account.bucket.clone();
             if let Some(rpm) = limits.requests_per_minute {
                 let bucket = inner
                     .requests
@@ -322,17 +323,17 @@ impl Inner {
             + cost_nanos(counts.output_tokens, account.prices.1);
         let key = UsageKey {
             day: hearth_store::ids::now() / DAY,
-            project_id: account.project.clone(),
-            model: account.model.clone(),
+            project_id: account.bucket.0.clone(),
+            model: account.bucket.1.clone(),
             key_id: account.key_id.clone(),
             class: account.class.to_string(),
         };
         self.pending.entry(key).or_default().add(&counts);
         self.totals
-            .entry((account.model.clone(), account.class.to_string()))
+            .entry((account.bucket.1.clone(), account.class.to_string()))
             .or_default()
             .add(&counts);
-        if let Some(state) = self.budgets.get_mut(&account.project) {
+        if let Some(state) = self.budgets.get_mut(&account.bucket.0) {
             state.unflushed += counts.cost_nanos;
         }
     }
@@ -364,8 +365,7 @@ impl Ticket {
         if !self.account.metered {
             return;
         }
-        let key = (self.account.project.clone(), self.account.model.clone());
-        if let Some(b) = self.ledger.lock().tokens.get_mut(&key) {
+        if let Some(b) = self.ledger.lock().tokens.get_mut(&self.account.bucket) {
             b.take_back(self.prompt_tokens as u64);
         }
     }
@@ -375,8 +375,7 @@ impl Ticket {
         if !self.account.metered {
             return;
         }
-        let key = (self.account.project.clone(), self.account.model.clone());
-        if let Some(b) = self.ledger.lock().tokens.get_mut(&key) {
+        if let Some(b) = self.ledger.lock().tokens.get_mut(&self.account.bucket) {
             b.take(tokens, Instant::now());
         }
     }
