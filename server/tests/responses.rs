@@ -456,8 +456,8 @@ async fn bad_input_gets_the_api_shapes() {
     shape_a(&unknown, 404);
     for (extra, param) in [
         (
-            json!({"tools": [{"type": "function", "name": "f", "parameters": {}}]}),
-            "tools",
+            json!({"tools": [{"type": "file_search", "vector_store_ids": []}]}),
+            "tools[0].type",
         ),
         (
             json!({"text": {"format": {"type": "json_schema"}}}),

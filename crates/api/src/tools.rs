@@ -68,13 +68,31 @@ fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
+/// Where a tool's fields are: under `function` (chat completions) or
+/// beside `type` (the Responses API).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolShape {
+    Chat,
+    Flat,
+}
+
 impl ValidTools {
-    /// Reads the request's fields; `None` when no tool may be called
+    /// Reads a chat completion's fields; `None` when no tool may be called
     /// (no tools, or `tool_choice: "none"`).
     pub fn parse(
         tools: Option<&Value>,
         choice: Option<&Value>,
         parallel: Option<bool>,
+    ) -> Result<Option<Self>, ApiError> {
+        Self::parse_shaped(tools, choice, parallel, ToolShape::Chat)
+    }
+
+    /// Reads the fields in either shape.
+    pub fn parse_shaped(
+        tools: Option<&Value>,
+        choice: Option<&Value>,
+        parallel: Option<bool>,
+        shape: ToolShape,
     ) -> Result<Option<Self>, ApiError> {
         let list = match tools {
             None | Some(Value::Null) => Vec::new(),
@@ -84,31 +102,49 @@ impl ValidTools {
         let mut defs = Vec::with_capacity(list.len());
         for (i, tool) in list.iter().enumerate() {
             let param = format!("tools[{i}]");
-            if tool.get("type").and_then(Value::as_str) != Some("function") {
-                return Err(bad(
-                    &format!("{param}.type"),
-                    "Only tools of type `function` are supported.",
-                ));
+            match tool.get("type").and_then(Value::as_str) {
+                Some("function") => {}
+                Some(other) => {
+                    return Err(bad(
+                        &format!("{param}.type"),
+                        format!("Tools of type `{other}` are not supported: only `function` tools are (Hearth runs no hosted tools)."),
+                    ))
+                }
+                None => {
+                    return Err(bad(
+                        &format!("{param}.type"),
+                        "Each tool needs `type: \"function\"`.",
+                    ))
+                }
             }
-            let function = tool
-                .get("function")
-                .and_then(Value::as_object)
-                .ok_or_else(|| {
-                    bad(
-                        &format!("{param}.function"),
-                        "A function tool needs `function`.",
-                    )
-                })?;
+            let (function, fparam) = match shape {
+                ToolShape::Chat => (
+                    tool.get("function")
+                        .and_then(Value::as_object)
+                        .ok_or_else(|| {
+                            bad(
+                                &format!("{param}.function"),
+                                "A function tool needs `function`.",
+                            )
+                        })?,
+                    format!("{param}.function"),
+                ),
+                ToolShape::Flat => (
+                    tool.as_object()
+                        .ok_or_else(|| bad(&param, "A tool must be an object."))?,
+                    param.clone(),
+                ),
+            };
             let name = function.get("name").and_then(Value::as_str).unwrap_or("");
             if !valid_name(name) {
                 return Err(bad(
-                    &format!("{param}.function.name"),
+                    &format!("{fparam}.name"),
                     "A function's name must be 1 to 64 letters, digits, `_` or `-`.",
                 ));
             }
             if defs.iter().any(|d: &ToolDef| d.name == name) {
                 return Err(bad(
-                    &format!("{param}.function.name"),
+                    &format!("{fparam}.name"),
                     format!("Two tools are named `{name}`."),
                 ));
             }
@@ -117,7 +153,7 @@ impl ValidTools {
                 Some(Value::Object(p)) => Value::Object(p.clone()),
                 Some(_) => {
                     return Err(bad(
-                        &format!("{param}.function.parameters"),
+                        &format!("{fparam}.parameters"),
                         "`parameters` must be a JSON schema object.",
                     ))
                 }
@@ -145,16 +181,25 @@ impl ValidTools {
                 }
             },
             Some(Value::Object(o)) => {
-                let name = o
-                    .get("function")
-                    .and_then(|f| f.get("name"))
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| {
-                        bad(
-                            "tool_choice",
-                            "`tool_choice` names a function as {\"type\": \"function\", \"function\": {\"name\": ...}}.",
-                        )
-                    })?;
+                if o.get("type").and_then(Value::as_str) != Some("function") {
+                    return Err(bad(
+                        "tool_choice",
+                        "`tool_choice` may only name a tool of type `function`.",
+                    ));
+                }
+                let named = match shape {
+                    ToolShape::Chat => o.get("function").and_then(|f| f.get("name")),
+                    ToolShape::Flat => o.get("name"),
+                };
+                let name = named.and_then(Value::as_str).ok_or_else(|| {
+                    bad(
+                        "tool_choice",
+                        match shape {
+                            ToolShape::Chat => "`tool_choice` names a function as {\"type\": \"function\", \"function\": {\"name\": ...}}.",
+                            ToolShape::Flat => "`tool_choice` names a function as {\"type\": \"function\", \"name\": ...}.",
+                        },
+                    )
+                })?;
                 if !defs.iter().any(|d| d.name == name) {
                     return Err(bad(
                         "tool_choice",
@@ -283,20 +328,34 @@ impl ValidTools {
 /// How an assistant message's earlier `tool_calls` are shown to the model:
 /// in the format it is told to call with.
 pub fn calls_as_text(tool_calls: &Value) -> String {
-    let calls: Vec<Value> = tool_calls
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|c| {
-            let f = &c["function"];
-            let arguments = f["arguments"]
+    calls_text(
+        tool_calls
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| (&c["function"]["name"], &c["function"]["arguments"])),
+    )
+}
+
+/// Calls given as (name, arguments) pairs, where the arguments are a JSON
+/// text (or already a value), in the format the model calls with.
+pub fn calls_text<'a>(calls: impl Iterator<Item = (&'a Value, &'a Value)>) -> String {
+    let calls: Vec<Value> = calls
+        .map(|(name, arguments)| {
+            let arguments = arguments
                 .as_str()
                 .and_then(|a| serde_json::from_str::<Value>(a).ok())
-                .unwrap_or_else(|| f["arguments"].clone());
-            json!({"name": f["name"], "arguments": arguments})
+                .unwrap_or_else(|| arguments.clone());
+            json!({"name": name, "arguments": arguments})
         })
         .collect();
     serde_json::to_string(&calls).unwrap_or_default()
+}
+
+/// How a tool's result is shown to the model: as a user turn naming the
+/// call, which every chat template accepts.
+pub fn tool_result_text(call_id: &str, output: &str) -> String {
+    format!("Result of the tool call {call_id}:\n{output}")
 }
 
 #[cfg(test)]

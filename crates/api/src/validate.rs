@@ -535,9 +535,9 @@ impl ChatCompletionRequest {
                         "A `tool` message needs the `tool_call_id` it answers.".to_string(),
                     ))
                 }
-                ("tool", _) => format!(
-                    "Result of the tool call {}:\n{content}",
-                    message.tool_call_id.as_deref().unwrap_or("")
+                ("tool", _) => crate::tools::tool_result_text(
+                    message.tool_call_id.as_deref().unwrap_or(""),
+                    &content,
                 ),
                 _ => content,
             };

@@ -19,7 +19,11 @@ use hearth_api::ProjectQuery;
         stream of typed events (`response.created` ... `response.output_text.delta` ... \
         `response.completed`, each with a `sequence_number`), then `data: [DONE]`; a failure \
         after the start is an `error` event. With `store` (default) the response is kept \
-        for retrieval and `previous_response_id`.",
+        for retrieval and `previous_response_id`. With function `tools` the model may answer \
+        with `function_call` output items (streamed as `response.output_item.added`, \
+        `response.function_call_arguments.delta` / `.done`, `response.output_item.done`), \
+        whose results come back as `function_call_output` input items; `text.format` \
+        constrains the answer to JSON (of a schema).",
     params(ProjectQuery),
     request_body = ResponseRequest,
     responses(
@@ -28,9 +32,10 @@ use hearth_api::ProjectQuery;
                 (ResponseObject = "application/json"),
                 (EventStream = "text/event-stream"),
             )),
-        (status = 400, description = "A parameter out of range or not supported yet (tools, \
-            reasoning, structured output, images), an unknown `previous_response_id`, or a \
-            prompt longer than the context.", body = UpstreamError),
+        (status = 400, description = "A parameter out of range or not supported (hosted \
+            tools, reasoning, background, images), a schema that cannot be compiled, a \
+            `function_call_output` without its call, an unknown `previous_response_id`, or \
+            a prompt longer than the context.", body = UpstreamError),
         (status = 404, description = "No model of this name.", body = ErrorDetail),
         (status = 413, description = "The body is over the server's limit.", body = ErrorDetail),
         (status = 500, description = "The model failed to process the request.", body = UpstreamError),

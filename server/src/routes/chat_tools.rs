@@ -1,13 +1,15 @@
 //! Function calling in `POST /v1/chat/completions`: the tools' system
 //! message, the answer turned into `tool_calls`, and the stream of a
-//! request with tools (each choice sent whole once it has finished, since
-//! whether it is calls or text is only known at its end).
+//! request with tools (text as it comes; calls whole once the choice has
+//! finished).
+
+use std::collections::HashMap;
 
 use hearth_api::tools::{ToolCall, ValidTools};
 use hearth_api::{ChatChunkChoice, ChatCompletionChunk, ChatResponseMessage};
 use hearth_core::{ChatMessage, FinishReason};
 
-use super::generate::{collect, random_hex, total_usage, ChoiceSlot, MeteredStream};
+use super::generate::{random_hex, stream_choices, ChoiceSlot, MeteredStream, Piece};
 use super::sse::SseSender;
 
 /// `messages` with the tools described in the (first) system message.
@@ -29,7 +31,7 @@ pub fn with_tool_prompt(messages: &[ChatMessage], tools: &ValidTools) -> Vec<Cha
     out
 }
 
-fn call_id() -> String {
+pub(crate) fn call_id() -> String {
     format!("call_{}", &random_hex()[..24])
 }
 
@@ -53,8 +55,66 @@ pub fn answer(
     }
 }
 
-/// Streams a request with tools: each choice's role, then its text or its
-/// calls, then its finish; then usage when asked; then `[DONE]`.
+/// What an answer is, when tools were offered: the grammar lets a call
+/// list, and only a call list, start with `[`, so its first character
+/// decides. Text streams from there on; a call list is held to its end.
+#[derive(Debug, Default)]
+pub struct AnswerShape {
+    /// The answer's start while undecided, or the whole call list.
+    held: String,
+    text: bool,
+}
+
+/// What to do with a piece of the answer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Fed {
+    /// Nothing to send yet.
+    Hold,
+    /// Send this text; `first` when it is the answer's first text.
+    Text { first: bool, text: String },
+}
+
+impl AnswerShape {
+    /// An answer already known to be text (no tools).
+    pub fn text() -> Self {
+        Self {
+            held: String::new(),
+            text: true,
+        }
+    }
+
+    pub fn feed(&mut self, piece: &str) -> Fed {
+        if self.text {
+            return Fed::Text {
+                first: false,
+                text: piece.to_string(),
+            };
+        }
+        self.held.push_str(piece);
+        if self.held.is_empty() || self.held.starts_with('[') {
+            return Fed::Hold;
+        }
+        self.text = true;
+        Fed::Text {
+            first: true,
+            text: std::mem::take(&mut self.held),
+        }
+    }
+
+    /// Whether the answer is text, known before its end.
+    pub fn is_text(&self) -> bool {
+        self.text
+    }
+
+    /// What was held (a call list, or an undecided start).
+    pub fn held(&self) -> &str {
+        &self.held
+    }
+}
+
+/// Streams a request with tools: each choice's role; then text as it comes
+/// when the answer is text, or its calls once it ends; then its finish;
+/// then usage when asked; then `[DONE]`.
 pub async fn stream_with_tools(
     tx: SseSender,
     streams: Vec<(ChoiceSlot, MeteredStream)>,
@@ -68,41 +128,67 @@ pub async fn stream_with_tools(
             return;
         }
     }
-    let outputs = match collect(streams).await {
-        Ok(outputs) => outputs,
-        Err(e) => {
-            tx.error(&hearth_api::ApiError::from(e)).await;
-            tx.done().await;
-            return;
-        }
-    };
-    let completion_tokens = outputs.iter().map(|o| o.usage.completion_tokens).sum();
-    for o in outputs {
-        let index = o.slot.index;
-        let (message, reason) = answer(Some(&tools), o.text, o.finish_reason);
-        let piece = match message.tool_calls {
-            Some(calls) => ChatChunkChoice::tool_calls(index, &calls),
-            None => ChatChunkChoice::content(index, message.content.unwrap_or_default(), None),
+    let mut shapes: HashMap<usize, AnswerShape> = HashMap::new();
+    let render = |slot: ChoiceSlot, piece: Piece| {
+        let shape = shapes.entry(slot.index).or_default();
+        let (text, end) = match piece {
+            Piece::Token { text, .. } => (text, None),
+            Piece::Finished { reason, text } => (text, Some(reason)),
         };
-        if !tx.json(&chunk(piece)).await
-            || !tx
-                .json(&chunk(ChatChunkChoice::finish(index, reason)))
-                .await
-        {
-            return;
+        let mut out = Vec::new();
+        if let Fed::Text { text, .. } = shape.feed(&text) {
+            if !text.is_empty() {
+                out.push(chunk(ChatChunkChoice::content(slot.index, text, None)));
+            }
         }
+        let Some(reason) = end else {
+            return out;
+        };
+        let reason = if shape.is_text() {
+            reason
+        } else {
+            let (message, reason) = answer(Some(&tools), shape.held().to_string(), reason);
+            out.push(chunk(match message.tool_calls {
+                Some(calls) => ChatChunkChoice::tool_calls(slot.index, &calls),
+                None => {
+                    ChatChunkChoice::content(slot.index, message.content.unwrap_or_default(), None)
+                }
+            }));
+            reason
+        };
+        out.push(chunk(ChatChunkChoice::finish(slot.index, reason)));
+        out
+    };
+    stream_choices(&tx, streams, &prompts, render, usage).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_character_decides_the_shape() {
+        let mut calls = AnswerShape::default();
+        assert_eq!(calls.feed(""), Fed::Hold);
+        assert_eq!(calls.feed("[{\"name\""), Fed::Hold);
+        assert_eq!(calls.feed(": 1}]"), Fed::Hold);
+        assert!(!calls.is_text());
+        assert_eq!(calls.held(), "[{\"name\": 1}]");
+        let mut text = AnswerShape::default();
+        assert_eq!(
+            text.feed("Hi"),
+            Fed::Text {
+                first: true,
+                text: "Hi".into()
+            }
+        );
+        assert_eq!(
+            text.feed(" there"),
+            Fed::Text {
+                first: false,
+                text: " there".into()
+            }
+        );
+        assert!(text.is_text() && text.held().is_empty());
     }
-    if let Some(usage) = usage {
-        let u = total_usage(&prompts, completion_tokens);
-        if !tx
-            .json(&usage(hearth_api::UsageInfo::new(
-                u.prompt_tokens,
-                u.completion_tokens,
-            )))
-            .await
-        {
-            return;
-        }
-    }
-    tx.done().await;
 }

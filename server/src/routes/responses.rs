@@ -13,17 +13,21 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use hearth_api::responses::{
-    InputItemList, InputItemObject, InputItemsQuery, InputMessage, ResponseDeleted, ResponseObject,
-    ResponseRequest, ResponseUsage, ValidResponse,
+    chat_messages, check_outputs, ConversationItem, FunctionToolCall, InputItemList,
+    InputItemObject, InputItemsQuery, ResponseDeleted, ResponseObject, ResponseRequest,
+    ResponseUsage, ValidResponse,
 };
 use hearth_api::{ApiError, ProjectQuery};
 use hearth_core::{ChatMessage, FinishReason};
 use hearth_engine::{ChatModel, LoadedAdapter};
 use hearth_store::{StoreError, StoredResponse};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::chat::render;
-use super::generate::{collect, random_hex, submit, tokenize, Submission};
+use super::chat_tools::{call_id, with_tool_prompt};
+use super::generate::{
+    collect, constraint_for, random_hex, submit, tokenize, tool_constraint, Submission,
+};
 use super::responses_stream::stream_response;
 use super::sse::sse_response;
 use crate::auth::RequestContext;
@@ -31,8 +35,8 @@ use crate::error::{ApiJson, ApiPath, ApiQuery, HttpError};
 use crate::models_resolve::resolve_chat;
 use crate::state::{now_secs, AppState};
 
-/// `resp_...`, `msg_...`: OpenAI's id shapes.
-fn openai_id(prefix: &str) -> String {
+/// `resp_...`, `msg_...`, `fc_...`: OpenAI's id shapes.
+pub(crate) fn openai_id(prefix: &str) -> String {
     format!("{prefix}_{}", random_hex())
 }
 
@@ -43,7 +47,7 @@ pub(crate) struct Prepared {
     pub adapter: Option<LoadedAdapter>,
     /// The conversation so far (the previous response's, if any) and this
     /// turn's input.
-    pub conversation: Vec<InputMessage>,
+    pub conversation: Vec<ConversationItem>,
 }
 
 /// What the route checks before it renders anything: the request's
@@ -61,8 +65,9 @@ pub(crate) async fn prepare(
         Some(id) => previous_conversation(state, ctx, id).await?,
         None => Vec::new(),
     };
+    check_outputs(&conversation, &valid.input)?;
     conversation.extend(valid.input.iter().cloned());
-    let messages = with_instructions(valid.instructions.as_deref(), &conversation);
+    let messages = template_messages(&valid, &conversation);
     state.limits.check_messages(&messages, 1)?;
     Ok(Prepared {
         valid,
@@ -86,7 +91,10 @@ pub async fn create(
         conversation,
     } = prepare(&state, &ctx, request).await?;
     let prompt = fit_prompt(&model, &valid, &conversation).await?;
-    let constraint = super::generate::constraint_for(&model, &valid.format, "text.format").await?;
+    let constraint = match &valid.tools {
+        Some(tools) => Some(tool_constraint(&model, tools).await?),
+        None => constraint_for(&model, &valid.format, "text.format").await?,
+    };
     let id = openai_id("resp");
     let prompts = [prompt];
     let streams = submit(Submission {
@@ -114,9 +122,10 @@ pub async fn create(
     let message_id = openai_id("msg");
     if valid.stream {
         let stream = streams.into_iter().next().map(|(_, s)| s);
+        let tools = valid.tools;
         return Ok(sse_response(move |tx| async move {
             if let Some(stream) = stream {
-                stream_response(tx, stream, object, message_id, prompt.len(), record).await;
+                stream_response(tx, stream, object, message_id, prompt.len(), record, tools).await;
             }
         }));
     }
@@ -126,33 +135,64 @@ pub async fn create(
         .next()
         .ok_or(HttpError(ApiError::internal()))?;
     let mut object = object;
-    object.finish(
-        message_id,
-        out.text,
-        out.finish_reason == FinishReason::Length,
-        ResponseUsage::new(
-            prompt.len(),
-            out.usage.completion_tokens,
-            out.usage.cached_tokens,
-        ),
+    let usage = ResponseUsage::new(
+        prompt.len(),
+        out.usage.completion_tokens,
+        out.usage.cached_tokens,
     );
+    match function_calls(valid.tools.as_ref(), &out.text, out.finish_reason) {
+        Some(calls) => object.finish_calls(calls, usage),
+        None => object.finish(
+            message_id,
+            out.text,
+            out.finish_reason == FinishReason::Length,
+            usage,
+        ),
+    }
     record.keep(&object).await?;
     Ok(Json(object).into_response())
 }
 
-/// The messages the template sees: `instructions` as a system message first.
-fn with_instructions(
-    instructions: Option<&str>,
-    conversation: &[InputMessage],
-) -> Vec<ChatMessage> {
-    let system = instructions.map(|text| ChatMessage {
+/// The model's answer as function calls, when tools were offered and it
+/// answered (to its end) with calls.
+pub(crate) fn function_calls(
+    tools: Option<&hearth_api::tools::ValidTools>,
+    text: &str,
+    reason: FinishReason,
+) -> Option<Vec<FunctionToolCall>> {
+    if reason != FinishReason::Stop {
+        return None;
+    }
+    let calls = tools?.calls_in(text, call_id)?;
+    Some(
+        calls
+            .into_iter()
+            .map(|c| FunctionToolCall {
+                id: openai_id("fc"),
+                call_id: c.id,
+                name: c.function.name,
+                arguments: c.function.arguments,
+                status: "completed".to_string(),
+            })
+            .collect(),
+    )
+}
+
+/// The messages the template sees: `instructions` as a system message
+/// first, with the tools described in it when there are tools.
+fn template_messages(valid: &ValidResponse, conversation: &[ConversationItem]) -> Vec<ChatMessage> {
+    let system = valid.instructions.as_deref().map(|text| ChatMessage {
         role: "system".to_string(),
         content: text.to_string(),
     });
-    system
+    let messages: Vec<ChatMessage> = system
         .into_iter()
-        .chain(conversation.iter().map(InputMessage::chat))
-        .collect()
+        .chain(chat_messages(conversation))
+        .collect();
+    match &valid.tools {
+        Some(tools) => with_tool_prompt(&messages, tools),
+        None => messages,
+    }
 }
 
 /// The prompt's token ids. With `truncation: auto` the oldest messages are
@@ -161,13 +201,13 @@ fn with_instructions(
 async fn fit_prompt(
     model: &ChatModel,
     valid: &ValidResponse,
-    conversation: &[InputMessage],
+    conversation: &[ConversationItem],
 ) -> Result<Vec<u32>, HttpError> {
     let context = model.engine.context_length();
     let budget = valid.params.max_tokens.unwrap_or(1);
     let mut skip = 0;
     loop {
-        let messages = with_instructions(valid.instructions.as_deref(), &conversation[skip..]);
+        let messages = template_messages(valid, &conversation[skip..]);
         let text = render(model, &messages).await?;
         let ids = tokenize(model.tokenizer.clone(), vec![text], false)
             .await?
@@ -197,7 +237,7 @@ async fn previous_conversation(
     state: &AppState,
     ctx: &RequestContext,
     id: &str,
-) -> Result<Vec<InputMessage>, HttpError> {
+) -> Result<Vec<ConversationItem>, HttpError> {
     let missing = || {
         HttpError(ApiError::bad_request(
             Some("previous_response_id"),
@@ -213,13 +253,7 @@ async fn previous_conversation(
         .conversation
         .as_array()
         .ok_or(HttpError(ApiError::internal()))?;
-    Ok(items
-        .iter()
-        .map(|m| InputMessage {
-            role: m["role"].as_str().unwrap_or("user").to_string(),
-            text: m["content"].as_str().unwrap_or_default().to_string(),
-        })
-        .collect())
+    Ok(items.iter().map(ConversationItem::from_stored).collect())
 }
 
 /// What is kept of a response once it has ended (when `store`).
@@ -230,7 +264,7 @@ pub struct Record {
     /// How many of the conversation's last messages are this turn's input.
     pub input_len: usize,
     /// Through this turn's input.
-    pub conversation: Vec<InputMessage>,
+    pub conversation: Vec<ConversationItem>,
 }
 
 impl Record {
@@ -239,16 +273,16 @@ impl Record {
         if !self.keep {
             return Ok(());
         }
-        let mut conversation: Vec<Value> = self
+        let conversation: Vec<Value> = self
             .conversation
             .iter()
-            .map(|m| json!({"role": m.role, "content": m.text}))
+            .chain(object.turns().iter())
+            .map(ConversationItem::to_stored)
             .collect();
-        conversation.push(json!({"role": "assistant", "content": object.output_text()}));
         let input = &self.conversation[self.conversation.len() - self.input_len..];
         let items: Vec<InputItemObject> = input
             .iter()
-            .map(|m| InputItemObject::new(openai_id("msg"), m))
+            .map(|m| InputItemObject::new(m, openai_id))
             .collect();
         let stored = StoredResponse {
             id: object.id.clone(),
@@ -336,7 +370,7 @@ pub async fn input_items(
         items.reverse();
     }
     let start = match &query.after {
-        Some(after) => match items.iter().position(|i| &i.id == after) {
+        Some(after) => match items.iter().position(|i| i.id() == after) {
             Some(at) => at + 1,
             None => {
                 return Err(HttpError(ApiError::bad_request(

@@ -7,16 +7,127 @@
 //! failure after the start is the spec's `error` event, then `[DONE]`. A
 //! departed client stops the producer, which drops the engine stream and
 //! so frees the sequence at once.
+//!
+//! With tools, the first character of the answer says what it is (the
+//! grammar lets a call list, and only a call list, start with `[`): text
+//! streams as above from there; calls are held to the end, then each is
+//! sent as a `function_call` item: `response.output_item.added`,
+//! `response.function_call_arguments.delta`,
+//! `response.function_call_arguments.done`, `response.output_item.done`.
 
 use super::generate::MeteredStream;
 use hearth_api::responses::{
-    EventSequence, OutputMessage, OutputText, ResponseObject, ResponseUsage,
+    EventSequence, OutputItem, OutputMessage, OutputText, ResponseObject, ResponseUsage,
 };
+use hearth_api::tools::ValidTools;
 use hearth_api::ApiError;
 use hearth_core::{EngineError, FinishReason, TokenEvent};
+use serde_json::Value;
 
-use super::responses::Record;
+use super::chat_tools::{AnswerShape, Fed};
+use super::responses::{function_calls, Record};
 use super::sse::SseSender;
+
+/// The events of one response, in order.
+struct Events<'a> {
+    tx: &'a SseSender,
+    seq: EventSequence,
+    message_id: String,
+}
+
+impl Events<'_> {
+    /// Sends `events`; false once the client has gone.
+    async fn send(&self, events: &[Value]) -> bool {
+        for event in events {
+            if !self.tx.json(event).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The message's opening events.
+    async fn open_message(&mut self) -> bool {
+        let events = [
+            self.seq.item(
+                "response.output_item.added",
+                0,
+                &OutputItem::Message(OutputMessage::assistant(
+                    &self.message_id,
+                    "in_progress",
+                    None,
+                )),
+            ),
+            self.seq.part(
+                "response.content_part.added",
+                &self.message_id,
+                &OutputText::new(String::new()),
+            ),
+        ];
+        self.send(&events).await
+    }
+
+    async fn delta(&mut self, text: &str) -> bool {
+        if text.is_empty() {
+            return true;
+        }
+        let event = self.seq.delta(&self.message_id, text);
+        self.send(&[event]).await
+    }
+
+    /// The message's closing events.
+    async fn close_message(&mut self, text: &str, status: &str) -> bool {
+        let id = self.message_id.clone();
+        let events = [
+            self.seq.text_done(&id, text),
+            self.seq.part(
+                "response.content_part.done",
+                &id,
+                &OutputText::new(text.to_string()),
+            ),
+            self.seq.item(
+                "response.output_item.done",
+                0,
+                &OutputItem::Message(OutputMessage::assistant(
+                    &id,
+                    status,
+                    Some(text.to_string()),
+                )),
+            ),
+        ];
+        self.send(&events).await
+    }
+
+    /// The events of the call at `index` of `output`.
+    async fn call(&mut self, index: usize, call: &hearth_api::responses::FunctionToolCall) -> bool {
+        let mut opening = call.clone();
+        opening.arguments = String::new();
+        opening.status = "in_progress".to_string();
+        let events = [
+            self.seq.item(
+                "response.output_item.added",
+                index,
+                &OutputItem::FunctionCall(opening),
+            ),
+            self.seq.arguments_delta(index, call, &call.arguments),
+            self.seq.arguments_done(index, call),
+            self.seq.item(
+                "response.output_item.done",
+                index,
+                &OutputItem::FunctionCall(call.clone()),
+            ),
+        ];
+        self.send(&events).await
+    }
+
+    /// The spec's in-stream failure, then `[DONE]`.
+    async fn fail(&mut self, error: ApiError) {
+        let event = self.seq.error(&error);
+        if self.send(&[event]).await {
+            self.tx.done().await;
+        }
+    }
+}
 
 pub async fn stream_response(
     tx: SseSender,
@@ -25,94 +136,93 @@ pub async fn stream_response(
     message_id: String,
     prompt_tokens: usize,
     record: Record,
+    tools: Option<ValidTools>,
 ) {
-    let mut seq = EventSequence::default();
+    let mut events = Events {
+        tx: &tx,
+        seq: EventSequence::default(),
+        message_id,
+    };
     let opening = [
-        seq.response("response.created", &object),
-        seq.response("response.in_progress", &object),
-        seq.item(
-            "response.output_item.added",
-            &OutputMessage::assistant(&message_id, "in_progress", None),
-        ),
-        seq.part(
-            "response.content_part.added",
-            &message_id,
-            &OutputText::new(String::new()),
-        ),
+        events.seq.response("response.created", &object),
+        events.seq.response("response.in_progress", &object),
     ];
-    for event in &opening {
-        if !tx.json(event).await {
-            return;
-        }
+    if !events.send(&opening).await {
+        return;
+    }
+    let mut shape = match tools {
+        Some(_) => AnswerShape::default(),
+        None => AnswerShape::text(),
+    };
+    if shape.is_text() && !events.open_message().await {
+        return;
     }
     let mut text = String::new();
     let (reason, usage) = loop {
         let Some(event) = stream.recv().await else {
-            return fail(&tx, &mut seq, EngineError::Stopped.into()).await;
+            return events.fail(EngineError::Stopped.into()).await;
         };
-        match event {
-            TokenEvent::Token { text: piece, .. } => {
-                if !piece.is_empty() && !tx.json(&seq.delta(&message_id, &piece)).await {
-                    return;
-                }
-                text.push_str(&piece);
-            }
+        let (piece, end) = match event {
+            TokenEvent::Token { text: piece, .. } => (piece, None),
             TokenEvent::Finished {
                 reason,
                 usage,
                 text: rest,
-            } => {
-                if !rest.is_empty() && !tx.json(&seq.delta(&message_id, &rest)).await {
-                    return;
-                }
-                text.push_str(&rest);
-                break (reason, usage);
+            } => (rest, Some((reason, usage))),
+            TokenEvent::Error(e) => return events.fail(e.into()).await,
+        };
+        text.push_str(&piece);
+        if let Fed::Text { first, text } = shape.feed(&piece) {
+            if first && !events.open_message().await {
+                return;
             }
-            TokenEvent::Error(e) => return fail(&tx, &mut seq, e.into()).await,
+            if !events.delta(&text).await {
+                return;
+            }
         }
+        if let Some(end) = end {
+            break end;
+        }
+    };
+    let usage = ResponseUsage::new(prompt_tokens, usage.completion_tokens, usage.cached_tokens);
+    let calls = match shape.is_text() {
+        true => None,
+        false => function_calls(tools.as_ref(), &text, reason),
     };
     let cut = reason == FinishReason::Length;
     let status = if cut { "incomplete" } else { "completed" };
-    let closing = [
-        seq.text_done(&message_id, &text),
-        seq.part(
-            "response.content_part.done",
-            &message_id,
-            &OutputText::new(text.clone()),
-        ),
-        seq.item(
-            "response.output_item.done",
-            &OutputMessage::assistant(&message_id, status, Some(text.clone())),
-        ),
-    ];
-    for event in &closing {
-        if !tx.json(event).await {
-            return;
+    match calls {
+        Some(calls) => {
+            for (index, call) in calls.iter().enumerate() {
+                if !events.call(index, call).await {
+                    return;
+                }
+            }
+            object.finish_calls(calls, usage);
+        }
+        None => {
+            // A held answer that is not a call list after all (cut by
+            // `max_output_tokens`) goes out as text.
+            if !shape.is_text() && (!events.open_message().await || !events.delta(&text).await) {
+                return;
+            }
+            if !events.close_message(&text, status).await {
+                return;
+            }
+            object.finish(events.message_id.clone(), text, cut, usage);
         }
     }
-    object.finish(
-        message_id,
-        text,
-        cut,
-        ResponseUsage::new(prompt_tokens, usage.completion_tokens, usage.cached_tokens),
-    );
     if let Err(e) = record.keep(&object).await {
         tracing::warn!(response = %object.id, "cannot store a response: {}", e.0.message());
-        return fail(&tx, &mut seq, e.0).await;
+        return events.fail(e.0).await;
     }
-    let last = if cut {
+    let last = if object.status == "incomplete" {
         "response.incomplete"
     } else {
         "response.completed"
     };
-    if tx.json(&seq.response(last, &object)).await {
-        tx.done().await;
-    }
-}
-
-/// The spec's in-stream failure, then `[DONE]`.
-async fn fail(tx: &SseSender, seq: &mut EventSequence, error: ApiError) {
-    if tx.json(&seq.error(&error)).await {
+    let event = events.seq.response(last, &object);
+    if events.send(&[event]).await {
         tx.done().await;
     }
 }

@@ -1,24 +1,26 @@
 //! `POST /v1/responses`: the request, its validation, and (in [`objects`])
 //! the response object, its stream events and the stored-response lists.
 //!
-//! What Hearth cannot honour yet is refused with 400 shape B naming the
-//! field, never ignored: `tools` with entries, a `tool_choice` that needs a
-//! tool, `reasoning`, `background`, and images or
-//! files in `input`.
+//! What Hearth cannot honour is refused with 400 shape B naming the field,
+//! never ignored: tools other than functions, `reasoning`, `background`,
+//! and images or files in `input`.
 
+pub mod items;
 pub mod objects;
 
 use std::collections::BTreeMap;
 
-use hearth_core::{ChatMessage, SamplingParams};
+use hearth_core::SamplingParams;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::error::ApiError;
 use crate::output_format::OutputFormat;
+use crate::tools::{ToolShape, ValidTools};
 use crate::validate::{temperature_top_p, token_budget};
 
+pub use items::{chat_messages, check_outputs, CallTurn, ConversationItem};
 pub use objects::*;
 
 /// Most `metadata` pairs, and the longest key and value (OpenAI's limits).
@@ -62,11 +64,12 @@ pub struct ResponseRequest {
     /// 400) or `auto` (its oldest turns are dropped to fit).
     #[serde(default)]
     pub truncation: Option<String>,
-    /// Not supported yet: only an empty list.
+    /// Function tools: `{type: "function", name, description, parameters,
+    /// strict}`. Calls come back as `function_call` output items.
     #[serde(default)]
     #[schema(value_type = Option<Vec<Object>>)]
     pub tools: Option<Vec<Value>>,
-    /// `auto` or `none`.
+    /// `none`, `auto` (default), `required`, or `{type: "function", name}`.
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub tool_choice: Option<Value>,
@@ -89,7 +92,9 @@ pub enum ResponseInput {
     Items(Vec<InputItem>),
 }
 
-/// One item of `input`: a message (`type` `message` or absent).
+/// One item of `input`: a message (`type` `message` or absent), a
+/// `function_call` the model made (`call_id`, `name`, `arguments`) or a
+/// `function_call_output` (`call_id`, `output`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct InputItem {
     #[serde(rename = "type", default)]
@@ -98,6 +103,16 @@ pub struct InputItem {
     pub role: Option<String>,
     #[serde(default)]
     pub content: Option<ItemContent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
+    /// A string, or a list of `input_text` parts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub output: Option<Value>,
 }
 
 /// A message's content: text, or a list of parts.
@@ -153,37 +168,13 @@ pub struct TextFormat {
     pub description: Option<String>,
 }
 
-/// One message of the conversation, as given (`role` as sent) and as the
-/// chat template sees it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct InputMessage {
-    /// `user`, `assistant`, `system` or `developer`.
-    pub role: String,
-    pub text: String,
-}
-
-impl InputMessage {
-    /// The message for the chat template (`developer` is `system`).
-    pub fn chat(&self) -> ChatMessage {
-        let role = if self.role == "developer" {
-            "system"
-        } else {
-            self.role.as_str()
-        };
-        ChatMessage {
-            role: role.to_string(),
-            content: self.text.clone(),
-        }
-    }
-}
-
 /// A validated request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidResponse {
     pub model: String,
     pub instructions: Option<String>,
-    /// This turn's messages, at least one.
-    pub input: Vec<InputMessage>,
+    /// This turn's items, at least one.
+    pub input: Vec<ConversationItem>,
     /// `max_tokens` from `max_output_tokens`; `temperature`, `top_p`.
     pub params: SamplingParams,
     pub max_output_tokens: Option<i64>,
@@ -203,6 +194,10 @@ pub struct ValidResponse {
     pub format: OutputFormat,
     /// `text` as given, echoed in the response object.
     pub text: TextConfig,
+    /// The functions the model may call (none: it answers in text).
+    pub tools: Option<ValidTools>,
+    /// `tools` as given, echoed.
+    pub tools_given: Vec<Value>,
 }
 
 fn invalid(param: &str, message: impl Into<String>) -> ApiError {
@@ -214,17 +209,14 @@ impl ResponseRequest {
     pub fn validate(&self) -> Result<ValidResponse, ApiError> {
         self.check_unsupported()?;
         let input = match &self.input {
-            ResponseInput::Text(text) => vec![InputMessage {
-                role: "user".to_string(),
-                text: text.clone(),
-            }],
+            ResponseInput::Text(text) => vec![ConversationItem::message("user", text.clone())],
             ResponseInput::Items(items) if items.is_empty() => {
                 return Err(invalid("input", "`input` must hold at least one item."))
             }
             ResponseInput::Items(items) => items
                 .iter()
                 .enumerate()
-                .map(|(i, item)| input_message(i, item))
+                .map(|(i, item)| ConversationItem::from_input(i, item))
                 .collect::<Result<_, _>>()?,
         };
         let mut params = temperature_top_p(self.temperature, self.top_p)?;
@@ -259,6 +251,19 @@ impl ResponseRequest {
                 OutputFormat::parse(Some(&value), "text.format")?
             }
         };
+        let tools_given = self.tools.clone().unwrap_or_default();
+        let tools = ValidTools::parse_shaped(
+            Some(&Value::Array(tools_given.clone())),
+            self.tool_choice.as_ref(),
+            self.parallel_tool_calls,
+            ToolShape::Flat,
+        )?;
+        if tools.is_some() && format != OutputFormat::Text {
+            return Err(invalid(
+                "text.format",
+                "`text.format` cannot be combined with `tools`: a call's arguments already follow their schema.",
+            ));
+        }
         Ok(ValidResponse {
             model: self.model.clone(),
             instructions: self.instructions.clone().filter(|i| !i.is_empty()),
@@ -280,26 +285,12 @@ impl ResponseRequest {
             parallel_tool_calls: self.parallel_tool_calls.unwrap_or(true),
             format,
             text: self.text.clone().unwrap_or_default(),
+            tools,
+            tools_given,
         })
     }
 
     fn check_unsupported(&self) -> Result<(), ApiError> {
-        if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-            return Err(invalid(
-                "tools",
-                "Tools are not supported yet: give no `tools` (or an empty list).",
-            ));
-        }
-        match &self.tool_choice {
-            None | Some(Value::Null) => {}
-            Some(Value::String(s)) if s == "auto" || s == "none" => {}
-            Some(_) => {
-                return Err(invalid(
-                    "tool_choice",
-                    "`tool_choice` may only be `auto` or `none`: tools are not supported yet.",
-                ))
-            }
-        }
         if self.reasoning.as_ref().is_some_and(|r| {
             !r.is_null()
                 && r.as_object()
@@ -318,74 +309,6 @@ impl ResponseRequest {
         }
         Ok(())
     }
-}
-
-/// Item `i` of `input` as a message.
-fn input_message(i: usize, item: &InputItem) -> Result<InputMessage, ApiError> {
-    if let Some(kind) = item.kind.as_deref().filter(|k| *k != "message") {
-        return Err(invalid(
-            &format!("input[{i}].type"),
-            format!("Input items of type `{kind}` are not supported; only `message` is."),
-        ));
-    }
-    let role = match item.role.as_deref() {
-        Some(role @ ("user" | "assistant" | "system" | "developer")) => role,
-        Some(other) => {
-            return Err(invalid(
-                &format!("input[{i}].role"),
-                format!(
-                    "Role `{other}` is not supported; use `user`, `assistant`, `system` or `developer`."
-                ),
-            ))
-        }
-        None => {
-            return Err(invalid(
-                &format!("input[{i}].role"),
-                "Each input message needs a `role`.",
-            ))
-        }
-    };
-    let text = match &item.content {
-        None => {
-            return Err(invalid(
-                &format!("input[{i}].content"),
-                "Each input message needs `content`.",
-            ))
-        }
-        Some(ItemContent::Text(text)) => text.clone(),
-        Some(ItemContent::Parts(parts)) => {
-            let mut texts = Vec::with_capacity(parts.len());
-            for (j, part) in parts.iter().enumerate() {
-                let allowed = match role {
-                    "assistant" => ["output_text", "input_text"].contains(&part.kind.as_str()),
-                    _ => part.kind == "input_text",
-                };
-                if !allowed {
-                    return Err(invalid(
-                        &format!("input[{i}].content[{j}].type"),
-                        format!(
-                            "Content parts of type `{}` are not supported here; only text (`input_text`, and `output_text` in assistant messages) is.",
-                            part.kind
-                        ),
-                    ));
-                }
-                match &part.text {
-                    Some(text) => texts.push(text.as_str()),
-                    None => {
-                        return Err(invalid(
-                            &format!("input[{i}].content[{j}].text"),
-                            "A text part needs `text`.",
-                        ))
-                    }
-                }
-            }
-            texts.join("\n")
-        }
-    };
-    Ok(InputMessage {
-        role: role.to_string(),
-        text,
-    })
 }
 
 fn check_metadata(metadata: &BTreeMap<String, String>) -> Result<(), ApiError> {
@@ -428,13 +351,7 @@ mod tests {
     #[test]
     fn a_string_input_is_one_user_message() {
         let v = request(serde_json::json!({"model": "m", "input": "hi"})).unwrap();
-        assert_eq!(
-            v.input,
-            vec![InputMessage {
-                role: "user".into(),
-                text: "hi".into()
-            }]
-        );
+        assert_eq!(v.input, vec![ConversationItem::message("user", "hi")]);
         assert!(v.store && !v.stream && !v.truncate);
         assert_eq!(v.params.max_tokens, None);
     }
@@ -450,9 +367,12 @@ mod tests {
             ]}),
         )
         .unwrap();
-        let roles: Vec<_> = v.input.iter().map(|m| m.chat().role).collect();
+        let roles: Vec<_> = chat_messages(&v.input)
+            .into_iter()
+            .map(|m| m.role)
+            .collect();
         assert_eq!(roles, ["system", "user", "assistant"]);
-        assert_eq!(v.input[1].text, "a\nb");
+        assert_eq!(v.input[1], ConversationItem::message("user", "a\nb"));
         assert_eq!(v.params.max_tokens, Some(5));
     }
 
@@ -460,8 +380,22 @@ mod tests {
     fn what_cannot_be_honoured_is_refused_by_name() {
         let cases = [
             (
-                serde_json::json!({"tools": [{"type": "function", "name": "f"}]}),
-                "tools",
+                serde_json::json!({"tools": [{"type": "web_search"}]}),
+                "tools[0].type",
+            ),
+            (
+                serde_json::json!({"tools": [{"type": "function", "name": "a b"}]}),
+                "tools[0].name",
+            ),
+            (
+                serde_json::json!({"tools": [{"type": "function", "name": "f"}],
+                    "tool_choice": {"type": "function", "name": "g"}}),
+                "tool_choice",
+            ),
+            (
+                serde_json::json!({"tools": [{"type": "function", "name": "f"}],
+                    "text": {"format": {"type": "json_object"}}}),
+                "text.format",
             ),
             (
                 serde_json::json!({"tool_choice": "required"}),
@@ -488,7 +422,15 @@ mod tests {
                 "input[0].content[0].type",
             ),
             (
-                serde_json::json!({"input": [{"type": "function_call_output"}]}),
+                serde_json::json!({"input": [{"type": "function_call_output", "call_id": "c"}]}),
+                "input[0].output",
+            ),
+            (
+                serde_json::json!({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{"}]}),
+                "input[0].arguments",
+            ),
+            (
+                serde_json::json!({"input": [{"type": "item_reference", "id": "x"}]}),
                 "input[0].type",
             ),
             (
@@ -510,5 +452,36 @@ mod tests {
         assert_eq!(e.param(), Some("metadata"));
         // Empty tools and `auto` / `none` are fine.
         request(serde_json::json!({"model": "m", "input": "x", "tools": [], "tool_choice": "none", "reasoning": null})).unwrap();
+    }
+
+    #[test]
+    fn function_tools_and_call_items_are_read() {
+        let v = request(serde_json::json!({"model": "m",
+            "tools": [{"type": "function", "name": "get_weather", "strict": true,
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+            "tool_choice": {"type": "function", "name": "get_weather"},
+            "input": [
+                {"role": "user", "content": "weather?"},
+                {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"},
+                {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "cold"}]},
+            ]}))
+        .unwrap();
+        let tools = v.tools.expect("tools");
+        assert_eq!(
+            tools.choice,
+            crate::tools::ToolChoice::Named("get_weather".into())
+        );
+        assert_eq!(v.tools_given.len(), 1);
+        assert_eq!(
+            v.input[2],
+            ConversationItem::FunctionOutput {
+                call_id: "c1".into(),
+                output: "cold".into()
+            }
+        );
+        let none = request(serde_json::json!({"model": "m", "input": "x",
+            "tools": [{"type": "function", "name": "f"}], "tool_choice": "none"}))
+        .unwrap();
+        assert!(none.tools.is_none());
     }
 }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 
-use super::{InputMessage, TextConfig, ValidResponse};
+use super::{ConversationItem, TextConfig, ValidResponse};
 use crate::error::ApiError;
 
 /// A response. `status` is `in_progress` (only in stream events),
@@ -28,7 +28,7 @@ pub struct ResponseObject {
     pub max_output_tokens: Option<i64>,
     pub metadata: BTreeMap<String, String>,
     pub model: String,
-    pub output: Vec<OutputMessage>,
+    pub output: Vec<OutputItem>,
     pub parallel_tool_calls: bool,
     pub previous_response_id: Option<String>,
     pub reasoning: Reasoning,
@@ -66,12 +66,32 @@ pub struct Reasoning {
     pub summary: Option<String>,
 }
 
-/// The assistant message of `output`.
+/// An item of `output`: the assistant's message, or one of its function
+/// calls.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum OutputItem {
+    Message(OutputMessage),
+    FunctionCall(FunctionToolCall),
+}
+
+/// A function call the model made: `call_id` is what its
+/// `function_call_output` names; `arguments` is a JSON text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct FunctionToolCall {
+    /// `fc_...`.
+    pub id: String,
+    /// `call_...`.
+    pub call_id: String,
+    pub name: String,
+    pub arguments: String,
+    /// `in_progress` (arguments still streaming) or `completed`.
+    pub status: String,
+}
+
+/// The assistant message of `output` (`type` `message`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct OutputMessage {
-    /// `message`.
-    #[serde(rename = "type")]
-    pub kind: String,
     /// `msg_...`.
     pub id: String,
     pub status: String,
@@ -96,7 +116,6 @@ impl OutputMessage {
     /// one yet.
     pub fn assistant(id: &str, status: &str, text: Option<String>) -> Self {
         Self {
-            kind: "message".to_string(),
             id: id.to_string(),
             status: status.to_string(),
             role: "assistant".to_string(),
@@ -175,7 +194,7 @@ impl ResponseObject {
             temperature: request.temperature,
             text: request.text.clone(),
             tool_choice: request.tool_choice.clone(),
-            tools: Vec::new(),
+            tools: request.tools_given.clone(),
             top_p: request.top_p,
             truncation: if request.truncate { "auto" } else { "disabled" }.to_string(),
             usage: None,
@@ -191,8 +210,40 @@ impl ResponseObject {
         self.incomplete_details = cut.then(|| IncompleteDetails {
             reason: "max_output_tokens".to_string(),
         });
-        self.output = vec![OutputMessage::assistant(&message_id, status, Some(text))];
+        self.output = vec![OutputItem::Message(OutputMessage::assistant(
+            &message_id,
+            status,
+            Some(text),
+        ))];
         self.usage = Some(usage);
+    }
+
+    /// Ends the response with the model's function calls (`completed`).
+    pub fn finish_calls(&mut self, calls: Vec<FunctionToolCall>, usage: ResponseUsage) {
+        self.status = "completed".to_string();
+        self.output = calls.into_iter().map(OutputItem::FunctionCall).collect();
+        self.usage = Some(usage);
+    }
+
+    /// What the output adds to the conversation.
+    pub fn turns(&self) -> Vec<ConversationItem> {
+        self.output
+            .iter()
+            .map(|item| match item {
+                OutputItem::Message(m) => ConversationItem::message(
+                    "assistant",
+                    m.content
+                        .iter()
+                        .map(|c| c.text.as_str())
+                        .collect::<String>(),
+                ),
+                OutputItem::FunctionCall(c) => ConversationItem::FunctionCall(super::CallTurn {
+                    call_id: c.call_id.clone(),
+                    name: c.name.clone(),
+                    arguments: c.arguments.clone(),
+                }),
+            })
+            .collect()
     }
 
     /// Ends the response as `failed` with `error`.
@@ -208,6 +259,10 @@ impl ResponseObject {
     pub fn output_text(&self) -> String {
         self.output
             .iter()
+            .filter_map(|item| match item {
+                OutputItem::Message(m) => Some(m),
+                OutputItem::FunctionCall(_) => None,
+            })
             .flat_map(|m| m.content.iter().map(|c| c.text.as_str()))
             .collect()
     }
@@ -242,12 +297,13 @@ impl EventSequence {
     }
 
     /// `response.output_item.added` (`in_progress`, no content) or
-    /// `response.output_item.done` (the whole item).
-    pub fn item(&mut self, kind: &str, item: &OutputMessage) -> Value {
-        self.event(kind, json!({ "output_index": 0, "item": item }))
+    /// `response.output_item.done` (the whole item), at `index` of `output`.
+    pub fn item(&mut self, kind: &str, index: usize, item: &OutputItem) -> Value {
+        self.event(kind, json!({ "output_index": index, "item": item }))
     }
 
-    /// `response.content_part.added` / `.done`.
+    /// `response.content_part.added` / `.done` (of the message, the first
+    /// output item).
     pub fn part(&mut self, kind: &str, item_id: &str, part: &OutputText) -> Value {
         self.event(
             kind,
@@ -277,6 +333,25 @@ impl EventSequence {
         )
     }
 
+    /// `response.function_call_arguments.delta` of the call at `index`.
+    pub fn arguments_delta(&mut self, index: usize, call: &FunctionToolCall, delta: &str) -> Value {
+        self.event(
+            "response.function_call_arguments.delta",
+            json!({ "item_id": call.id, "output_index": index, "delta": delta }),
+        )
+    }
+
+    /// `response.function_call_arguments.done` of the call at `index`.
+    pub fn arguments_done(&mut self, index: usize, call: &FunctionToolCall) -> Value {
+        self.event(
+            "response.function_call_arguments.done",
+            json!({
+                "item_id": call.id, "output_index": index,
+                "name": call.name, "arguments": call.arguments,
+            }),
+        )
+    }
+
     /// The spec's in-stream failure: `{type: "error", code, message, param,
     /// sequence_number}`.
     pub fn error(&mut self, error: &ApiError) -> Value {
@@ -291,17 +366,33 @@ impl EventSequence {
     }
 }
 
-/// An item of `GET /v1/responses/{id}/input_items`: a message as given.
+/// An item of `GET /v1/responses/{id}/input_items`, as given.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct InputItemObject {
-    /// `message`.
-    #[serde(rename = "type")]
-    pub kind: String,
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum InputItemObject {
+    Message(InputMessageObject),
+    FunctionCall(FunctionToolCall),
+    FunctionCallOutput(FunctionOutputObject),
+}
+
+/// A message of `input`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct InputMessageObject {
     /// `msg_...`.
     pub id: String,
     pub role: String,
     pub status: String,
     pub content: Vec<InputContentPart>,
+}
+
+/// A `function_call_output` of `input`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct FunctionOutputObject {
+    /// `fco_...`.
+    pub id: String,
+    pub call_id: String,
+    pub output: String,
+    pub status: String,
 }
 
 /// A text part of an input item: `input_text` (`output_text` for
@@ -314,21 +405,49 @@ pub struct InputContentPart {
 }
 
 impl InputItemObject {
-    pub fn new(id: String, message: &InputMessage) -> Self {
-        let kind = if message.role == "assistant" {
-            "output_text"
-        } else {
-            "input_text"
-        };
-        Self {
-            kind: "message".to_string(),
-            id,
-            role: message.role.clone(),
-            status: "completed".to_string(),
-            content: vec![InputContentPart {
-                kind: kind.to_string(),
-                text: message.text.clone(),
-            }],
+    /// `item` with the id `new_id` gives for its kind (`msg`, `fc`, `fco`).
+    pub fn new(item: &ConversationItem, new_id: impl Fn(&str) -> String) -> Self {
+        let status = "completed".to_string();
+        match item {
+            ConversationItem::Message { role, text } => {
+                let kind = if role == "assistant" {
+                    "output_text"
+                } else {
+                    "input_text"
+                };
+                Self::Message(InputMessageObject {
+                    id: new_id("msg"),
+                    role: role.clone(),
+                    status,
+                    content: vec![InputContentPart {
+                        kind: kind.to_string(),
+                        text: text.clone(),
+                    }],
+                })
+            }
+            ConversationItem::FunctionCall(c) => Self::FunctionCall(FunctionToolCall {
+                id: new_id("fc"),
+                call_id: c.call_id.clone(),
+                name: c.name.clone(),
+                arguments: c.arguments.clone(),
+                status,
+            }),
+            ConversationItem::FunctionOutput { call_id, output } => {
+                Self::FunctionCallOutput(FunctionOutputObject {
+                    id: new_id("fco"),
+                    call_id: call_id.clone(),
+                    output: output.clone(),
+                    status,
+                })
+            }
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        match self {
+            Self::Message(m) => &m.id,
+            Self::FunctionCall(c) => &c.id,
+            Self::FunctionCallOutput(o) => &o.id,
         }
     }
 }
@@ -347,8 +466,8 @@ impl InputItemList {
     pub fn new(data: Vec<InputItemObject>, has_more: bool) -> Self {
         Self {
             object: crate::common::OBJECT_LIST.to_string(),
-            first_id: data.first().map(|i| i.id.clone()),
-            last_id: data.last().map(|i| i.id.clone()),
+            first_id: data.first().map(|i| i.id().to_string()),
+            last_id: data.last().map(|i| i.id().to_string()),
             data,
             has_more,
         }

@@ -1,0 +1,335 @@
+//! The turns of a Responses conversation: messages, the model's function
+//! calls and their results. They are read from `input`, stored with the
+//! response (so `previous_response_id` continues them), listed by
+//! `input_items`, and shown to the chat template as messages.
+
+use hearth_core::ChatMessage;
+use serde_json::{json, Value};
+
+use super::{InputItem, ItemContent};
+use crate::error::ApiError;
+use crate::tools::{calls_text, tool_result_text};
+
+/// One turn of the conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConversationItem {
+    /// `user`, `assistant`, `system` or `developer` text.
+    Message { role: String, text: String },
+    /// A call the model made (`function_call`).
+    FunctionCall(CallTurn),
+    /// A call's result (`function_call_output`).
+    FunctionOutput { call_id: String, output: String },
+}
+
+/// A function call: `call_id` pairs it with its result; `arguments` is a
+/// JSON text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallTurn {
+    pub call_id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+fn invalid(param: &str, message: impl Into<String>) -> ApiError {
+    ApiError::bad_request(Some(param), message)
+}
+
+impl ConversationItem {
+    /// A text message.
+    pub fn message(role: &str, text: impl Into<String>) -> Self {
+        Self::Message {
+            role: role.to_string(),
+            text: text.into(),
+        }
+    }
+
+    /// Item `i` of `input`.
+    pub(super) fn from_input(i: usize, item: &InputItem) -> Result<Self, ApiError> {
+        let field = |name: &str| format!("input[{i}].{name}");
+        let text_field = |name: &str, value: &Option<String>| {
+            value
+                .clone()
+                .ok_or_else(|| invalid(&field(name), format!("This item needs `{name}`.")))
+        };
+        match item.kind.as_deref() {
+            None | Some("message") => message(i, item),
+            Some("function_call") => {
+                let arguments = text_field("arguments", &item.arguments)?;
+                if serde_json::from_str::<Value>(&arguments).is_err() {
+                    return Err(invalid(
+                        &field("arguments"),
+                        "`arguments` must be a JSON text.",
+                    ));
+                }
+                Ok(Self::FunctionCall(CallTurn {
+                    call_id: text_field("call_id", &item.call_id)?,
+                    name: text_field("name", &item.name)?,
+                    arguments,
+                }))
+            }
+            Some("function_call_output") => Ok(Self::FunctionOutput {
+                call_id: text_field("call_id", &item.call_id)?,
+                output: output_text(i, item.output.as_ref())?,
+            }),
+            Some(kind) => Err(invalid(
+                &field("type"),
+                format!(
+                    "Input items of type `{kind}` are not supported; only `message`, \
+                     `function_call` and `function_call_output` are."
+                ),
+            )),
+        }
+    }
+
+    /// The turn as the chat template sees it (see [`chat_messages`]).
+    fn chat(&self) -> ChatMessage {
+        let (role, content) = match self {
+            Self::Message { role, text } if role == "developer" => ("system", text.clone()),
+            Self::Message { role, text } => (role.as_str(), text.clone()),
+            Self::FunctionCall(call) => ("assistant", call_list(std::slice::from_ref(call))),
+            Self::FunctionOutput { call_id, output } => ("user", tool_result_text(call_id, output)),
+        };
+        ChatMessage {
+            role: role.to_string(),
+            content,
+        }
+    }
+
+    /// How the turn is kept with a stored response.
+    pub fn to_stored(&self) -> Value {
+        match self {
+            Self::Message { role, text } => json!({"role": role, "content": text}),
+            Self::FunctionCall(c) => json!({"type": "function_call", "call_id": c.call_id,
+                "name": c.name, "arguments": c.arguments}),
+            Self::FunctionOutput { call_id, output } => {
+                json!({"type": "function_call_output", "call_id": call_id, "output": output})
+            }
+        }
+    }
+
+    /// A kept turn, read back.
+    pub fn from_stored(value: &Value) -> Self {
+        let text = |key: &str| value[key].as_str().unwrap_or_default().to_string();
+        match value["type"].as_str() {
+            Some("function_call") => Self::FunctionCall(CallTurn {
+                call_id: text("call_id"),
+                name: text("name"),
+                arguments: text("arguments"),
+            }),
+            Some("function_call_output") => Self::FunctionOutput {
+                call_id: text("call_id"),
+                output: text("output"),
+            },
+            _ => Self::Message {
+                role: value["role"].as_str().unwrap_or("user").to_string(),
+                text: text("content"),
+            },
+        }
+    }
+}
+
+/// The calls in the format the model is told to call with.
+fn call_list(calls: &[CallTurn]) -> String {
+    let pairs: Vec<(Value, Value)> = calls
+        .iter()
+        .map(|c| (json!(c.name), json!(c.arguments)))
+        .collect();
+    calls_text(pairs.iter().map(|(n, a)| (n, a)))
+}
+
+/// The conversation as chat messages; calls made one after another are one
+/// assistant message, as the model would have answered them.
+pub fn chat_messages(items: &[ConversationItem]) -> Vec<ChatMessage> {
+    let mut out: Vec<ChatMessage> = Vec::with_capacity(items.len());
+    let mut i = 0;
+    while i < items.len() {
+        if let ConversationItem::FunctionCall(_) = &items[i] {
+            let calls: Vec<CallTurn> = items[i..]
+                .iter()
+                .map_while(|item| match item {
+                    ConversationItem::FunctionCall(c) => Some(c.clone()),
+                    _ => None,
+                })
+                .collect();
+            i += calls.len();
+            out.push(ChatMessage {
+                role: "assistant".to_string(),
+                content: call_list(&calls),
+            });
+        } else {
+            out.push(items[i].chat());
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Every `function_call_output` of `input` must answer a call made before
+/// it, in `earlier` (the previous response's conversation) or in `input`.
+pub fn check_outputs(
+    earlier: &[ConversationItem],
+    input: &[ConversationItem],
+) -> Result<(), ApiError> {
+    let mut calls: Vec<&str> = earlier
+        .iter()
+        .filter_map(|item| match item {
+            ConversationItem::FunctionCall(c) => Some(c.call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    for (i, item) in input.iter().enumerate() {
+        match item {
+            ConversationItem::FunctionCall(c) => calls.push(&c.call_id),
+            ConversationItem::FunctionOutput { call_id, .. } if !calls.contains(&call_id.as_str()) => {
+                return Err(invalid(
+                    &format!("input[{i}].call_id"),
+                    format!("No function call with call_id `{call_id}` comes before this output: give the `function_call` item in `input`, or continue the response that made it with `previous_response_id`."),
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A message item.
+fn message(i: usize, item: &InputItem) -> Result<ConversationItem, ApiError> {
+    let role = match item.role.as_deref() {
+        Some(role @ ("user" | "assistant" | "system" | "developer")) => role,
+        Some(other) => {
+            return Err(invalid(
+                &format!("input[{i}].role"),
+                format!(
+                    "Role `{other}` is not supported; use `user`, `assistant`, `system` or `developer` (a tool's result is a `function_call_output` item)."
+                ),
+            ))
+        }
+        None => {
+            return Err(invalid(
+                &format!("input[{i}].role"),
+                "Each input message needs a `role`.",
+            ))
+        }
+    };
+    let text = match &item.content {
+        None => {
+            return Err(invalid(
+                &format!("input[{i}].content"),
+                "Each input message needs `content`.",
+            ))
+        }
+        Some(ItemContent::Text(text)) => text.clone(),
+        Some(ItemContent::Parts(parts)) => {
+            let mut texts = Vec::with_capacity(parts.len());
+            for (j, part) in parts.iter().enumerate() {
+                let allowed = match role {
+                    "assistant" => ["output_text", "input_text"].contains(&part.kind.as_str()),
+                    _ => part.kind == "input_text",
+                };
+                if !allowed {
+                    return Err(invalid(
+                        &format!("input[{i}].content[{j}].type"),
+                        format!(
+                            "Content parts of type `{}` are not supported here; only text (`input_text`, and `output_text` in assistant messages) is.",
+                            part.kind
+                        ),
+                    ));
+                }
+                match &part.text {
+                    Some(text) => texts.push(text.as_str()),
+                    None => {
+                        return Err(invalid(
+                            &format!("input[{i}].content[{j}].text"),
+                            "A text part needs `text`.",
+                        ))
+                    }
+                }
+            }
+            texts.join("\n")
+        }
+    };
+    Ok(ConversationItem::message(role, text))
+}
+
+/// A `function_call_output`'s `output`: a string, or a list of
+/// `input_text` parts.
+fn output_text(i: usize, output: Option<&Value>) -> Result<String, ApiError> {
+    let param = format!("input[{i}].output");
+    match output {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut texts = Vec::with_capacity(parts.len());
+            for (j, part) in parts.iter().enumerate() {
+                match (part["type"].as_str(), part["text"].as_str()) {
+                    (Some("input_text"), Some(text)) => texts.push(text),
+                    _ => return Err(invalid(
+                        &format!("{param}[{j}]"),
+                        "Only `input_text` parts with `text` are supported in a function's output.",
+                    )),
+                }
+            }
+            Ok(texts.join("\n"))
+        }
+        Some(_) => Err(invalid(
+            &param,
+            "`output` must be a string or a list of `input_text` parts.",
+        )),
+        None => Err(invalid(
+            &param,
+            "A `function_call_output` item needs `output`.",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str) -> ConversationItem {
+        ConversationItem::FunctionCall(CallTurn {
+            call_id: id.into(),
+            name: "get_weather".into(),
+            arguments: r#"{"city": "Paris"}"#.into(),
+        })
+    }
+
+    #[test]
+    fn calls_in_a_row_are_one_assistant_message() {
+        let items = [
+            ConversationItem::message("developer", "be brief"),
+            call("a"),
+            call("b"),
+            ConversationItem::FunctionOutput {
+                call_id: "a".into(),
+                output: "sunny".into(),
+            },
+        ];
+        let messages = chat_messages(&items);
+        let roles: Vec<_> = messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "assistant", "user"]);
+        assert_eq!(
+            messages[1].content,
+            r#"[{"name":"get_weather","arguments":{"city":"Paris"}},{"name":"get_weather","arguments":{"city":"Paris"}}]"#
+        );
+        assert_eq!(messages[2].content, "Result of the tool call a:\nsunny");
+        for item in &items {
+            assert_eq!(&ConversationItem::from_stored(&item.to_stored()), item);
+        }
+    }
+
+    #[test]
+    fn an_output_must_follow_its_call() {
+        let out = ConversationItem::FunctionOutput {
+            call_id: "a".into(),
+            output: "x".into(),
+        };
+        check_outputs(&[call("a")], std::slice::from_ref(&out)).unwrap();
+        check_outputs(&[], &[call("a"), out.clone()]).unwrap();
+        let e = check_outputs(
+            &[call("b")],
+            &[ConversationItem::message("user", "hi"), out],
+        )
+        .unwrap_err();
+        assert_eq!(e.param(), Some("input[1].call_id"));
+    }
+}
