@@ -201,3 +201,34 @@ async fn malformed_tools_are_refused_by_name() {
         assert_eq!(reply.json()["error"]["param"], param, "{body}");
     }
 }
+
+#[tokio::test]
+async fn auto_streams_a_text_answer_as_it_comes() {
+    let mut body = base(json!("auto"));
+    body["messages"] = json!([{"role": "user", "content": "Say hi."}]);
+    body["temperature"] = json!(0);
+    body["stream"] = json!(true);
+    let reply = chat(body).await;
+    reply.expect_status(200);
+    let text = String::from_utf8(reply.bytes.clone()).unwrap();
+    let mut pieces = Vec::new();
+    let mut finish = None;
+    for event in sse_events(&text) {
+        if event == "[DONE]" {
+            continue;
+        }
+        let chunk: Value = serde_json::from_str(&event).unwrap();
+        let choice = &chunk["choices"][0];
+        assert!(choice["delta"].get("tool_calls").is_none(), "{chunk}");
+        if let Some(piece) = choice["delta"]["content"].as_str() {
+            pieces.push(piece.to_string());
+        }
+        if !choice["finish_reason"].is_null() {
+            finish = Some(choice["finish_reason"].clone());
+        }
+    }
+    // Text answers stream token by token, not as one piece at the end.
+    assert!(pieces.len() > 2, "{pieces:?}");
+    assert!(!pieces.concat().starts_with('['));
+    assert_eq!(finish, Some(json!("stop")));
+}

@@ -7,6 +7,29 @@
 pub trait Constraint: Send + Sync + std::fmt::Debug {
     /// A fresh matcher for one sequence, at the grammar's start.
     fn start(&self) -> Box<dyn ConstraintState>;
+
+    /// The request field the grammar came from, named when the grammar
+    /// engine gives up mid-generation.
+    fn field(&self) -> &str {
+        "response_format"
+    }
+}
+
+/// A constraint with the request field it came from.
+#[derive(Debug)]
+pub struct FromField {
+    pub constraint: std::sync::Arc<dyn Constraint>,
+    pub field: String,
+}
+
+impl Constraint for FromField {
+    fn start(&self) -> Box<dyn ConstraintState> {
+        self.constraint.start()
+    }
+
+    fn field(&self) -> &str {
+        &self.field
+    }
 }
 
 /// One sequence's position in a grammar.

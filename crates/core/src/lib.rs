@@ -9,7 +9,7 @@ mod constraint;
 mod error;
 mod sampling;
 
-pub use constraint::{is_allowed, Constraint, ConstraintState};
+pub use constraint::{is_allowed, Constraint, ConstraintState, FromField};
 pub use error::EngineError;
 pub use sampling::{SamplingParams, MAX_STOP_SEQUENCES, MAX_TOP_LOGPROBS};
 

@@ -11,7 +11,8 @@
 //! anything until a new token is sampled.
 
 use hearth_core::{
-    FinishReason, GenerateRequest, Priority, TokenCandidate, TokenEvent, TokenLogprobs, Usage,
+    EngineError, FinishReason, GenerateRequest, Priority, TokenCandidate, TokenEvent,
+    TokenLogprobs, Usage,
 };
 use std::sync::Arc;
 
@@ -196,6 +197,10 @@ impl Sequence {
     /// Appends a token from [`Sequence::sample`] and sends it. Returns true
     /// when the sequence is finished (or its client has gone).
     pub(crate) fn emit(&mut self, parts: &EngineParts, sampled: Sampled) -> bool {
+        if self.constraint_error.is_some() {
+            // The mask failed: the token is not one the grammar allowed.
+            return self.grammar_failed();
+        }
         self.push_token(sampled.id);
         let usage = Usage {
             prompt_tokens: self.prompt_len,
@@ -209,7 +214,8 @@ impl Sequence {
         let mut grammar_done = false;
         if let Some(constraint) = self.constraint.as_mut() {
             if let Err(e) = constraint.accept(sampled.id) {
-                self.constraint_error.get_or_insert(e);
+                self.constraint_error = Some(e);
+                return self.grammar_failed();
             }
             grammar_done = constraint.is_finished();
         }
@@ -239,10 +245,6 @@ impl Sequence {
             });
             return true;
         }
-        if let Some(e) = &self.constraint_error {
-            tracing::warn!(request = %self.request.id, "structured output: {e}");
-            return self.finish(FinishReason::Stop, usage);
-        }
         if grammar_done {
             return self.finish(FinishReason::Stop, usage);
         }
@@ -254,6 +256,31 @@ impl Sequence {
 
     /// Ends the sequence, releasing text still held back by the decoder or
     /// the stop matcher.
+    /// Ends the sequence with the grammar engine's failure (a grammar too
+    /// large for its limits, found mid-generation): an error naming the
+    /// field the grammar came from, rather than output that breaks it.
+    fn grammar_failed(&mut self) -> bool {
+        let e = self.constraint_error.take().unwrap_or_default();
+        tracing::warn!(request = %self.request.id, "structured output: {e}");
+        let field = self
+            .request
+            .constraint
+            .as_ref()
+            .map_or("response_format", |c| c.field())
+            .to_string();
+        let generated = self.tokens.len() - self.prompt_len;
+        let _ = self
+            .events
+            .send(TokenEvent::Error(EngineError::InvalidParameter {
+                param: field,
+                message: format!(
+                    "the grammar engine gave up after {generated} output tokens ({e}); \
+                 simplify the schema or grammar"
+                ),
+            }));
+        true
+    }
+
     fn finish(&mut self, reason: FinishReason, usage: Usage) -> bool {
         let tail = self.decoder.finish();
         let (text, reason) = match self.stop.push(&tail) {

@@ -101,7 +101,7 @@ pub async fn constraint_for(
     .map_err(|_| HttpError(ApiError::internal()))?;
     let param = format.guided_param().unwrap_or(param);
     compiled
-        .map(Some)
+        .map(|constraint| Some(from_field(constraint, param)))
         .map_err(|message| HttpError(ApiError::bad_request(Some(param), message)))
 }
 
@@ -121,7 +121,17 @@ pub async fn tool_constraint(
     })
     .await
     .map_err(|_| HttpError(ApiError::internal()))?;
-    compiled.map_err(|message| HttpError(ApiError::bad_request(Some("tools"), message)))
+    compiled
+        .map(|constraint| from_field(constraint, "tools"))
+        .map_err(|message| HttpError(ApiError::bad_request(Some("tools"), message)))
+}
+
+/// `constraint`, naming `field` if the grammar engine gives up on it.
+fn from_field(constraint: Arc<dyn Constraint>, field: &str) -> Arc<dyn Constraint> {
+    Arc::new(hearth_core::FromField {
+        constraint,
+        field: field.to_string(),
+    })
 }
 
 /// One choice's place: which prompt it answers and its index in `choices`.
