@@ -32,12 +32,36 @@ pub enum ToolChoice {
     Named(String),
 }
 
+/// How the model writes its calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CallFormat {
+    /// `[{"name": ..., "arguments": {...}}]`, as Hearth's own tool prompt
+    /// asks (templates that do not know tools).
+    #[default]
+    JsonArray,
+    /// `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, one
+    /// per line, as templates in the Hermes style (Qwen 2.5...) ask.
+    Tagged,
+}
+
+impl CallFormat {
+    /// The character a call answer starts with (and a text answer may not).
+    pub fn opener(self) -> char {
+        match self {
+            Self::JsonArray => '[',
+            Self::Tagged => '<',
+        }
+    }
+}
+
 /// Tools a request offers, and how the model must use them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidTools {
     pub tools: Vec<ToolDef>,
     pub choice: ToolChoice,
     pub parallel: bool,
+    /// Set once the model is known (its chat template says).
+    pub format: CallFormat,
 }
 
 /// A call in a response: `{id, type: "function", function: {name, arguments}}`.
@@ -223,6 +247,7 @@ impl ValidTools {
             tools: defs,
             choice,
             parallel: parallel.unwrap_or(true),
+            format: CallFormat::JsonArray,
         }))
     }
 
@@ -261,8 +286,25 @@ impl ValidTools {
         )
     }
 
-    /// The JSON schema of what the model may answer with calls.
-    pub fn calls_schema(&self) -> Value {
+    /// The tools the model may call, as chat templates that know tools
+    /// take them (`[{"type": "function", "function": {...}}]`).
+    pub fn template_tools(&self) -> Value {
+        self.callable()
+            .map(|t| {
+                let mut f = Map::new();
+                f.insert("name".into(), json!(t.name));
+                if let Some(d) = &t.description {
+                    f.insert("description".into(), json!(d));
+                }
+                f.insert("parameters".into(), t.parameters.clone());
+                json!({"type": "function", "function": f})
+            })
+            .collect()
+    }
+
+    /// The JSON schema of one call: `{"name": ..., "arguments": {...}}` of
+    /// a callable tool.
+    pub fn call_schema(&self) -> Value {
         let one: Vec<Value> = self
             .callable()
             .map(|t| {
@@ -274,11 +316,17 @@ impl ValidTools {
                 })
             })
             .collect();
-        let item = if one.len() == 1 {
+        if one.len() == 1 {
             one.into_iter().next().unwrap_or_default()
         } else {
             json!({"anyOf": one})
-        };
+        }
+    }
+
+    /// The JSON schema of what the model may answer with calls (as a JSON
+    /// array).
+    pub fn calls_schema(&self) -> Value {
+        let item = self.call_schema();
         let mut schema = json!({"type": "array", "items": item, "minItems": 1});
         if !self.parallel {
             schema["maxItems"] = json!(1);
@@ -299,10 +347,13 @@ impl ValidTools {
         mut new_id: impl FnMut() -> String,
     ) -> Option<Vec<ToolCall>> {
         let text = text.trim();
-        if !text.starts_with('[') {
+        if !text.starts_with(self.format.opener()) {
             return None;
         }
-        let calls: Vec<Value> = serde_json::from_str(text).ok()?;
+        let calls: Vec<Value> = match self.format {
+            CallFormat::JsonArray => serde_json::from_str(text).ok()?,
+            CallFormat::Tagged => tagged_calls(text)?,
+        };
         if calls.is_empty() {
             return None;
         }
@@ -323,6 +374,20 @@ impl ValidTools {
             })
             .collect()
     }
+}
+
+/// The calls of `<tool_call>...</tool_call>` blocks, when the text is only
+/// such blocks (and blanks between them).
+fn tagged_calls(text: &str) -> Option<Vec<Value>> {
+    let mut calls = Vec::new();
+    let mut rest = text.trim();
+    while !rest.is_empty() {
+        let body = rest.strip_prefix("<tool_call>")?;
+        let end = body.find("</tool_call>")?;
+        calls.push(serde_json::from_str(body[..end].trim()).ok()?);
+        rest = body[end + "</tool_call>".len()..].trim_start();
+    }
+    Some(calls)
 }
 
 /// How an assistant message's earlier `tool_calls` are shown to the model:
@@ -350,6 +415,38 @@ pub fn calls_text<'a>(calls: impl Iterator<Item = (&'a Value, &'a Value)>) -> St
         })
         .collect();
     serde_json::to_string(&calls).unwrap_or_default()
+}
+
+/// A message as chat templates that know tools take it: `role` (`tool`
+/// when `is_tool`, with `tool_call_id`), `content`, and an assistant's
+/// `tool_calls` (chat's shape, `arguments` turned into an object).
+pub fn native_message(
+    role: &str,
+    is_tool: bool,
+    content: &str,
+    tool_calls: Option<&Value>,
+    tool_call_id: Option<&str>,
+) -> Value {
+    if is_tool {
+        return json!({"role": "tool", "content": content, "tool_call_id": tool_call_id});
+    }
+    let mut message = json!({"role": role, "content": content});
+    if let Some(Value::Array(calls)) = tool_calls {
+        let calls: Vec<Value> = calls
+            .iter()
+            .map(|c| {
+                let f = &c["function"];
+                let arguments = f["arguments"]
+                    .as_str()
+                    .and_then(|a| serde_json::from_str::<Value>(a).ok())
+                    .unwrap_or_else(|| f["arguments"].clone());
+                json!({"id": c["id"], "type": "function",
+                       "function": {"name": f["name"], "arguments": arguments}})
+            })
+            .collect();
+        message["tool_calls"] = Value::Array(calls);
+    }
+    message
 }
 
 /// How a tool's result is shown to the model: as a user turn naming the
@@ -411,6 +508,30 @@ mod tests {
             let e = ValidTools::parse(Some(&tools), Some(&choice), None).unwrap_err();
             assert_eq!(e.param(), Some(param), "{tools} {choice}");
         }
+    }
+
+    #[test]
+    fn tagged_answers_become_calls() {
+        let mut t = ValidTools::parse(Some(&weather()), None, None)
+            .unwrap()
+            .unwrap();
+        t.format = CallFormat::Tagged;
+        let text = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n\
+                    <tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+        let calls = t.calls_in(text, String::new).unwrap();
+        let names: Vec<_> = calls.iter().map(|c| c.function.name.as_str()).collect();
+        assert_eq!(names, ["get_weather", "get_time"]);
+        assert_eq!(calls[0].function.arguments, r#"{"city":"Oslo"}"#);
+        for bad in [
+            "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n",
+            "<tool_call>{}</tool_call> and some text",
+            "[{\"name\": \"get_time\", \"arguments\": {}}]",
+        ] {
+            assert!(t.calls_in(bad, String::new).is_none(), "{bad}");
+        }
+        let listed = t.template_tools();
+        assert_eq!(listed[0]["function"]["name"], "get_weather");
+        assert_eq!(listed[1]["type"], "function");
     }
 
     #[test]

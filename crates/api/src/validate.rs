@@ -76,6 +76,10 @@ pub struct ValidChat {
     pub format: crate::output_format::OutputFormat,
     /// The tools the model may call (none: answer in text).
     pub tools: Option<crate::tools::ValidTools>,
+    /// `messages` as chat templates that know tools take them: `tool`
+    /// messages with `tool_call_id`, assistant `tool_calls` with their
+    /// `arguments` as objects.
+    pub native_messages: Vec<serde_json::Value>,
 }
 
 fn invalid(param: &str, message: String) -> ApiError {
@@ -382,7 +386,7 @@ impl CompletionRequest {
 impl ChatCompletionRequest {
     /// Checks the request and builds what the engine and the server need.
     pub fn validate(&self) -> Result<ValidChat, ApiError> {
-        let messages = self.flatten_messages()?;
+        let (messages, native_messages) = self.flatten_messages()?;
         let (mut params, n) = common_params(&common!(self))?;
         let max_tokens_value = self
             .max_tokens
@@ -459,11 +463,13 @@ impl ChatCompletionRequest {
             user: self.user.clone(),
             format,
             tools,
+            native_messages,
         })
     }
 
-    /// Checks roles and content parts; flattens content to text.
-    fn flatten_messages(&self) -> Result<Vec<ChatMessage>, ApiError> {
+    /// Checks roles and content parts; flattens content to text. Also
+    /// gives the messages in the form templates that know tools take.
+    fn flatten_messages(&self) -> Result<(Vec<ChatMessage>, Vec<serde_json::Value>), ApiError> {
         if self.messages.is_empty() {
             return Err(invalid(
                 "messages",
@@ -471,6 +477,7 @@ impl ChatCompletionRequest {
             ));
         }
         let mut out = Vec::with_capacity(self.messages.len());
+        let mut native = Vec::with_capacity(self.messages.len());
         for (i, message) in self.messages.iter().enumerate() {
             let role = match message.role.as_str() {
                 "system" | "developer" => "system",
@@ -520,6 +527,13 @@ impl ChatCompletionRequest {
                     ))
                 }
             };
+            native.push(crate::tools::native_message(
+                role,
+                message.role == "tool",
+                &content,
+                message.tool_calls.as_ref(),
+                message.tool_call_id.as_deref(),
+            ));
             let content = match (message.role.as_str(), &message.tool_calls) {
                 ("assistant", Some(calls)) if !calls.is_null() => {
                     let calls = crate::tools::calls_as_text(calls);
@@ -546,6 +560,6 @@ impl ChatCompletionRequest {
                 content,
             });
         }
-        Ok(out)
+        Ok((out, native))
     }
 }

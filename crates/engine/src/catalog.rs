@@ -117,6 +117,10 @@ pub struct CatalogEntry {
     /// Loaded by `serve` when no `--models` are named.
     #[serde(default)]
     pub default: bool,
+    /// A chat model's Jinja chat template, used instead of the one its
+    /// files carry.
+    #[serde(default)]
+    pub chat_template: Option<String>,
     pub source: Source,
     /// Adapters may leave it out: PEFT's `adapter_model.safetensors` and
     /// `adapter_config.json`.

@@ -46,6 +46,8 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: Option<String>,
     eos_token: Option<String>,
+    /// The model calls tools in `<tool_call>` tags (Hermes / Qwen style).
+    tagged_tool_calls: bool,
 }
 
 impl ChatTemplate {
@@ -68,7 +70,21 @@ impl ChatTemplate {
             env,
             bos_token,
             eos_token,
+            tagged_tool_calls: template.contains("tools") && template.contains("<tool_call>"),
         })
+    }
+
+    /// `template` in place of this one, with the same special tokens.
+    pub fn replaced(&self, template: &str) -> Result<Self, ChatTemplateError> {
+        Self::new(template, self.bos_token.clone(), self.eos_token.clone())
+    }
+
+    /// Whether the template knows tools and has the model call them as
+    /// `<tool_call>{"name": ..., "arguments": ...}</tool_call>` (the Hermes
+    /// format of Qwen 2.5 and others): then requests with tools render
+    /// through it, with `tools`, assistant `tool_calls` and `tool` messages.
+    pub fn tagged_tool_calls(&self) -> bool {
+        self.tagged_tool_calls
     }
 
     /// The ChatML fallback for models without a template.
@@ -353,6 +369,29 @@ mod tests {
     }
 
     const SMOLLM_TEMPLATE: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    #[test]
+    fn templates_in_the_hermes_style_get_tools_calls_and_results() {
+        assert!(!ChatTemplate::chatml().tagged_tool_calls());
+        let template = "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }};{% endfor %}</tools>\n{% endif %}\
+            {% for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ c.function.arguments | tojson }}</tool_call>{% endfor %}\
+            {% elif m.role == 'tool' %}<tool_response id={{ m.tool_call_id }}>{{ m.content }}</tool_response>\
+            {% else %}{{ m.role }}: {{ m.content }}\n{% endif %}{% endfor %}";
+        let t = ChatTemplate::chatml().replaced(template).unwrap();
+        assert!(t.tagged_tool_calls());
+        let messages = serde_json::json!([
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "cold"}
+        ]);
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather"}}]);
+        let out = t.render_with(&messages, true, Some(&tools)).unwrap();
+        assert_eq!(
+            out,
+            "<tools>get_weather;</tools>\nuser: Weather?\n<tool_call>{\"city\": \"Oslo\"}</tool_call><tool_response id=c1>cold</tool_response>"
+        );
+    }
 
     #[test]
     fn chatml_renders_system_user_assistant() {

@@ -68,6 +68,32 @@ impl GrammarCompiler {
         self.compile(TopLevelGrammar::from_lark(lark))
     }
 
+    /// Tool calls in `<tool_call>` tags, each a JSON object matching
+    /// `call_schema`, one per line (only one unless `parallel`); or (when
+    /// `may_answer`) plain text instead, which must not start with `<`.
+    pub fn tagged_tool_calls(
+        &self,
+        call_schema: &Value,
+        parallel: bool,
+        may_answer: bool,
+    ) -> Result<Arc<dyn Constraint>, String> {
+        let schema = serde_json::to_string(&prepared(call_schema)).map_err(|e| e.to_string())?;
+        let start = if may_answer { "calls | TEXT" } else { "calls" };
+        let calls = if parallel {
+            "call (\"\\n\" call)*"
+        } else {
+            "call"
+        };
+        let mut lark = format!(
+            "start: {start}\ncalls: {calls}\ncall: \"<tool_call>\\n\" body \"\\n</tool_call>\"\n\
+             body: %json {schema}\n"
+        );
+        if may_answer {
+            lark.push_str("TEXT: /[^<](?s:.)*/\n");
+        }
+        self.compile(TopLevelGrammar::from_lark(lark))
+    }
+
     /// Text matching the regular expression `regex`.
     pub fn regex(&self, regex: &str) -> Result<Arc<dyn Constraint>, String> {
         self.compile(TopLevelGrammar::from_regex(regex))

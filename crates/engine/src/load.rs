@@ -49,10 +49,16 @@ pub fn load_lm(
         "model `{}` is not a chat model",
         entry.id
     );
-    match entry.format {
-        WeightFormat::Gguf => load_gguf(&entry.weights_path(models_dir), device),
-        WeightFormat::Safetensors => load_safetensors(&entry.dir(models_dir), device),
+    let mut lm = match entry.format {
+        WeightFormat::Gguf => load_gguf(&entry.weights_path(models_dir), device)?,
+        WeightFormat::Safetensors => load_safetensors(&entry.dir(models_dir), device)?,
+    };
+    if let Some(template) = &entry.chat_template {
+        lm.template = lm.template.replaced(template).map_err(|e| {
+            anyhow::anyhow!("the chat_template of catalogue entry `{}`: {e}", entry.id)
+        })?;
     }
+    Ok(lm)
 }
 
 /// Reads a llama GGUF: weights, tokenizer and chat template from one file.

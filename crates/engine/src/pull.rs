@@ -317,6 +317,7 @@ mod tests {
             batch_price_output_per_million: None,
             tokens_per_minute: None,
             requests_per_minute: None,
+            chat_template: None,
             default: false,
             source: Source::Local {
                 path: dir.to_path_buf(),

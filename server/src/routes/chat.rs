@@ -3,6 +3,7 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
+use hearth_api::tools::{CallFormat, ValidTools};
 use hearth_api::{
     ApiError, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatLogprobs, ProjectQuery, UsageInfo, ValidChat,
@@ -27,18 +28,22 @@ pub async fn create(
     Extension(ctx): Extension<RequestContext>,
     ApiJson(request): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, HttpError> {
-    let (valid, model, adapter) = prepare(&state, &ctx.project_id, request).await?;
-    let (prompt, constraint) = match &valid.tools {
-        Some(tools) => {
-            let messages = with_tool_prompt(&valid.messages, tools);
-            let prompt = render(&model, &messages).await?;
-            (prompt, Some(tool_constraint(&model, tools).await?))
+    let (mut valid, model, adapter) = prepare(&state, &ctx.project_id, request).await?;
+    let native = model.template.tagged_tool_calls();
+    if let (true, Some(tools)) = (native, valid.tools.as_mut()) {
+        tools.format = CallFormat::Tagged;
+    }
+    let prompt = match (&valid.tools, native) {
+        (tools, true) => {
+            let tools = tools.as_ref().map(ValidTools::template_tools);
+            render_native(&model, &valid.native_messages, tools).await?
         }
-        None => {
-            let prompt = render(&model, &valid.messages).await?;
-            let constraint = constraint_for(&model, &valid.format, "response_format").await?;
-            (prompt, constraint)
-        }
+        (Some(tools), false) => render(&model, &with_tool_prompt(&valid.messages, tools)).await?,
+        (None, false) => render(&model, &valid.messages).await?,
+    };
+    let constraint = match &valid.tools {
+        Some(tools) => Some(tool_constraint(&model, tools).await?),
+        None => constraint_for(&model, &valid.format, "response_format").await?,
     };
     let prompts = tokenize(model.tokenizer.clone(), vec![prompt], false).await?;
     let id = response_id("chatcmpl");
@@ -127,6 +132,21 @@ pub(crate) async fn render(
     let template = model.template.clone();
     let messages = messages.to_vec();
     tokio::task::spawn_blocking(move || template.render(&messages, true))
+        .await
+        .map_err(|_| HttpError(ApiError::internal()))?
+        .map_err(|e| HttpError(ApiError::bad_request(Some("messages"), e.to_string())))
+}
+
+/// Renders messages in the form templates that know tools take, with the
+/// callable `tools` (see `ChatTemplate::tagged_tool_calls`).
+pub(crate) async fn render_native(
+    model: &ChatModel,
+    messages: &[serde_json::Value],
+    tools: Option<serde_json::Value>,
+) -> Result<String, HttpError> {
+    let template = model.template.clone();
+    let messages = messages.to_vec();
+    tokio::task::spawn_blocking(move || template.render_with(&messages, true, tools.as_ref()))
         .await
         .map_err(|_| HttpError(ApiError::internal()))?
         .map_err(|e| HttpError(ApiError::bad_request(Some("messages"), e.to_string())))

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use hearth_api::tools::{ToolCall, ValidTools};
+use hearth_api::tools::{CallFormat, ToolCall, ValidTools};
 use hearth_api::{ChatChunkChoice, ChatCompletionChunk, ChatResponseMessage};
 use hearth_core::{ChatMessage, FinishReason};
 
@@ -58,11 +58,13 @@ pub fn answer(
 /// What an answer is, when tools were offered: the grammar lets a call
 /// list, and only a call list, start with `[`, so its first character
 /// decides. Text streams from there on; a call list is held to its end.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AnswerShape {
     /// The answer's start while undecided, or the whole call list.
     held: String,
     text: bool,
+    /// The character calls start with.
+    opener: char,
 }
 
 /// What to do with a piece of the answer.
@@ -80,6 +82,16 @@ impl AnswerShape {
         Self {
             held: String::new(),
             text: true,
+            opener: '[',
+        }
+    }
+
+    /// An answer that may be calls in `format`.
+    pub fn calls_in(format: CallFormat) -> Self {
+        Self {
+            held: String::new(),
+            text: false,
+            opener: format.opener(),
         }
     }
 
@@ -91,7 +103,7 @@ impl AnswerShape {
             };
         }
         self.held.push_str(piece);
-        if self.held.is_empty() || self.held.starts_with('[') {
+        if self.held.is_empty() || self.held.starts_with(self.opener) {
             return Fed::Hold;
         }
         self.text = true;
@@ -130,7 +142,9 @@ pub async fn stream_with_tools(
     }
     let mut shapes: HashMap<usize, AnswerShape> = HashMap::new();
     let render = |slot: ChoiceSlot, piece: Piece| {
-        let shape = shapes.entry(slot.index).or_default();
+        let shape = shapes
+            .entry(slot.index)
+            .or_insert_with(|| AnswerShape::calls_in(tools.format));
         let (text, end) = match piece {
             Piece::Token { text, .. } => (text, None),
             Piece::Finished { reason, text } => (text, Some(reason)),
@@ -168,13 +182,13 @@ mod tests {
 
     #[test]
     fn the_first_character_decides_the_shape() {
-        let mut calls = AnswerShape::default();
+        let mut calls = AnswerShape::calls_in(CallFormat::JsonArray);
         assert_eq!(calls.feed(""), Fed::Hold);
         assert_eq!(calls.feed("[{\"name\""), Fed::Hold);
         assert_eq!(calls.feed(": 1}]"), Fed::Hold);
         assert!(!calls.is_text());
         assert_eq!(calls.held(), "[{\"name\": 1}]");
-        let mut text = AnswerShape::default();
+        let mut text = AnswerShape::calls_in(CallFormat::Tagged);
         assert_eq!(
             text.feed("Hi"),
             Fed::Text {
@@ -190,5 +204,8 @@ mod tests {
             }
         );
         assert!(text.is_text() && text.held().is_empty());
+        let mut tagged = AnswerShape::calls_in(CallFormat::Tagged);
+        assert_eq!(tagged.feed("<tool_call>"), Fed::Hold);
+        assert!(!tagged.is_text());
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 use hearth_api::output_format::OutputFormat;
-use hearth_api::tools::ValidTools;
+use hearth_api::tools::{CallFormat, ValidTools};
 use hearth_api::{ApiError, UsageInfo};
 use hearth_core::{
     Constraint, EngineError, FinishReason, GenerateRequest, SamplingParams, TokenEvent,
@@ -111,13 +111,16 @@ pub async fn tool_constraint(
     tools: &ValidTools,
 ) -> Result<Arc<dyn Constraint>, HttpError> {
     let model = model.clone();
-    let schema = tools.calls_schema();
-    let may_answer = tools.may_answer();
+    let tools = tools.clone();
     let compiled = tokio::task::spawn_blocking(move || {
-        model
-            .grammar()?
-            .tool_calls(&schema, may_answer)
-            .map_err(|e| format!("The tools' parameter schemas cannot be used: {e}"))
+        let grammar = model.grammar()?;
+        match tools.format {
+            CallFormat::JsonArray => grammar.tool_calls(&tools.calls_schema(), tools.may_answer()),
+            CallFormat::Tagged => {
+                grammar.tagged_tool_calls(&tools.call_schema(), tools.parallel, tools.may_answer())
+            }
+        }
+        .map_err(|e| format!("The tools' parameter schemas cannot be used: {e}"))
     })
     .await
     .map_err(|_| HttpError(ApiError::internal()))?;

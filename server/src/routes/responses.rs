@@ -13,9 +13,9 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use hearth_api::responses::{
-    chat_messages, check_outputs, ConversationItem, FunctionToolCall, InputItemList,
-    InputItemObject, InputItemsQuery, ResponseDeleted, ResponseObject, ResponseRequest,
-    ResponseUsage, ValidResponse,
+    chat_messages, check_outputs, native_messages, ConversationItem, FunctionToolCall,
+    InputItemList, InputItemObject, InputItemsQuery, ResponseDeleted, ResponseObject,
+    ResponseRequest, ResponseUsage, ValidResponse,
 };
 use hearth_api::{ApiError, ProjectQuery};
 use hearth_core::{ChatMessage, FinishReason};
@@ -23,7 +23,7 @@ use hearth_engine::{ChatModel, LoadedAdapter};
 use hearth_store::{StoreError, StoredResponse};
 use serde_json::Value;
 
-use super::chat::render;
+use super::chat::{render, render_native};
 use super::chat_tools::{call_id, with_tool_prompt};
 use super::generate::{
     collect, constraint_for, random_hex, submit, tokenize, tool_constraint, Submission,
@@ -59,8 +59,11 @@ pub(crate) async fn prepare(
     ctx: &RequestContext,
     request: ResponseRequest,
 ) -> Result<Prepared, HttpError> {
-    let valid = request.validate()?;
+    let mut valid = request.validate()?;
     let (model, adapter) = resolve_chat(state, &ctx.project_id, &valid.model).await?;
+    if let (true, Some(tools)) = (model.template.tagged_tool_calls(), valid.tools.as_mut()) {
+        tools.format = hearth_api::tools::CallFormat::Tagged;
+    }
     let mut conversation = match &valid.previous_response_id {
         Some(id) => previous_conversation(state, ctx, id).await?,
         None => Vec::new(),
@@ -195,6 +198,28 @@ fn template_messages(valid: &ValidResponse, conversation: &[ConversationItem]) -
     }
 }
 
+/// The conversation rendered by the model's template: in the form it
+/// takes when it knows tools, else with Hearth's tool prompt.
+async fn render_conversation(
+    model: &ChatModel,
+    valid: &ValidResponse,
+    conversation: &[ConversationItem],
+) -> Result<String, HttpError> {
+    if !model.template.tagged_tool_calls() {
+        return render(model, &template_messages(valid, conversation)).await;
+    }
+    let system = valid
+        .instructions
+        .as_deref()
+        .map(|text| serde_json::json!({"role": "system", "content": text}));
+    let messages: Vec<Value> = system
+        .into_iter()
+        .chain(native_messages(conversation))
+        .collect();
+    let tools = valid.tools.as_ref().map(|t| t.template_tools());
+    render_native(model, &messages, tools).await
+}
+
 /// The prompt's token ids. With `truncation: auto` the oldest messages are
 /// dropped (the last always stays) until the prompt and the output budget
 /// fit the context; without, the engine and the limits answer as for chat.
@@ -207,8 +232,7 @@ async fn fit_prompt(
     let budget = valid.params.max_tokens.unwrap_or(1);
     let mut skip = 0;
     loop {
-        let messages = template_messages(valid, &conversation[skip..]);
-        let text = render(model, &messages).await?;
+        let text = render_conversation(model, valid, &conversation[skip..]).await?;
         let ids = tokenize(model.tokenizer.clone(), vec![text], false)
             .await?
             .pop()

@@ -150,8 +150,8 @@ pub async fn stream_response(
     if !events.send(&opening).await {
         return;
     }
-    let mut shape = match tools {
-        Some(_) => AnswerShape::default(),
+    let mut shape = match &tools {
+        Some(tools) => AnswerShape::calls_in(tools.format),
         None => AnswerShape::text(),
     };
     if shape.is_text() && !events.open_message().await {

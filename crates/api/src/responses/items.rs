@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::{InputItem, ItemContent};
 use crate::error::ApiError;
-use crate::tools::{calls_text, tool_result_text};
+use crate::tools::{calls_text, native_message, tool_result_text};
 
 /// One turn of the conversation.
 #[derive(Debug, Clone, PartialEq)]
@@ -164,6 +164,47 @@ pub fn chat_messages(items: &[ConversationItem]) -> Vec<ChatMessage> {
     out
 }
 
+/// The conversation as chat templates that know tools take it: calls as
+/// an assistant message's `tool_calls` (those made one after another
+/// together), results as `tool` messages.
+pub fn native_messages(items: &[ConversationItem]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::with_capacity(items.len());
+    let mut i = 0;
+    while i < items.len() {
+        match &items[i] {
+            ConversationItem::FunctionCall(_) => {
+                let calls: Vec<Value> = items[i..]
+                    .iter()
+                    .map_while(|item| match item {
+                        ConversationItem::FunctionCall(c) => Some(json!({"id": c.call_id,
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": c.arguments}})),
+                        _ => None,
+                    })
+                    .collect();
+                i += calls.len();
+                out.push(native_message(
+                    "assistant",
+                    false,
+                    "",
+                    Some(&Value::Array(calls)),
+                    None,
+                ));
+                continue;
+            }
+            ConversationItem::FunctionOutput { call_id, output } => {
+                out.push(native_message("tool", true, output, None, Some(call_id)));
+            }
+            message @ ConversationItem::Message { .. } => {
+                let chat = message.chat();
+                out.push(native_message(&chat.role, false, &chat.content, None, None));
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
 /// Every `function_call_output` of `input` must answer a call made before
 /// it, in `earlier` (the previous response's conversation) or in `input`.
 pub fn check_outputs(
@@ -315,6 +356,18 @@ mod tests {
         for item in &items {
             assert_eq!(&ConversationItem::from_stored(&item.to_stored()), item);
         }
+        let native = native_messages(&items);
+        assert_eq!(native.len(), 3);
+        assert_eq!(native[0], json!({"role": "system", "content": "be brief"}));
+        assert_eq!(native[1]["tool_calls"][1]["id"], "b");
+        assert_eq!(
+            native[1]["tool_calls"][0]["function"]["arguments"],
+            json!({"city": "Paris"})
+        );
+        assert_eq!(
+            native[2],
+            json!({"role": "tool", "content": "sunny", "tool_call_id": "a"})
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::output_format::OutputFormat;
 use crate::tools::{ToolShape, ValidTools};
 use crate::validate::{temperature_top_p, token_budget};
 
-pub use items::{chat_messages, check_outputs, CallTurn, ConversationItem};
+pub use items::{chat_messages, check_outputs, native_messages, CallTurn, ConversationItem};
 pub use objects::*;
 
 /// Most `metadata` pairs, and the longest key and value (OpenAI's limits).
