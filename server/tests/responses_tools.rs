@@ -178,13 +178,7 @@ async fn calls_given_inline_are_listed_and_an_output_needs_its_call() {
 /// The stream's events, checked for order of `sequence_number`.
 fn events_of(reply: &Raw) -> Vec<Value> {
     reply.expect_status(200);
-    let text = String::from_utf8(reply.bytes.clone()).unwrap();
-    let events = sse_events(&text);
-    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
-    let events: Vec<Value> = events[..events.len() - 1]
-        .iter()
-        .map(|e| serde_json::from_str(e).unwrap())
-        .collect();
+    let events = sse_json(&String::from_utf8(reply.bytes.clone()).unwrap());
     for (i, e) in events.iter().enumerate() {
         assert_eq!(e["sequence_number"], i as u64, "{e}");
     }

@@ -100,11 +100,7 @@ async fn streamed_calls_come_whole_with_their_index() {
     let text = String::from_utf8(reply.bytes.clone()).unwrap();
     let mut calls = Vec::new();
     let mut finish = None;
-    for event in sse_events(&text) {
-        if event == "[DONE]" {
-            continue;
-        }
-        let chunk: Value = serde_json::from_str(&event).unwrap();
+    for chunk in sse_json(&text) {
         let choice = &chunk["choices"][0];
         if let Some(list) = choice["delta"]["tool_calls"].as_array() {
             for (i, c) in list.iter().enumerate() {
@@ -213,11 +209,7 @@ async fn auto_streams_a_text_answer_as_it_comes() {
     let text = String::from_utf8(reply.bytes.clone()).unwrap();
     let mut pieces = Vec::new();
     let mut finish = None;
-    for event in sse_events(&text) {
-        if event == "[DONE]" {
-            continue;
-        }
-        let chunk: Value = serde_json::from_str(&event).unwrap();
+    for chunk in sse_json(&text) {
         let choice = &chunk["choices"][0];
         assert!(choice["delta"].get("tool_calls").is_none(), "{chunk}");
         if let Some(piece) = choice["delta"]["content"].as_str() {

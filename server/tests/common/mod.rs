@@ -225,3 +225,13 @@ pub fn sse_events(text: &str) -> Vec<String> {
         })
         .collect()
 }
+
+/// The JSON payloads of an SSE body, which must end with `data: [DONE]`.
+pub fn sse_json(text: &str) -> Vec<serde_json::Value> {
+    let events = sse_events(text);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{text}");
+    events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap_or_else(|err| panic!("{err}: {e}")))
+        .collect()
+}
