@@ -195,7 +195,7 @@ impl ConstraintState for GrammarState {
     fn allowed(&mut self) -> Result<Vec<u32>, String> {
         self.0
             .compute_mask_or_eos()
-            .map(|mask| mask.as_slice().to_vec())
+            .map(Vec::from)
             .map_err(|e| e.to_string())
     }
 
