@@ -53,13 +53,7 @@ fn adapter(spec: &LoraSpec, r: usize, seed: u64) -> Result<LoraAdapter> {
                 LoraTarget::Gate | LoraTarget::Up => (ff, h),
                 LoraTarget::Down => (h, ff),
             };
-            l.insert(
-                t,
-                LoraWeights {
-                    a: m(r, inp)?,
-                    b: m(o, r)?,
-                },
-            );
+            l.insert(t, LoraWeights::new(m(r, inp)?, m(o, r)?));
         }
         layers.push(l);
     }

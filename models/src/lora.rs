@@ -148,6 +148,15 @@ enum TargetModules {
 pub struct LoraWeights {
     pub a: Tensor,
     pub b: Tensor,
+    /// `B` transposed (`[r, out]`, contiguous), for the CPU row kernel;
+    /// set by [`crate::LoraSpec::prepare`].
+    pub bt: Option<Tensor>,
+}
+
+impl LoraWeights {
+    pub fn new(a: Tensor, b: Tensor) -> Self {
+        Self { a, b, bt: None }
+    }
 }
 
 /// A LoRA adapter over every layer of a Llama model, in Hugging Face layout.
@@ -291,10 +300,7 @@ impl LoraAdapter {
                         }
                         layer.insert(
                             t,
-                            LoraWeights {
-                                a: a.to_dtype(DType::F32)?,
-                                b: b.to_dtype(DType::F32)?,
-                            },
+                            LoraWeights::new(a.to_dtype(DType::F32)?, b.to_dtype(DType::F32)?),
                         );
                         if !targets.contains(&t) {
                             targets.push(t);
@@ -439,10 +445,10 @@ mod tests {
             for (t, out, inp) in [(LoraTarget::Q, 8, 6), (LoraTarget::Down, 6, 10)] {
                 m.insert(
                     t,
-                    LoraWeights {
-                        a: Tensor::randn(0f32, 1.0, (r, inp), &dev)?,
-                        b: Tensor::randn(0f32, 1.0, (out, r), &dev)?,
-                    },
+                    LoraWeights::new(
+                        Tensor::randn(0f32, 1.0, (r, inp), &dev)?,
+                        Tensor::randn(0f32, 1.0, (out, r), &dev)?,
+                    ),
                 );
             }
             layers.push(m);

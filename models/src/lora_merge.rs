@@ -118,10 +118,10 @@ mod tests {
         let lin = Linear::from_qtensor(QTensor::quantize(&t, GgmlDType::Q4_0)?)?;
         assert!(lin.kernel().is_some());
         let w = lin.weight_f32()?;
-        let zero = LoraWeights {
-            a: Tensor::zeros((4, k), DType::F32, &Device::Cpu)?,
-            b: Tensor::zeros((n, 4), DType::F32, &Device::Cpu)?,
-        };
+        let zero = LoraWeights::new(
+            Tensor::zeros((4, k), DType::F32, &Device::Cpu)?,
+            Tensor::zeros((n, 4), DType::F32, &Device::Cpu)?,
+        );
         let m = lin.merged(&zero, 1.0)?;
         let w2 = m.weight_f32()?;
         let d = (w - w2)?.abs()?.max_all()?.to_scalar::<f32>()?;

@@ -91,6 +91,27 @@ pub(crate) fn sum_by(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     fold16(x, 0.0, |a, v| a + f(v), |a, b| a + b)
 }
 
+/// `sum a_i b_i` over 16 interleaved partial sums (so it vectorises; the
+/// order, and so the bits, depend only on the length), fused when `FMA`.
+#[inline(always)]
+pub(crate) fn dot16<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0f32; 16];
+    let (mut ca, mut cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for i in 0..16 {
+            acc[i] = madd::<FMA>(x[i], y[i], acc[i]);
+        }
+    }
+    let tail = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .fold(0.0, |s, (x, y)| madd::<FMA>(*x, *y, s));
+    acc.iter().sum::<f32>() + tail
+}
+
 /// The largest of `x` (`-inf` when empty), over 16 interleaved partial
 /// maxima ([`fold16`]). NaNs are skipped, as by `f32::max`.
 #[inline(always)]

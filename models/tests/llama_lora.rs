@@ -60,10 +60,7 @@ fn random_adapter(seed: u64, layers: usize, ff: usize) -> Result<LoraAdapter> {
             let s = seed * 1000 + (i * 10 + j) as u64 * 2;
             layer.insert(
                 t,
-                LoraWeights {
-                    a: matrix(s, r, inp, 0.3)?,
-                    b: matrix(s + 1, o, r, 0.3)?,
-                },
+                LoraWeights::new(matrix(s, r, inp, 0.3)?, matrix(s + 1, o, r, 0.3)?),
             );
         }
         out.push(layer);

@@ -85,13 +85,7 @@ fn random_adapter(spec: &LoraSpec, seed: u64) -> LoraAdapter {
                     _ => (h, ff),
                 };
                 let s = seed * 100_000 + (l * 10 + j) as u64 * 2;
-                layer.insert(
-                    t,
-                    LoraWeights {
-                        a: m(s, r, inp),
-                        b: m(s + 1, o, r),
-                    },
-                );
+                layer.insert(t, LoraWeights::new(m(s, r, inp), m(s + 1, o, r)));
             }
             layer
         })

@@ -32,20 +32,8 @@ pub fn adapter(seed: u64, v_rows: usize) -> LoraAdapter {
     let layers = (0..30)
         .map(|_| {
             let mut l = BTreeMap::new();
-            l.insert(
-                LoraTarget::Q,
-                LoraWeights {
-                    a: m(8, 576),
-                    b: m(576, 8),
-                },
-            );
-            l.insert(
-                LoraTarget::V,
-                LoraWeights {
-                    a: m(8, 576),
-                    b: m(v_rows, 8),
-                },
-            );
+            l.insert(LoraTarget::Q, LoraWeights::new(m(8, 576), m(576, 8)));
+            l.insert(LoraTarget::V, LoraWeights::new(m(8, 576), m(v_rows, 8)));
             l
         })
         .collect();

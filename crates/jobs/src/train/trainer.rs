@@ -361,10 +361,10 @@ impl Trainer {
             for (t, (a, b)) in LoraTarget::ALL.iter().zip(l) {
                 m.insert(
                     *t,
-                    LoraWeights {
-                        a: a.as_tensor().detach().copy()?,
-                        b: b.as_tensor().detach().copy()?,
-                    },
+                    LoraWeights::new(
+                        a.as_tensor().detach().copy()?,
+                        b.as_tensor().detach().copy()?,
+                    ),
                 );
             }
             layers.push(m);
