@@ -225,21 +225,57 @@ fn low_rank_rows(
     if !fits {
         candle_core::bail!("LoRA delta: the rows do not fit the adapter's shapes");
     }
-    #[cfg(target_arch = "x86_64")]
-    if crate::vecmath::has_fma() {
-        #[target_feature(enable = "avx2,fma,f16c")]
-        fn fast(s: &LowRank, rows: &[usize], x: &[f32], a: &[f32], bt: &[f32], y: &mut [f32]) {
-            low_rank_body::<true>(s, rows, x, a, bt, y)
-        }
-        // SAFETY: the CPU has the features `fast` is compiled for.
-        unsafe { fast(shape, rows, x, a, bt, y) };
-        return Ok(());
-    }
-    low_rank_body::<false>(shape, rows, x, a, bt, y);
+    split_rows(shape, rows, x, a, bt, y, 0);
     Ok(())
 }
 
-/// [`low_rank_rows`]' loops, fused multiply-adds when `FMA`.
+/// Rows from which a call's rows are shared between two threads (below,
+/// a thread's start costs more than it saves).
+const PARALLEL_ROWS: usize = 8;
+
+/// [`low_rank_rows`] on `y` from batch row `first` on: halves of many
+/// ascending rows in parallel (each row's work is the same either way).
+fn split_rows(
+    s: &LowRank,
+    rows: &[usize],
+    x: &[f32],
+    a: &[f32],
+    bt: &[f32],
+    y: &mut [f32],
+    first: usize,
+) {
+    if rows.len() >= PARALLEL_ROWS && rows.windows(2).all(|w| w[0] < w[1]) {
+        let mid = rows.len() / 2;
+        let (low, high) = y.split_at_mut((rows[mid] - first) * s.n);
+        rayon::join(
+            || split_rows(s, &rows[..mid], x, a, bt, low, first),
+            || split_rows(s, &rows[mid..], x, a, bt, high, rows[mid]),
+        );
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if crate::vecmath::has_fma() {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn fast(
+            s: &LowRank,
+            rows: &[usize],
+            x: &[f32],
+            a: &[f32],
+            bt: &[f32],
+            y: &mut [f32],
+            first: usize,
+        ) {
+            low_rank_body::<true>(s, rows, x, a, bt, y, first)
+        }
+        // SAFETY: the CPU has the features `fast` is compiled for.
+        unsafe { fast(s, rows, x, a, bt, y, first) };
+        return;
+    }
+    low_rank_body::<false>(s, rows, x, a, bt, y, first);
+}
+
+/// [`low_rank_rows`]' loops, fused multiply-adds when `FMA`; `y` starts
+/// at batch row `first`.
 #[inline(always)]
 fn low_rank_body<const FMA: bool>(
     s: &LowRank,
@@ -248,6 +284,7 @@ fn low_rank_body<const FMA: bool>(
     a: &[f32],
     bt: &[f32],
     y: &mut [f32],
+    first: usize,
 ) {
     use crate::vecmath::{dot16, madd};
     let (k, n, rank) = (s.k, s.n, s.rank);
@@ -257,7 +294,7 @@ fn low_rank_body<const FMA: bool>(
         for (j, h) in h.iter_mut().enumerate() {
             *h = s.scale * dot16::<FMA>(xr, &a[j * k..(j + 1) * k]);
         }
-        let yr = &mut y[r * n..(r + 1) * n];
+        let yr = &mut y[(r - first) * n..(r - first + 1) * n];
         for (j, &hj) in h.iter().enumerate() {
             for (y, &b) in yr.iter_mut().zip(&bt[j * n..(j + 1) * n]) {
                 *y = madd::<FMA>(b, hj, *y);
@@ -300,7 +337,7 @@ mod tests {
             let mut y = vec![1f32; 4 * n];
             low_rank_rows(&shape, &rows, &x, &a, &bt, &mut y).unwrap();
             let mut plain = vec![1f32; 4 * n];
-            low_rank_body::<false>(&shape, &rows, &x, &a, &bt, &mut plain);
+            low_rank_body::<false>(&shape, &rows, &x, &a, &bt, &mut plain, 0);
             for r in 0..4 {
                 for o in 0..n {
                     let expect = if rows.contains(&r) {
@@ -314,6 +351,20 @@ mod tests {
                             "{k}x{n} r{rank}: {got} vs {expect}"
                         );
                     }
+                }
+            }
+            // Many rows: shared between threads, each row as alone.
+            let many: Vec<usize> = (0..4).chain(0..4).chain(0..4).collect::<Vec<_>>();
+            let mut xs = Vec::new();
+            for &r in &many {
+                xs.extend_from_slice(&x[r * k..(r + 1) * k]);
+            }
+            let all: Vec<usize> = (0..many.len()).collect();
+            let mut wide = vec![1f32; many.len() * n];
+            low_rank_rows(&shape, &all, &xs, &a, &bt, &mut wide).unwrap();
+            for (i, &r) in many.iter().enumerate() {
+                if rows.contains(&r) {
+                    assert_eq!(&wide[i * n..(i + 1) * n], &y[r * n..(r + 1) * n]);
                 }
             }
             let mut short = vec![0f32; n];
