@@ -135,13 +135,23 @@ impl<'a> LoraBatch<'a> {
             let (rank, k) = w.a.dims2()?;
             let n = w.b.dim(0)?;
             let scale = g.scale as f32;
-            let shape = LowRank { k, n, rank, scale };
             let bt = match &w.bt {
                 Some(bt) => bt.clone(),
                 None => w.b.t()?.contiguous()?,
             };
             with_f32(&w.a, |a| {
-                with_f32(&bt, |bt| low_rank_rows(&shape, &g.row_ids, x, a, bt, y))?
+                with_f32(&bt, |bt| {
+                    let s = LowRank {
+                        k,
+                        n,
+                        rank,
+                        scale,
+                        x,
+                        a,
+                        bt,
+                    };
+                    low_rank_rows(&s, &g.row_ids, y)
+                })?
             })??;
         }
         Ok(())
@@ -193,12 +203,17 @@ fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
     Ok(f(&v))
 }
 
-/// The shape of one adapted projection: `A` `[rank, k]`, `B` `[n, rank]`.
-struct LowRank {
+/// One adapted projection's inputs: `A` (`a`, `[rank, k]`), `B`
+/// transposed (`bt`, `[rank, n]`), the scale, and the batch's input rows
+/// `x` (rows of `k`).
+struct LowRank<'a> {
     k: usize,
     n: usize,
     rank: usize,
     scale: f32,
+    x: &'a [f32],
+    a: &'a [f32],
+    bt: &'a [f32],
 }
 
 /// `y_r += B (scale A x_r)` for each row `r` of `rows` (`x` rows of `k`,
@@ -208,24 +223,17 @@ struct LowRank {
 /// dot product of `rank` terms per output is a chain of dependent adds).
 /// Compiled for AVX2 + FMA where the CPU has them. A row's result depends
 /// only on that row, never on the rest of the batch.
-fn low_rank_rows(
-    shape: &LowRank,
-    rows: &[usize],
-    x: &[f32],
-    a: &[f32],
-    bt: &[f32],
-    y: &mut [f32],
-) -> Result<()> {
-    let &LowRank { k, n, rank, .. } = shape;
-    let fits = a.len() >= rank * k
-        && bt.len() >= n * rank
+fn low_rank_rows(s: &LowRank, rows: &[usize], y: &mut [f32]) -> Result<()> {
+    let (k, n, rank) = (s.k, s.n, s.rank);
+    let fits = s.a.len() >= rank * k
+        && s.bt.len() >= n * rank
         && rows
             .iter()
-            .all(|&r| (r + 1) * k <= x.len() && (r + 1) * n <= y.len());
+            .all(|&r| (r + 1) * k <= s.x.len() && (r + 1) * n <= y.len());
     if !fits {
         candle_core::bail!("LoRA delta: the rows do not fit the adapter's shapes");
     }
-    split_rows(shape, rows, x, a, bt, y, 0);
+    split_rows(s, rows, y, 0);
     Ok(())
 }
 
@@ -235,59 +243,35 @@ const PARALLEL_ROWS: usize = 8;
 
 /// [`low_rank_rows`] on `y` from batch row `first` on: halves of many
 /// ascending rows in parallel (each row's work is the same either way).
-fn split_rows(
-    s: &LowRank,
-    rows: &[usize],
-    x: &[f32],
-    a: &[f32],
-    bt: &[f32],
-    y: &mut [f32],
-    first: usize,
-) {
+fn split_rows(s: &LowRank, rows: &[usize], y: &mut [f32], first: usize) {
     if rows.len() >= PARALLEL_ROWS && rows.windows(2).all(|w| w[0] < w[1]) {
         let mid = rows.len() / 2;
         let (low, high) = y.split_at_mut((rows[mid] - first) * s.n);
         rayon::join(
-            || split_rows(s, &rows[..mid], x, a, bt, low, first),
-            || split_rows(s, &rows[mid..], x, a, bt, high, rows[mid]),
+            || split_rows(s, &rows[..mid], low, first),
+            || split_rows(s, &rows[mid..], high, rows[mid]),
         );
         return;
     }
     #[cfg(target_arch = "x86_64")]
     if crate::vecmath::has_fma() {
         #[target_feature(enable = "avx2,fma,f16c")]
-        fn fast(
-            s: &LowRank,
-            rows: &[usize],
-            x: &[f32],
-            a: &[f32],
-            bt: &[f32],
-            y: &mut [f32],
-            first: usize,
-        ) {
-            low_rank_body::<true>(s, rows, x, a, bt, y, first)
+        fn fast(s: &LowRank, rows: &[usize], y: &mut [f32], first: usize) {
+            low_rank_body::<true>(s, rows, y, first)
         }
         // SAFETY: the CPU has the features `fast` is compiled for.
-        unsafe { fast(s, rows, x, a, bt, y, first) };
+        unsafe { fast(s, rows, y, first) };
         return;
     }
-    low_rank_body::<false>(s, rows, x, a, bt, y, first);
+    low_rank_body::<false>(s, rows, y, first);
 }
 
 /// [`low_rank_rows`]' loops, fused multiply-adds when `FMA`; `y` starts
 /// at batch row `first`.
 #[inline(always)]
-fn low_rank_body<const FMA: bool>(
-    s: &LowRank,
-    rows: &[usize],
-    x: &[f32],
-    a: &[f32],
-    bt: &[f32],
-    y: &mut [f32],
-    first: usize,
-) {
+fn low_rank_body<const FMA: bool>(s: &LowRank, rows: &[usize], y: &mut [f32], first: usize) {
     use crate::vecmath::{dot16, madd};
-    let (k, n, rank) = (s.k, s.n, s.rank);
+    let (k, n, rank, x, a, bt) = (s.k, s.n, s.rank, s.x, s.a, s.bt);
     let mut h = vec![0f32; rank];
     for &r in rows {
         let xr = &x[r * k..(r + 1) * k];
@@ -323,6 +307,9 @@ mod tests {
                 n,
                 rank,
                 scale: 2.0,
+                x: &x,
+                a: &a,
+                bt: &bt,
             };
             let want = |r: usize, o: usize| -> f64 {
                 (0..rank)
@@ -335,9 +322,9 @@ mod tests {
                     .sum()
             };
             let mut y = vec![1f32; 4 * n];
-            low_rank_rows(&shape, &rows, &x, &a, &bt, &mut y).unwrap();
+            low_rank_rows(&shape, &rows, &mut y).unwrap();
             let mut plain = vec![1f32; 4 * n];
-            low_rank_body::<false>(&shape, &rows, &x, &a, &bt, &mut plain, 0);
+            low_rank_body::<false>(&shape, &rows, &mut plain, 0);
             for r in 0..4 {
                 for o in 0..n {
                     let expect = if rows.contains(&r) {
@@ -361,14 +348,15 @@ mod tests {
             }
             let all: Vec<usize> = (0..many.len()).collect();
             let mut wide = vec![1f32; many.len() * n];
-            low_rank_rows(&shape, &all, &xs, &a, &bt, &mut wide).unwrap();
+            let wide_shape = LowRank { x: &xs, ..shape };
+            low_rank_rows(&wide_shape, &all, &mut wide).unwrap();
             for (i, &r) in many.iter().enumerate() {
                 if rows.contains(&r) {
                     assert_eq!(&wide[i * n..(i + 1) * n], &y[r * n..(r + 1) * n]);
                 }
             }
             let mut short = vec![0f32; n];
-            assert!(low_rank_rows(&shape, &[1], &x, &a, &bt, &mut short).is_err());
+            assert!(low_rank_rows(&shape, &[1], &mut short).is_err());
         }
     }
 }

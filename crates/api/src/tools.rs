@@ -25,6 +25,19 @@ pub struct ToolDef {
     pub parameters: Value,
 }
 
+impl ToolDef {
+    /// `{name, description, parameters}`, as the model is shown the tool.
+    fn described(&self) -> Value {
+        let mut o = Map::new();
+        o.insert("name".into(), json!(self.name));
+        if let Some(d) = &self.description {
+            o.insert("description".into(), json!(d));
+        }
+        o.insert("parameters".into(), self.parameters.clone());
+        Value::Object(o)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolChoice {
     Auto,
@@ -261,18 +274,7 @@ impl ValidTools {
 
     /// The system message that tells the model about the tools.
     pub fn system_prompt(&self) -> String {
-        let list: Vec<Value> = self
-            .callable()
-            .map(|t| {
-                let mut o = Map::new();
-                o.insert("name".into(), json!(t.name));
-                if let Some(d) = &t.description {
-                    o.insert("description".into(), json!(d));
-                }
-                o.insert("parameters".into(), t.parameters.clone());
-                Value::Object(o)
-            })
-            .collect();
+        let list: Vec<Value> = self.callable().map(ToolDef::described).collect();
         let format = "[{\"name\": \"<tool name>\", \"arguments\": {<the arguments>}}]";
         let how = match self.choice {
             ToolChoice::Auto => format!(
@@ -290,15 +292,7 @@ impl ValidTools {
     /// take them (`[{"type": "function", "function": {...}}]`).
     pub fn template_tools(&self) -> Value {
         self.callable()
-            .map(|t| {
-                let mut f = Map::new();
-                f.insert("name".into(), json!(t.name));
-                if let Some(d) = &t.description {
-                    f.insert("description".into(), json!(d));
-                }
-                f.insert("parameters".into(), t.parameters.clone());
-                json!({"type": "function", "function": f})
-            })
+            .map(|t| json!({"type": "function", "function": t.described()}))
             .collect()
     }
 
@@ -406,13 +400,7 @@ pub fn calls_as_text(tool_calls: &Value) -> String {
 /// text (or already a value), in the format the model calls with.
 pub fn calls_text<'a>(calls: impl Iterator<Item = (&'a Value, &'a Value)>) -> String {
     let calls: Vec<Value> = calls
-        .map(|(name, arguments)| {
-            let arguments = arguments
-                .as_str()
-                .and_then(|a| serde_json::from_str::<Value>(a).ok())
-                .unwrap_or_else(|| arguments.clone());
-            json!({"name": name, "arguments": arguments})
-        })
+        .map(|(name, arguments)| json!({"name": name, "arguments": arguments_value(arguments)}))
         .collect();
     serde_json::to_string(&calls).unwrap_or_default()
 }
@@ -436,17 +424,22 @@ pub fn native_message(
             .iter()
             .map(|c| {
                 let f = &c["function"];
-                let arguments = f["arguments"]
-                    .as_str()
-                    .and_then(|a| serde_json::from_str::<Value>(a).ok())
-                    .unwrap_or_else(|| f["arguments"].clone());
                 json!({"id": c["id"], "type": "function",
-                       "function": {"name": f["name"], "arguments": arguments}})
+                       "function": {"name": f["name"], "arguments": arguments_value(&f["arguments"])}})
             })
             .collect();
         message["tool_calls"] = Value::Array(calls);
     }
     message
+}
+
+/// A call's `arguments` as a value: parsed when it is a JSON text (as
+/// OpenAI sends it), else as given.
+fn arguments_value(arguments: &Value) -> Value {
+    arguments
+        .as_str()
+        .and_then(|a| serde_json::from_str::<Value>(a).ok())
+        .unwrap_or_else(|| arguments.clone())
 }
 
 /// How a tool's result is shown to the model: as a user turn naming the

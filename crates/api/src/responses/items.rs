@@ -86,7 +86,7 @@ impl ConversationItem {
         let (role, content) = match self {
             Self::Message { role, text } if role == "developer" => ("system", text.clone()),
             Self::Message { role, text } => (role.as_str(), text.clone()),
-            Self::FunctionCall(call) => ("assistant", call_list(std::slice::from_ref(call))),
+            Self::FunctionCall(call) => ("assistant", call_list(&[call])),
             Self::FunctionOutput { call_id, output } => ("user", tool_result_text(call_id, output)),
         };
         ChatMessage {
@@ -129,7 +129,7 @@ impl ConversationItem {
 }
 
 /// The calls in the format the model is told to call with.
-fn call_list(calls: &[CallTurn]) -> String {
+fn call_list(calls: &[&CallTurn]) -> String {
     let pairs: Vec<(Value, Value)> = calls
         .iter()
         .map(|c| (json!(c.name), json!(c.arguments)))
@@ -137,72 +137,62 @@ fn call_list(calls: &[CallTurn]) -> String {
     calls_text(pairs.iter().map(|(n, a)| (n, a)))
 }
 
+/// The conversation in turns: each run of calls made one after another
+/// (one assistant answer), or one other item.
+fn turns(items: &[ConversationItem]) -> impl Iterator<Item = &[ConversationItem]> {
+    let is_call = |item: &ConversationItem| matches!(item, ConversationItem::FunctionCall(_));
+    items.chunk_by(move |a, b| is_call(a) && is_call(b))
+}
+
+/// The calls of a turn from [`turns`] (none when it is another item).
+fn calls_of(turn: &[ConversationItem]) -> Vec<&CallTurn> {
+    turn.iter()
+        .filter_map(|item| match item {
+            ConversationItem::FunctionCall(c) => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The conversation as chat messages; calls made one after another are one
 /// assistant message, as the model would have answered them.
 pub fn chat_messages(items: &[ConversationItem]) -> Vec<ChatMessage> {
-    let mut out: Vec<ChatMessage> = Vec::with_capacity(items.len());
-    let mut i = 0;
-    while i < items.len() {
-        if let ConversationItem::FunctionCall(_) = &items[i] {
-            let calls: Vec<CallTurn> = items[i..]
-                .iter()
-                .map_while(|item| match item {
-                    ConversationItem::FunctionCall(c) => Some(c.clone()),
-                    _ => None,
-                })
-                .collect();
-            i += calls.len();
-            out.push(ChatMessage {
+    turns(items)
+        .map(|turn| match calls_of(turn).as_slice() {
+            [] => turn[0].chat(),
+            calls => ChatMessage {
                 role: "assistant".to_string(),
-                content: call_list(&calls),
-            });
-        } else {
-            out.push(items[i].chat());
-            i += 1;
-        }
-    }
-    out
+                content: call_list(calls),
+            },
+        })
+        .collect()
 }
 
 /// The conversation as chat templates that know tools take it: calls as
 /// an assistant message's `tool_calls` (those made one after another
 /// together), results as `tool` messages.
 pub fn native_messages(items: &[ConversationItem]) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::with_capacity(items.len());
-    let mut i = 0;
-    while i < items.len() {
-        match &items[i] {
-            ConversationItem::FunctionCall(_) => {
-                let calls: Vec<Value> = items[i..]
+    turns(items)
+        .map(|turn| match (calls_of(turn).as_slice(), &turn[0]) {
+            ([], ConversationItem::FunctionOutput { call_id, output }) => {
+                native_message("tool", true, output, None, Some(call_id))
+            }
+            ([], message) => {
+                let chat = message.chat();
+                native_message(&chat.role, false, &chat.content, None, None)
+            }
+            (calls, _) => {
+                let calls: Vec<Value> = calls
                     .iter()
-                    .map_while(|item| match item {
-                        ConversationItem::FunctionCall(c) => Some(json!({"id": c.call_id,
-                            "type": "function",
-                            "function": {"name": c.name, "arguments": c.arguments}})),
-                        _ => None,
+                    .map(|c| {
+                        json!({"id": c.call_id, "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments}})
                     })
                     .collect();
-                i += calls.len();
-                out.push(native_message(
-                    "assistant",
-                    false,
-                    "",
-                    Some(&Value::Array(calls)),
-                    None,
-                ));
-                continue;
+                native_message("assistant", false, "", Some(&Value::Array(calls)), None)
             }
-            ConversationItem::FunctionOutput { call_id, output } => {
-                out.push(native_message("tool", true, output, None, Some(call_id)));
-            }
-            message @ ConversationItem::Message { .. } => {
-                let chat = message.chat();
-                out.push(native_message(&chat.role, false, &chat.content, None, None));
-            }
-        }
-        i += 1;
-    }
-    out
+        })
+        .collect()
 }
 
 /// Every `function_call_output` of `input` must answer a call made before
