@@ -46,7 +46,7 @@ mod paged;
 mod roberta;
 mod rotary;
 mod token_embedding;
-mod vecmath;
+pub mod vecmath;
 
 pub use bert::{l2_normalize, pool, Bert, BertConfig, CrossEncoder, EncoderInput, Pooling};
 pub use bert_cpu::EncoderPrecision;

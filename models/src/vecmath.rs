@@ -13,7 +13,7 @@
 
 /// `a * b + c`, fused when `FMA`.
 #[inline(always)]
-pub(crate) fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+pub fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
     if FMA {
         a.mul_add(b, c)
     } else {
@@ -36,7 +36,7 @@ pub(crate) fn exp(x: f32) -> f32 {
 /// keeps [`exp`]: its greedy tokens are compared with llama.cpp's, and some
 /// of those choices are close enough for a last bit to flip them.
 #[inline(always)]
-pub(crate) fn exp_with<const FMA: bool>(x: f32) -> f32 {
+pub fn exp_with<const FMA: bool>(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const C1: f32 = 0.693_359_4;
     const C2: f32 = -2.121_944_4e-4;
@@ -87,14 +87,14 @@ fn fold16(
 
 /// `sum f(x_i)`, over 16 interleaved partial sums ([`fold16`]).
 #[inline(always)]
-pub(crate) fn sum_by(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+pub fn sum_by(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     fold16(x, 0.0, |a, v| a + f(v), |a, b| a + b)
 }
 
 /// `sum a_i b_i` over 16 interleaved partial sums (so it vectorises; the
 /// order, and so the bits, depend only on the length), fused when `FMA`.
 #[inline(always)]
-pub(crate) fn dot16<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
+pub fn dot16<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
     let mut acc = [0f32; 16];
@@ -115,7 +115,7 @@ pub(crate) fn dot16<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
 /// The largest of `x` (`-inf` when empty), over 16 interleaved partial
 /// maxima ([`fold16`]). NaNs are skipped, as by `f32::max`.
 #[inline(always)]
-pub(crate) fn max(x: &[f32]) -> f32 {
+pub fn max(x: &[f32]) -> f32 {
     fold16(x, f32::NEG_INFINITY, f32::max, f32::max)
 }
 
@@ -326,7 +326,7 @@ pub(crate) fn round_f16(x: &mut [f32]) {
 
 /// Whether this CPU has AVX2, FMA and F16C.
 #[inline]
-pub(crate) fn has_fma() -> bool {
+pub fn has_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::is_x86_feature_detected!("avx2")

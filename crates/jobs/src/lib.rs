@@ -176,8 +176,9 @@ pub struct StepReport {
     pub grad_norm: f32,
     /// Loss tokens of this step.
     pub tokens: usize,
-    /// Non-padding tokens run through forward + backward + update per
-    /// second of this step (validation excluded).
+    /// Non-padding tokens run through forward + backward + update.
+    pub real_tokens: usize,
+    /// `real_tokens` per second of this step (validation excluded).
     pub tokens_per_second: f64,
     /// Mean validation loss, after the last step of an epoch when
     /// validation examples were given.

@@ -1,15 +1,22 @@
 //! The LoRA trainer's parts: `base` (frozen weights), `ops` (differentiable
 //! primitives), `model` (forward and batch layout), `data` (tokens and loss
-//! masks), `optim` (AdamW, schedule, clipping, RNG), `trainer` ([`Trainer`]).
+//! masks), `optim` (AdamW, schedule, clipping, RNG), `trainer` ([`Trainer`]);
+//! `step` (the hand-written forward and backward the trainer runs, on
+//! `kernels` and `gemm`), with `model` as its autograd reference.
 
 pub(crate) mod base;
 pub mod data;
+mod gemm;
+mod kernels;
 pub(crate) mod model;
 pub mod ops;
 pub mod optim;
 mod state;
+mod step;
 pub mod trainer;
 
+#[cfg(test)]
+mod step_tests;
 #[cfg(test)]
 mod tests;
 

@@ -26,11 +26,8 @@ pub(crate) struct Batch {
     pub positions: Vec<u32>,
     /// Example of each token (0 = padding); attention stays inside one.
     pub segments: Vec<u32>,
-    /// Flat rows whose output predicts a loss token, and those tokens.
+    /// Flat rows whose output predicts a loss token.
     pub loss_rows: Vec<u32>,
-    pub targets: Vec<u32>,
-    /// Non-padding tokens.
-    pub real_tokens: usize,
 }
 
 /// LoRA matrices applied in a forward: per layer, per target in
@@ -186,10 +183,16 @@ impl TokenizedExample {
     }
 }
 
-/// Lays out `examples`: without packing one example per row, padded to the
+/// Lays out `examples` for the reference forward, with the targets of the
+/// loss rows: without packing one example per row, padded to the
 /// longest; with packing, consecutive examples share a row while they fit in
 /// `context` tokens (then rows are padded to the longest row).
-pub(crate) fn build_batch(examples: &[&TokenizedExample], packing: bool, context: usize) -> Batch {
+#[cfg(test)]
+pub(crate) fn build_batch(
+    examples: &[&TokenizedExample],
+    packing: bool,
+    context: usize,
+) -> (Batch, Vec<u32>) {
     let mut rows: Vec<Vec<usize>> = Vec::new();
     let mut row_len = 0;
     for (i, e) in examples.iter().enumerate() {
@@ -215,6 +218,7 @@ pub(crate) fn build_batch(examples: &[&TokenizedExample], packing: bool, context
         segments: vec![0; rows.len() * len],
         ..Default::default()
     };
+    let mut targets = Vec::new();
     for (r, row) in rows.iter().enumerate() {
         let mut off = r * len;
         for &i in row {
@@ -225,12 +229,11 @@ pub(crate) fn build_batch(examples: &[&TokenizedExample], packing: bool, context
                 b.segments[off + p] = i as u32 + 1;
                 if p > 0 && e.loss[p] {
                     b.loss_rows.push((off + p - 1) as u32);
-                    b.targets.push(tok);
+                    targets.push(tok);
                 }
             }
             off += e.tokens.len();
-            b.real_tokens += e.tokens.len();
         }
     }
-    b
+    (b, targets)
 }

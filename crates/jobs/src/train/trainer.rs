@@ -11,9 +11,10 @@ use tokenizers::Tokenizer;
 
 use super::base::{BaseWeights, Dims};
 use super::data::{fit_to_context, tokenize_all, DataStats};
-use super::model::{build_batch, Batch, Dropout, Forward, LoraTensors, TokenizedExample};
-use super::ops::{nll_sum, RopeLayout};
+use super::model::{Batch, Dropout, Forward, LoraTensors, TokenizedExample};
+use super::ops::RopeLayout;
 use super::optim::{clip_grad_norm, learning_rate, AdamW, Rng};
+use super::step::{Adapter, Step, Tokens};
 use crate::{BaseModel, StepReport, TrainConfig, TrainError};
 
 /// A LoRA fine-tuning run over a frozen Llama base. See the crate docs.
@@ -255,7 +256,7 @@ impl Trainer {
             .iter()
             .map(|&i| &self.train[i])
             .collect();
-        let batch = build_batch(&picked, self.cfg.packing, self.cfg.context_length);
+        let tokens = Tokens::new(&picked);
         let lr = learning_rate(
             self.cfg.learning_rate,
             self.step + 1,
@@ -263,31 +264,30 @@ impl Trainer {
             self.cfg.warmup_ratio,
             self.cfg.schedule,
         );
-        let lora = self.lora(false);
-        let fwd = Forward {
+        let n = tokens.targets.len();
+        let ab = self.lora_tensors();
+        let step = Step {
             base: &self.base,
-            lora: Some(&lora),
+            adapter: Some(self.adapter_of(&ab)),
             dropout: Some(Dropout {
                 p: self.cfg.lora_dropout,
                 seed: self.cfg.seed,
                 step: self.step as u64,
             }),
         };
-        let n = batch.targets.len();
-        let loss = (self.loss_sum(&fwd, &batch)? / n as f64)?;
-        let grads = loss.backward()?;
+        let (loss_sum, grads) = step.run(&tokens, Some(1.0 / n.max(1) as f32))?;
+        let grads = grads.expect("the step computed gradients");
         let mut params = Vec::new();
-        let mut gs = Vec::new();
         for (a, b) in self.vars.iter().flatten() {
             for v in [a, b] {
                 params.push(v.as_tensor().flatten_all()?.to_vec1::<f32>()?);
-                gs.push(match grads.get(v.as_tensor()) {
-                    Some(g) => g.flatten_all()?.to_vec1::<f32>()?,
-                    None => vec![0.0; v.elem_count()],
-                });
             }
         }
-        drop(grads);
+        let mut gs: Vec<Vec<f32>> = grads
+            .into_iter()
+            .flatten()
+            .flat_map(|(a, b)| [a, b])
+            .collect();
         let grad_norm = clip_grad_norm(&mut gs, self.cfg.max_grad_norm);
         self.opt.step(&mut params, &gs, lr, self.cfg.weight_decay);
         let mut it = params.into_iter();
@@ -308,42 +308,56 @@ impl Trainer {
         Ok(StepReport {
             step: self.step,
             epoch,
-            train_loss: loss.to_scalar::<f32>()?,
+            train_loss: (loss_sum / n.max(1) as f64) as f32,
             learning_rate: lr,
             grad_norm: grad_norm as f32,
             tokens: n,
-            tokens_per_second: batch.real_tokens as f64 / seconds.max(1e-9),
+            real_tokens: tokens.len(),
+            tokens_per_second: tokens.len() as f64 / seconds.max(1e-9),
             valid_loss,
             epoch_end,
         })
     }
 
-    fn loss_sum(&self, fwd: &Forward<'_>, batch: &Batch) -> Result<Tensor, TrainError> {
-        let logits = fwd.logits(batch)?;
-        let targets = Tensor::new(batch.targets.as_slice(), logits.device())?;
-        Ok(nll_sum(&logits, &targets)?)
-    }
-
     /// Mean loss per loss token over `examples` with the current adapter
     /// (no dropout), in batches of `batch_size`.
     pub fn evaluate(&self, examples: &[TokenizedExample]) -> Result<f32, TrainError> {
-        let lora = self.lora(true);
-        let fwd = Forward {
+        let ab = self.lora_tensors();
+        let step = Step {
             base: &self.base,
-            lora: Some(&lora),
+            adapter: Some(self.adapter_of(&ab)),
             dropout: None,
         };
         let (mut sum, mut n) = (0f64, 0usize);
         for chunk in examples.chunks(self.cfg.batch_size) {
             let refs: Vec<&TokenizedExample> = chunk.iter().collect();
-            let batch = build_batch(&refs, self.cfg.packing, self.cfg.context_length);
-            if batch.targets.is_empty() {
+            let tokens = Tokens::new(&refs);
+            if tokens.targets.is_empty() {
                 continue;
             }
-            sum += self.loss_sum(&fwd, &batch)?.to_scalar::<f32>()? as f64;
-            n += batch.targets.len();
+            sum += step.run(&tokens, None)?.0;
+            n += tokens.targets.len();
         }
         Ok((sum / n.max(1) as f64) as f32)
+    }
+
+    /// The adapter's `(A, B)` tensors (shared storage with the `Var`s).
+    pub(crate) fn lora_tensors(&self) -> Vec<[(Tensor, Tensor); 7]> {
+        self.vars
+            .iter()
+            .map(|l| {
+                l.each_ref()
+                    .map(|(a, b)| (a.as_tensor().clone(), b.as_tensor().clone()))
+            })
+            .collect()
+    }
+
+    fn adapter_of<'a>(&self, ab: &'a [[(Tensor, Tensor); 7]]) -> Adapter<'a> {
+        Adapter {
+            ab,
+            scale: (self.cfg.lora_alpha / self.cfg.lora_r as f64) as f32,
+            rank: self.cfg.lora_r,
+        }
     }
 
     /// Mean validation loss (0 when there is no validation set).
@@ -532,8 +546,6 @@ fn last_token_batch(tokens: &[u32]) -> Batch {
         positions: (0..n as u32).collect(),
         segments: vec![1; n],
         loss_rows: vec![n as u32 - 1],
-        targets: vec![0],
-        real_tokens: n,
     }
 }
 
