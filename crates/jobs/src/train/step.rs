@@ -210,7 +210,8 @@ impl Step<'_> {
         Ok((y, xa))
     }
 
-    /// Adds the input gradient to `dx` and writes the LoRA gradients.
+    /// Adds the input gradient to `dx` (when it is wanted) and writes the
+    /// LoRA gradients.
     #[allow(clippy::too_many_arguments)]
     fn linear_bwd(
         &self,
@@ -220,12 +221,14 @@ impl Step<'_> {
         x: &[f32],
         xa: &[f32],
         n: usize,
-        dx: &mut [f32],
+        mut dx: Option<&mut [f32]>,
         grads: &mut Grads,
     ) -> Result<(), TrainError> {
         let lin = self.linear(layer, t)?;
         let dym = M::new(dy, n, lin.out);
-        matmul(dx, dym, M::new(lin.w.s(), lin.out, lin.inp), 1.0, true);
+        if let Some(dx) = dx.as_deref_mut() {
+            matmul(dx, dym, M::new(lin.w.s(), lin.out, lin.inp), 1.0, true);
+        }
         let Some((a, b)) = &lin.ab else {
             return Ok(());
         };
@@ -251,9 +254,10 @@ impl Step<'_> {
             s,
             false,
         );
-        match mask {
-            None => matmul(dx, M::new(&dyb, n, r), M::new(a.s(), r, lin.inp), s, true),
-            Some(m) => {
+        match (dx, mask) {
+            (None, _) => {}
+            (Some(dx), None) => matmul(dx, M::new(&dyb, n, r), M::new(a.s(), r, lin.inp), s, true),
+            (Some(dx), Some(m)) => {
                 let d = product(M::new(&dyb, n, r), M::new(a.s(), r, lin.inp));
                 for ((dx, d), m) in dx.iter_mut().zip(d).zip(m) {
                     *dx += s * d * m;
@@ -344,18 +348,18 @@ impl Step<'_> {
         // MLP
         let act = kernels::silu_mul(&s.g, &s.u);
         let mut dact = vec![0f32; n * inter];
-        self.linear_bwd(l, 6, &dx, &act, &s.xa[6], n, &mut dact, grads)?;
+        self.linear_bwd(l, 6, &dx, &act, &s.xa[6], n, Some(&mut dact), grads)?;
         drop(act);
         let (dg, du) = kernels::silu_mul_backward(&dact, &s.g, &s.u);
         drop(dact);
         let mut dn2 = vec![0f32; n * h];
-        self.linear_bwd(l, 4, &dg, &s.n2, &s.xa[4], n, &mut dn2, grads)?;
-        self.linear_bwd(l, 5, &du, &s.n2, &s.xa[5], n, &mut dn2, grads)?;
+        self.linear_bwd(l, 4, &dg, &s.n2, &s.xa[4], n, Some(&mut dn2), grads)?;
+        self.linear_bwd(l, 5, &du, &s.n2, &s.xa[5], n, Some(&mut dn2), grads)?;
         let mut dx2 = dx;
         kernels::rms_norm_backward(&dn2, &s.x2, &s.r2, view(&lw.ffn_norm)?.s(), &mut dx2);
         // Attention
         let mut d_o = vec![0f32; n * q_width];
-        self.linear_bwd(l, 3, &dx2, &s.o, &s.xa[3], n, &mut d_o, grads)?;
+        self.linear_bwd(l, 3, &dx2, &s.o, &s.xa[3], n, Some(&mut d_o), grads)?;
         let saved = AttentionSaved {
             q: &s.q,
             k: &s.k,
@@ -366,10 +370,16 @@ impl Step<'_> {
         let (mut dq, mut dk, dv) = kernels::attention_backward(saved, &d_o, &tk.segs, self.heads());
         rope.apply(&mut dq, &tk.positions, true);
         rope.apply(&mut dk, &tk.positions, true);
-        let mut dn1 = vec![0f32; n * h];
-        self.linear_bwd(l, 0, &dq, &s.n1, &s.xa[0], n, &mut dn1, grads)?;
-        self.linear_bwd(l, 1, &dk, &s.n1, &s.xa[1], n, &mut dn1, grads)?;
-        self.linear_bwd(l, 2, &dv, &s.n1, &s.xa[2], n, &mut dn1, grads)?;
+        // The first block's input gradient would only reach the frozen
+        // embedding: its q/k/v input gradients are not computed.
+        let mut dn1 = vec![0f32; if l == 0 { 0 } else { n * h }];
+        for (t, dy) in [&dq, &dk, &dv].into_iter().enumerate() {
+            let dn1 = if l == 0 { None } else { Some(&mut dn1[..]) };
+            self.linear_bwd(l, t, dy, &s.n1, &s.xa[t], n, dn1, grads)?;
+        }
+        if l == 0 {
+            return Ok(Vec::new());
+        }
         let mut dx_in = dx2;
         kernels::rms_norm_backward(&dn1, &s.x, &s.r1, view(&lw.attn_norm)?.s(), &mut dx_in);
         Ok(dx_in)

@@ -241,6 +241,40 @@ impl Trainer {
     /// Runs one optimizer step on the next batch (with dropout), and at the
     /// end of an epoch the validation loss. Errors once all steps are done.
     pub fn train_step(&mut self) -> Result<StepReport, TrainError> {
+        self.train_step_with(Self::loss_and_grads)
+    }
+
+    /// The summed loss of `tokens` and the gradients of its mean for every
+    /// LoRA matrix, in `vars` order (A then B per target).
+    pub(crate) fn loss_and_grads(
+        &self,
+        tokens: &Tokens,
+        dropout: Dropout,
+    ) -> Result<(f64, Vec<Vec<f32>>), TrainError> {
+        let ab = self.lora_tensors();
+        let step = Step {
+            base: &self.base,
+            adapter: Some(self.adapter_of(&ab)),
+            dropout: Some(dropout),
+        };
+        let n = tokens.targets.len().max(1);
+        let (loss_sum, grads) = step.run(tokens, Some(1.0 / n as f32))?;
+        let grads = grads.expect("the step computed gradients");
+        Ok((
+            loss_sum,
+            grads
+                .into_iter()
+                .flatten()
+                .flat_map(|(a, b)| [a, b])
+                .collect(),
+        ))
+    }
+
+    /// [`Trainer::train_step`] with the loss and gradients from `grads`.
+    pub(crate) fn train_step_with(
+        &mut self,
+        grads: impl Fn(&Self, &Tokens, Dropout) -> Result<(f64, Vec<Vec<f32>>), TrainError>,
+    ) -> Result<StepReport, TrainError> {
         let total = self.total_steps();
         if self.step >= total {
             return Err(TrainError::Finished);
@@ -265,29 +299,18 @@ impl Trainer {
             self.cfg.schedule,
         );
         let n = tokens.targets.len();
-        let ab = self.lora_tensors();
-        let step = Step {
-            base: &self.base,
-            adapter: Some(self.adapter_of(&ab)),
-            dropout: Some(Dropout {
-                p: self.cfg.lora_dropout,
-                seed: self.cfg.seed,
-                step: self.step as u64,
-            }),
+        let dropout = Dropout {
+            p: self.cfg.lora_dropout,
+            seed: self.cfg.seed,
+            step: self.step as u64,
         };
-        let (loss_sum, grads) = step.run(&tokens, Some(1.0 / n.max(1) as f32))?;
-        let grads = grads.expect("the step computed gradients");
+        let (loss_sum, mut gs) = grads(self, &tokens, dropout)?;
         let mut params = Vec::new();
         for (a, b) in self.vars.iter().flatten() {
             for v in [a, b] {
                 params.push(v.as_tensor().flatten_all()?.to_vec1::<f32>()?);
             }
         }
-        let mut gs: Vec<Vec<f32>> = grads
-            .into_iter()
-            .flatten()
-            .flat_map(|(a, b)| [a, b])
-            .collect();
         let grad_norm = clip_grad_norm(&mut gs, self.cfg.max_grad_norm);
         self.opt.step(&mut params, &gs, lr, self.cfg.weight_decay);
         let mut it = params.into_iter();
