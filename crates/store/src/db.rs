@@ -43,6 +43,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     ),
     (8, "iam", include_str!("../migrations/0008_iam.sql")),
     (9, "usage", include_str!("../migrations/0009_usage.sql")),
+    (
+        10,
+        "adapters",
+        include_str!("../migrations/0010_adapters.sql"),
+    ),
 ];
 
 #[derive(Debug)]

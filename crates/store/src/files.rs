@@ -104,6 +104,24 @@ impl FileUpload {
     }
 }
 
+/// Inserts a file row on `conn` (a pooled connection or a transaction).
+pub(crate) async fn insert_file_on(conn: &mut sqlx::AnyConnection, f: &FileRecord) -> Result<()> {
+    sqlx::query(&format!(
+        "INSERT INTO files ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+    ))
+    .bind(&f.id)
+    .bind(&f.project_id)
+    .bind(&f.filename)
+    .bind(&f.purpose)
+    .bind(f.bytes)
+    .bind(&f.status)
+    .bind(f.status_details.clone())
+    .bind(f.created_at)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 impl Store {
     /// Starts an upload of at most `limit` bytes.
     pub async fn begin_upload(&self, limit: u64) -> Result<FileUpload> {
@@ -158,20 +176,8 @@ impl Store {
     }
 
     pub(crate) async fn insert_file(&self, f: &FileRecord) -> Result<()> {
-        sqlx::query(&format!(
-            "INSERT INTO files ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
-        ))
-        .bind(&f.id)
-        .bind(&f.project_id)
-        .bind(&f.filename)
-        .bind(&f.purpose)
-        .bind(f.bytes)
-        .bind(&f.status)
-        .bind(f.status_details.clone())
-        .bind(f.created_at)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        let mut conn = self.pool.acquire().await?;
+        insert_file_on(&mut conn, f).await
     }
 
     /// The file `id` of `project_id`; [`StoreError::NotFound`] when it does

@@ -19,6 +19,7 @@ pub const DATASET_PART: &str = "dspart";
 pub const SERVICE_ACCOUNT: &str = "serviceaccount";
 pub const AUTHORIZED_KEY: &str = "publickey";
 pub const GROUP: &str = "group";
+pub const ADAPTER: &str = "adapter";
 
 /// A new id with `prefix`; ids made by one process are strictly increasing.
 pub fn new_id(prefix: &str) -> String {

@@ -11,10 +11,12 @@
 //! [`files`], [`fine_tuning`] (jobs, events, checkpoints), [`batches`]
 //! (batches and their requests' results), [`responses`], [`endpoints`]
 //! (dedicated endpoints' desired state), [`iam`] (service accounts, their
-//! groups, authorized keys and access tokens); [`links`] signs download links;
+//! groups, authorized keys and access tokens), [`adapters`] (LoRA adapters
+//! imported per project); [`links`] signs download links;
 //! [`jsonl`] checks uploads; [`usage`] keeps usage sums, quotas and budgets.
 
 pub mod accounts;
+pub mod adapters;
 pub mod batches;
 pub mod blobs;
 pub mod datasets;
@@ -38,6 +40,7 @@ use std::path::PathBuf;
 use rand::RngCore;
 use sqlx::{AnyPool, Row};
 
+pub use adapters::{ImportedAdapter, NewAdapter};
 pub use batches::{Batch, BatchClaimRules, BatchResult, BatchStatus, NewBatch};
 pub use blobs::{BlobWriter, Blobs};
 pub use db::Backend;
@@ -45,7 +48,7 @@ pub use endpoints::{DedicatedEndpoint, EndpointPatch, NewEndpoint};
 pub use error::{Result, StoreError};
 pub use files::{FileRecord, FileStatus, ListOrder};
 pub use fine_tuning::{
-    ft_blob_prefix, ClaimRules, FtCheckpoint, FtEvent, FtJob, FtStatus, NewFtJob,
+    ft_blob_prefix, ClaimRules, FtCheckpoint, FtEvent, FtJob, FtStatus, NewFtJob, ResultFile,
 };
 pub use keys::{Caller, KeyInfo, NewKey};
 pub use projects::Project;
@@ -159,7 +162,7 @@ impl Store {
     /// they are `grace` old ([`ORPHAN_GRACE`] on start): an upload in
     /// progress, here or on another node sharing the store, looks the same
     /// until its row commits. Other blobs (fine-tuning checkpoints under
-    /// `fine_tuning/`) are kept.
+    /// `fine_tuning/`, imported adapters under `adapters/`) are kept.
     pub async fn sweep_orphan_blobs(&self, grace: std::time::Duration) -> Result<usize> {
         // Blobs listed after the rows: a blob whose row commits in between
         // is younger than any sensible grace.

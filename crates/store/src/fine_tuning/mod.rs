@@ -30,8 +30,10 @@ use crate::Store;
 
 mod claims;
 mod records;
+mod results;
 
 pub use claims::{ClaimRules, DEFAULT_MAX_ATTEMPTS};
+pub use results::{ResultFile, RESULTS_PURPOSE};
 
 /// `status` of a fine-tuning job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -170,6 +172,10 @@ pub struct FtCheckpoint {
     pub metrics: Value,
     /// Where its blobs live (under [`ft_blob_prefix`] of the job).
     pub blob_prefix: String,
+    /// Ids of the files its adapter is published as (`adapter_model.safetensors`,
+    /// `adapter_config.json`; purpose `fine-tune-results`, in the job's
+    /// project); empty for checkpoints written before publishing existed.
+    pub result_files: Vec<String>,
 }
 
 /// The blob prefix of a job's checkpoints and adapters:
@@ -189,8 +195,8 @@ const JOB_COLUMNS: &str = "id, project_id, model, training_file, validation_file
 
 const EVENT_COLUMNS: &str = "id, job_id, created_at, level, type, message, data";
 
-const CHECKPOINT_COLUMNS: &str =
-    "id, job_id, created_at, step_number, fine_tuned_model_checkpoint, metrics, blob_prefix";
+const CHECKPOINT_COLUMNS: &str = "id, job_id, created_at, step_number, \
+     fine_tuned_model_checkpoint, metrics, blob_prefix, result_files";
 
 fn parse_json(column: &str, text: &str) -> Result<Value> {
     serde_json::from_str(text)
@@ -201,14 +207,17 @@ fn parse_opt_json(column: &str, text: Option<String>) -> Result<Option<Value>> {
     text.map(|t| parse_json(column, &t)).transpose()
 }
 
+fn parse_id_list(column: &str, text: &str) -> Result<Vec<String>> {
+    serde_json::from_str(text)
+        .map_err(|e| StoreError::Invalid(format!("stored `{column}` is not a JSON list: {e}")))
+}
+
 impl FtJob {
     fn from_row(row: &AnyRow) -> Result<Self> {
         let status: String = row.try_get("status")?;
         let hyperparameters: String = row.try_get("hyperparameters")?;
         let result_files: String = row.try_get("result_files")?;
-        let result_files: Vec<String> = serde_json::from_str(&result_files).map_err(|e| {
-            StoreError::Invalid(format!("stored `result_files` is not a JSON list: {e}"))
-        })?;
+        let result_files = parse_id_list("result_files", &result_files)?;
         Ok(Self {
             id: row.try_get("id")?,
             project_id: row.try_get("project_id")?,
@@ -254,6 +263,7 @@ impl FtEvent {
 impl FtCheckpoint {
     fn from_row(row: &AnyRow) -> Result<Self> {
         let metrics: String = row.try_get("metrics")?;
+        let result_files: String = row.try_get("result_files")?;
         Ok(Self {
             id: row.try_get("id")?,
             job_id: row.try_get("job_id")?,
@@ -262,6 +272,7 @@ impl FtCheckpoint {
             fine_tuned_model_checkpoint: row.try_get("fine_tuned_model_checkpoint")?,
             metrics: parse_json("metrics", &metrics)?,
             blob_prefix: row.try_get("blob_prefix")?,
+            result_files: parse_id_list("result_files", &result_files)?,
         })
     }
 }

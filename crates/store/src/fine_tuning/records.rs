@@ -57,7 +57,9 @@ impl Store {
     }
 
     /// Records a checkpoint of the job (its blobs already written under
-    /// `blob_prefix`). `metrics` should be a JSON object.
+    /// `blob_prefix`), publishing no files. `metrics` should be a JSON
+    /// object. (The worker publishes its adapters with
+    /// [`Store::add_ft_checkpoint_with_files`].)
     pub async fn add_ft_checkpoint(
         &self,
         job_id: &str,
@@ -74,20 +76,10 @@ impl Store {
             fine_tuned_model_checkpoint: fine_tuned_model_checkpoint.to_string(),
             metrics,
             blob_prefix: blob_prefix.to_string(),
+            result_files: Vec::new(),
         };
-        sqlx::query(&format!(
-            "INSERT INTO fine_tuning_checkpoints ({CHECKPOINT_COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)"
-        ))
-        .bind(&checkpoint.id)
-        .bind(&checkpoint.job_id)
-        .bind(checkpoint.created_at)
-        .bind(checkpoint.step_number)
-        .bind(&checkpoint.fine_tuned_model_checkpoint)
-        .bind(checkpoint.metrics.to_string())
-        .bind(&checkpoint.blob_prefix)
-        .execute(&self.pool)
-        .await?;
+        let mut conn = self.pool.acquire().await?;
+        insert_checkpoint(&mut conn, &checkpoint).await?;
         Ok(checkpoint)
     }
 
@@ -213,4 +205,27 @@ impl Store {
         }
         Ok(record)
     }
+}
+
+/// Inserts a checkpoint row on `conn` (a pooled connection or a
+/// transaction).
+pub(super) async fn insert_checkpoint(
+    conn: &mut sqlx::AnyConnection,
+    checkpoint: &FtCheckpoint,
+) -> Result<()> {
+    sqlx::query(&format!(
+        "INSERT INTO fine_tuning_checkpoints ({CHECKPOINT_COLUMNS}) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+    ))
+    .bind(&checkpoint.id)
+    .bind(&checkpoint.job_id)
+    .bind(checkpoint.created_at)
+    .bind(checkpoint.step_number)
+    .bind(&checkpoint.fine_tuned_model_checkpoint)
+    .bind(checkpoint.metrics.to_string())
+    .bind(&checkpoint.blob_prefix)
+    .bind(serde_json::to_string(&checkpoint.result_files).expect("a list of strings serialises"))
+    .execute(conn)
+    .await?;
+    Ok(())
 }
