@@ -246,6 +246,21 @@ fn a_job_survives_kill_9_resumes_from_its_checkpoint_and_serves_the_fact() {
         "loss should fall well below its start: {csv}"
     );
 
+    // Every checkpoint's adapter is published once, across the kill -9:
+    // the result files are the checkpoints' two each plus the CSV, and the
+    // job lists the CSV and the last checkpoint's two.
+    let ckpts = get(&server, &format!("{checkpoints}?limit=100"));
+    let ckpts = ckpts["data"].as_array().unwrap();
+    let results = job["result_files"].as_array().unwrap();
+    assert_eq!(results.len(), 3, "{job}");
+    assert_eq!(
+        results[1..],
+        ckpts[0]["result_files"].as_array().unwrap()[..]
+    );
+    let published = get(&server, "/v1/files?purpose=fine-tune-results&limit=1000");
+    let published = published["data"].as_array().unwrap();
+    assert_eq!(published.len(), 1 + 2 * ckpts.len(), "{ckpts:?}");
+
     // Served: listed, and it knows the fact the base does not.
     let models = get(&server, "/v1/models");
     assert!(

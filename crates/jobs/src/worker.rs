@@ -24,6 +24,13 @@
 //!   [`WorkerConfig::checkpoint_interval`] of training, and at the end. A job
 //!   claimed again after a crash resumes from its latest checkpoint, and the
 //!   steps it trains again are not logged twice.
+//! - Each checkpoint's adapter is also published as two files of the job's
+//!   project (`adapter_model.safetensors`, `adapter_config.json`, purpose
+//!   `fine-tune-results`), listed in the checkpoint's `result_files`; the job
+//!   ends with the metrics CSV and the last checkpoint's two files in its
+//!   `result_files`. Files commit with the row that lists them
+//!   (`hearth_store::fine_tuning::results`), so a resume never leaves
+//!   duplicates.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,9 +46,11 @@ use serde_json::{json, Value};
 use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
 
-use crate::progress::{logged, metrics_csv, step_data, step_message, STARTED};
+use crate::progress::{logged, step_data, step_message, STARTED};
 use crate::worker_handle::WorkerHandle;
-use crate::{load_chat_parts, BaseModel, StepReport, TrainConfig, TrainError, Trainer};
+use crate::{load_chat_parts, BaseModel, TrainConfig, TrainError, Trainer};
+
+mod results;
 
 pub const ADAPTER_WEIGHTS: &str = hearth_models::lora::ADAPTER_WEIGHTS_FILE;
 pub const ADAPTER_CONFIG: &str = hearth_models::lora::ADAPTER_CONFIG_FILE;
@@ -515,21 +524,7 @@ impl JobContext {
         if self.cancelled.load(Ordering::SeqCst) {
             return Err(Stop::Cancelled);
         }
-        let csv = metrics_csv(&self.block_on(logged(&self.store, &job.id))?.steps);
-        let file = self.block_on(self.store.create_file_from_bytes(
-            &job.project_id,
-            "step_metrics.csv",
-            "fine-tune-results",
-            csv.as_bytes(),
-        ))?;
-        let applied = self.block_on(self.store.finish_ft_job(
-            &job.id,
-            &self.config.worker_id,
-            FtStatus::Succeeded,
-            Some(&name),
-            std::slice::from_ref(&file.id),
-            None,
-        ))?;
+        let applied = self.publish_success(&job, &name)?;
         if !applied {
             return Err(Stop::Cancelled);
         }
@@ -537,44 +532,6 @@ impl JobContext {
             &job.id,
             "message",
             format!("The job has successfully completed; the model {name} is ready"),
-            None,
-        );
-        Ok(())
-    }
-
-    fn checkpoint(
-        &self,
-        job: &FtJob,
-        trainer: &Trainer,
-        report: &StepReport,
-        name: &str,
-        trained_tokens: i64,
-    ) -> Result<(), Stop> {
-        let prefix = format!("fine_tuning/{}/step-{:06}", job.id, report.step);
-        let (weights, config) = trainer.adapter()?.to_peft()?;
-        let state = trainer.save_state()?;
-        let blobs = self.store.blobs();
-        // The state goes last, and each blob is on disk before the next
-        // write: a checkpoint row is only written once all three are.
-        self.block_on(blobs.put(&format!("{prefix}/{ADAPTER_WEIGHTS}"), &weights))?;
-        self.block_on(blobs.put(&format!("{prefix}/{ADAPTER_CONFIG}"), config.as_bytes()))?;
-        self.block_on(blobs.put(&format!("{prefix}/{TRAINING_STATE}"), &state))?;
-        // Still ours? (A job taken over gets its checkpoints from its new
-        // worker.)
-        self.progress(&job.id, report.step, trained_tokens, trainer.total_steps())?;
-        let mut metrics = step_data(report);
-        metrics["trained_tokens"] = json!(trained_tokens);
-        self.block_on(self.store.add_ft_checkpoint(
-            &job.id,
-            report.step as i64,
-            &format!("{name}:ckpt-step-{}", report.step),
-            metrics,
-            &prefix,
-        ))?;
-        self.event(
-            &job.id,
-            "message",
-            format!("Checkpoint saved at step {}", report.step),
             None,
         );
         Ok(())

@@ -159,7 +159,8 @@ async fn a_job_trains_from_a_datasets_messages_and_fails_on_other_columns() {
     assert_eq!(trained.status, FtStatus::Succeeded, "{trained:?}");
     assert_eq!(trained.trained_steps, 1);
     assert!(trained.trained_tokens.unwrap_or(0) > 0, "{trained:?}");
-    assert_eq!(trained.result_files.len(), 1);
+    // The metrics CSV, then the final adapter's two PEFT files.
+    assert_eq!(trained.result_files.len(), 3);
     assert_eq!(refused.status, FtStatus::Failed, "{refused:?}");
     let error = refused.error.clone().expect("an error");
     assert_eq!(error["code"], "invalid_training_file", "{error}");

@@ -81,6 +81,7 @@ fn checkpoint_object(c: FtCheckpoint) -> FineTuningCheckpoint {
         step_number: c.step_number,
         fine_tuned_model_checkpoint: c.fine_tuned_model_checkpoint,
         metrics: c.metrics,
+        result_files: c.result_files,
     }
 }
 

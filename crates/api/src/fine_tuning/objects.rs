@@ -42,6 +42,9 @@ pub struct FineTuningJob {
     pub trained_tokens: Option<i64>,
     pub trained_steps: i64,
     pub total_steps: Option<i64>,
+    /// On success: the metrics CSV (`step_metrics.csv`), then the final
+    /// adapter's `adapter_model.safetensors` and `adapter_config.json`
+    /// (purpose `fine-tune-results`).
     pub result_files: Vec<String>,
     /// `{code, message, param}` when the job failed.
     #[schema(value_type = Option<Object>)]
@@ -79,6 +82,13 @@ pub struct FineTuningCheckpoint {
     pub fine_tuned_model_checkpoint: String,
     #[schema(value_type = Object)]
     pub metrics: Value,
+    /// The checkpoint's adapter as files of the job's project (purpose
+    /// `fine-tune-results`): `adapter_model.safetensors` and
+    /// `adapter_config.json`, in PEFT's format (Hearth's addition; left
+    /// out for checkpoints that published none, e.g. saved before adapters
+    /// were published).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub result_files: Vec<String>,
 }
 
 /// A page of jobs, events or checkpoints.
