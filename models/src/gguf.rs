@@ -33,6 +33,7 @@ use candle_core::{DType, Device, Result, Tensor};
 
 use crate::linear::{kernel_format, Linear};
 use crate::llama::{Attention, Block, Llama, Mlp, RmsNorm};
+use crate::lora_apply::LoraSpec;
 use crate::rotary::{inv_freq, RopeLayout, Rotary};
 use crate::token_embedding::TokenEmbedding;
 use crate::ModelInfo;
@@ -77,6 +78,47 @@ fn md_str<'a>(c: &'a Content, key: &str) -> Result<Option<&'a str>> {
         None => Ok(None),
         Some(v) => Ok(Some(v.to_string()?.as_str())),
     }
+}
+
+/// The shapes a LoRA adapter must fit to run on the llama GGUF `content`,
+/// from its metadata and tensor table alone (no weights read): the
+/// [`LoraSpec`] the loaded model's [`crate::CausalLM::lora_spec`] gives on
+/// the CPU. For checking an adapter against a base without loading it.
+pub fn lora_spec_from_gguf(content: &Content) -> Result<LoraSpec> {
+    let c = content;
+    let arch = md_str(c, "general.architecture")?.unwrap_or("llama");
+    if arch != "llama" {
+        candle_core::bail!("gguf architecture {arch:?} is not supported by the llama loader")
+    }
+    let key = |k: &str| format!("{arch}.{k}");
+    let hidden = md_usize_req(c, &key("embedding_length"))?;
+    let num_heads = md_usize_req(c, &key("attention.head_count"))?;
+    let rows = |name: &str| -> Result<usize> {
+        match c.tensor_infos.get(name) {
+            Some(t) => Ok(t.shape.dims2()?.0),
+            None => candle_core::bail!("gguf tensor {name} missing"),
+        }
+    };
+    let intermediate_size = match md_usize(c, &key("feed_forward_length"))? {
+        Some(ff) => ff,
+        None => rows("blk.0.ffn_gate.weight")?,
+    };
+    let info = ModelInfo {
+        architecture: arch.to_string(),
+        vocab_size: rows("token_embd.weight")?,
+        context_length: md_usize_req(c, &key("context_length"))?,
+        num_layers: md_usize_req(c, &key("block_count"))?,
+        hidden_size: hidden,
+        num_heads,
+        num_kv_heads: md_usize(c, &key("attention.head_count_kv"))?.unwrap_or(num_heads),
+        head_dim: md_usize(c, &key("attention.key_length"))?.unwrap_or(hidden / num_heads.max(1)),
+    };
+    Ok(LoraSpec {
+        info,
+        intermediate_size,
+        gguf_layout: true,
+        device: Device::Cpu,
+    })
 }
 
 impl Llama {

@@ -53,6 +53,7 @@ pub use bert_cpu::EncoderPrecision;
 pub use candle_core::quantized::gguf_file;
 pub use candle_core::{DType, Device, Tensor};
 pub use encoder::EncoderConfig;
+pub use gguf::lora_spec_from_gguf;
 pub use kv_cache::KvCache;
 pub use linear::Linear;
 pub use llama::{Llama, LlamaConfig, RopeScaling};

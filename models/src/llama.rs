@@ -118,6 +118,27 @@ impl LlamaConfig {
             .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
 
+    /// The shapes a LoRA adapter must fit to run on a model of this
+    /// config ([`crate::CausalLM::lora_spec`] of the loaded model, on the
+    /// CPU), without loading it.
+    pub fn lora_spec(&self) -> LoraSpec {
+        LoraSpec {
+            info: ModelInfo {
+                architecture: "llama".to_string(),
+                vocab_size: self.vocab_size,
+                context_length: self.max_position_embeddings,
+                num_layers: self.num_hidden_layers,
+                hidden_size: self.hidden_size,
+                num_heads: self.num_attention_heads,
+                num_kv_heads: self.num_kv_heads(),
+                head_dim: self.head_dim(),
+            },
+            intermediate_size: self.intermediate_size,
+            gguf_layout: false,
+            device: Device::Cpu,
+        }
+    }
+
     /// RoPE inverse frequencies after `rope_scaling`.
     fn inv_freq(&self) -> Result<Vec<f64>> {
         let base = inv_freq(self.head_dim(), self.rope_theta);

@@ -148,6 +148,14 @@ pub fn app(state: AppState) -> Router {
             get(routes::admin::list_projects).post(routes::admin::create_project),
         )
         .route(
+            "/v1/admin/adapters",
+            get(routes::adapters::list).post(routes::adapters::import),
+        )
+        .route(
+            "/v1/admin/adapters/{adapter_id}",
+            delete(routes::adapters::delete),
+        )
+        .route(
             "/v1/admin/projects/{project_id}/budget",
             get(routes::usage::get_budget).put(routes::usage::set_budget),
         )

@@ -53,6 +53,30 @@ pub enum ModelsCommand {
         #[command(flatten)]
         store: StoreArgs,
     },
+    /// Register a PEFT LoRA adapter folder (adapter_config.json and
+    /// adapter_model.safetensors) for a project, after checking it against
+    /// the base model; prints the model name requests use.
+    ImportAdapter(ImportAdapterArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ImportAdapterArgs {
+    /// The PEFT folder.
+    pub path: PathBuf,
+    /// The catalogue id of the chat model it adapts (pulled), e.g.
+    /// HuggingFaceTB/SmolLM2-135M-Instruct.
+    #[arg(long)]
+    pub base: String,
+    /// 1 to 64 letters, digits, `-`, `_` or `.`; unique in the project.
+    #[arg(long)]
+    pub name: String,
+    /// The project that may use it (default: the default project).
+    #[arg(long)]
+    pub project: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub db: DbArgs,
 }
 
 /// Where models and data live.

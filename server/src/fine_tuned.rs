@@ -1,11 +1,13 @@
 //! Fine-tuned models: the [`AdapterSource`] that serves succeeded jobs'
-//! adapters from the store, and the start of this node's fine-tuning worker.
+//! adapters (and imported ones, `crate::imported_adapters`) from the store,
+//! and the start of this node's fine-tuning worker.
 //!
 //! A succeeded job's model is named `BASE:suffix:ftjob-...` (see
 //! [`hearth_jobs::fine_tuned_model_name`]); a checkpoint's
-//! `BASE:suffix:ftjob-...:ckpt-step-N`. Both resolve only for the job's own
-//! project, to the PEFT files the worker wrote to the blob store; the base's
-//! engine loads them once into its adapter cache.
+//! `BASE:suffix:ftjob-...:ckpt-step-N`; an imported adapter's
+//! `BASE:name:adapter-...`. All resolve only for their own project, to the
+//! PEFT files in the blob store; the base's engine loads them once into its
+//! adapter cache.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -27,8 +29,9 @@ pub struct FineTunedModels {
     pub store: Store,
 }
 
-/// A loader of the PEFT files under a checkpoint's blob prefix.
-fn blob_loader(store: Store, prefix: String) -> AdapterLoader {
+/// A loader of the PEFT files under a blob prefix (a checkpoint's, or an
+/// imported adapter's).
+pub(crate) fn blob_loader(store: Store, prefix: String) -> AdapterLoader {
     std::sync::Arc::new(move || -> LoadFuture {
         let (store, prefix) = (store.clone(), prefix.clone());
         Box::pin(async move {
@@ -70,7 +73,7 @@ fn internal(e: hearth_store::StoreError) -> ApiError {
 impl FineTunedModels {
     async fn lookup(&self, project: &str, name: &str) -> Result<Option<AdapterModel>, ApiError> {
         if !name.contains(":ftjob-") {
-            return Ok(None);
+            return crate::imported_adapters::resolve(&self.store, project, name).await;
         }
         // `NAME:ckpt-step-N` names a checkpoint of job model NAME.
         let (model, step) = match name.rsplit_once(":ckpt-step-") {
@@ -140,6 +143,7 @@ impl AdapterSource for FineTunedModels {
                     out.push(adapter_model(&self.store, &job, name, &c));
                 }
             }
+            out.extend(crate::imported_adapters::list(&self.store, project).await?);
             Ok(out)
         })
     }

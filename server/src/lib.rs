@@ -10,6 +10,7 @@ pub mod error;
 pub mod fine_tuned;
 pub mod iam;
 pub mod iam_cli;
+pub mod imported_adapters;
 pub mod keys_cli;
 pub mod layers;
 pub mod limits;

@@ -32,6 +32,9 @@ fn main() -> anyhow::Result<()> {
         Command::Models(ModelsCommand::Pull { id, store }) => {
             hearth_server::models_cli::pull(id.as_deref(), &store)
         }
+        Command::Models(ModelsCommand::ImportAdapter(args)) => {
+            runtime()?.block_on(hearth_server::models_cli::import_adapter(&args))
+        }
         Command::Keys(command) => runtime()?.block_on(hearth_server::keys_cli::keys(command)),
         Command::Projects(command) => {
             runtime()?.block_on(hearth_server::keys_cli::projects(command))

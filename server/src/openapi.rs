@@ -38,7 +38,7 @@ use utoipa::openapi::RefOr;
 use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
 /// Date of the API's last change: the first part of `info.version`.
-pub const API_DATE: &str = "2026-11-25";
+pub const API_DATE: &str = "2026-11-26";
 
 /// `info.version`: `<API_DATE>-<build>`.
 pub fn version() -> String {
@@ -249,6 +249,9 @@ impl Modify for Bearer {
         admin::revoke_key,
         admin::list_projects,
         admin::create_project,
+        admin::import_adapter,
+        admin::list_adapters,
+        admin::delete_adapter,
         usage::get_budget,
         usage::set_budget,
         usage::list_quotas,

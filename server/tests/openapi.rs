@@ -496,3 +496,47 @@ async fn answers_match_their_schemas() {
         ]
     );
 }
+
+/// The admin adapter routes' answers (a list, refusals) against their
+/// documented schemas (a model-less server: every import is refused).
+#[tokio::test]
+async fn adapter_answers_match_their_schemas() {
+    let state = bare_state();
+    let doc = served_document(&state).await;
+    let admin = state.store.bootstrap_admin().await.unwrap().unwrap().secret;
+    let import =
+        br#"{"base_model": "none/none", "name": "n", "weights_file": "f", "config_file": "c"}"#;
+    let steps: [(&str, &str, &str, Option<&[u8]>, u16); 4] = [
+        ("get", "/v1/admin/adapters", "/v1/admin/adapters", None, 200),
+        (
+            "post",
+            "/v1/admin/adapters",
+            "/v1/admin/adapters",
+            Some(import),
+            400,
+        ),
+        (
+            "post",
+            "/v1/admin/adapters",
+            "/v1/admin/adapters",
+            Some(b"{}"),
+            422,
+        ),
+        (
+            "delete",
+            "/v1/admin/adapters/{adapter_id}",
+            "/v1/admin/adapters/adapter-01ARZ3NDEKTSV4RRFFQ69G5FAV",
+            None,
+            403,
+        ),
+    ];
+    for (method, path, uri, body, status) in steps {
+        let content_type = body.map(|_| "application/json");
+        let body = body.map(<[u8]>::to_vec).unwrap_or_default();
+        let answer = call(&state, Some(&admin), method, uri, content_type, body).await;
+        let text = String::from_utf8_lossy(&answer.body).to_string();
+        let label = format!("{method} {uri} -> {} {text}", answer.status);
+        assert_eq!(answer.status, status, "{label}");
+        conforms(&doc, method, path, &answer, &label);
+    }
+}

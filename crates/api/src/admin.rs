@@ -1,5 +1,5 @@
-//! `/v1/admin` wire types: API keys and projects, their lists and the
-//! creation bodies (admin keys only).
+//! `/v1/admin` wire types: API keys, projects and imported LoRA adapters,
+//! their lists and the creation bodies (admin keys only).
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -74,4 +74,59 @@ pub struct ProjectList {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct CreateProjectRequest {
     pub name: String,
+}
+
+/// Body of `POST /v1/admin/adapters`: registers a PEFT LoRA adapter
+/// uploaded as two files (`POST /v1/files`, any purpose) for a project.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ImportAdapterRequest {
+    /// The project that may use the adapter (default: the request's
+    /// project).
+    #[serde(default)]
+    pub project_id: Option<String>,
+    /// The served chat model the adapter was trained on (its catalogue id).
+    pub base_model: String,
+    /// 1 to 64 letters, digits, `-`, `_` or `.`; unique in the project.
+    pub name: String,
+    /// A file of the project holding `adapter_model.safetensors`.
+    pub weights_file: String,
+    /// A file of the project holding `adapter_config.json`.
+    pub config_file: String,
+}
+
+/// An imported LoRA adapter, served to its project as `model`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AdapterObject {
+    /// `adapter-` and a ULID.
+    pub id: String,
+    /// `adapter`.
+    pub object: String,
+    pub project_id: String,
+    pub name: String,
+    pub base_model: String,
+    /// The model name requests use: `<base_model>:<name>:<id>`.
+    pub model: String,
+    /// The LoRA rank.
+    pub r: Option<u64>,
+    pub lora_alpha: Option<f64>,
+    /// The adapted projections (`q_proj`, `v_proj`, ...).
+    pub target_modules: Vec<String>,
+    pub created_at: i64,
+}
+
+/// `GET /v1/admin/adapters`: every project's imported adapters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AdapterList {
+    /// `list`.
+    pub object: String,
+    pub data: Vec<AdapterObject>,
+}
+
+/// `DELETE /v1/admin/adapters/{adapter_id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DeletedAdapter {
+    pub id: String,
+    /// `adapter`.
+    pub object: String,
+    pub deleted: bool,
 }

@@ -209,6 +209,59 @@ impl AdapterCache {
     }
 }
 
+/// Parses PEFT files and checks them against a base's shapes (target
+/// modules, rank, every A and B; what [`AdapterCache::prepare`] does),
+/// returning the adapter in Hugging Face layout as read.
+pub fn check_files(spec: &LoraSpec, files: &PeftFiles) -> anyhow::Result<LoraAdapter> {
+    let adapter = LoraAdapter::from_peft(&files.weights, &files.config, spec.info.num_layers)
+        .map_err(|e| anyhow::anyhow!("invalid adapter: {e}"))?;
+    adapter
+        .check_shapes(&spec.info, spec.intermediate_size)
+        .map_err(|e| anyhow::anyhow!("adapter does not fit the base model: {e}"))?;
+    Ok(adapter)
+}
+
+/// The shapes an adapter of the catalogue chat model `entry` must fit,
+/// read from its files' metadata (the GGUF header, or `config.json`)
+/// without loading its weights. The files must be present (pulled).
+pub fn base_lora_spec(
+    entry: &crate::catalog::CatalogEntry,
+    models_dir: &std::path::Path,
+) -> anyhow::Result<LoraSpec> {
+    use crate::catalog::{ModelKind, WeightFormat};
+    anyhow::ensure!(
+        entry.kind == ModelKind::Chat,
+        "`{}` is a {} model, not a chat model that takes adapters",
+        entry.id,
+        entry.kind.as_str()
+    );
+    anyhow::ensure!(
+        entry.is_present(models_dir),
+        "`{}` is not pulled into {} (run `hearth models pull {}`)",
+        entry.id,
+        models_dir.display(),
+        entry.id
+    );
+    match entry.format {
+        WeightFormat::Gguf => {
+            let path = entry.weights_path(models_dir);
+            let mut file = std::fs::File::open(&path)
+                .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
+            let content = candle_core::quantized::gguf_file::Content::read(&mut file)
+                .map_err(|e| anyhow::anyhow!("{} is not a valid GGUF file: {e}", path.display()))?;
+            Ok(hearth_models::lora_spec_from_gguf(&content)?)
+        }
+        WeightFormat::Safetensors => {
+            let path = entry.dir(models_dir).join("config.json");
+            let text = std::fs::read(&path)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+            let config: hearth_models::LlamaConfig = serde_json::from_slice(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            Ok(config.lora_spec())
+        }
+    }
+}
+
 fn prepare_files(spec: Option<&LoraSpec>, files: &PeftFiles) -> anyhow::Result<LoraAdapter> {
     let Some(spec) = spec else {
         anyhow::bail!("this model does not take LoRA adapters")

@@ -41,6 +41,7 @@ pub use engine::{
     default_kv_cache_bytes, EngineConfig, EngineHandle, EngineParts, EngineSnapshot, TokenStream,
 };
 pub use hearth_models::EncoderPrecision;
+pub use hearth_models::{LoraAdapter, LoraSpec};
 pub mod load;
 pub use candle_core::Device;
 pub use load::ChatModel;

@@ -1,5 +1,6 @@
 //! HTTP routes, one module per endpoint family.
 
+pub mod adapters;
 pub mod admin;
 pub mod batches;
 pub mod chat;
