@@ -491,6 +491,23 @@ async fn the_cli_imports_a_peft_folder_for_a_project() {
     adapter(9, 192).save_dir(&dir.join("good")).unwrap();
     adapter(9, 100).save_dir(&dir.join("wrong")).unwrap();
 
+    // The shapes the CLI checks against, read from the GGUF's header alone,
+    // are those of the loaded model.
+    let entry = &with_model().chat[MODEL].entry;
+    let models = data_dir().join("models");
+    let read = hearth_engine::adapters::base_lora_spec(entry, &models).unwrap();
+    let loaded =
+        hearth_engine::load::load_gguf(&entry.weights_path(&models), &hearth_engine::Device::Cpu)
+            .unwrap()
+            .model
+            .lora_spec()
+            .unwrap();
+    assert_eq!(format!("{:?}", read.info), format!("{:?}", loaded.info));
+    assert_eq!(
+        (read.intermediate_size, read.gguf_layout),
+        (loaded.intermediate_size, loaded.gguf_layout)
+    );
+
     let wrong = import_cli(&dir, &dir.join("wrong"), "w", &project);
     let stderr = String::from_utf8_lossy(&wrong.stderr);
     assert!(
