@@ -274,8 +274,8 @@ pub struct FineTuneArgs {
     #[arg(long, env = "HEARTH_FT_JOBS", default_value_t = 1)]
     pub ft_jobs: usize,
     /// Threads per training job (they run at a lower CPU priority than
-    /// serving).
-    #[arg(long, env = "HEARTH_FT_THREADS", default_value_t = 1)]
+    /// serving); default: the machine's cores.
+    #[arg(long, env = "HEARTH_FT_THREADS", default_value_t = default_ft_threads())]
     pub ft_threads: usize,
     /// Optimizer steps between checkpoints (the end of every epoch and the
     /// last step always get one).
@@ -421,11 +421,17 @@ fn positive_minutes(text: &str) -> Result<f64, String> {
     }
 }
 
+/// Every core: training threads run at the lowest priority and yield to
+/// serving, so a job uses the machine while it is otherwise idle.
+fn default_ft_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 impl Default for FineTuneArgs {
     fn default() -> Self {
         Self {
             ft_jobs: 1,
-            ft_threads: 1,
+            ft_threads: default_ft_threads(),
             ft_checkpoint_steps: 20,
             ft_checkpoint_minutes: 2.0,
             ft_max_attempts: 3,
