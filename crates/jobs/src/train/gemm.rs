@@ -105,13 +105,6 @@ pub(crate) fn matmul(dst: &mut [f32], a: M<'_>, b: M<'_>, scale: f32, acc: bool)
     }
 }
 
-/// `a b` into a new row-major buffer.
-pub(crate) fn product(a: M<'_>, b: M<'_>) -> Vec<f32> {
-    let mut out = vec![0.0; a.shape().0 * b.shape().1];
-    matmul(&mut out, a, b, 1.0, false);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +127,12 @@ mod tests {
             }
         }
         t
+    }
+
+    fn product(a: M<'_>, b: M<'_>) -> Vec<f32> {
+        let mut out = vec![0.0; a.shape().0 * b.shape().1];
+        matmul(&mut out, a, b, 1.0, false);
+        out
     }
 
     #[test]

@@ -144,22 +144,20 @@ fn sigmoid<const FMA: bool>(g: f32) -> f32 {
 }
 
 /// `h = silu(g) * u`.
-pub(crate) fn silu_mul(g: &[f32], u: &[f32]) -> Vec<f32> {
+pub(crate) fn silu_mul(g: &[f32], u: &[f32], h: &mut [f32]) {
     #[inline(always)]
     fn chunk<const FMA: bool>(h: &mut [f32], g: &[f32], u: &[f32]) {
         for ((h, &g), &u) in h.iter_mut().zip(g).zip(u) {
             *h = g * sigmoid::<FMA>(g) * u;
         }
     }
-    let mut h = vec![0f32; g.len()];
     h.par_chunks_mut(CHUNK)
         .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
         .for_each(|(h, (g, u))| simd!(chunk(h: &mut [f32], g: &[f32], u: &[f32])));
-    h
 }
 
-/// Gradients `(dg, du)` of `silu(g) * u` given `dh`.
-pub(crate) fn silu_mul_backward(dh: &[f32], g: &[f32], u: &[f32]) -> (Vec<f32>, Vec<f32>) {
+/// Gradients `dg`, `du` of `silu(g) * u` given `dh` (overwritten).
+pub(crate) fn silu_mul_backward(dh: &[f32], g: &[f32], u: &[f32], dg: &mut [f32], du: &mut [f32]) {
     #[inline(always)]
     fn chunk<const FMA: bool>(dg: &mut [f32], du: &mut [f32], dh: &[f32], g: &[f32], u: &[f32]) {
         for i in 0..g.len() {
@@ -168,14 +166,12 @@ pub(crate) fn silu_mul_backward(dh: &[f32], g: &[f32], u: &[f32]) -> (Vec<f32>, 
             dg[i] = dh[i] * u[i] * s * (1.0 + g[i] * (1.0 - s));
         }
     }
-    let (mut dg, mut du) = (vec![0f32; g.len()], vec![0f32; g.len()]);
     dg.par_chunks_mut(CHUNK)
         .zip(du.par_chunks_mut(CHUNK))
         .zip(dh.par_chunks(CHUNK).zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK))))
         .for_each(|((dg, du), (dh, (g, u)))| {
             simd!(chunk(dg: &mut [f32], du: &mut [f32], dh: &[f32], g: &[f32], u: &[f32]))
         });
-    (dg, du)
 }
 
 // -------------------------------------------------------------- Attention
@@ -205,17 +201,20 @@ fn split_rows<'a>(
     out
 }
 
-/// Causal attention inside each example: `o` `[tokens, heads * d]` and the
-/// log-sum-exp of every (token, head)'s scores, `lse` `[tokens, heads]`
-/// (kept for the backward, which recomputes the probabilities from it).
-/// `segs` are the examples' `(start, len)`, consecutive from row 0.
+/// Causal attention inside each example: `o` `[tokens, heads * d]` (zeroed
+/// by the caller) and the log-sum-exp of every (token, head)'s scores,
+/// `lse` `[tokens, heads]` (kept for the backward, which recomputes the
+/// probabilities from it). `segs` are the examples' `(start, len)`,
+/// consecutive from row 0.
 pub(crate) fn attention(
     q: &[f32],
     k: &[f32],
     v: &[f32],
     segs: &[(usize, usize)],
     hd: Heads,
-) -> (Vec<f32>, Vec<f32>) {
+    o: &mut [f32],
+    lse: &mut [f32],
+) {
     /// One example: `o` and `lse` are its rows.
     #[inline(always)]
     fn segment<const FMA: bool>(
@@ -254,18 +253,14 @@ pub(crate) fn attention(
             }
         }
     }
-    let n = q.len() / (hd.heads * hd.head_dim);
-    let mut o = vec![0f32; q.len()];
-    let mut lse = vec![0f32; n * hd.heads];
-    split_rows(&mut o, segs, hd.heads * hd.head_dim)
+    split_rows(o, segs, hd.heads * hd.head_dim)
         .into_par_iter()
-        .zip(split_rows(&mut lse, segs, hd.heads))
+        .zip(split_rows(lse, segs, hd.heads))
         .zip(segs.par_iter())
         .for_each(|((o, lse), &(start, _))| {
             let qkv = (q, k, v);
             simd!(segment(qkv: (&[f32], &[f32], &[f32]), start: usize, hd: Heads, o: &mut [f32], lse: &mut [f32]))
         });
-    (o, lse)
 }
 
 /// Attention's inputs and the forward's outputs the backward reads.
@@ -278,13 +273,15 @@ pub(crate) struct AttentionSaved<'a> {
     pub lse: &'a [f32],
 }
 
-/// Gradients `(dq, dk, dv)` of [`attention`] given `d_o`.
+/// Gradients `dq`, `dk`, `dv` (zeroed by the caller) of [`attention`] given
+/// `d_o`.
 pub(crate) fn attention_backward(
     saved: AttentionSaved<'_>,
     d_o: &[f32],
     segs: &[(usize, usize)],
     hd: Heads,
-) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    grads: (&mut [f32], &mut [f32], &mut [f32]),
+) {
     /// One example: `dq`, `dk` and `dv` are its rows.
     #[inline(always)]
     fn segment<const FMA: bool>(
@@ -321,18 +318,16 @@ pub(crate) fn attention_backward(
         }
     }
     let (qw, kw) = (hd.heads * hd.head_dim, hd.kv_heads * hd.head_dim);
-    let n = saved.q.len() / qw;
-    let (mut dq, mut dk, mut dv) = (vec![0f32; n * qw], vec![0f32; n * kw], vec![0f32; n * kw]);
-    split_rows(&mut dq, segs, qw)
+    let (dq, dk, dv) = grads;
+    split_rows(dq, segs, qw)
         .into_par_iter()
-        .zip(split_rows(&mut dk, segs, kw))
-        .zip(split_rows(&mut dv, segs, kw))
+        .zip(split_rows(dk, segs, kw))
+        .zip(split_rows(dv, segs, kw))
         .zip(segs.par_iter())
         .for_each(|(((dq, dk), dv), &(start, _))| {
             let dkv = (dk, dv);
             simd!(segment(saved: AttentionSaved<'_>, d_o: &[f32], start: usize, hd: Heads, dq: &mut [f32], dkv: (&mut [f32], &mut [f32])))
         });
-    (dq, dk, dv)
 }
 
 // ------------------------------------------------------ Softmax + NLL head

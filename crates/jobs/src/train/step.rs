@@ -11,11 +11,12 @@
 //! from the same seeds but cover unpadded rows.
 
 use std::ops::Deref;
+use std::sync::Mutex;
 
 use candle_core::{CpuStorage, Storage, Tensor};
 
 use super::base::BaseWeights;
-use super::gemm::{matmul, product, M};
+use super::gemm::{matmul, M};
 use super::kernels::{self, AttentionSaved, Heads, Rope};
 use super::model::{Dropout, TokenizedExample};
 use super::optim::Rng;
@@ -57,6 +58,70 @@ impl Tokens {
 
     pub(crate) fn len(&self) -> usize {
         self.ids.len()
+    }
+}
+
+/// Buffers kept from step to step: a step takes every large buffer from
+/// here and gives it back, so after the first step no large allocation
+/// (and no fresh page) is made. Where large blocks are mapped on their own
+/// (the server holds glibc's mmap threshold at 1 MiB), allocating them per
+/// step cost a quarter of the step in page faults.
+#[derive(Debug, Default)]
+pub(crate) struct Buffers {
+    /// Free buffers, each marked when it was given back during this step.
+    free: Vec<(Vec<f32>, bool)>,
+}
+
+impl Buffers {
+    /// `len` zeros in the smallest free buffer that holds them without
+    /// wasting more than half of it (a block's buffers come in a few sizes;
+    /// a small one must not take a large one that a later request needs);
+    /// else the largest free one of at least half that size, grown (a
+    /// batch a little longer than the earlier ones grows their buffers
+    /// instead of allocating a second set beside them); else a new one
+    /// with an eighth more room.
+    fn zeros(&mut self, len: usize) -> Vec<f32> {
+        let cap = |i: &usize| self.free[*i].0.capacity();
+        let fits = (0..self.free.len())
+            .filter(|i| cap(i) >= len && cap(i) <= 2 * len)
+            .min_by_key(cap);
+        let grows = || {
+            (0..self.free.len())
+                .filter(|i| cap(i) < len && 2 * cap(i) >= len)
+                .max_by_key(cap)
+        };
+        let mut v = match fits.or_else(grows) {
+            Some(i) => self.free.swap_remove(i).0,
+            None => Vec::new(),
+        };
+        v.clear();
+        if v.capacity() < len {
+            v.reserve_exact(len + len / 8);
+        }
+        v.resize(len, 0.0);
+        v
+    }
+
+    fn give(&mut self, v: Vec<f32>) {
+        if v.capacity() > 0 {
+            self.free.push((v, true));
+        }
+    }
+
+    /// At the end of a step: drops the buffers it did not use (too small
+    /// for it), so what is held is one step's worth whatever the lengths
+    /// of earlier batches.
+    fn end_step(&mut self) {
+        self.free.retain(|(_, used)| *used);
+        for (_, used) in &mut self.free {
+            *used = false;
+        }
+    }
+
+    /// Bytes held for reuse.
+    #[cfg(test)]
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.free.iter().map(|(v, _)| v.capacity() * 4).sum()
     }
 }
 
@@ -128,14 +193,45 @@ struct Saved {
     xa: [Vec<f32>; 7],
 }
 
-/// The step's fixed inputs.
+impl Saved {
+    fn give_back(self, bufs: &mut Buffers) {
+        let [a, b, c, d, e, f, g] = self.xa;
+        for v in [
+            self.x, self.r1, self.n1, self.q, self.k, self.v, self.o, self.lse, self.x2, self.r2,
+            self.n2, self.g, self.u, a, b, c, d, e, f, g,
+        ] {
+            bufs.give(v);
+        }
+    }
+}
+
+/// The step's fixed inputs, and the buffers it reuses.
 pub(crate) struct Step<'a> {
     pub base: &'a BaseWeights,
     pub adapter: Option<Adapter<'a>>,
     pub dropout: Option<Dropout>,
+    pub bufs: &'a Mutex<Buffers>,
 }
 
 impl Step<'_> {
+    fn zeros(&self, len: usize) -> Vec<f32> {
+        self.bufs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .zeros(len)
+    }
+
+    fn give(&self, v: Vec<f32>) {
+        self.bufs.lock().unwrap_or_else(|e| e.into_inner()).give(v)
+    }
+
+    /// `a b` into a buffer of the pool.
+    fn product(&self, a: M<'_>, b: M<'_>, rows: usize, cols: usize) -> Vec<f32> {
+        let mut out = self.zeros(rows * cols);
+        matmul(&mut out, a, b, 1.0, false);
+        out
+    }
+
     fn linear(&self, layer: usize, t: usize) -> Result<Linear<'_>, TrainError> {
         let w = &self.base.layers[layer].linears[t];
         let (out, inp) = w.dims2()?;
@@ -174,6 +270,16 @@ impl Step<'_> {
         )
     }
 
+    /// `x` with `(layer, target)`'s dropout mask applied, when there is one.
+    fn masked(&self, layer: usize, t: usize, x: &[f32]) -> Option<Vec<f32>> {
+        let m = self.mask(layer, t, x.len())?;
+        let mut out = self.zeros(x.len());
+        for ((o, x), m) in out.iter_mut().zip(x).zip(m) {
+            *o = x * m;
+        }
+        Some(out)
+    }
+
     /// `x W^T + s dropout(x) A^T B^T` for `n` rows; also `dropout(x) A^T`.
     fn linear_fwd(
         &self,
@@ -183,10 +289,8 @@ impl Step<'_> {
         n: usize,
     ) -> Result<(Vec<f32>, Vec<f32>), TrainError> {
         let lin = self.linear(layer, t)?;
-        let mut y = product(
-            M::new(x, n, lin.inp),
-            M::new(lin.w.s(), lin.out, lin.inp).t(),
-        );
+        let w = M::new(lin.w.s(), lin.out, lin.inp);
+        let mut y = self.product(M::new(x, n, lin.inp), w.t(), n, lin.out);
         let Some((a, b)) = &lin.ab else {
             return Ok((y, Vec::new()));
         };
@@ -195,11 +299,12 @@ impl Step<'_> {
             .as_ref()
             .expect("an adapter with LoRA matrices");
         let r = ad.rank;
-        let masked = self
-            .mask(layer, t, x.len())
-            .map(|m| x.iter().zip(&m).map(|(x, m)| x * m).collect::<Vec<f32>>());
+        let masked = self.masked(layer, t, x);
         let xin = masked.as_deref().unwrap_or(x);
-        let xa = product(M::new(xin, n, lin.inp), M::new(a.s(), r, lin.inp).t());
+        let xa = self.product(M::new(xin, n, lin.inp), M::new(a.s(), r, lin.inp).t(), n, r);
+        if let Some(m) = masked {
+            self.give(m);
+        }
         matmul(
             &mut y,
             M::new(&xa, n, r),
@@ -240,11 +345,9 @@ impl Step<'_> {
         // dB = s dy^T (x A^T); dA = s (dy B)^T dropout(x); dx += s (dy B) A.
         let mut db = vec![0f32; lin.out * r];
         matmul(&mut db, dym.t(), M::new(xa, n, r), s, false);
-        let dyb = product(dym, M::new(b.s(), lin.out, r));
+        let dyb = self.product(dym, M::new(b.s(), lin.out, r), n, r);
         let mask = self.mask(layer, t, x.len());
-        let masked = mask
-            .as_ref()
-            .map(|m| x.iter().zip(m).map(|(x, m)| x * m).collect::<Vec<f32>>());
+        let masked = self.masked(layer, t, x);
         let mut da = vec![0f32; r * lin.inp];
         let xin = masked.as_deref().unwrap_or(x);
         matmul(
@@ -258,11 +361,15 @@ impl Step<'_> {
             (None, _) => {}
             (Some(dx), None) => matmul(dx, M::new(&dyb, n, r), M::new(a.s(), r, lin.inp), s, true),
             (Some(dx), Some(m)) => {
-                let d = product(M::new(&dyb, n, r), M::new(a.s(), r, lin.inp));
-                for ((dx, d), m) in dx.iter_mut().zip(d).zip(m) {
+                let d = self.product(M::new(&dyb, n, r), M::new(a.s(), r, lin.inp), n, lin.inp);
+                for ((dx, d), m) in dx.iter_mut().zip(&d).zip(m) {
                     *dx += s * d * m;
                 }
+                self.give(d);
             }
+        }
+        for v in [dyb].into_iter().chain(masked) {
+            self.give(v);
         }
         grads[layer][t] = (da, db);
         Ok(())
@@ -277,7 +384,7 @@ impl Step<'_> {
         }
     }
 
-    /// One block's forward from `x` (moved into the saved state when kept).
+    /// One block's forward from `x` (moved into the saved state).
     fn layer_fwd(
         &self,
         l: usize,
@@ -289,24 +396,32 @@ impl Step<'_> {
         let n = tk.len();
         let lw = &base.layers[l];
         let eps = base.eps as f32;
-        let h = base.dims.hidden;
-        let mut n1 = vec![0f32; n * h];
+        let (h, heads) = (base.dims.hidden, self.heads());
+        let mut n1 = self.zeros(n * h);
         let r1 = kernels::rms_norm(&x, view(&lw.attn_norm)?.s(), eps, &mut n1);
         let (mut q, xa_q) = self.linear_fwd(l, 0, &n1, n)?;
         let (mut k, xa_k) = self.linear_fwd(l, 1, &n1, n)?;
         let (v, xa_v) = self.linear_fwd(l, 2, &n1, n)?;
         rope.apply(&mut q, &tk.positions, false);
         rope.apply(&mut k, &tk.positions, false);
-        let (o, lse) = kernels::attention(&q, &k, &v, &tk.segs, self.heads());
-        let (y, xa_o) = self.linear_fwd(l, 3, &o, n)?;
-        let x2: Vec<f32> = x.iter().zip(&y).map(|(a, b)| a + b).collect();
-        let mut n2 = vec![0f32; n * h];
+        let mut o = self.zeros(q.len());
+        let mut lse = self.zeros(n * heads.heads);
+        kernels::attention(&q, &k, &v, &tk.segs, heads, &mut o, &mut lse);
+        let (mut x2, xa_o) = self.linear_fwd(l, 3, &o, n)?;
+        for (y, x) in x2.iter_mut().zip(&x) {
+            *y += x;
+        }
+        let mut n2 = self.zeros(n * h);
         let r2 = kernels::rms_norm(&x2, view(&lw.ffn_norm)?.s(), eps, &mut n2);
         let (g, xa_g) = self.linear_fwd(l, 4, &n2, n)?;
         let (u, xa_u) = self.linear_fwd(l, 5, &n2, n)?;
-        let act = kernels::silu_mul(&g, &u);
-        let (down, xa_d) = self.linear_fwd(l, 6, &act, n)?;
-        let out: Vec<f32> = x2.iter().zip(&down).map(|(a, b)| a + b).collect();
+        let mut act = self.zeros(g.len());
+        kernels::silu_mul(&g, &u, &mut act);
+        let (mut out, xa_d) = self.linear_fwd(l, 6, &act, n)?;
+        self.give(act);
+        for (y, x) in out.iter_mut().zip(&x2) {
+            *y += x;
+        }
         Ok((
             out,
             Saved {
@@ -329,7 +444,7 @@ impl Step<'_> {
     }
 
     /// One block's backward: `dx` (the gradient of its output) becomes the
-    /// gradient of its input.
+    /// gradient of its input (empty for the first block).
     fn layer_bwd(
         &self,
         l: usize,
@@ -344,21 +459,27 @@ impl Step<'_> {
         let n = tk.len();
         let lw = &base.layers[l];
         let (h, inter) = (dims.hidden, dims.intermediate);
-        let q_width = dims.heads * dims.head_dim;
+        let kv_width = dims.kv_heads * dims.head_dim;
         // MLP
-        let act = kernels::silu_mul(&s.g, &s.u);
-        let mut dact = vec![0f32; n * inter];
+        let mut act = self.zeros(n * inter);
+        kernels::silu_mul(&s.g, &s.u, &mut act);
+        let mut dact = self.zeros(n * inter);
         self.linear_bwd(l, 6, &dx, &act, &s.xa[6], n, Some(&mut dact), grads)?;
-        drop(act);
-        let (dg, du) = kernels::silu_mul_backward(&dact, &s.g, &s.u);
-        drop(dact);
-        let mut dn2 = vec![0f32; n * h];
+        let (mut dg, mut du) = (act, self.zeros(n * inter));
+        kernels::silu_mul_backward(&dact, &s.g, &s.u, &mut dg, &mut du);
+        self.give(dact);
+        let mut dn2 = self.zeros(n * h);
         self.linear_bwd(l, 4, &dg, &s.n2, &s.xa[4], n, Some(&mut dn2), grads)?;
         self.linear_bwd(l, 5, &du, &s.n2, &s.xa[5], n, Some(&mut dn2), grads)?;
+        for v in [dg, du] {
+            self.give(v);
+        }
         let mut dx2 = dx;
         kernels::rms_norm_backward(&dn2, &s.x2, &s.r2, view(&lw.ffn_norm)?.s(), &mut dx2);
         // Attention
-        let mut d_o = vec![0f32; n * q_width];
+        let mut d_o = dn2;
+        d_o.fill(0.0);
+        d_o.resize(s.o.len(), 0.0);
         self.linear_bwd(l, 3, &dx2, &s.o, &s.xa[3], n, Some(&mut d_o), grads)?;
         let saved = AttentionSaved {
             q: &s.q,
@@ -367,27 +488,51 @@ impl Step<'_> {
             o: &s.o,
             lse: &s.lse,
         };
-        let (mut dq, mut dk, dv) = kernels::attention_backward(saved, &d_o, &tk.segs, self.heads());
+        let mut dq = self.zeros(s.q.len());
+        let (mut dk, mut dv) = (self.zeros(n * kv_width), self.zeros(n * kv_width));
+        let dqkv = (&mut dq[..], &mut dk[..], &mut dv[..]);
+        kernels::attention_backward(saved, &d_o, &tk.segs, self.heads(), dqkv);
+        self.give(d_o);
         rope.apply(&mut dq, &tk.positions, true);
         rope.apply(&mut dk, &tk.positions, true);
         // The first block's input gradient would only reach the frozen
         // embedding: its q/k/v input gradients are not computed.
-        let mut dn1 = vec![0f32; if l == 0 { 0 } else { n * h }];
+        let mut dn1 = self.zeros(if l == 0 { 0 } else { n * h });
         for (t, dy) in [&dq, &dk, &dv].into_iter().enumerate() {
             let dn1 = if l == 0 { None } else { Some(&mut dn1[..]) };
             self.linear_bwd(l, t, dy, &s.n1, &s.xa[t], n, dn1, grads)?;
         }
-        if l == 0 {
-            return Ok(Vec::new());
+        for v in [dq, dk, dv] {
+            self.give(v);
         }
         let mut dx_in = dx2;
-        kernels::rms_norm_backward(&dn1, &s.x, &s.r1, view(&lw.attn_norm)?.s(), &mut dx_in);
+        if l == 0 {
+            dx_in.clear();
+        } else {
+            kernels::rms_norm_backward(&dn1, &s.x, &s.r1, view(&lw.attn_norm)?.s(), &mut dx_in);
+        }
+        self.give(dn1);
+        let mut bufs = self.bufs.lock().unwrap_or_else(|e| e.into_inner());
+        s.give_back(&mut bufs);
         Ok(dx_in)
     }
 
     /// The summed loss over the batch's loss tokens and, with `backward`,
     /// the LoRA gradients of `loss_sum * grad_scale`.
     pub(crate) fn run(
+        &self,
+        tk: &Tokens,
+        backward: Option<f32>,
+    ) -> Result<(f64, Option<Grads>), TrainError> {
+        let result = self.forward_backward(tk, backward);
+        self.bufs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .end_step();
+        result
+    }
+
+    fn forward_backward(
         &self,
         tk: &Tokens,
         backward: Option<f32>,
@@ -403,7 +548,7 @@ impl Step<'_> {
             head_dim: dims.head_dim,
             layout: base.layout,
         };
-        let mut x = vec![0f32; n * h];
+        let mut x = self.zeros(n * h);
         {
             let emb = view(&base.embed)?;
             for (row, &id) in x.chunks_exact_mut(h).zip(&tk.ids) {
@@ -415,25 +560,27 @@ impl Step<'_> {
             let (out, s) = self.layer_fwd(l, x, tk, rope)?;
             if backward.is_some() {
                 saved.push(s);
+            } else {
+                s.give_back(&mut self.bufs.lock().unwrap_or_else(|e| e.into_inner()));
             }
             x = out;
         }
         // Head: final norm on the loss rows, logits and cross-entropy per
         // chunk of rows, and the gradient back to those rows.
         let nl = tk.loss_rows.len();
-        let mut hx = vec![0f32; nl * h];
+        let mut hx = self.zeros(nl * h);
         for (row, &r) in hx.chunks_exact_mut(h).zip(&tk.loss_rows) {
             row.copy_from_slice(&x[r as usize * h..(r as usize + 1) * h]);
         }
-        drop(x);
+        self.give(x);
         let norm = view(&base.norm)?;
-        let mut hn = vec![0f32; nl * h];
+        let mut hn = self.zeros(nl * h);
         let rn = kernels::rms_norm(&hx, norm.s(), base.eps as f32, &mut hn);
         let head = view(&base.lm_head)?;
         let head = M::new(head.s(), dims.vocab, h);
-        let mut dhn = vec![0f32; if backward.is_some() { nl * h } else { 0 }];
+        let mut dhn = self.zeros(if backward.is_some() { nl * h } else { 0 });
         let mut loss = 0f64;
-        let mut logits = vec![0f32; HEAD_ROWS.min(nl) * dims.vocab];
+        let mut logits = self.zeros(HEAD_ROWS.min(nl) * dims.vocab);
         for c in (0..nl).step_by(HEAD_ROWS) {
             let rows = HEAD_ROWS.min(nl - c);
             let lg = &mut logits[..rows * dims.vocab];
@@ -455,15 +602,21 @@ impl Step<'_> {
                 );
             }
         }
-        drop(logits);
+        self.give(logits);
+        self.give(hn);
         let Some(_) = backward else {
+            self.give(hx);
+            self.give(dhn);
             return Ok((loss, None));
         };
-        let mut dhx = vec![0f32; nl * h];
+        let mut dhx = self.zeros(nl * h);
         kernels::rms_norm_backward(&dhn, &hx, &rn, norm.s(), &mut dhx);
-        let mut dx = vec![0f32; n * h];
+        let mut dx = self.zeros(n * h);
         for (row, &r) in dhx.chunks_exact(h).zip(&tk.loss_rows) {
             dx[r as usize * h..(r as usize + 1) * h].copy_from_slice(row);
+        }
+        for v in [hx, dhn, dhx] {
+            self.give(v);
         }
         let empty = || (Vec::new(), Vec::new());
         let mut grads: Grads = (0..dims.layers)
@@ -473,6 +626,7 @@ impl Step<'_> {
             let s = saved.pop().expect("one saved state per layer");
             dx = self.layer_bwd(l, s, dx, tk, rope, &mut grads)?;
         }
+        self.give(dx);
         Ok((loss, Some(grads)))
     }
 }

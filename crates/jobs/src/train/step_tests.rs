@@ -70,6 +70,7 @@ fn check_step(
             rank: t.cfg.lora_r,
         }),
         dropout,
+        bufs: &t.bufs,
     };
     let tokens = Tokens::new(&refs);
     assert_eq!(tokens.targets, batch_targets);
@@ -164,8 +165,10 @@ fn rms_norm_and_swiglu_match_autograd() {
     let gt = Tensor::from_slice(&g, (n, h), &Device::Cpu).unwrap();
     let (want_h, want_dg) = autograd(&g, (n, h), &probe, |g| ops::silu(g)?.mul(&ut));
     let (_, want_du) = autograd(&u, (n, h), &probe, |u| ops::silu(&gt)?.mul(u));
-    let got_h = kernels::silu_mul(&g, &u);
-    let (dg, du) = kernels::silu_mul_backward(&probe, &g, &u);
+    let mut got_h = vec![0f32; n * h];
+    kernels::silu_mul(&g, &u, &mut got_h);
+    let (mut dg, mut du) = (vec![7f32; n * h], vec![7f32; n * h]);
+    kernels::silu_mul_backward(&probe, &g, &u, &mut dg, &mut du);
     assert!(rel_err(&got_h, &want_h) < 1e-5);
     assert!(rel_err(&dg, &want_dg) < 1e-4);
     assert!(rel_err(&du, &want_du) < 1e-4);
@@ -240,7 +243,8 @@ fn attention_and_rope_match_autograd() {
     let (want_o, want_dq) = autograd(&q, (n, qw), &probe, |q| reference(q, &kt, &vt));
     let (_, want_dk) = autograd(&k, (n, kw), &probe, |k| reference(&qt, k, &vt));
     let (_, want_dv) = autograd(&v, (n, kw), &probe, |v| reference(&qt, &kt, v));
-    let (o, lse) = kernels::attention(&q, &k, &v, &segs, hd);
+    let (mut o, mut lse) = (vec![0f32; n * qw], vec![0f32; n * 4]);
+    kernels::attention(&q, &k, &v, &segs, hd, &mut o, &mut lse);
     assert!(rel_err(&o, &want_o) < 1e-5);
     let saved = AttentionSaved {
         q: &q,
@@ -249,7 +253,8 @@ fn attention_and_rope_match_autograd() {
         o: &o,
         lse: &lse,
     };
-    let (dq, dk, dv) = kernels::attention_backward(saved, &probe, &segs, hd);
+    let (mut dq, mut dk, mut dv) = (vec![0f32; n * qw], vec![0f32; n * kw], vec![0f32; n * kw]);
+    kernels::attention_backward(saved, &probe, &segs, hd, (&mut dq, &mut dk, &mut dv));
     for (got, want, name) in [
         (&dq, &want_dq, "q"),
         (&dk, &want_dk, "k"),
@@ -403,5 +408,40 @@ fn step_and_autograd_train_alike() -> Result<(), TrainError> {
         assert!(rel_err(&vec(a1), &vec(a2)) < 1e-3);
         assert!(rel_err(&vec(b1), &vec(b2)) < 1e-3);
     }
+    Ok(())
+}
+
+/// Every large buffer of a step goes back to the pool, and the next steps
+/// (and evaluations) take them from there: what is held settles at one
+/// step's worth and stays there.
+#[test]
+fn steps_reuse_their_buffers() -> Result<(), TrainError> {
+    let t = trainer(RopeLayout::Halves, cfg())?;
+    let ex = random_examples(4, tiny_dims().vocab, 23);
+    let refs: Vec<&TokenizedExample> = ex.iter().collect();
+    let tokens = Tokens::new(&refs);
+    let held = || t.bufs.lock().unwrap().held_bytes();
+    let dropout = Dropout {
+        p: 0.1,
+        seed: 1,
+        step: 0,
+    };
+    let first = t.loss_and_grads(&tokens, dropout)?;
+    assert!(held() > 0, "the step's buffers were kept");
+    let mut after = Vec::new();
+    for _ in 0..4 {
+        assert_eq!(
+            t.loss_and_grads(&tokens, dropout)?,
+            first,
+            "reuse changes nothing"
+        );
+        after.push(held());
+    }
+    assert_eq!(after[2], after[3], "held buffers settle: {after:?}");
+    // A shorter batch reuses the same buffers; an evaluation too.
+    let short = Tokens::new(&refs[..2]);
+    t.loss_and_grads(&short, dropout)?;
+    t.evaluate(&ex)?;
+    assert!(held() <= after[3], "{} > {}", held(), after[3]);
     Ok(())
 }

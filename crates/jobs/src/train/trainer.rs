@@ -1,6 +1,7 @@
 //! [`Trainer`]: the training loop, evaluation, generation and the adapter.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use candle_core::{Tensor, Var};
@@ -14,7 +15,7 @@ use super::data::{fit_to_context, tokenize_all, DataStats};
 use super::model::{Batch, Dropout, Forward, LoraTensors, TokenizedExample};
 use super::ops::RopeLayout;
 use super::optim::{clip_grad_norm, learning_rate, AdamW, Rng};
-use super::step::{Adapter, Step, Tokens};
+use super::step::{Adapter, Buffers, Step, Tokens};
 use crate::{BaseModel, StepReport, TrainConfig, TrainError};
 
 /// A LoRA fine-tuning run over a frozen Llama base. See the crate docs.
@@ -32,6 +33,8 @@ pub struct Trainer {
     pub(crate) step: usize,
     pub(crate) steps_per_epoch: usize,
     pub(crate) fingerprint: String,
+    /// Large buffers the steps reuse.
+    pub(crate) bufs: Mutex<Buffers>,
 }
 
 fn cfg_err(m: impl Into<String>) -> TrainError {
@@ -181,6 +184,7 @@ impl Trainer {
             step: 0,
             steps_per_epoch,
             fingerprint,
+            bufs: Mutex::default(),
         })
     }
 
@@ -256,6 +260,7 @@ impl Trainer {
             base: &self.base,
             adapter: Some(self.adapter_of(&ab)),
             dropout: Some(dropout),
+            bufs: &self.bufs,
         };
         let n = tokens.targets.len().max(1);
         let (loss_sum, grads) = step.run(tokens, Some(1.0 / n as f32))?;
@@ -350,6 +355,7 @@ impl Trainer {
             base: &self.base,
             adapter: Some(self.adapter_of(&ab)),
             dropout: None,
+            bufs: &self.bufs,
         };
         let (mut sum, mut n) = (0f64, 0usize);
         for chunk in examples.chunks(self.cfg.batch_size) {
