@@ -80,16 +80,22 @@ fn md_str<'a>(c: &'a Content, key: &str) -> Result<Option<&'a str>> {
     }
 }
 
+/// The file's architecture, which must be `llama` (the default when unset).
+fn llama_arch(c: &Content) -> Result<&str> {
+    let arch = md_str(c, "general.architecture")?.unwrap_or("llama");
+    if arch != "llama" {
+        candle_core::bail!("gguf architecture {arch:?} is not supported by the llama loader")
+    }
+    Ok(arch)
+}
+
 /// The shapes a LoRA adapter must fit to run on the llama GGUF `content`,
 /// from its metadata and tensor table alone (no weights read): the
 /// [`LoraSpec`] the loaded model's [`crate::CausalLM::lora_spec`] gives on
 /// the CPU. For checking an adapter against a base without loading it.
 pub fn lora_spec_from_gguf(content: &Content) -> Result<LoraSpec> {
     let c = content;
-    let arch = md_str(c, "general.architecture")?.unwrap_or("llama");
-    if arch != "llama" {
-        candle_core::bail!("gguf architecture {arch:?} is not supported by the llama loader")
-    }
+    let arch = llama_arch(c)?;
     let key = |k: &str| format!("{arch}.{k}");
     let hidden = md_usize_req(c, &key("embedding_length"))?;
     let num_heads = md_usize_req(c, &key("attention.head_count"))?;
@@ -144,10 +150,7 @@ impl Llama {
         q8_head: bool,
     ) -> Result<Self> {
         let c = content;
-        let arch = md_str(c, "general.architecture")?.unwrap_or("llama");
-        if arch != "llama" {
-            candle_core::bail!("gguf architecture {arch:?} is not supported by the llama loader")
-        }
+        let arch = llama_arch(c)?;
         let key = |k: &str| format!("{arch}.{k}");
         let hidden = md_usize_req(c, &key("embedding_length"))?;
         let num_layers = md_usize_req(c, &key("block_count"))?;

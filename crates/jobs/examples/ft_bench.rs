@@ -13,7 +13,7 @@
 use std::time::Instant;
 
 use hearth_api::training_data::parse_training_file;
-use hearth_jobs::{load_chat_parts, BaseModel, Schedule, TrainConfig, Trainer};
+use hearth_jobs::{load_chat_parts, BaseModel, TrainConfig, Trainer};
 
 fn peak_rss_mb() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -38,17 +38,8 @@ fn main() -> anyhow::Result<()> {
     let cfg = TrainConfig {
         n_epochs: epochs,
         batch_size: batch,
-        learning_rate: 1e-4,
-        warmup_ratio: 0.0,
-        weight_decay: 0.0,
-        max_grad_norm: 1.0,
-        packing: false,
-        context_length: 2048,
-        lora_r: 8,
-        lora_alpha: 16.0,
         lora_dropout: 0.0,
-        seed: 0,
-        schedule: Schedule::Cosine,
+        ..TrainConfig::default()
     };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)

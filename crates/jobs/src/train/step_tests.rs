@@ -10,7 +10,7 @@ use super::model::{build_batch, Batch, Dropout, Forward, TokenizedExample};
 use super::ops::{self, nll_sum, RopeLayout};
 use super::optim::Rng;
 use super::step::{Adapter, Step, Tokens};
-use super::tests::{cfg, random_examples, tiny_dims, trainer};
+use super::tests::{cfg, random_b, random_examples, tiny_dims, trainer};
 use super::trainer::Trainer;
 use crate::TrainError;
 
@@ -35,13 +35,7 @@ fn check_step(
     let mut c = cfg();
     c.lora_dropout = dropout;
     let t = trainer(layout, c)?;
-    let mut rng = Rng::new(3);
-    for (_, b) in t.vars.iter().flatten() {
-        let v: Vec<f32> = (0..b.elem_count())
-            .map(|_| (rng.next_f64() as f32 - 0.5) * 0.6)
-            .collect();
-        b.set(&Tensor::from_vec(v, b.shape(), &Device::Cpu)?)?;
-    }
+    random_b(&t)?;
     let refs: Vec<&TokenizedExample> = examples.iter().collect();
     let dropout = Some(Dropout {
         p: dropout,

@@ -91,6 +91,19 @@ pub(crate) fn random_examples(n: usize, vocab: usize, seed: u64) -> Vec<Tokenize
         .collect()
 }
 
+/// Random non-zero `B`s (a fresh adapter's are zero), so that the `A`s
+/// have gradients too.
+pub(crate) fn random_b(t: &Trainer) -> Result<(), TrainError> {
+    let mut rng = Rng::new(3);
+    for (_, b) in t.vars.iter().flatten() {
+        let v: Vec<f32> = (0..b.elem_count())
+            .map(|_| (rng.next_f64() as f32 - 0.5) * 0.6)
+            .collect();
+        b.set(&Tensor::from_vec(v, b.shape(), &Device::Cpu)?)?;
+    }
+    Ok(())
+}
+
 pub(crate) fn cfg() -> TrainConfig {
     TrainConfig {
         n_epochs: 2,
@@ -157,14 +170,7 @@ fn lora_gradients_match_finite_differences() -> Result<(), TrainError> {
     let mut c = cfg();
     c.lora_dropout = 0.0;
     let t = trainer(RopeLayout::Interleaved, c)?;
-    // Random non-zero B so that A has gradients too.
-    let mut rng = Rng::new(3);
-    for (_, b) in t.vars.iter().flatten() {
-        let v: Vec<f32> = (0..b.elem_count())
-            .map(|_| (rng.next_f64() as f32 - 0.5) * 0.6)
-            .collect();
-        b.set(&Tensor::from_vec(v, b.shape(), &Device::Cpu)?)?;
-    }
+    random_b(&t)?;
     let ex = random_examples(3, tiny_dims().vocab, 4);
     let refs: Vec<&TokenizedExample> = ex.iter().collect();
     let (batch, batch_targets) = build_batch(&refs, true, 40);
