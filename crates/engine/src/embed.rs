@@ -34,6 +34,10 @@ pub struct EmbedModel {
     pub tokenizer: Arc<Tokenizer>,
     /// Longest input in tokens (special tokens included).
     pub max_tokens: usize,
+    /// Token ids below this are the model's (added tokens included);
+    /// counted once at load, as the tokenizer counts them by building its
+    /// whole vocabulary map.
+    pub vocab_size: usize,
     /// Length of the vectors.
     pub dimensions: usize,
     /// Whether vectors are L2-normalised.
@@ -222,6 +226,7 @@ impl EmbedModel {
             let precision = loaded.encoder.model.set_precision(precision)?;
             return Ok(Self {
                 entry: entry.clone(),
+                vocab_size: loaded.tokenizer.get_vocab_size(true),
                 tokenizer: Arc::new(loaded.tokenizer),
                 max_tokens: loaded.max_tokens,
                 dimensions: 1,
@@ -241,6 +246,7 @@ impl EmbedModel {
         let normalize = loaded.encoder.normalize;
         Ok(Self {
             entry: entry.clone(),
+            vocab_size: loaded.tokenizer.get_vocab_size(true),
             tokenizer: Arc::new(loaded.tokenizer),
             max_tokens: loaded.max_tokens.min(entry.context_length.max(1)),
             dimensions: loaded.dimensions,

@@ -93,9 +93,8 @@ pub async fn token_inputs(
     truncate: bool,
 ) -> Result<Vec<Vec<u32>>, HttpError> {
     let tokenizer = model.tokenizer.clone();
-    let max = model.max_tokens;
+    let (max, vocab) = (model.max_tokens, model.vocab_size);
     tokio::task::spawn_blocking(move || {
-        let vocab = tokenizer.get_vocab_size(true);
         inputs
             .into_iter()
             .enumerate()
