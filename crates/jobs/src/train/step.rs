@@ -175,10 +175,12 @@ pub(crate) struct Adapter<'a> {
 pub(crate) type Grads = Vec<[(Vec<f32>, Vec<f32>); 7]>;
 
 /// What the backward of one layer reads.
+/// The normed inputs of the linears are not kept: the backward recomputes
+/// them from `x` / `x2` (a few passes over the rows against `2 x hidden`
+/// floats per token and layer).
 struct Saved {
     x: Vec<f32>,
     r1: Vec<f32>,
-    n1: Vec<f32>,
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
@@ -186,7 +188,6 @@ struct Saved {
     lse: Vec<f32>,
     x2: Vec<f32>,
     r2: Vec<f32>,
-    n2: Vec<f32>,
     g: Vec<f32>,
     u: Vec<f32>,
     /// `dropout(x) A^T` per target.
@@ -197,8 +198,8 @@ impl Saved {
     fn give_back(self, bufs: &mut Buffers) {
         let [a, b, c, d, e, f, g] = self.xa;
         for v in [
-            self.x, self.r1, self.n1, self.q, self.k, self.v, self.o, self.lse, self.x2, self.r2,
-            self.n2, self.g, self.u, a, b, c, d, e, f, g,
+            self.x, self.r1, self.q, self.k, self.v, self.o, self.lse, self.x2, self.r2, self.g,
+            self.u, a, b, c, d, e, f, g,
         ] {
             bufs.give(v);
         }
@@ -402,6 +403,7 @@ impl Step<'_> {
         let (mut q, xa_q) = self.linear_fwd(l, 0, &n1, n)?;
         let (mut k, xa_k) = self.linear_fwd(l, 1, &n1, n)?;
         let (v, xa_v) = self.linear_fwd(l, 2, &n1, n)?;
+        self.give(n1);
         rope.apply(&mut q, &tk.positions, false);
         rope.apply(&mut k, &tk.positions, false);
         let mut o = self.zeros(q.len());
@@ -415,6 +417,7 @@ impl Step<'_> {
         let r2 = kernels::rms_norm(&x2, view(&lw.ffn_norm)?.s(), eps, &mut n2);
         let (g, xa_g) = self.linear_fwd(l, 4, &n2, n)?;
         let (u, xa_u) = self.linear_fwd(l, 5, &n2, n)?;
+        self.give(n2);
         let mut act = self.zeros(g.len());
         kernels::silu_mul(&g, &u, &mut act);
         let (mut out, xa_d) = self.linear_fwd(l, 6, &act, n)?;
@@ -427,7 +430,6 @@ impl Step<'_> {
             Saved {
                 x,
                 r1,
-                n1,
                 q,
                 k,
                 v,
@@ -435,7 +437,6 @@ impl Step<'_> {
                 lse,
                 x2,
                 r2,
-                n2,
                 g,
                 u,
                 xa: [xa_q, xa_k, xa_v, xa_o, xa_g, xa_u, xa_d],
@@ -468,10 +469,13 @@ impl Step<'_> {
         let (mut dg, mut du) = (act, self.zeros(n * inter));
         kernels::silu_mul_backward(&dact, &s.g, &s.u, &mut dg, &mut du);
         self.give(dact);
+        let eps = base.eps as f32;
+        let mut n2 = self.zeros(n * h);
+        kernels::rms_norm(&s.x2, view(&lw.ffn_norm)?.s(), eps, &mut n2);
         let mut dn2 = self.zeros(n * h);
-        self.linear_bwd(l, 4, &dg, &s.n2, &s.xa[4], n, Some(&mut dn2), grads)?;
-        self.linear_bwd(l, 5, &du, &s.n2, &s.xa[5], n, Some(&mut dn2), grads)?;
-        for v in [dg, du] {
+        self.linear_bwd(l, 4, &dg, &n2, &s.xa[4], n, Some(&mut dn2), grads)?;
+        self.linear_bwd(l, 5, &du, &n2, &s.xa[5], n, Some(&mut dn2), grads)?;
+        for v in [dg, du, n2] {
             self.give(v);
         }
         let mut dx2 = dx;
@@ -497,12 +501,14 @@ impl Step<'_> {
         rope.apply(&mut dk, &tk.positions, true);
         // The first block's input gradient would only reach the frozen
         // embedding: its q/k/v input gradients are not computed.
+        let mut n1 = self.zeros(n * h);
+        kernels::rms_norm(&s.x, view(&lw.attn_norm)?.s(), eps, &mut n1);
         let mut dn1 = self.zeros(if l == 0 { 0 } else { n * h });
         for (t, dy) in [&dq, &dk, &dv].into_iter().enumerate() {
             let dn1 = if l == 0 { None } else { Some(&mut dn1[..]) };
-            self.linear_bwd(l, t, dy, &s.n1, &s.xa[t], n, dn1, grads)?;
+            self.linear_bwd(l, t, dy, &n1, &s.xa[t], n, dn1, grads)?;
         }
-        for v in [dq, dk, dv] {
+        for v in [dq, dk, dv, n1] {
             self.give(v);
         }
         let mut dx_in = dx2;
