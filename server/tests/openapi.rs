@@ -497,6 +497,10 @@ async fn answers_match_their_schemas() {
     );
 }
 
+/// A request of a schema check: method, documented path, URI, body and the
+/// status expected.
+type Step<'a> = (&'a str, &'a str, &'a str, Option<&'a [u8]>, u16);
+
 /// The admin adapter routes' answers (a list, refusals) against their
 /// documented schemas (a model-less server: every import is refused).
 #[tokio::test]
@@ -506,7 +510,7 @@ async fn adapter_answers_match_their_schemas() {
     let admin = state.store.bootstrap_admin().await.unwrap().unwrap().secret;
     let import =
         br#"{"base_model": "none/none", "name": "n", "weights_file": "f", "config_file": "c"}"#;
-    let steps: [(&str, &str, &str, Option<&[u8]>, u16); 4] = [
+    let steps: [Step<'_>; 4] = [
         ("get", "/v1/admin/adapters", "/v1/admin/adapters", None, 200),
         (
             "post",
