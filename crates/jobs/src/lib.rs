@@ -4,8 +4,8 @@
 //! (`batch/`).
 //!
 //! [`Trainer`] fine-tunes a LoRA adapter (PEFT's format, [`LoraAdapter`]) on
-//! a frozen Llama base with candle autograd, synchronously, one optimizer
-//! step per [`Trainer::train_step`] call. The worker that claims jobs,
+//! a frozen Llama base with a hand-written forward and backward,
+//! synchronously, one optimizer step per [`Trainer::train_step`] call. The worker that claims jobs,
 //! reports events, stores checkpoints and cancels lives on top of this API:
 //!
 //! ```no_run
@@ -40,15 +40,17 @@
 //! # Training
 //! - LoRA on q, k, v, o, gate, up and down of every layer:
 //!   `y = W x + (alpha / r) B A dropout(x)`; `A` Kaiming-uniform (PEFT's
-//!   `a = sqrt(5)`: uniform in `±1/sqrt(in)`), `B` zero, both candle `Var`s;
-//!   only they get gradients.
-//! - The forward ([`train::ops`], `train/model.rs`) uses only candle ops
-//!   with a backward pass (RMSNorm, RoPE and softmax are written from
-//!   primitives, since candle_nn's kernels for them have no backward); the
-//!   frozen matmuls `x W^T` go through a small custom op whose backward
-//!   computes only the gradient of `x` (candle's matmul backward would also
-//!   compute the unused gradient of `W`). The output head runs only on rows
-//!   that predict a loss token.
+//!   `a = sqrt(5)`: uniform in `±1/sqrt(in)`), `B` zero, both held as candle
+//!   `Var`s; only they get gradients.
+//! - The step (`train/step.rs`) runs the forward and the backward written
+//!   out by hand over the batch's real tokens (examples end to end, never
+//!   padding), keeping per block only what its backward reads; attention
+//!   is causal inside each example and recomputes its probabilities from a
+//!   log-sum-exp; the output head runs only on rows that predict a loss
+//!   token, 64 at a time, with the cross-entropy and its gradient fused.
+//!   `train/model.rs` (candle autograd from primitives: RMSNorm, RoPE and
+//!   softmax, since candle_nn's kernels for them have no backward) is the
+//!   reference the tests hold the step to, and serves greedy generation.
 //! - Data ([`train::data`]): chat examples are rendered with the model's
 //!   chat template and the loss covers the trained assistant messages
 //!   through their end-of-turn token; prompt/completion examples carry loss
@@ -57,12 +59,10 @@
 //!   in [`DataStats`] ([`Trainer::data_stats`]).
 //! - Batches: each optimizer step takes `batch_size` examples (the last
 //!   batch of an epoch may be smaller), in an order shuffled per epoch with
-//!   seed `seed + epoch`. Without packing each example is a row, padded to
-//!   the longest of the batch. With `packing`, the step's examples are
-//!   concatenated into as few rows of at most `context_length` tokens as
-//!   this greedy in-order fill gives, with a block-diagonal causal mask and
-//!   positions restarting per example: the same examples and (up to float
-//!   rounding) the same loss as without packing, less padding.
+//!   seed `seed + epoch`. The step lays the examples end to end with
+//!   attention kept inside each, so `packing` (several examples in one
+//!   padded row, as the reference forward lays them out) changes neither
+//!   the loss nor the speed; it is kept as the API's hyperparameter.
 //!   `total_steps = n_epochs * ceil(examples / batch_size)`.
 //! - Loss: mean next-token cross-entropy over the step's loss tokens.
 //! - Optimizer: AdamW (betas 0.9/0.999, eps 1e-8, decoupled weight decay on
@@ -120,7 +120,8 @@ pub struct TrainConfig {
     pub weight_decay: f64,
     /// Global gradient-norm clip; 0 turns it off.
     pub max_grad_norm: f64,
-    /// Packs each step's examples into shared rows (see the crate docs).
+    /// Packs examples into shared rows in the reference forward's layout;
+    /// the step never computes padding either way (see the crate docs).
     pub packing: bool,
     /// Longest example in tokens (longer ones are truncated); at most the
     /// model's context length.
