@@ -2,9 +2,11 @@
 //! primitives), `model` (forward and batch layout), `data` (tokens and loss
 //! masks), `optim` (AdamW, schedule, clipping, RNG), `trainer` ([`Trainer`]);
 //! `step` (the hand-written forward and backward the trainer runs, on
-//! `kernels` and `gemm`), with `model` as its autograd reference.
+//! `kernels`, `gemm` and the reused `buffers`), with `model` as its
+//! autograd reference.
 
 pub(crate) mod base;
+mod buffers;
 pub mod data;
 mod gemm;
 mod kernels;

@@ -11,11 +11,12 @@ use hearth_models::{LoraAdapter, LoraConfig, LoraTarget, LoraWeights, ModelInfo}
 use tokenizers::Tokenizer;
 
 use super::base::{BaseWeights, Dims};
+use super::buffers::Buffers;
 use super::data::{fit_to_context, tokenize_all, DataStats};
 use super::model::{Batch, Dropout, Forward, LoraTensors, TokenizedExample};
 use super::ops::RopeLayout;
 use super::optim::{clip_grad_norm, learning_rate, AdamW, Rng};
-use super::step::{Adapter, Buffers, Step, Tokens};
+use super::step::{Adapter, Step, Tokens};
 use crate::{BaseModel, StepReport, TrainConfig, TrainError};
 
 /// A LoRA fine-tuning run over a frozen Llama base. See the crate docs.
