@@ -208,14 +208,13 @@ impl Step<'_> {
         )
     }
 
-    /// `x` with `(layer, target)`'s dropout mask applied, when there is one.
-    fn masked(&self, layer: usize, t: usize, x: &[f32]) -> Option<Vec<f32>> {
-        let m = self.mask(layer, t, x.len())?;
+    /// `x` times the dropout mask `m`, in a buffer of the pool.
+    fn masked(&self, x: &[f32], m: &[f32]) -> Vec<f32> {
         let mut out = self.zeros(x.len());
         for ((o, x), m) in out.iter_mut().zip(x).zip(m) {
             *o = x * m;
         }
-        Some(out)
+        out
     }
 
     /// `x W^T + s dropout(x) A^T B^T` for `n` rows; also `dropout(x) A^T`.
@@ -237,7 +236,7 @@ impl Step<'_> {
             .as_ref()
             .expect("an adapter with LoRA matrices");
         let r = ad.rank;
-        let masked = self.masked(layer, t, x);
+        let masked = self.mask(layer, t, x.len()).map(|m| self.masked(x, &m));
         let xin = masked.as_deref().unwrap_or(x);
         let xa = self.product(M::new(xin, n, lin.inp), M::new(a.s(), r, lin.inp).t(), n, r);
         if let Some(m) = masked {
@@ -285,7 +284,7 @@ impl Step<'_> {
         matmul(&mut db, dym.t(), M::new(xa, n, r), s, false);
         let dyb = self.product(dym, M::new(b.s(), lin.out, r), n, r);
         let mask = self.mask(layer, t, x.len());
-        let masked = self.masked(layer, t, x);
+        let masked = mask.as_ref().map(|m| self.masked(x, m));
         let mut da = vec![0f32; r * lin.inp];
         let xin = masked.as_deref().unwrap_or(x);
         matmul(

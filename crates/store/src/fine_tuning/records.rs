@@ -68,19 +68,17 @@ impl Store {
         metrics: Value,
         blob_prefix: &str,
     ) -> Result<FtCheckpoint> {
-        let checkpoint = FtCheckpoint {
-            id: new_id(ids::FT_CHECKPOINT),
-            job_id: job_id.to_string(),
-            created_at: now(),
+        // With no files the project is never read.
+        self.add_ft_checkpoint_with_files(
+            job_id,
+            "",
             step_number,
-            fine_tuned_model_checkpoint: fine_tuned_model_checkpoint.to_string(),
+            fine_tuned_model_checkpoint,
             metrics,
-            blob_prefix: blob_prefix.to_string(),
-            result_files: Vec::new(),
-        };
-        let mut conn = self.pool.acquire().await?;
-        insert_checkpoint(&mut conn, &checkpoint).await?;
-        Ok(checkpoint)
+            blob_prefix,
+            &[],
+        )
+        .await
     }
 
     /// A page of the job's checkpoints, newest first: at most `limit`,
