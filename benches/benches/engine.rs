@@ -18,9 +18,14 @@
 //!
 //! The model is read from `$HEARTH_DATA_DIR/models` (default: the
 //! repository's `data/models`); without it the bench says so and skips.
+//! `HEARTH_BENCH_GGUF` names another GGUF to measure instead, such as the
+//! 1B- and 8B-shaped files `hearth-synth-gguf` writes (the `scheduler`
+//! group keeps the default model's tokenizer).
 //!
 //! ```sh
 //! cargo bench -p hearth-benches --bench engine
+//! HEARTH_BENCH_GGUF=/tmp/synth-8b.Q4_K_M.gguf \
+//!     cargo bench -p hearth-benches --bench engine -- 'B1x128|prefill'
 //! ```
 
 use std::path::PathBuf;
@@ -48,7 +53,10 @@ fn data_dir() -> PathBuf {
 /// The default model, or a tiny random Llama with the default model's
 /// tokenizer (`tiny`).
 fn start_engine(tiny: bool) -> Option<EngineHandle> {
-    let path = data_dir().join(GGUF);
+    let path = match std::env::var_os("HEARTH_BENCH_GGUF") {
+        Some(p) if !tiny => PathBuf::from(p),
+        _ => data_dir().join(GGUF),
+    };
     if !path.exists() {
         eprintln!(
             "engine bench skipped: {} is missing (run `hearth models pull` first)",

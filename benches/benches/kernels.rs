@@ -10,6 +10,11 @@
 //!   4096]` matrices per iteration, whose weights thus come from memory as
 //!   in the decode step of a model larger than the caches; throughput in
 //!   bytes of the GGUF blocks.
+//! - `memory/read`: this machine's read bandwidth, the limit of a decode
+//!   step whose weights do not fit the caches: a 1 GiB buffer summed by
+//!   every thread of the pool, each its own contiguous part; throughput in
+//!   bytes. Measured beside the model figures, it says what fraction of
+//!   the limit a decode reaches.
 //! - `paged_attention/decode/B<b>`: one new query row for each of B
 //!   sequences over 512 cached positions each (SmolLM2's 9 query heads, 3 KV
 //!   heads, head_dim 64, f16 pool), keys/values written then attended, as one
@@ -143,6 +148,44 @@ fn bench_stream(c: &mut Criterion) {
     group.finish();
 }
 
+/// Bytes of the `memory/read` buffer: far beyond any last-level cache.
+const MEMORY_BYTES: usize = 1 << 30;
+
+/// Sums `part` with eight independent accumulators (vectorised loads, no
+/// dependency chain limiting the rate).
+fn sum_words(part: &[u64]) -> u64 {
+    let mut acc = [0u64; 8];
+    let chunks = part.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &w) in acc.iter_mut().zip(c) {
+            *a = a.wrapping_add(w);
+        }
+    }
+    let tail: u64 = rest.iter().fold(0, |a, &w| a.wrapping_add(w));
+    acc.iter().fold(tail, |a, &w| a.wrapping_add(w))
+}
+
+fn bench_memory(c: &mut Criterion) {
+    use rayon::prelude::*;
+    let words: Vec<u64> = (0..MEMORY_BYTES / 8).map(|i| i as u64 * 7919).collect();
+    let parts = rayon::current_num_threads();
+    let per = words.len().div_ceil(parts);
+    let mut group = c.benchmark_group("memory");
+    configure(&mut group);
+    group.throughput(Throughput::Bytes(MEMORY_BYTES as u64));
+    group.bench_function("read", |b| {
+        b.iter(|| {
+            let total: u64 = words
+                .par_chunks(per)
+                .map(sum_words)
+                .reduce(|| 0, u64::wrapping_add);
+            std::hint::black_box(total)
+        })
+    });
+    group.finish();
+}
+
 /// Runs `f` on a rayon worker, as the model's forward runs (a matmul called
 /// from outside the pool waits for a worker to wake up every call).
 fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
@@ -214,5 +257,11 @@ fn bench_attention(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_matmul, bench_stream, bench_attention);
+criterion_group!(
+    benches,
+    bench_matmul,
+    bench_stream,
+    bench_memory,
+    bench_attention
+);
 criterion_main!(benches);

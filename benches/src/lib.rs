@@ -9,6 +9,10 @@
 //! - [`client`] sends one streamed request over plain HTTP/1.1;
 //! - [`run`] drives many of them concurrently and sums them up.
 //!
+//! [`synth_gguf`] writes random-weight GGUF files shaped like Llama-3.2-1B
+//! and Llama-3.1-8B (the `hearth-synth-gguf` tool) for measurements at the
+//! sizes people run.
+//!
 //! The criterion benches (`benches/engine.rs`, `benches/encoder.rs`) measure
 //! the engine and the embedding encoder in-process; see `README.md`.
 
@@ -17,6 +21,7 @@ pub mod prompt;
 pub mod run;
 pub mod sse;
 pub mod stats;
+pub mod synth_gguf;
 
 pub use run::{run, Endpoint, LoadConfig, RequestResult, Summary, Target};
 
