@@ -28,14 +28,16 @@
 //!     cargo bench -p hearth-benches --bench engine -- 'B1x128|prefill'
 //! ```
 
+#[path = "shared/engine_run.rs"]
+mod engine_run;
+
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
-use hearth_core::{GenerateRequest, SamplingParams, TokenEvent};
+use engine_run::{decode_round, prefill_once};
 use hearth_engine::load::load_gguf;
-use hearth_engine::{Device, EngineConfig, EngineHandle, EngineParts, TokenStream};
+use hearth_engine::{Device, EngineHandle};
 use hearth_models::{CausalLM, Llama, LlamaConfig};
 
 const GGUF: &str = "models/HuggingFaceTB--SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -65,28 +67,9 @@ fn start_engine(tiny: bool) -> Option<EngineHandle> {
         return None;
     }
     let lm = load_gguf(&path, &Device::Cpu).expect("loading the GGUF");
-    let model: Box<dyn CausalLM> = if tiny {
-        Box::new(tiny_llama(lm.model.info().vocab_size))
-    } else {
-        lm.model
-    };
-    Some(
-        EngineHandle::start(
-            EngineParts {
-                model,
-                tokenizer: Arc::new(lm.tokenizer),
-                eos_ids: lm.eos_ids,
-                context_length: 2048,
-            },
-            EngineConfig {
-                max_waiting: 256,
-                max_active: 64,
-                max_batch_tokens: 512,
-                ..EngineConfig::default()
-            },
-        )
-        .expect("starting the engine"),
-    )
+    let tiny: Option<Box<dyn CausalLM>> =
+        tiny.then(|| Box::new(tiny_llama(lm.model.info().vocab_size)) as Box<dyn CausalLM>);
+    Some(engine_run::start(lm, tiny))
 }
 
 /// Two layers of hidden size 16 with random weights over `vocab` tokens.
@@ -100,69 +83,6 @@ fn tiny_llama(vocab: usize) -> Llama {
     let varmap = candle_nn::VarMap::new();
     let vb = candle_nn::VarBuilder::from_varmap(&varmap, candle_core::DType::F32, &Device::Cpu);
     Llama::from_safetensors(&config, vb).expect("tiny Llama")
-}
-
-/// Varied in-vocabulary token ids, different per sequence.
-fn prompt(seq: usize, len: usize) -> Vec<u32> {
-    (0..len)
-        .map(|j| (1000 + (seq * 7919 + j * 104_729) % 40_000) as u32)
-        .collect()
-}
-
-fn submit(engine: &EngineHandle, seq: usize, prompt_len: usize, max_tokens: usize) -> TokenStream {
-    engine
-        .submit(GenerateRequest {
-            id: format!("bench-{seq}"),
-            prompt_ids: prompt(seq, prompt_len),
-            params: SamplingParams {
-                max_tokens: Some(max_tokens),
-                ignore_eos: true,
-                ..SamplingParams::greedy()
-            },
-            priority: Default::default(),
-            adapter: None,
-            cache_scope: None,
-            constraint: None,
-        })
-        .expect("submit")
-}
-
-/// Reads one stream to its end: (time of the first token, tokens).
-async fn drain(mut stream: TokenStream) -> (Instant, usize) {
-    let mut first = None;
-    let mut tokens = 0;
-    while let Some(event) = stream.recv().await {
-        match event {
-            TokenEvent::Token { .. } => {
-                first.get_or_insert_with(Instant::now);
-                tokens += 1;
-            }
-            TokenEvent::Finished { .. } => break,
-            TokenEvent::Error(e) => panic!("engine error: {e}"),
-        }
-    }
-    (first.expect("at least one token"), tokens)
-}
-
-/// One decode round of `b` sequences with prompts of `prompt` tokens,
-/// `decode` tokens after the first: the decode-phase time.
-fn decode_round(
-    rt: &tokio::runtime::Runtime,
-    engine: &EngineHandle,
-    b: usize,
-    prompt: usize,
-    decode: usize,
-) -> Duration {
-    let streams: Vec<TokenStream> = (0..b)
-        .map(|i| submit(engine, i, prompt, decode + 1))
-        .collect();
-    let outcomes = rt.block_on(futures_util::future::join_all(
-        streams.into_iter().map(drain),
-    ));
-    let end = Instant::now();
-    let last_first = outcomes.iter().map(|o| o.0).max().unwrap();
-    assert!(outcomes.iter().all(|o| o.1 == decode + 1));
-    end - last_first
 }
 
 fn bench_engine(c: &mut Criterion) {
@@ -215,10 +135,7 @@ fn bench_engine(c: &mut Criterion) {
             (0..iters)
                 .map(|_| {
                     seq += 1;
-                    let start = Instant::now();
-                    let (_, n) = rt.block_on(drain(submit(&engine, seq, PREFILL_LEN, 1)));
-                    assert_eq!(n, 1);
-                    start.elapsed()
+                    prefill_once(&rt, &engine, seq, PREFILL_LEN)
                 })
                 .sum()
         })

@@ -5,7 +5,8 @@
 //! Eight sequences of 20 prompt tokens are prefilled, then decoded greedily
 //! in lockstep (one `forward_paged` per step) for STEPS steps, in four
 //! setups: all on the base; half of them with one adapter; half with four
-//! different adapters (one each); all eight with one adapter. The adapters
+//! different adapters (one each); all eight with one adapter; then one
+//! sequence alone, on the base and with an adapter. The adapters
 //! are random, rank RANK, on all seven projections of every layer (the
 //! costliest case). Reported: aggregate decode tokens per second from the
 //! median step time, and its ratio to the base.
@@ -71,25 +72,27 @@ fn adapter(spec: &LoraSpec, r: usize, seed: u64) -> Result<LoraAdapter> {
     Ok(spec.prepare(&a)?)
 }
 
-/// Median decode step time (seconds) of B sequences with `adapters`.
+/// Median decode step time (seconds) of one sequence per entry of
+/// `adapters`.
 fn run(model: &Llama, adapters: &[Option<&LoraAdapter>], steps: usize) -> Result<f64> {
+    let b = adapters.len();
     let vocab = model.info().vocab_size;
     let per_seq = (PROMPT_LEN + steps + 1).div_ceil(BLOCK_SIZE);
-    let mut pool = model.new_pool(B * per_seq)?;
-    let tables: Vec<Vec<u32>> = (0..B)
+    let mut pool = model.new_pool(b * per_seq)?;
+    let tables: Vec<Vec<u32>> = (0..b)
         .map(|s| ((s * per_seq) as u32..((s + 1) * per_seq) as u32).collect())
         .collect();
-    let mut chunks: Vec<Vec<u32>> = (0..B)
+    let mut chunks: Vec<Vec<u32>> = (0..b)
         .map(|s| {
             (0..PROMPT_LEN)
                 .map(|j| ((s * 7919 + j * 104_729 + 17) % (vocab - 1)) as u32)
                 .collect()
         })
         .collect();
-    let mut pos = [0usize; B];
+    let mut pos = vec![0usize; b];
     let mut times = Vec::new();
     for step in 0..=steps {
-        let seqs: Vec<PagedSeq<'_>> = (0..B)
+        let seqs: Vec<PagedSeq<'_>> = (0..b)
             .map(|s| PagedSeq {
                 lora: adapters[s],
                 ..PagedSeq::new(&chunks[s], pos[s], &tables[s])
@@ -101,7 +104,7 @@ fn run(model: &Llama, adapters: &[Option<&LoraAdapter>], steps: usize) -> Result
         if step > 0 {
             times.push(t.elapsed().as_secs_f64());
         }
-        for s in 0..B {
+        for s in 0..b {
             pos[s] += chunks[s].len();
             chunks[s] = vec![next[s]];
         }
@@ -136,14 +139,16 @@ fn main() -> Result<()> {
             (0..B).map(|s| (s % 2 == 0).then(|| &ads[s / 2])).collect(),
         ),
         ("all, one adapter", vec![x; B]),
+        ("one stream, base", vec![None]),
+        ("one stream, adapter", vec![x]),
     ];
     run(&model, &setups[0].1, 4)?; // warm up
     let mut base = 0.0;
     println!("{B} streams, rank {rank} on all 7 projections, {steps} decode steps");
     for (name, adapters) in &setups {
         let t = run(&model, adapters, steps)?;
-        let tps = B as f64 / t;
-        if base == 0.0 {
+        let tps = adapters.len() as f64 / t;
+        if base == 0.0 || adapters.iter().all(Option::is_none) {
             base = tps;
         }
         println!(

@@ -1,0 +1,62 @@
+//! llama-bench's `tg128` and `pp512` on Hearth's engine, repeated like its
+//! `-r`: for models too large for criterion's ten samples per figure (an
+//! 8B decode of 128 tokens takes half a minute on two cores).
+//!
+//! ```sh
+//! cargo run --release -p hearth-benches --example engine_rounds -- FILE.gguf [REPS]
+//! ```
+//!
+//! Prints `tg128` and `pp512` in tokens per second, mean and standard
+//! deviation over REPS runs (default 3), after one unmeasured warm-up run of
+//! each (which pages the weights in). `tg128` is a 1-token prompt and 128
+//! decoded tokens, timed from the first token to the last, as the criterion
+//! `decode/B1x128` figure; `pp512` one 512-token prompt, submit to its first
+//! token, as `prefill/512`.
+
+#[path = "../benches/shared/engine_run.rs"]
+mod engine_run;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use engine_run::{decode_round, prefill_once};
+use hearth_engine::load::load_gguf;
+use hearth_engine::Device;
+
+fn mean_sd(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+    (mean, var.sqrt())
+}
+
+fn main() -> anyhow::Result<()> {
+    hearth_benches::pin_rayon_threads();
+    let mut args = std::env::args().skip(1);
+    let path = PathBuf::from(
+        args.next()
+            .context("usage: engine_rounds FILE.gguf [REPS]")?,
+    );
+    let reps: usize = args.next().map_or(Ok(3), |s| s.parse())?;
+    let lm = load_gguf(&path, &Device::Cpu).context("loading the GGUF")?;
+    let engine = engine_run::start(lm, None);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    decode_round(&rt, &engine, 1, 1, 128);
+    prefill_once(&rt, &engine, 0, 512);
+    let tg: Vec<f64> = (0..reps)
+        .map(|_| 128.0 / decode_round(&rt, &engine, 1, 1, 128).as_secs_f64())
+        .collect();
+    let pp: Vec<f64> = (1..=reps)
+        .map(|seq| 512.0 / prefill_once(&rt, &engine, seq, 512).as_secs_f64())
+        .collect();
+    let name = path
+        .file_name()
+        .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    for (test, xs) in [("tg128", &tg), ("pp512", &pp)] {
+        let (mean, sd) = mean_sd(xs);
+        println!("{name} | {test} | {mean:.2} ± {sd:.2} tok/s");
+    }
+    Ok(())
+}
