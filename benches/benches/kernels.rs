@@ -151,19 +151,33 @@ fn bench_stream(c: &mut Criterion) {
 /// Bytes of the `memory/read` buffer: far beyond any last-level cache.
 const MEMORY_BYTES: usize = 1 << 30;
 
-/// Sums `part` with eight independent accumulators (vectorised loads, no
-/// dependency chain limiting the rate).
+/// Sums `part` with eight independent accumulators (no dependency chain
+/// limiting the rate), vectorised for AVX2 where the CPU has it (wider loads
+/// than the baseline's SSE2 reach a higher rate).
 fn sum_words(part: &[u64]) -> u64 {
-    let mut acc = [0u64; 8];
-    let chunks = part.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for (a, &w) in acc.iter_mut().zip(c) {
-            *a = a.wrapping_add(w);
+    #[inline(always)]
+    fn body(part: &[u64]) -> u64 {
+        let mut acc = [0u64; 8];
+        let chunks = part.chunks_exact(8);
+        let rest = chunks.remainder();
+        for c in chunks {
+            for (a, &w) in acc.iter_mut().zip(c) {
+                *a = a.wrapping_add(w);
+            }
         }
+        let tail: u64 = rest.iter().fold(0, |a, &w| a.wrapping_add(w));
+        acc.iter().fold(tail, |a, &w| a.wrapping_add(w))
     }
-    let tail: u64 = rest.iter().fold(0, |a, &w| a.wrapping_add(w));
-    acc.iter().fold(tail, |a, &w| a.wrapping_add(w))
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        #[target_feature(enable = "avx2")]
+        fn fast(part: &[u64]) -> u64 {
+            body(part)
+        }
+        // SAFETY: the CPU has AVX2.
+        return unsafe { fast(part) };
+    }
+    body(part)
 }
 
 fn bench_memory(c: &mut Criterion) {

@@ -10,9 +10,11 @@
 //! the model's shapes, and whether the base stores its q/k rows in GGUF's
 //! permuted order (then the adapter's q/k `B` rows are permuted to match).
 
-use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor};
+use candle_core::{Device, Result, Tensor};
 
-use crate::lora::{LoraAdapter, LoraTarget};
+use std::sync::Arc;
+
+use crate::lora::{LoraAdapter, LoraTarget, RowWeights};
 use crate::{ModelInfo, PagedSeq};
 
 /// The shapes and layout an adapter must fit to run on a model.
@@ -41,8 +43,8 @@ impl LoraSpec {
             for w in layer.values_mut() {
                 w.a = w.a.to_device(&self.device)?.contiguous()?;
                 w.b = w.b.to_device(&self.device)?.contiguous()?;
-                w.bt = match self.device {
-                    Device::Cpu => Some(w.b.to_dtype(DType::F32)?.t()?.contiguous()?),
+                w.rows = match self.device {
+                    Device::Cpu => Some(Arc::new(RowWeights::new(&w.a, &w.b)?)),
                     _ => None,
                 };
             }
@@ -134,25 +136,24 @@ impl<'a> LoraBatch<'a> {
             };
             let (rank, k) = w.a.dims2()?;
             let n = w.b.dim(0)?;
-            let scale = g.scale as f32;
-            let bt = match &w.bt {
-                Some(bt) => bt.clone(),
-                None => w.b.t()?.contiguous()?,
+            let made;
+            let weights = match &w.rows {
+                Some(r) => r.as_ref(),
+                None => {
+                    made = RowWeights::new(&w.a, &w.b)?;
+                    &made
+                }
             };
-            with_f32(&w.a, |a| {
-                with_f32(&bt, |bt| {
-                    let s = LowRank {
-                        k,
-                        n,
-                        rank,
-                        scale,
-                        x,
-                        a,
-                        bt,
-                    };
-                    low_rank_rows(&s, &g.row_ids, y)
-                })?
-            })??;
+            let s = LowRank {
+                k,
+                n,
+                rank,
+                scale: g.scale as f32,
+                x,
+                a: &weights.a,
+                bt: &weights.bt,
+            };
+            low_rank_rows(&s, &g.row_ids, y)?;
         }
         Ok(())
     }
@@ -188,41 +189,33 @@ impl<'a> LoraBatch<'a> {
     }
 }
 
-/// `f` over a tensor's values as f32, row major: borrowed from a contiguous
-/// f32 CPU tensor (a prepared adapter's), else converted.
-fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
-    {
-        let (storage, layout) = t.storage_and_layout();
-        if let (Storage::Cpu(CpuStorage::F32(v)), Some((start, end))) =
-            (&*storage, layout.contiguous_offsets())
-        {
-            return Ok(f(&v[start..end]));
-        }
-    }
-    let v = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-    Ok(f(&v))
-}
-
 /// One adapted projection's inputs: `A` (`a`, `[rank, k]`), `B`
-/// transposed (`bt`, `[rank, n]`), the scale, and the batch's input rows
-/// `x` (rows of `k`).
+/// transposed (`bt`, `[rank, n]`), both half-precision bits, the scale,
+/// and the batch's input rows `x` (rows of `k`).
 struct LowRank<'a> {
     k: usize,
     n: usize,
     rank: usize,
     scale: f32,
     x: &'a [f32],
-    a: &'a [f32],
-    bt: &'a [f32],
+    a: &'a [u16],
+    bt: &'a [u16],
 }
 
 /// `y_r += B (scale A x_r)` for each row `r` of `rows` (`x` rows of `k`,
-/// `y` rows of `n`; `bt` is `B` transposed, `[rank, n]`). The `A` products
-/// are 16-way split dot products; the `B` product adds `h_j` times row `j`
-/// of `B^T` to `y_r` for each `j` (contiguous, so it vectorises, where a
-/// dot product of `rank` terms per output is a chain of dependent adds).
-/// Compiled for AVX2 + FMA where the CPU has them. A row's result depends
-/// only on that row, never on the rest of the batch.
+/// `y` rows of `n`; `bt` is `B` transposed, `[rank, n]`). Each row `j` of
+/// `A` and of `B^T` is widened from half precision once per call and used
+/// for every row of it; the `A` products are 16-way split dot products; the
+/// `B` product adds `h_j` times row `j` of `B^T` to the output (contiguous,
+/// so it vectorises, where a dot product of `rank` terms per output is a
+/// chain of dependent adds). Compiled for AVX2 + FMA where the CPU has them.
+///
+/// Every row is computed in one fixed order, whatever the call: the first
+/// half of the rank (`j < rank / 2`) is added onto `y_r`, the second half
+/// summed from zero apart, and that sum added last. The halves can then run
+/// on two threads (a few rows: a decode step's) with the same result as one
+/// thread (one row, or many rows shared between threads by rows), so a
+/// row's result depends only on that row, never on the rest of the batch.
 fn low_rank_rows(s: &LowRank, rows: &[usize], y: &mut [f32]) -> Result<()> {
     let (k, n, rank) = (s.k, s.n, s.rank);
     let fits = s.a.len() >= rank * k
@@ -233,7 +226,19 @@ fn low_rank_rows(s: &LowRank, rows: &[usize], y: &mut [f32]) -> Result<()> {
     if !fits {
         candle_core::bail!("LoRA delta: the rows do not fit the adapter's shapes");
     }
-    split_rows(s, rows, y, 0);
+    let sorted = rows.windows(2).all(|w| w[0] < w[1]);
+    let work = rows.len() * rank * (k + n);
+    if rows.len() >= PARALLEL_ROWS && sorted {
+        split_rows(s, rows, y, 0);
+    } else if rows.len() >= 2
+        && work >= PARALLEL_RANK_WORK
+        && rank >= 2
+        && rayon::current_num_threads() > 1
+    {
+        split_rank(s, rows, y);
+    } else {
+        both_halves(s, rows, y, 0);
+    }
     Ok(())
 }
 
@@ -241,10 +246,15 @@ fn low_rank_rows(s: &LowRank, rows: &[usize], y: &mut [f32]) -> Result<()> {
 /// a thread's start costs more than it saves).
 const PARALLEL_ROWS: usize = 8;
 
+/// Multiply-adds (`rows x rank x (k + n)`) from which two to seven rows are
+/// split by rank halves between two threads. One row is not: the hand-off
+/// costs about what the second thread would save.
+const PARALLEL_RANK_WORK: usize = 8192;
+
 /// [`low_rank_rows`] on `y` from batch row `first` on: halves of many
-/// ascending rows in parallel (each row's work is the same either way).
+/// ascending rows in parallel, each row on one thread.
 fn split_rows(s: &LowRank, rows: &[usize], y: &mut [f32], first: usize) {
-    if rows.len() >= PARALLEL_ROWS && rows.windows(2).all(|w| w[0] < w[1]) {
+    if rows.len() >= PARALLEL_ROWS {
         let mid = rows.len() / 2;
         let (low, high) = y.split_at_mut((rows[mid] - first) * s.n);
         rayon::join(
@@ -253,34 +263,106 @@ fn split_rows(s: &LowRank, rows: &[usize], y: &mut [f32], first: usize) {
         );
         return;
     }
+    both_halves(s, rows, y, first);
+}
+
+/// The fixed order on this thread, `y` from batch row `first` on.
+fn both_halves(s: &LowRank, rows: &[usize], y: &mut [f32], first: usize) {
+    let mut tmp = vec![0f32; rows.len() * s.n];
+    half(s, rows, 0..s.rank / 2, y, |_, r| r - first);
+    half(s, rows, s.rank / 2..s.rank, &mut tmp, |i, _| i);
+    add_rows(s.n, rows, y, first, &tmp);
+}
+
+/// The fixed order for a few rows: the first rank half onto `y` on one
+/// thread, the second into a scratch buffer on the other, added after.
+fn split_rank(s: &LowRank, rows: &[usize], y: &mut [f32]) {
+    let mut tmp = vec![0f32; rows.len() * s.n];
+    rayon::join(
+        || half(s, rows, 0..s.rank / 2, y, |_, r| r),
+        || half(s, rows, s.rank / 2..s.rank, &mut tmp, |i, _| i),
+    );
+    add_rows(s.n, rows, y, 0, &tmp);
+}
+
+/// `y_r += tmp_i` for the `i`-th row `r` of `rows` (`y` from row `first`).
+fn add_rows(n: usize, rows: &[usize], y: &mut [f32], first: usize, tmp: &[f32]) {
+    for (i, &r) in rows.iter().enumerate() {
+        let yr = &mut y[(r - first) * n..(r - first + 1) * n];
+        for (y, t) in yr.iter_mut().zip(&tmp[i * n..(i + 1) * n]) {
+            *y += t;
+        }
+    }
+}
+
+/// For each row `r` (the `i`-th of `rows`), output row `at(i, r)` of `out`
+/// gets `sum over j in ranks of h_j B^T_j`, `h_j = scale A_j x_r`, in
+/// ascending `j`; fused multiply-adds where the CPU has them.
+fn half(
+    s: &LowRank,
+    rows: &[usize],
+    ranks: std::ops::Range<usize>,
+    out: &mut [f32],
+    at: impl Fn(usize, usize) -> usize,
+) {
     #[cfg(target_arch = "x86_64")]
     if crate::vecmath::has_fma() {
         #[target_feature(enable = "avx2,fma,f16c")]
-        fn fast(s: &LowRank, rows: &[usize], y: &mut [f32], first: usize) {
-            low_rank_body::<true>(s, rows, y, first)
+        fn fast(
+            s: &LowRank,
+            rows: &[usize],
+            ranks: std::ops::Range<usize>,
+            out: &mut [f32],
+            at: impl Fn(usize, usize) -> usize,
+        ) {
+            half_body::<true>(s, rows, ranks, out, at)
         }
         // SAFETY: the CPU has the features `fast` is compiled for.
-        unsafe { fast(s, rows, y, first) };
+        unsafe { fast(s, rows, ranks, out, at) };
         return;
     }
-    low_rank_body::<false>(s, rows, y, first);
+    half_body::<false>(s, rows, ranks, out, at);
 }
 
-/// [`low_rank_rows`]' loops, fused multiply-adds when `FMA`; `y` starts
-/// at batch row `first`.
+/// Asks for every cache line of `v` at once: an adapter's weights are
+/// small runs that the base's weights have evicted since the last token;
+/// read one run after another, the hardware prefetcher would fetch them a
+/// line or two at a time, each after a trip to memory (a quarter of one
+/// stream's decode time with a rank-8 adapter on every projection).
 #[inline(always)]
-fn low_rank_body<const FMA: bool>(s: &LowRank, rows: &[usize], y: &mut [f32], first: usize) {
-    use crate::vecmath::{dot16, madd};
-    let (k, n, rank, x, a, bt) = (s.k, s.n, s.rank, s.x, s.a, s.bt);
-    let mut h = vec![0f32; rank];
-    for &r in rows {
-        let xr = &x[r * k..(r + 1) * k];
-        for (j, h) in h.iter_mut().enumerate() {
-            *h = s.scale * dot16::<FMA>(xr, &a[j * k..(j + 1) * k]);
-        }
-        let yr = &mut y[(r - first) * n..(r - first + 1) * n];
-        for (j, &hj) in h.iter().enumerate() {
-            for (y, &b) in yr.iter_mut().zip(&bt[j * n..(j + 1) * n]) {
+fn prefetch(v: &[u16]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in v.chunks(32) {
+        // SAFETY: a prefetch of a valid address has no effect on memory.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                line.as_ptr().cast(),
+            )
+        };
+    }
+}
+
+/// [`half`]'s loops, fused multiply-adds when `FMA`.
+#[inline(always)]
+fn half_body<const FMA: bool>(
+    s: &LowRank,
+    rows: &[usize],
+    ranks: std::ops::Range<usize>,
+    out: &mut [f32],
+    at: impl Fn(usize, usize) -> usize,
+) {
+    use crate::vecmath::{dot16, f16_to_f32, madd};
+    let (k, n) = (s.k, s.n);
+    prefetch(&s.a[ranks.start * k..ranks.end * k]);
+    prefetch(&s.bt[ranks.start * n..ranks.end * n]);
+    let (mut aj, mut bj) = (vec![0f32; k], vec![0f32; n]);
+    for j in ranks {
+        f16_to_f32(&s.a[j * k..(j + 1) * k], &mut aj);
+        f16_to_f32(&s.bt[j * n..(j + 1) * n], &mut bj);
+        for (i, &r) in rows.iter().enumerate() {
+            let hj = s.scale * dot16::<FMA>(&s.x[r * k..(r + 1) * k], &aj);
+            let o = at(i, r);
+            for (y, &b) in out[o * n..(o + 1) * n].iter_mut().zip(&bj) {
                 *y = madd::<FMA>(b, hj, *y);
             }
         }
@@ -290,17 +372,28 @@ fn low_rank_body<const FMA: bool>(s: &LowRank, rows: &[usize], y: &mut [f32], fi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vecmath::{f16_to_f32, f32_to_f16};
 
-    /// The kernel, with and without FMA (the first where the CPU has it),
-    /// against an f64 sum.
+    fn to_half(v: &[f32]) -> (Vec<u16>, Vec<f32>) {
+        let mut h = vec![0u16; v.len()];
+        f32_to_f16(v, &mut h);
+        let mut back = vec![0f32; v.len()];
+        f16_to_f32(&h, &mut back);
+        (h, back)
+    }
+
+    /// The kernel against an f64 sum over the half-precision weights; its
+    /// paths (one row alone, a few rows by rank halves on two threads, many
+    /// rows shared by rows, without FMA) against each other.
     #[test]
     fn low_rank_rows_match_a_plain_sum() {
         for (k, n, rank) in [(576, 576, 8), (576, 192, 16), (1536, 576, 8), (37, 21, 3)] {
             let val = |i: usize| ((i * 7919 % 1013) as f32 / 1013.0 - 0.5) * 0.1;
             let x: Vec<f32> = (0..4 * k).map(|i| val(i + 1)).collect();
-            let a: Vec<f32> = (0..rank * k).map(|i| val(i + 7)).collect();
+            let (a16, a) = to_half(&(0..rank * k).map(|i| val(i + 7)).collect::<Vec<_>>());
             let b: Vec<f32> = (0..n * rank).map(|i| val(i + 13)).collect();
             let bt: Vec<f32> = (0..rank * n).map(|i| b[(i % n) * rank + i / n]).collect();
+            let (bt16, bt) = to_half(&bt);
             let rows = [0usize, 2, 3];
             let shape = LowRank {
                 k,
@@ -308,8 +401,8 @@ mod tests {
                 rank,
                 scale: 2.0,
                 x: &x,
-                a: &a,
-                bt: &bt,
+                a: &a16,
+                bt: &bt16,
             };
             let want = |r: usize, o: usize| -> f64 {
                 (0..rank)
@@ -317,14 +410,33 @@ mod tests {
                         let h: f64 = (0..k)
                             .map(|i| x[r * k + i] as f64 * a[j * k + i] as f64)
                             .sum();
-                        b[o * rank + j] as f64 * 2.0 * h
+                        bt[j * n + o] as f64 * 2.0 * h
                     })
                     .sum()
             };
             let mut y = vec![1f32; 4 * n];
             low_rank_rows(&shape, &rows, &mut y).unwrap();
+            // Without FMA, one thread, the fixed order written out.
             let mut plain = vec![1f32; 4 * n];
-            low_rank_body::<false>(&shape, &rows, &mut plain, 0);
+            let mut tmp = vec![0f32; 4 * n];
+            half_body::<false>(&shape, &rows, 0..rank / 2, &mut plain, |_, r| r);
+            half_body::<false>(&shape, &rows, rank / 2..rank, &mut tmp, |_, r| r);
+            for (p, t) in plain.iter_mut().zip(&tmp) {
+                *p += t;
+            }
+            // Rank halves on two threads, on one, and each row alone: the
+            // same bits.
+            let mut two = vec![1f32; 4 * n];
+            split_rank(&shape, &rows, &mut two);
+            let mut one = vec![1f32; 4 * n];
+            both_halves(&shape, &rows, &mut one, 0);
+            assert_eq!(two, one, "{k}x{n} r{rank}");
+            assert_eq!(y, one, "{k}x{n} r{rank}");
+            let mut alone = vec![1f32; 4 * n];
+            for &r in &rows {
+                low_rank_rows(&shape, &[r], &mut alone).unwrap();
+            }
+            assert_eq!(alone, one, "{k}x{n} r{rank}");
             for r in 0..4 {
                 for o in 0..n {
                     let expect = if rows.contains(&r) {
