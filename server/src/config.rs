@@ -136,8 +136,13 @@ pub struct ServeArgs {
     #[arg(long, env = "HEARTH_KV_CACHE_MB")]
     pub kv_cache_mb: Option<usize>,
     /// LoRA adapters each chat model keeps loaded (least recently used ones
-    /// are unloaded beyond it).
-    #[arg(long, env = "HEARTH_MAX_ADAPTERS", default_value_t = 8)]
+    /// are unloaded beyond it). Also `--max-loaded-adapters`.
+    #[arg(
+        long,
+        alias = "max-loaded-adapters",
+        env = "HEARTH_MAX_ADAPTERS",
+        default_value_t = 8
+    )]
     pub max_adapters: usize,
     /// Most tokens an embedding model encodes in one forward pass; concurrent
     /// embedding and rerank requests are packed into batches under it.
