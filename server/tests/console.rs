@@ -47,20 +47,35 @@ async fn sign_in_takes_a_good_key_and_refuses_a_bad_one() {
     let csrf = form.csrf();
 
     // A bad key, an extra --api-key key, an empty one: the form again, with the reason.
-    let bad = browser.post("/console/sign-in", &[("csrf", &csrf), ("key", "hearth-0000")]).await;
+    let bad = browser
+        .post(
+            "/console/sign-in",
+            &[("csrf", &csrf), ("key", "hearth-0000")],
+        )
+        .await;
     assert_eq!(bad.status, StatusCode::UNAUTHORIZED);
-    assert!(bad.text.contains("not valid for this server"), "{}", bad.text);
+    assert!(
+        bad.text.contains("not valid for this server"),
+        "{}",
+        bad.text
+    );
     assert!(!bad.text.contains("hearth-0000"), "the key is never echoed");
     assert!(!browser.cookies.contains_key("hearth_console"));
     let csrf = bad.csrf();
-    let extra = browser.post("/console/sign-in", &[("csrf", &csrf), ("key", KEY)]).await;
+    let extra = browser
+        .post("/console/sign-in", &[("csrf", &csrf), ("key", KEY)])
+        .await;
     assert_eq!(extra.status, StatusCode::UNAUTHORIZED);
     assert!(extra.text.contains("--api-key"), "{}", extra.text);
-    let empty = browser.post("/console/sign-in", &[("csrf", &extra.csrf()), ("key", " ")]).await;
+    let empty = browser
+        .post("/console/sign-in", &[("csrf", &extra.csrf()), ("key", " ")])
+        .await;
     assert_eq!(empty.status, StatusCode::BAD_REQUEST);
 
     // Without the form's token: refused, no session.
-    let forged = browser.post("/console/sign-in", &[("csrf", "nope"), ("key", &secret)]).await;
+    let forged = browser
+        .post("/console/sign-in", &[("csrf", "nope"), ("key", &secret)])
+        .await;
     assert_eq!(forged.status, StatusCode::FORBIDDEN);
     assert!(!browser.cookies.contains_key("hearth_console"));
 
@@ -71,7 +86,12 @@ async fn sign_in_takes_a_good_key_and_refuses_a_bad_one() {
         .iter()
         .find(|c| c.starts_with("hearth_console="))
         .expect("a session cookie");
-    for part in ["HttpOnly", "SameSite=Strict", "Path=/console", "Max-Age=43200"] {
+    for part in [
+        "HttpOnly",
+        "SameSite=Strict",
+        "Path=/console",
+        "Max-Age=43200",
+    ] {
         assert!(cookie.contains(part), "{cookie}");
     }
     assert!(!cookie.contains("Secure"), "plain HTTP: {cookie}");
@@ -90,7 +110,11 @@ async fn the_session_cookie_is_secure_behind_tls() {
     let (secret, _) = stored_key(&state, "alice", false).await;
     let mut browser = Client::new(&state);
     let ok = browser.sign_in(&secret).await;
-    assert!(ok.set_cookies.iter().all(|c| c.contains("; Secure")), "{:?}", ok.set_cookies);
+    assert!(
+        ok.set_cookies.iter().all(|c| c.contains("; Secure")),
+        "{:?}",
+        ok.set_cookies
+    );
 }
 
 #[tokio::test]
@@ -103,7 +127,11 @@ async fn forms_without_the_csrf_token_change_nothing() {
     let csrf = browser.csrf().await;
     let keys_before = state.store.keys().await.unwrap();
 
-    for token in [None, Some("0".repeat(64)), Some(format!("{}x", &csrf[..63]))] {
+    for token in [
+        None,
+        Some("0".repeat(64)),
+        Some(format!("{}x", &csrf[..63])),
+    ] {
         let mut fields = vec![("name", "sneaky")];
         if let Some(t) = &token {
             fields.push(("csrf", t));
@@ -115,9 +143,16 @@ async fn forms_without_the_csrf_token_change_nothing() {
         if let Some(t) = &token {
             fields.push(("csrf", t.as_str()));
         }
-        let page = browser.post(&format!("/console/keys/{victim}/revoke"), &fields).await;
+        let page = browser
+            .post(&format!("/console/keys/{victim}/revoke"), &fields)
+            .await;
         assert_eq!(page.status, StatusCode::FORBIDDEN);
-        let page = browser.post("/console/projects", &[("csrf", token.as_deref().unwrap_or("")), ("name", "X")]).await;
+        let page = browser
+            .post(
+                "/console/projects",
+                &[("csrf", token.as_deref().unwrap_or("")), ("name", "X")],
+            )
+            .await;
         assert_eq!(page.status, StatusCode::FORBIDDEN);
         let page = browser.post("/console/sign-out", &fields).await;
         assert_eq!(page.status, StatusCode::FORBIDDEN);
@@ -125,10 +160,16 @@ async fn forms_without_the_csrf_token_change_nothing() {
         if let Some(t) = &token {
             parts.insert(0, ("csrf", t.as_str()));
         }
-        let page = browser.post_multipart("/console/files", &parts, ("evil.jsonl", b"{}\n")).await;
+        let page = browser
+            .post_multipart("/console/files", &parts, ("evil.jsonl", b"{}\n"))
+            .await;
         assert_eq!(page.status, StatusCode::FORBIDDEN);
     }
-    assert_eq!(state.store.keys().await.unwrap(), keys_before, "nothing changed");
+    assert_eq!(
+        state.store.keys().await.unwrap(),
+        keys_before,
+        "nothing changed"
+    );
     assert_eq!(state.store.projects().await.unwrap().len(), 1);
     let project = state.store.default_project().await.unwrap().id;
     let (files, _) = state
@@ -156,9 +197,15 @@ async fn a_created_key_is_shown_once_works_and_is_refused_once_revoked() {
     let confirm = browser.get("/console/keys/new?name=ci-runner").await;
     assert_eq!(confirm.status, StatusCode::OK);
     assert!(confirm.text.contains("Create this key?") && confirm.text.contains("ci-runner"));
-    assert_eq!(state.store.keys().await.unwrap().len(), 1, "nothing made before confirming");
+    assert_eq!(
+        state.store.keys().await.unwrap().len(),
+        1,
+        "nothing made before confirming"
+    );
 
-    let created = browser.post("/console/keys", &[("csrf", &csrf), ("name", "ci-runner")]).await;
+    let created = browser
+        .post("/console/keys", &[("csrf", &csrf), ("name", "ci-runner")])
+        .await;
     assert_eq!(created.status, StatusCode::OK, "{}", created.text);
     assert!(created.text.contains("cannot be viewed later"));
     assert!(created.text.contains("data-copy=\"new-key\""));
@@ -181,10 +228,20 @@ async fn a_created_key_is_shown_once_works_and_is_refused_once_revoked() {
     let confirm = browser.get(&format!("/console/keys/{id}/revoke")).await;
     assert_eq!(confirm.status, StatusCode::OK);
     assert!(confirm.text.contains("Revoke this key?"));
-    assert_eq!(send(&state, "GET", "/v1/models", Some(&secret), None).await.status, StatusCode::OK);
-    let revoked = browser.post(&format!("/console/keys/{id}/revoke"), &[("csrf", &csrf)]).await;
+    assert_eq!(
+        send(&state, "GET", "/v1/models", Some(&secret), None)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let revoked = browser
+        .post(&format!("/console/keys/{id}/revoke"), &[("csrf", &csrf)])
+        .await;
     assert_eq!(revoked.status, StatusCode::SEE_OTHER);
-    assert_eq!(revoked.location.as_deref(), Some("/console/keys?notice=revoked"));
+    assert_eq!(
+        revoked.location.as_deref(),
+        Some("/console/keys?notice=revoked")
+    );
     let refused = send(&state, "GET", "/v1/models", Some(&secret), None).await;
     assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
     let list = browser.get("/console/keys?notice=revoked").await;
@@ -208,23 +265,56 @@ async fn one_account_never_sees_anothers_keys() {
     let confirm = a.get(&format!("/console/keys/{bob_id}/revoke")).await;
     assert_eq!(confirm.status, StatusCode::FORBIDDEN);
     assert!(!confirm.text.contains("bob-key"));
-    let revoke = a.post(&format!("/console/keys/{bob_id}/revoke"), &[("csrf", &csrf)]).await;
+    let revoke = a
+        .post(
+            &format!("/console/keys/{bob_id}/revoke"),
+            &[("csrf", &csrf)],
+        )
+        .await;
     assert_eq!(revoke.status, StatusCode::FORBIDDEN);
-    assert_eq!(send(&state, "GET", "/v1/models", Some(&bob), None).await.status, StatusCode::OK);
+    assert_eq!(
+        send(&state, "GET", "/v1/models", Some(&bob), None)
+            .await
+            .status,
+        StatusCode::OK
+    );
 
     // Alice's new key joins her account, not Bob's, and Bob's session
     // (with Alice's form token) cannot act for her.
-    let made = a.post("/console/keys", &[("csrf", &csrf), ("name", "alice-second")]).await;
+    let made = a
+        .post(
+            "/console/keys",
+            &[("csrf", &csrf), ("name", "alice-second")],
+        )
+        .await;
     assert_eq!(made.status, StatusCode::OK);
-    let mine = state.store.key(&alice_id).await.unwrap().unwrap().account_id;
+    let mine = state
+        .store
+        .key(&alice_id)
+        .await
+        .unwrap()
+        .unwrap()
+        .account_id;
     assert_eq!(state.store.account_keys(&mine).await.unwrap().len(), 2);
     let mut b = Client::new(&state);
     b.sign_in(&bob).await;
     let page = b.get("/console/keys").await;
     assert!(!page.text.contains("alice"));
-    let forged = b.post(&format!("/console/keys/{alice_id}/revoke"), &[("csrf", &csrf)]).await;
+    let forged = b
+        .post(
+            &format!("/console/keys/{alice_id}/revoke"),
+            &[("csrf", &csrf)],
+        )
+        .await;
     assert_eq!(forged.status, StatusCode::FORBIDDEN);
-    assert!(state.store.key(&alice_id).await.unwrap().unwrap().revoked_at.is_none());
+    assert!(state
+        .store
+        .key(&alice_id)
+        .await
+        .unwrap()
+        .unwrap()
+        .revoked_at
+        .is_none());
 }
 
 #[tokio::test]
@@ -237,7 +327,10 @@ async fn sign_out_and_revoking_the_key_end_the_session() {
     let stolen = browser.clone();
     let out = browser.post("/console/sign-out", &[("csrf", &csrf)]).await;
     assert_eq!(out.status, StatusCode::SEE_OTHER);
-    assert_eq!(out.location.as_deref(), Some("/console/sign-in?signed_out=1"));
+    assert_eq!(
+        out.location.as_deref(),
+        Some("/console/sign-in?signed_out=1")
+    );
     assert!(!browser.cookies.contains_key("hearth_console"));
     // The old cookie no longer opens anything.
     let mut stolen = stolen;
@@ -248,7 +341,10 @@ async fn sign_out_and_revoking_the_key_end_the_session() {
     browser.sign_in(&secret).await;
     assert_eq!(browser.get("/console/files").await.status, StatusCode::OK);
     state.store.revoke_key(&key_id).await.unwrap();
-    assert_eq!(browser.get("/console/files").await.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        browser.get("/console/files").await.status,
+        StatusCode::SEE_OTHER
+    );
 }
 
 #[tokio::test]
@@ -258,15 +354,28 @@ async fn an_uploaded_file_is_listed_downloaded_and_deleted() {
     let mut browser = Client::new(&state);
     browser.sign_in(&secret).await;
     let csrf = browser.csrf().await;
-    let line = br#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}"#;
+    let line =
+        br#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}"#;
     let page = browser
-        .post_multipart("/console/files", &[("csrf", &csrf), ("purpose", "fine-tune")], ("train.jsonl", line))
+        .post_multipart(
+            "/console/files",
+            &[("csrf", &csrf), ("purpose", "fine-tune")],
+            ("train.jsonl", line),
+        )
         .await;
     assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.text);
     let list = browser.get("/console/files?notice=uploaded").await;
-    assert!(list.text.contains("train.jsonl") && list.text.contains("File uploaded."), "{}", list.text);
+    assert!(
+        list.text.contains("train.jsonl") && list.text.contains("File uploaded."),
+        "{}",
+        list.text
+    );
     let project = state.store.default_project().await.unwrap().id;
-    let (files, _) = state.store.list_files(&project, None, None, 10, hearth_store::ListOrder::Desc).await.unwrap();
+    let (files, _) = state
+        .store
+        .list_files(&project, None, None, 10, hearth_store::ListOrder::Desc)
+        .await
+        .unwrap();
     assert_eq!(files.len(), 1);
     let id = &files[0].id;
     let content = browser.get(&format!("/console/files/{id}/content")).await;
@@ -275,12 +384,22 @@ async fn an_uploaded_file_is_listed_downloaded_and_deleted() {
 
     // A bad purpose: the page again with the API's words, nothing stored.
     let bad = browser
-        .post_multipart("/console/files", &[("csrf", &csrf), ("purpose", "nonsense")], ("x.txt", b"x"))
+        .post_multipart(
+            "/console/files",
+            &[("csrf", &csrf), ("purpose", "nonsense")],
+            ("x.txt", b"x"),
+        )
         .await;
     assert_eq!(bad.status.as_u16() / 100, 4, "{}", bad.text);
-    assert!(bad.text.contains("Input should be") && bad.text.contains("role=\"alert\""), "{}", bad.text);
+    assert!(
+        bad.text.contains("Input should be") && bad.text.contains("role=\"alert\""),
+        "{}",
+        bad.text
+    );
 
-    let deleted = browser.post(&format!("/console/files/{id}/delete"), &[("csrf", &csrf)]).await;
+    let deleted = browser
+        .post(&format!("/console/files/{id}/delete"), &[("csrf", &csrf)])
+        .await;
     assert_eq!(deleted.status, StatusCode::SEE_OTHER);
     let list = browser.get("/console/files").await;
     assert!(!list.text.contains("train.jsonl"));
@@ -309,7 +428,9 @@ async fn a_job_page_draws_the_loss_chart_from_its_metrics_events() {
         .unwrap();
     let mut browser = Client::new(&state);
     browser.sign_in(&secret).await;
-    let page = browser.get(&format!("/console/fine-tuning/{}", job.id)).await;
+    let page = browser
+        .get(&format!("/console/fine-tuning/{}", job.id))
+        .await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.text);
     assert!(page.text.contains("No training steps logged yet."));
     assert!(!page.text.contains("<svg"));
@@ -317,15 +438,32 @@ async fn a_job_page_draws_the_loss_chart_from_its_metrics_events() {
         let data = json!({"step": step, "train_loss": loss, "valid_loss": if step == 3 { Some(1.5) } else { None }});
         state
             .store
-            .add_ft_event(&job.id, "info", "metrics", &format!("Step {step}"), Some(data))
+            .add_ft_event(
+                &job.id,
+                "info",
+                "metrics",
+                &format!("Step {step}"),
+                Some(data),
+            )
             .await
             .unwrap();
     }
-    let page = browser.get(&format!("/console/fine-tuning/{}", job.id)).await;
+    let page = browser
+        .get(&format!("/console/fine-tuning/{}", job.id))
+        .await;
     assert!(page.text.contains("<svg"), "{}", page.text);
     assert!(page.text.contains("Loss by step"));
-    assert!(page.text.contains("from 2.5000 at step 1 to 1.2500 at step 3"), "{}", page.text);
-    let train = page.text.split("class=\"train-loss\" points=\"").nth(1).expect("a training line");
+    assert!(
+        page.text
+            .contains("from 2.5000 at step 1 to 1.2500 at step 3"),
+        "{}",
+        page.text
+    );
+    let train = page
+        .text
+        .split("class=\"train-loss\" points=\"")
+        .nth(1)
+        .expect("a training line");
     assert_eq!(train.split('"').next().unwrap().split(' ').count(), 3);
     assert!(page.text.contains("class=\"valid-loss\""));
     assert!(page.text.contains("Step 2"), "events listed");
@@ -333,15 +471,27 @@ async fn a_job_page_draws_the_loss_chart_from_its_metrics_events() {
     let list = browser.get("/console/fine-tuning").await;
     assert!(list.text.contains(&job.id));
     let csrf = list.csrf();
-    let cancel = browser.post(&format!("/console/fine-tuning/{}/cancel", job.id), &[("csrf", &csrf)]).await;
+    let cancel = browser
+        .post(
+            &format!("/console/fine-tuning/{}/cancel", job.id),
+            &[("csrf", &csrf)],
+        )
+        .await;
     assert_eq!(cancel.status, StatusCode::SEE_OTHER);
-    let page = browser.get(&format!("/console/fine-tuning/{}", job.id)).await;
+    let page = browser
+        .get(&format!("/console/fine-tuning/{}", job.id))
+        .await;
     assert!(page.text.contains("cancelled"));
     assert!(!page.text.contains("Cancel job"));
 
     // An account of another project: refused like a missing job.
     let elsewhere = state.store.create_project("Elsewhere").await.unwrap();
-    let other = state.store.create_key("bob", Some(&elsewhere.id), false).await.unwrap().secret;
+    let other = state
+        .store
+        .create_key("bob", Some(&elsewhere.id), false)
+        .await
+        .unwrap()
+        .secret;
     let mut bob = Client::new(&state);
     bob.sign_in(&other).await;
     let page = bob.get(&format!("/console/fine-tuning/{}", job.id)).await;
@@ -356,28 +506,60 @@ async fn projects_switch_only_to_reachable_ones_and_admins_create() {
     let mut root = Client::new(&state);
     root.sign_in(&admin).await;
     let csrf = root.csrf().await;
-    let bad = root.post("/console/projects", &[("csrf", &csrf), ("name", "")]).await;
+    let bad = root
+        .post("/console/projects", &[("csrf", &csrf), ("name", "")])
+        .await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert!(bad.text.contains("Enter a name"));
-    let made = root.post("/console/projects", &[("csrf", &csrf), ("name", "Research")]).await;
+    let made = root
+        .post(
+            "/console/projects",
+            &[("csrf", &csrf), ("name", "Research")],
+        )
+        .await;
     assert_eq!(made.status, StatusCode::SEE_OTHER);
-    let research = state.store.projects().await.unwrap().into_iter().find(|p| p.name == "Research").unwrap();
+    let research = state
+        .store
+        .projects()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|p| p.name == "Research")
+        .unwrap();
     let page = root.get("/console/files").await;
-    assert!(page.text.contains(&format!(r#"<option value="{}" selected>Research"#, research.id)), "{}", page.text);
+    assert!(
+        page.text.contains(&format!(
+            r#"<option value="{}" selected>Research"#,
+            research.id
+        )),
+        "{}",
+        page.text
+    );
 
     let mut alice = Client::new(&state);
     alice.sign_in(&user).await;
     let csrf = alice.csrf().await;
     let page = alice.get("/console/projects").await;
     assert!(!page.text.contains("Research") && !page.text.contains("Create a project"));
-    let refused = alice.post("/console/projects/switch", &[("csrf", &csrf), ("project", &research.id)]).await;
+    let refused = alice
+        .post(
+            "/console/projects/switch",
+            &[("csrf", &csrf), ("project", &research.id)],
+        )
+        .await;
     assert_eq!(refused.status, StatusCode::FORBIDDEN);
-    let refused = alice.post("/console/projects", &[("csrf", &csrf), ("name", "Mine")]).await;
+    let refused = alice
+        .post("/console/projects", &[("csrf", &csrf), ("name", "Mine")])
+        .await;
     assert_eq!(refused.status, StatusCode::FORBIDDEN);
     let back = alice
         .post(
             "/console/projects/switch",
-            &[("csrf", &csrf), ("project", &state.default_project), ("back", "https://evil.example/")],
+            &[
+                ("csrf", &csrf),
+                ("project", &state.default_project),
+                ("back", "https://evil.example/"),
+            ],
         )
         .await;
     assert_eq!(back.location.as_deref(), Some("/console/files"));
@@ -392,5 +574,8 @@ async fn assets_are_served_and_unknown_pages_are_404() {
     assert!(css.content_type.starts_with("text/css") && css.text.contains("@media"));
     let js = browser.get("/console/assets/console.js").await;
     assert!(js.content_type.starts_with("text/javascript") && js.text.contains("data-copy"));
-    assert_eq!(browser.get("/console/nope").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        browser.get("/console/nope").await.status,
+        StatusCode::NOT_FOUND
+    );
 }

@@ -10,8 +10,8 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::future::IntoFuture;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -36,7 +36,11 @@ impl Drop for Driver {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn webdriver() -> Option<Driver> {
@@ -50,7 +54,10 @@ fn webdriver() -> Option<Driver> {
         .stderr(Stdio::null())
         .spawn()
         .ok()?;
-    let driver = Driver { child: Some(child), url: format!("http://127.0.0.1:{port}") };
+    let driver = Driver {
+        child: Some(child),
+        url: format!("http://127.0.0.1:{port}"),
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "chromedriver did not start");
@@ -118,12 +125,21 @@ async fn wait_until(c: &Client, what: &str, done: impl Fn(&str) -> bool) {
     }
 }
 
+/// The element at `css`, waiting (up to 10 s) for a page still loading.
+async fn find(c: &Client, css: &str) -> fantoccini::elements::Element {
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+}
+
 async fn click(c: &Client, css: &str) {
-    c.find(Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}")).click().await.unwrap();
+    find(c, css).await.click().await.unwrap();
 }
 
 async fn fill(c: &Client, css: &str, text: &str) {
-    let field = c.find(Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}"));
+    let field = find(c, css).await;
     field.clear().await.unwrap();
     field.send_keys(text).await.unwrap();
 }
@@ -136,14 +152,22 @@ async fn a_person_clicks_through_the_console() {
     };
     let started = Instant::now();
     let state = bare_state();
-    let admin = state.store.create_key("root", None, true).await.unwrap().secret;
+    let admin = state
+        .store
+        .create_key("root", None, true)
+        .await
+        .unwrap()
+        .secret;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(axum::serve(listener, hearth_server::app(state.clone())).into_future());
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let mut shots = Shots { dir: dir.clone(), n: 0 };
+    let mut shots = Shots {
+        dir: dir.clone(),
+        n: 0,
+    };
     let c = browser(&driver).await;
 
     // Sign in (a wrong key first: the reason shows by the field).
@@ -151,7 +175,7 @@ async fn a_person_clicks_through_the_console() {
     wait_path(&c, "/console/sign-in").await;
     fill(&c, "#key", "hearth-wrong").await;
     click(&c, "form button[type=submit]").await;
-    let error = c.find(Locator::Css("#key-error")).await.unwrap().text().await.unwrap();
+    let error = find(&c, "#key-error").await.text().await.unwrap();
     assert!(error.contains("not valid"), "{error}");
     shots.take(&c, "sign-in-refused").await;
     fill(&c, "#key", &admin).await;
@@ -165,13 +189,21 @@ async fn a_person_clicks_through_the_console() {
     wait_prefix(&c, "/console/keys/new?name=browser-key&project=project-").await;
     shots.take(&c, "key-confirm").await;
     click(&c, "#main form button[type=submit]").await;
-    let field = c.find(Locator::Css("#new-key")).await.unwrap();
+    let field = find(&c, "#new-key").await;
     let secret = field.prop("value").await.unwrap().unwrap();
-    assert!(secret.starts_with("hearth-") && secret.len() == 71, "{secret}");
-    let copy = c.find(Locator::Css("button[data-copy]")).await.unwrap();
-    assert!(copy.is_displayed().await.unwrap(), "the copy button shows with script");
+    assert!(
+        secret.starts_with("hearth-") && secret.len() == 71,
+        "{secret}"
+    );
+    let copy = find(&c, "button[data-copy]").await;
+    assert!(
+        copy.is_displayed().await.unwrap(),
+        "the copy button shows with script"
+    );
     shots.take(&c, "key-created").await;
-    let models = ureq::get(&format!("{base}/v1/models")).set("Authorization", &format!("Bearer {secret}")).call();
+    let models = ureq::get(&format!("{base}/v1/models"))
+        .set("Authorization", &format!("Bearer {secret}"))
+        .call();
     assert_eq!(models.map(|r| r.status()).unwrap_or(0), 200);
 
     // Listed by name and prefix only.
@@ -180,43 +212,93 @@ async fn a_person_clicks_through_the_console() {
     assert!(c.source().await.unwrap().contains(&secret[..15]));
 
     // Revoke it: confirm, then the API refuses it.
-    let id = state.store.keys().await.unwrap().into_iter().find(|k| k.name == "browser-key").unwrap().id;
+    let id = state
+        .store
+        .keys()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|k| k.name == "browser-key")
+        .unwrap()
+        .id;
     click(&c, &format!("a[href='/console/keys/{id}/revoke']")).await;
     wait_path(&c, &format!("/console/keys/{id}/revoke")).await;
     shots.take(&c, "revoke-confirm").await;
     click(&c, "#main form button.danger").await;
     wait_path(&c, "/console/keys?notice=revoked").await;
     shots.take(&c, "key-revoked").await;
-    let refused = ureq::get(&format!("{base}/v1/models")).set("Authorization", &format!("Bearer {secret}")).call();
-    assert!(matches!(refused, Err(ureq::Error::Status(401, _))), "{refused:?}");
+    let refused = ureq::get(&format!("{base}/v1/models"))
+        .set("Authorization", &format!("Bearer {secret}"))
+        .call();
+    assert!(
+        matches!(refused, Err(ureq::Error::Status(401, _))),
+        "{refused:?}"
+    );
 
     // Upload a file (with the progress script) and see it listed.
     c.goto(&format!("{base}/console/files")).await.unwrap();
     let upload = temp_dir().join("browser-train.jsonl");
     std::fs::write(&upload, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"hello\"}]}\n").unwrap();
-    c.find(Locator::Css("#file")).await.unwrap().send_keys(&upload.display().to_string()).await.unwrap();
+    find(&c, "#file")
+        .await
+        .send_keys(&upload.display().to_string())
+        .await
+        .unwrap();
     click(&c, "#upload button[type=submit]").await;
     wait_path(&c, "/console/files?notice=uploaded").await;
     let page = c.source().await.unwrap();
-    assert!(page.contains("browser-train.jsonl") && page.contains("File uploaded."), "{page}");
+    assert!(
+        page.contains("browser-train.jsonl") && page.contains("File uploaded."),
+        "{page}"
+    );
     shots.take(&c, "files").await;
 
     // A job with logged steps: the chart is drawn.
     let project = state.store.default_project().await.unwrap().id;
-    let job = state.store.create_ft_job(hearth_store::NewFtJob {
-        project_id: project, model: "tiny".into(), training_file: "file-x".into(), validation_file: None,
-        suffix: None, seed: 1, hyperparameters: json!({}), method: "supervised".into(),
-    }).await.unwrap();
+    let job = state
+        .store
+        .create_ft_job(hearth_store::NewFtJob {
+            project_id: project,
+            model: "tiny".into(),
+            training_file: "file-x".into(),
+            validation_file: None,
+            suffix: None,
+            seed: 1,
+            hyperparameters: json!({}),
+            method: "supervised".into(),
+        })
+        .await
+        .unwrap();
     for step in 1..=20 {
         let loss = 3.0 / (1.0 + step as f64 / 4.0);
         let data = json!({"step": step, "train_loss": loss, "valid_loss": (step % 5 == 0).then_some(loss + 0.2)});
-        state.store.add_ft_event(&job.id, "info", "metrics", &format!("Step {step}/20: training loss={loss:.4}"), Some(data)).await.unwrap();
+        state
+            .store
+            .add_ft_event(
+                &job.id,
+                "info",
+                "metrics",
+                &format!("Step {step}/20: training loss={loss:.4}"),
+                Some(data),
+            )
+            .await
+            .unwrap();
     }
-    c.goto(&format!("{base}/console/fine-tuning")).await.unwrap();
+    c.goto(&format!("{base}/console/fine-tuning"))
+        .await
+        .unwrap();
     shots.take(&c, "fine-tuning").await;
     click(&c, &format!("a[href='/console/fine-tuning/{}']", job.id)).await;
-    let line = c.find(Locator::Css("svg polyline.train-loss")).await.unwrap();
-    assert_eq!(line.attr("points").await.unwrap().unwrap().split(' ').count(), 20);
+    let line = find(&c, "svg polyline.train-loss").await;
+    assert_eq!(
+        line.attr("points")
+            .await
+            .unwrap()
+            .unwrap()
+            .split(' ')
+            .count(),
+        20
+    );
     shots.take(&c, "job-chart").await;
 
     // Phone width, then the projects page.

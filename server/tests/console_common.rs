@@ -48,7 +48,13 @@ impl Client {
         }
     }
 
-    pub async fn request(&mut self, method: &str, uri: &str, content_type: Option<&str>, body: Vec<u8>) -> Page {
+    pub async fn request(
+        &mut self,
+        method: &str,
+        uri: &str,
+        content_type: Option<&str>,
+        body: Vec<u8>,
+    ) -> Page {
         let mut builder = Request::builder().method(method).uri(uri);
         if !self.cookies.is_empty() {
             let cookie = self
@@ -110,12 +116,22 @@ impl Client {
         let body = form_urlencoded::Serializer::new(String::new())
             .extend_pairs(fields)
             .finish();
-        self.request("POST", uri, Some("application/x-www-form-urlencoded"), body.into_bytes())
-            .await
+        self.request(
+            "POST",
+            uri,
+            Some("application/x-www-form-urlencoded"),
+            body.into_bytes(),
+        )
+        .await
     }
 
     /// Posts a multipart form: `fields` in order, then `file`.
-    pub async fn post_multipart(&mut self, uri: &str, fields: &[(&str, &str)], file: (&str, &[u8])) -> Page {
+    pub async fn post_multipart(
+        &mut self,
+        uri: &str,
+        fields: &[(&str, &str)],
+        file: (&str, &[u8]),
+    ) -> Page {
         let boundary = "console-test-boundary";
         let mut body = Vec::new();
         for (name, value) in fields {
@@ -133,15 +149,22 @@ impl Client {
         );
         body.extend_from_slice(file.1);
         body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-        self.request("POST", uri, Some(&format!("multipart/form-data; boundary={boundary}")), body)
-            .await
+        self.request(
+            "POST",
+            uri,
+            Some(&format!("multipart/form-data; boundary={boundary}")),
+            body,
+        )
+        .await
     }
 
     /// Signs in with `key`; panics unless it works.
     pub async fn sign_in(&mut self, key: &str) -> Page {
         let form = self.get("/console/sign-in").await;
         assert_eq!(form.status, StatusCode::OK);
-        let page = self.post("/console/sign-in", &[("csrf", &form.csrf()), ("key", key)]).await;
+        let page = self
+            .post("/console/sign-in", &[("csrf", &form.csrf()), ("key", key)])
+            .await;
         assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.text);
         assert_eq!(page.location.as_deref(), Some("/console/keys"));
         page

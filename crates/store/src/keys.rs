@@ -144,10 +144,12 @@ impl Store {
 
     /// The keys of one account, revoked ones included, oldest first.
     pub async fn account_keys(&self, account_id: &str) -> Result<Vec<KeyInfo>> {
-        let rows = sqlx::query(&format!("{SELECT_KEYS} WHERE k.account_id = $1 ORDER BY k.id"))
-            .bind(account_id)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(&format!(
+            "{SELECT_KEYS} WHERE k.account_id = $1 ORDER BY k.id"
+        ))
+        .bind(account_id)
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter().map(KeyInfo::from_row).collect()
     }
 

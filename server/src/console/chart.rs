@@ -42,7 +42,9 @@ const BOTTOM: f64 = 40.0;
 pub fn loss_chart(points: &[Point]) -> Option<Markup> {
     let first = points.first()?;
     let last = points.last()?;
-    let losses = points.iter().flat_map(|p| std::iter::once(p.train).chain(p.valid));
+    let losses = points
+        .iter()
+        .flat_map(|p| std::iter::once(p.train).chain(p.valid));
     let (mut lo, mut hi) = losses.fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
     if hi - lo < 1e-9 {
         lo -= 0.5;
@@ -107,8 +109,16 @@ mod tests {
         assert_eq!(
             p,
             vec![
-                Point { step: 1, train: 2.0, valid: None },
-                Point { step: 2, train: 1.5, valid: Some(1.7) },
+                Point {
+                    step: 1,
+                    train: 2.0,
+                    valid: None
+                },
+                Point {
+                    step: 2,
+                    train: 1.5,
+                    valid: Some(1.7)
+                },
             ]
         );
     }
@@ -117,13 +127,24 @@ mod tests {
     fn the_chart_spans_its_points() {
         assert!(loss_chart(&[]).is_none());
         let p = [
-            Point { step: 1, train: 2.0, valid: None },
-            Point { step: 3, train: 1.0, valid: Some(1.5) },
+            Point {
+                step: 1,
+                train: 2.0,
+                valid: None,
+            },
+            Point {
+                step: 3,
+                train: 1.0,
+                valid: Some(1.5),
+            },
         ];
         let svg = loss_chart(&p).unwrap().into_string();
         // First point top-left, last bottom-right of the plot area.
         assert!(svg.contains(r#"points="56.0,16.0 624.0,220.0""#), "{svg}");
-        assert!(svg.contains(r#"class="valid-loss" points="624.0,118.0""#), "{svg}");
+        assert!(
+            svg.contains(r#"class="valid-loss" points="624.0,118.0""#),
+            "{svg}"
+        );
         assert!(svg.contains("from 2.0000 at step 1 to 1.0000 at step 3"));
     }
 }

@@ -28,7 +28,15 @@ pub async fn list(State(state): State<AppState>, session: Session, uri: Uri) -> 
         Some("deleted") => Some("File deleted."),
         _ => None,
     };
-    page(&state, &session, StatusCode::OK, notice, None, query.get("after")).await
+    page(
+        &state,
+        &session,
+        StatusCode::OK,
+        notice,
+        None,
+        query.get("after"),
+    )
+    .await
 }
 
 async fn page(
@@ -44,7 +52,12 @@ async fn page(
         after: after.map(str::to_string),
         ..Default::default()
     };
-    let listed = api::list(State(state.clone()), Extension(session.ctx()), ApiQuery(query)).await;
+    let listed = api::list(
+        State(state.clone()),
+        Extension(session.ctx()),
+        ApiQuery(query),
+    )
+    .await;
     let files = match listed {
         Ok(files) => files.0,
         Err(e) => return layout::error_page(e),
@@ -148,7 +161,13 @@ pub async fn delete(
     if let Err(refused) = session.check(&form) {
         return refused;
     }
-    match api::delete(State(state.clone()), Extension(session.ctx()), ApiPath(file_id)).await {
+    match api::delete(
+        State(state.clone()),
+        Extension(session.ctx()),
+        ApiPath(file_id),
+    )
+    .await
+    {
         Ok(_) => Redirect::to("/console/files?notice=deleted").into_response(),
         Err(e) => {
             let (status, message) = layout::error_text(&e);

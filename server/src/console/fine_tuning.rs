@@ -25,7 +25,11 @@ const MAX_EVENTS: usize = 20_000;
 const EVENTS_SHOWN: usize = 100;
 
 fn query(limit: i64, after: Option<String>) -> FineTuningListQuery {
-    FineTuningListQuery { limit: Some(limit), after, ai_project_id: None }
+    FineTuningListQuery {
+        limit: Some(limit),
+        after,
+        ai_project_id: None,
+    }
 }
 
 fn terminal(status: &str) -> bool {
@@ -37,10 +41,20 @@ pub async fn list(State(state): State<AppState>, session: Session) -> Response {
     page(&state, &session, StatusCode::OK, None, &Form::default()).await
 }
 
-async fn page(state: &AppState, session: &Session, status: StatusCode, error: Option<&str>, entered: &Form) -> Response {
+async fn page(
+    state: &AppState,
+    session: &Session,
+    status: StatusCode,
+    error: Option<&str>,
+    entered: &Form,
+) -> Response {
     let ctx = || Extension(session.ctx());
     let jobs = api::list(State(state.clone()), ctx(), ApiQuery(query(50, None))).await;
-    let files_query = FilesQuery { limit: Some(200), purpose: Some(PURPOSE_FINE_TUNE.into()), ..Default::default() };
+    let files_query = FilesQuery {
+        limit: Some(200),
+        purpose: Some(PURPOSE_FINE_TUNE.into()),
+        ..Default::default()
+    };
     let files = files_api::list(State(state.clone()), ctx(), ApiQuery(files_query)).await;
     let models = api::spec_draft(State(state.clone())).await.0.data;
     let (jobs, files) = match (jobs, files) {
@@ -94,7 +108,15 @@ async fn page(state: &AppState, session: &Session, status: StatusCode, error: Op
             } }
         }
     };
-    render(state, session, Section::FineTuning, status, "Fine-tuning", body).await
+    render(
+        state,
+        session,
+        Section::FineTuning,
+        status,
+        "Fine-tuning",
+        body,
+    )
+    .await
 }
 
 /// `POST /console/fine-tuning` `{csrf, model, training_file, validation_file?, suffix?, n_epochs?}`.
@@ -117,13 +139,26 @@ pub async fn create(State(state): State<AppState>, session: Session, form: Form)
             Ok(n) => request["hyperparameters"] = json!({ "n_epochs": n }),
             Err(_) => {
                 let message = "Epochs must be a whole number.";
-                return page(&state, &session, StatusCode::BAD_REQUEST, Some(message), &form).await;
+                return page(
+                    &state,
+                    &session,
+                    StatusCode::BAD_REQUEST,
+                    Some(message),
+                    &form,
+                )
+                .await;
             }
         }
     }
     let made = match hearth_api::parse_json_body(request.to_string().as_bytes()) {
         Ok(request) => {
-            api::create(State(state.clone()), Extension(session.ctx()), ApiQuery(ProjectQuery::default()), ApiJson(request)).await
+            api::create(
+                State(state.clone()),
+                Extension(session.ctx()),
+                ApiQuery(ProjectQuery::default()),
+                ApiJson(request),
+            )
+            .await
         }
         Err(e) => Err(HttpError(e)),
     };
@@ -137,11 +172,22 @@ pub async fn create(State(state): State<AppState>, session: Session, form: Form)
 }
 
 /// Every event of a job (newest first), up to [`MAX_EVENTS`].
-async fn all_events(state: &AppState, session: &Session, job_id: &str) -> Result<Vec<FineTuningEvent>, HttpError> {
+async fn all_events(
+    state: &AppState,
+    session: &Session,
+    job_id: &str,
+) -> Result<Vec<FineTuningEvent>, HttpError> {
     let mut events = Vec::new();
     let mut after = None;
     loop {
-        let page = api::events(State(state.clone()), Extension(session.ctx()), ApiPath(job_id.to_string()), ApiQuery(query(1000, after))).await?.0;
+        let page = api::events(
+            State(state.clone()),
+            Extension(session.ctx()),
+            ApiPath(job_id.to_string()),
+            ApiQuery(query(1000, after)),
+        )
+        .await?
+        .0;
         events.extend(page.data);
         match (page.has_more, events.last()) {
             (true, Some(last)) if events.len() < MAX_EVENTS => after = Some(last.id.clone()),
@@ -151,21 +197,54 @@ async fn all_events(state: &AppState, session: &Session, job_id: &str) -> Result
 }
 
 /// `GET /console/fine-tuning/{job_id}`.
-pub async fn job(State(state): State<AppState>, session: Session, ApiPath(job_id): ApiPath<String>) -> Response {
+pub async fn job(
+    State(state): State<AppState>,
+    session: Session,
+    ApiPath(job_id): ApiPath<String>,
+) -> Response {
     let loaded = async {
-        let job = api::retrieve(State(state.clone()), Extension(session.ctx()), ApiPath(job_id.clone())).await?.0;
+        let job = api::retrieve(
+            State(state.clone()),
+            Extension(session.ctx()),
+            ApiPath(job_id.clone()),
+        )
+        .await?
+        .0;
         let events = all_events(&state, &session, &job.id).await?;
-        let checkpoints = api::checkpoints(State(state.clone()), Extension(session.ctx()), ApiPath(job.id.clone()), ApiQuery(query(100, None))).await?.0.data;
+        let checkpoints = api::checkpoints(
+            State(state.clone()),
+            Extension(session.ctx()),
+            ApiPath(job.id.clone()),
+            ApiQuery(query(100, None)),
+        )
+        .await?
+        .0
+        .data;
         Ok::<_, HttpError>((job, events, checkpoints))
     };
     let (job, events, checkpoints) = match loaded.await {
         Ok(loaded) => loaded,
         Err(e) => return layout::error_page(e),
     };
-    let points = chart::points(events.iter().filter(|e| e.kind == "metrics").filter_map(|e| e.data.as_ref()));
+    let points = chart::points(
+        events
+            .iter()
+            .filter(|e| e.kind == "metrics")
+            .filter_map(|e| e.data.as_ref()),
+    );
     let done = terminal(&job.status);
-    let error = job.error.as_ref().and_then(|e| e.get("message")).and_then(Value::as_str).map(str::to_string)
-        .or_else(|| job.error.as_ref().filter(|e| !e.is_null()).map(Value::to_string));
+    let error = job
+        .error
+        .as_ref()
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| {
+            job.error
+                .as_ref()
+                .filter(|e| !e.is_null())
+                .map(Value::to_string)
+        });
     let body = html! {
         p { a href="/console/fine-tuning" { "← All jobs" } }
         h1 { "Job " code { (job.id) } }
@@ -217,20 +296,41 @@ pub async fn job(State(state): State<AppState>, session: Session, ApiPath(job_id
         } }
         @if events.len() > EVENTS_SHOWN { p { "The newest " (EVENTS_SHOWN) " of " (events.len()) " events." } }
     };
-    let mut response = render(&state, &session, Section::FineTuning, StatusCode::OK, "Fine-tuning job", body).await;
+    let mut response = render(
+        &state,
+        &session,
+        Section::FineTuning,
+        StatusCode::OK,
+        "Fine-tuning job",
+        body,
+    )
+    .await;
     if !done {
         // Live status without JavaScript: the browser reloads the page.
-        response.headers_mut().insert("refresh", axum::http::HeaderValue::from_static("5"));
+        response
+            .headers_mut()
+            .insert("refresh", axum::http::HeaderValue::from_static("5"));
     }
     response
 }
 
 /// `POST /console/fine-tuning/{job_id}/cancel` `{csrf}`.
-pub async fn cancel(State(state): State<AppState>, session: Session, ApiPath(job_id): ApiPath<String>, form: Form) -> Response {
+pub async fn cancel(
+    State(state): State<AppState>,
+    session: Session,
+    ApiPath(job_id): ApiPath<String>,
+    form: Form,
+) -> Response {
     if let Err(refused) = session.check(&form) {
         return refused;
     }
-    match api::cancel(State(state.clone()), Extension(session.ctx()), ApiPath(job_id)).await {
+    match api::cancel(
+        State(state.clone()),
+        Extension(session.ctx()),
+        ApiPath(job_id),
+    )
+    .await
+    {
         Ok(job) => Redirect::to(&format!("/console/fine-tuning/{}", job.0.id)).into_response(),
         Err(e) => layout::error_page(e),
     }

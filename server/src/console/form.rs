@@ -25,10 +25,7 @@ impl Form {
 
     /// A field's value, trimmed; empty counts as absent.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .get(name)
-            .map(|v| v.trim())
-            .filter(|v| !v.is_empty())
+        self.0.get(name).map(|v| v.trim()).filter(|v| !v.is_empty())
     }
 
     /// A field's value as sent (untrimmed; for tokens and keys).

@@ -29,7 +29,11 @@ async fn visible_keys(state: &AppState, session: &Session) -> Result<Vec<KeyInfo
 }
 
 /// The key `key_id` if this session may manage it (else 403, as missing).
-async fn manageable(state: &AppState, session: &Session, key_id: &str) -> Result<KeyInfo, HttpError> {
+async fn manageable(
+    state: &AppState,
+    session: &Session,
+    key_id: &str,
+) -> Result<KeyInfo, HttpError> {
     match state.store.key(key_id).await? {
         Some(k) if session.is_admin() || k.account_id == session.account_id() => Ok(k),
         _ => Err(hearth_store::StoreError::NotFound("key").into()),
@@ -49,16 +53,29 @@ fn read_new(session: &Session, form: &Form, projects: &[Project]) -> Result<NewK
         return Err("Enter a name for the key.".into());
     }
     if name.chars().count() > MAX_NAME || name.chars().any(char::is_control) {
-        return Err(format!("A key's name is at most {MAX_NAME} characters, without control characters."));
+        return Err(format!(
+            "A key's name is at most {MAX_NAME} characters, without control characters."
+        ));
     }
     if !session.is_admin() {
-        return Ok(NewKeyForm { name, project: None, admin: false });
+        return Ok(NewKeyForm {
+            name,
+            project: None,
+            admin: false,
+        });
     }
-    let project = form.get("project").unwrap_or(session.inner.project_id.as_str()).to_string();
+    let project = form
+        .get("project")
+        .unwrap_or(session.inner.project_id.as_str())
+        .to_string();
     if !projects.iter().any(|p| p.id == project) {
         return Err("Choose one of the listed projects.".into());
     }
-    Ok(NewKeyForm { name, project: Some(project), admin: form.checked("admin") })
+    Ok(NewKeyForm {
+        name,
+        project: Some(project),
+        admin: form.checked("admin"),
+    })
 }
 
 /// `GET /console/keys`.
@@ -67,7 +84,15 @@ pub async fn list(State(state): State<AppState>, session: Session, uri: Uri) -> 
         Some("revoked") => Some("The key is revoked: requests with it are refused from now on."),
         _ => None,
     };
-    page(&state, &session, StatusCode::OK, notice, None, &Form::default()).await
+    page(
+        &state,
+        &session,
+        StatusCode::OK,
+        notice,
+        None,
+        &Form::default(),
+    )
+    .await
 }
 
 async fn page(
@@ -84,7 +109,10 @@ async fn page(
         (Err(e), _) | (_, Err(e)) => return layout::error_page(e),
     };
     let project_name = |id: &str| {
-        projects.iter().find(|p| p.id == id).map_or(id.to_string(), |p| p.name.clone())
+        projects
+            .iter()
+            .find(|p| p.id == id)
+            .map_or(id.to_string(), |p| p.name.clone())
     };
     let body = html! {
         h1 { "API keys" }
@@ -117,7 +145,12 @@ async fn page(
     render(state, session, Section::Keys, status, "API keys", body).await
 }
 
-fn create_form(session: &Session, projects: &[Project], error: Option<&str>, entered: &Form) -> Markup {
+fn create_form(
+    session: &Session,
+    projects: &[Project],
+    error: Option<&str>,
+    entered: &Form,
+) -> Markup {
     html! {
         section aria-labelledby="create-title" {
             h2 #create-title { "Create a key" }
@@ -154,11 +187,25 @@ pub async fn confirm_create(State(state): State<AppState>, session: Session, uri
     let new = match read_new(&session, &entered, &projects) {
         Ok(new) => new,
         Err(message) => {
-            return page(&state, &session, StatusCode::BAD_REQUEST, None, Some(&message), &entered).await
+            return page(
+                &state,
+                &session,
+                StatusCode::BAD_REQUEST,
+                None,
+                Some(&message),
+                &entered,
+            )
+            .await
         }
     };
-    let project = new.project.as_deref().unwrap_or(session.inner.caller.default_project_id.as_str());
-    let project_name = projects.iter().find(|p| p.id == project).map_or(project, |p| p.name.as_str());
+    let project = new
+        .project
+        .as_deref()
+        .unwrap_or(session.inner.caller.default_project_id.as_str());
+    let project_name = projects
+        .iter()
+        .find(|p| p.id == project)
+        .map_or(project, |p| p.name.as_str());
     let body = html! {
         h1 { "Create this key?" }
         p { "A new key named " strong { (new.name) } " for the project " strong { (project_name) }
@@ -172,7 +219,15 @@ pub async fn confirm_create(State(state): State<AppState>, session: Session, uri
             " " a href="/console/keys" { "Cancel" }
         }
     };
-    render(&state, &session, Section::Keys, StatusCode::OK, "Create a key", body).await
+    render(
+        &state,
+        &session,
+        Section::Keys,
+        StatusCode::OK,
+        "Create a key",
+        body,
+    )
+    .await
 }
 
 /// `POST /console/keys`: creates the key and shows its value, once.
@@ -187,19 +242,39 @@ pub async fn create(State(state): State<AppState>, session: Session, form: Form)
     let new = match read_new(&session, &form, &projects) {
         Ok(new) => new,
         Err(message) => {
-            return page(&state, &session, StatusCode::BAD_REQUEST, None, Some(&message), &form).await
+            return page(
+                &state,
+                &session,
+                StatusCode::BAD_REQUEST,
+                None,
+                Some(&message),
+                &form,
+            )
+            .await
         }
     };
     let made = if session.is_admin() {
         let body = json!({"name": new.name, "project_id": new.project, "admin": new.admin});
         match serde_json::from_value(body) {
-            Ok(body) => crate::routes::admin::create_key(State(state.clone()), Extension(session.ctx()), ApiJson(body))
-                .await
-                .map(|made| (made.0["key"].as_str().unwrap_or("").to_string(), made.0["prefix"].as_str().unwrap_or("").to_string())),
+            Ok(body) => crate::routes::admin::create_key(
+                State(state.clone()),
+                Extension(session.ctx()),
+                ApiJson(body),
+            )
+            .await
+            .map(|made| {
+                (
+                    made.0["key"].as_str().unwrap_or("").to_string(),
+                    made.0["prefix"].as_str().unwrap_or("").to_string(),
+                )
+            }),
             Err(_) => Err(HttpError(hearth_api::ApiError::internal())),
         }
     } else {
-        state.store.add_key(session.account_id(), &new.name).await
+        state
+            .store
+            .add_key(session.account_id(), &new.name)
+            .await
             .map(|made| (made.secret, made.info.prefix))
             .map_err(HttpError::from)
     };
@@ -223,7 +298,15 @@ pub async fn create(State(state): State<AppState>, session: Session, form: Form)
         }
         p { a href="/console/keys" { "Done: back to the keys" } }
     };
-    render(&state, &session, Section::Keys, StatusCode::OK, "Key created", body).await
+    render(
+        &state,
+        &session,
+        Section::Keys,
+        StatusCode::OK,
+        "Key created",
+        body,
+    )
+    .await
 }
 
 /// `GET /console/keys/{key_id}/revoke`: the confirm step.
@@ -246,7 +329,15 @@ pub async fn confirm_revoke(
             " " a href="/console/keys" { "Cancel" }
         }
     };
-    render(&state, &session, Section::Keys, StatusCode::OK, "Revoke a key", body).await
+    render(
+        &state,
+        &session,
+        Section::Keys,
+        StatusCode::OK,
+        "Revoke a key",
+        body,
+    )
+    .await
 }
 
 /// `POST /console/keys/{key_id}/revoke`.
@@ -260,12 +351,19 @@ pub async fn revoke(
         return refused;
     }
     let done = match manageable(&state, &session, &key_id).await {
-        Ok(key) if session.is_admin() => {
-            crate::routes::admin::revoke_key(State(state.clone()), Extension(session.ctx()), ApiPath(key.id))
-                .await
-                .map(|_| ())
-        }
-        Ok(key) => state.store.revoke_key(&key.id).await.map(|_| ()).map_err(HttpError::from),
+        Ok(key) if session.is_admin() => crate::routes::admin::revoke_key(
+            State(state.clone()),
+            Extension(session.ctx()),
+            ApiPath(key.id),
+        )
+        .await
+        .map(|_| ()),
+        Ok(key) => state
+            .store
+            .revoke_key(&key.id)
+            .await
+            .map(|_| ())
+            .map_err(HttpError::from),
         Err(e) => Err(e),
     };
     match done {

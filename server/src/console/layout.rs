@@ -60,7 +60,9 @@ pub async fn render(
         Ok(p) => p,
         Err(e) => return error_page(e),
     };
-    let current = projects.first().filter(|p| p.id == session.inner.project_id);
+    let current = projects
+        .first()
+        .filter(|p| p.id == session.inner.project_id);
     let header = html! {
         header.top {
             a.brand href="/console/keys" { "Hearth console" }
@@ -94,7 +96,10 @@ pub async fn render(
         Some(p) => format!("{title} · {}", p.name),
         None => title.to_string(),
     };
-    respond(status, document(&page_title, html! { (header) main #main { (body) } }))
+    respond(
+        status,
+        document(&page_title, html! { (header) main #main { (body) } }),
+    )
 }
 
 fn document(title: &str, body: Markup) -> Markup {
@@ -193,10 +198,16 @@ pub fn bytes(n: i64) -> String {
 pub fn respond(status: StatusCode, markup: Markup) -> Response {
     let mut response = (status, markup.into_string()).into_response();
     let h = response.headers_mut();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert("x-frame-options", HeaderValue::from_static("DENY"));
-    h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
     h.insert("referrer-policy", HeaderValue::from_static("same-origin"));
     h.insert(
         "content-security-policy",

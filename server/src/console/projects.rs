@@ -84,11 +84,23 @@ pub async fn create(State(state): State<AppState>, session: Session, form: Form)
     let name = form.get("name").unwrap_or("");
     if name.is_empty() || name.chars().count() > MAX_NAME || name.chars().any(char::is_control) {
         let message = format!("Enter a name of 1 to {MAX_NAME} characters.");
-        return page(&state, &session, StatusCode::BAD_REQUEST, None, Some(&message)).await;
+        return page(
+            &state,
+            &session,
+            StatusCode::BAD_REQUEST,
+            None,
+            Some(&message),
+        )
+        .await;
     }
     let made = match serde_json::from_value(json!({ "name": name })) {
         Ok(body) => {
-            crate::routes::admin::create_project(State(state.clone()), Extension(session.ctx()), ApiJson(body)).await
+            crate::routes::admin::create_project(
+                State(state.clone()),
+                Extension(session.ctx()),
+                ApiJson(body),
+            )
+            .await
         }
         Err(_) => Err(HttpError(hearth_api::ApiError::internal())),
     };
@@ -112,7 +124,11 @@ pub async fn switch(State(state): State<AppState>, session: Session, form: Form)
     }
     let project = form.get("project").unwrap_or("");
     let reaches = hearth_store::projects::is_well_formed(project)
-        && match state.store.caller_reaches(&session.inner.caller, project).await {
+        && match state
+            .store
+            .caller_reaches(&session.inner.caller, project)
+            .await
+        {
             Ok(r) => r,
             Err(e) => return layout::error_page(e.into()),
         };
@@ -123,10 +139,17 @@ pub async fn switch(State(state): State<AppState>, session: Session, form: Form)
             "Your key does not reach that project, or it does not exist.",
         );
     }
-    if let Err(e) = state.store.set_console_project(&session.token, project).await {
+    if let Err(e) = state
+        .store
+        .set_console_project(&session.token, project)
+        .await
+    {
         return layout::error_page(e.into());
     }
     // Back to one of the sections only (never another site).
-    let back = form.get("back").and_then(layout::section_path).unwrap_or("/console/files");
+    let back = form
+        .get("back")
+        .and_then(layout::section_path)
+        .unwrap_or("/console/files");
     Redirect::to(back).into_response()
 }

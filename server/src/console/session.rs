@@ -120,7 +120,13 @@ pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
 /// A `Set-Cookie` value scoped to the console (`Secure` when the server is
 /// reached over TLS: `--public-url https://...` or a proxy's
 /// `X-Forwarded-Proto: https`).
-fn set_cookie(state: &AppState, headers: &HeaderMap, name: &str, value: &str, max_age: i64) -> HeaderValue {
+fn set_cookie(
+    state: &AppState,
+    headers: &HeaderMap,
+    name: &str,
+    value: &str,
+    max_age: i64,
+) -> HeaderValue {
     let tls = state
         .http
         .public_url
@@ -198,7 +204,8 @@ pub async fn sign_in(State(state): State<AppState>, headers: HeaderMap, form: Fo
         return csrf_refused();
     }
     let key = form.raw("key").trim();
-    let refuse = |status, message: &str| sign_in_form(&state, &headers, status, Some(message), None);
+    let refuse =
+        |status, message: &str| sign_in_form(&state, &headers, status, Some(message), None);
     if key.is_empty() {
         return refuse(StatusCode::BAD_REQUEST, "Enter an API key.");
     }
@@ -208,7 +215,11 @@ pub async fn sign_in(State(state): State<AppState>, headers: HeaderMap, form: Fo
             "Access tokens of service accounts cannot sign in to the console; use an API key.",
         );
     }
-    if state.api_keys.iter().any(|k| constant_time_eq(k.as_bytes(), key.as_bytes())) {
+    if state
+        .api_keys
+        .iter()
+        .any(|k| constant_time_eq(k.as_bytes(), key.as_bytes()))
+    {
         return refuse(
             StatusCode::UNAUTHORIZED,
             "Keys given with --api-key cannot sign in to the console; use a stored key \
@@ -226,17 +237,30 @@ pub async fn sign_in(State(state): State<AppState>, headers: HeaderMap, form: Fo
         Err(e) => return layout::error_page(e.into()),
     };
     let Some(key_id) = caller.key_id else {
-        return refuse(StatusCode::UNAUTHORIZED, "This key cannot sign in to the console.");
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "This key cannot sign in to the console.",
+        );
     };
-    let token = match state.store.create_console_session(&key_id, SESSION_SECS).await {
+    let token = match state
+        .store
+        .create_console_session(&key_id, SESSION_SECS)
+        .await
+    {
         Ok(token) => token,
         Err(e) => return layout::error_page(e.into()),
     };
     tracing::info!(key = %key_id, "console sign-in");
     let mut response = Redirect::to("/console/keys").into_response();
     let h = response.headers_mut();
-    h.append(SET_COOKIE, set_cookie(&state, &headers, COOKIE_NAME, &token, SESSION_SECS));
-    h.append(SET_COOKIE, set_cookie(&state, &headers, SIGN_IN_COOKIE, "", 0));
+    h.append(
+        SET_COOKIE,
+        set_cookie(&state, &headers, COOKIE_NAME, &token, SESSION_SECS),
+    );
+    h.append(
+        SET_COOKIE,
+        set_cookie(&state, &headers, SIGN_IN_COOKIE, "", 0),
+    );
     response
 }
 
