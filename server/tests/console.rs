@@ -579,3 +579,60 @@ async fn assets_are_served_and_unknown_pages_are_404() {
         StatusCode::NOT_FOUND
     );
 }
+
+#[tokio::test]
+async fn usage_shows_tokens_by_day_and_model_and_refuses_bad_dates() {
+    let state = bare_state();
+    let (secret, key_id) = stored_key(&state, "alice", false).await;
+    let project = state.store.default_project().await.unwrap().id;
+    let day = hearth_store::usage::parse_day("2026-03-02").unwrap();
+    let row = |day: i64, model: &str, input: i64, output: i64| {
+        (
+            hearth_store::usage::UsageKey {
+                day,
+                project_id: project.clone(),
+                model: model.into(),
+                key_id: key_id.clone(),
+                class: "interactive".into(),
+            },
+            hearth_store::usage::UsageCounts {
+                requests: 2,
+                input_tokens: input,
+                output_tokens: output,
+                cached_tokens: 0,
+                cost_nanos: 1_500_000,
+            },
+        )
+    };
+    state
+        .store
+        .add_usage(&[row(day, "model-a", 100, 20), row(day + 1, "model-b", 7, 3)])
+        .await
+        .unwrap();
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let page = browser
+        .get("/console/usage?start_date=2026-03-01&end_date=2026-03-31")
+        .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    assert!(page.text.contains("model-a") && page.text.contains("model-b"));
+    assert!(
+        page.text
+            .contains("<strong>130</strong> tokens in 4 requests"),
+        "{}",
+        page.text
+    );
+    assert_eq!(
+        page.text.matches("<rect class=\"bar\"").count(),
+        2,
+        "a bar per day"
+    );
+    let empty = browser
+        .get("/console/usage?start_date=2026-04-01&end_date=2026-04-02")
+        .await;
+    assert!(empty.text.contains("No requests in this range."));
+    let bad = browser.get("/console/usage?start_date=yesterday").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.text.contains("id=\"usage-error\""), "{}", bad.text);
+    assert!(bad.text.contains("start_date"), "{}", bad.text);
+}

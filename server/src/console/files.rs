@@ -158,7 +158,7 @@ pub async fn delete(
     ApiPath(file_id): ApiPath<String>,
     form: Form,
 ) -> Response {
-    if let Err(refused) = session.check(&form) {
+    if let Some(refused) = session.refuse(&form) {
         return refused;
     }
     match api::delete(

@@ -121,7 +121,7 @@ async fn page(
 
 /// `POST /console/fine-tuning` `{csrf, model, training_file, validation_file?, suffix?, n_epochs?}`.
 pub async fn create(State(state): State<AppState>, session: Session, form: Form) -> Response {
-    if let Err(refused) = session.check(&form) {
+    if let Some(refused) = session.refuse(&form) {
         return refused;
     }
     let mut request = json!({
@@ -321,7 +321,7 @@ pub async fn cancel(
     ApiPath(job_id): ApiPath<String>,
     form: Form,
 ) -> Response {
-    if let Err(refused) = session.check(&form) {
+    if let Some(refused) = session.refuse(&form) {
         return refused;
     }
     match api::cancel(

@@ -232,7 +232,7 @@ pub async fn confirm_create(State(state): State<AppState>, session: Session, uri
 
 /// `POST /console/keys`: creates the key and shows its value, once.
 pub async fn create(State(state): State<AppState>, session: Session, form: Form) -> Response {
-    if let Err(refused) = session.check(&form) {
+    if let Some(refused) = session.refuse(&form) {
         return refused;
     }
     let projects = match state.store.projects().await {
@@ -347,7 +347,7 @@ pub async fn revoke(
     ApiPath(key_id): ApiPath<String>,
     form: Form,
 ) -> Response {
-    if let Err(refused) = session.check(&form) {
+    if let Some(refused) = session.refuse(&form) {
         return refused;
     }
     let done = match manageable(&state, &session, &key_id).await {

@@ -19,6 +19,7 @@ pub enum Section {
     Projects,
     Files,
     FineTuning,
+    Usage,
 }
 
 const SECTIONS: &[(Section, &str, &str)] = &[
@@ -26,6 +27,7 @@ const SECTIONS: &[(Section, &str, &str)] = &[
     (Section::Projects, "/console/projects", "Projects"),
     (Section::Files, "/console/files", "Files"),
     (Section::FineTuning, "/console/fine-tuning", "Fine-tuning"),
+    (Section::Usage, "/console/usage", "Usage"),
 ];
 
 /// The section at `path`, as a path of ours (for redirects back).

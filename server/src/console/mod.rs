@@ -19,6 +19,7 @@ mod keys;
 mod layout;
 mod projects;
 mod session;
+mod usage;
 
 use axum::extract::DefaultBodyLimit;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -69,6 +70,7 @@ pub fn router() -> Router<AppState> {
             "/console/fine-tuning/{job_id}/cancel",
             post(fine_tuning::cancel),
         )
+        .route("/console/usage", get(usage::page))
 }
 
 /// `/console`: the keys section (or the sign-in page, through it).

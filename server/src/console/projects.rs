@@ -78,7 +78,7 @@ async fn page(
 
 /// `POST /console/projects` `{csrf, name}` (admins).
 pub async fn create(State(state): State<AppState>, session: Session, form: Form) -> Response {
-    if let Err(refused) = session.check(&form) {
+    if let Some(refused) = session.refuse(&form) {
         return refused;
     }
     let name = form.get("name").unwrap_or("");
@@ -119,7 +119,7 @@ pub async fn create(State(state): State<AppState>, session: Session, form: Form)
 
 /// `POST /console/projects/switch` `{csrf, project, back?}`.
 pub async fn switch(State(state): State<AppState>, session: Session, form: Form) -> Response {
-    if let Err(refused) = session.check(&form) {
+    if let Some(refused) = session.refuse(&form) {
         return refused;
     }
     let project = form.get("project").unwrap_or("");

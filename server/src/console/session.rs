@@ -58,17 +58,11 @@ impl Session {
         self.inner.caller.account_id.as_deref().unwrap_or("")
     }
 
-    /// Refuses a form whose CSRF token is missing or not this session's.
-    pub fn check(&self, form: &Form) -> Result<(), Response> {
-        self.check_token(form.raw("csrf"))
-    }
-
-    pub fn check_token(&self, sent: &str) -> Result<(), Response> {
-        if constant_time_eq(sent.as_bytes(), self.csrf().as_bytes()) {
-            Ok(())
-        } else {
-            Err(csrf_refused())
-        }
+    /// The refusal of a form whose CSRF token is missing or not this
+    /// session's (`None`: the token is good).
+    pub fn refuse(&self, form: &Form) -> Option<Response> {
+        let sent = form.raw("csrf");
+        (!constant_time_eq(sent.as_bytes(), self.csrf().as_bytes())).then(csrf_refused)
     }
 }
 
@@ -271,7 +265,7 @@ pub async fn sign_out(
     session: Session,
     form: Form,
 ) -> Response {
-    if let Err(refused) = session.check(&form) {
+    if let Some(refused) = session.refuse(&form) {
         return refused;
     }
     if let Err(e) = state.store.delete_console_session(&session.token).await {
