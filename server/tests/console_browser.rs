@@ -16,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
+use futures_util::FutureExt;
 use serde_json::json;
 
 use common::{bare_state, temp_dir};
@@ -170,155 +171,163 @@ async fn a_person_clicks_through_the_console() {
     };
     let c = browser(&driver).await;
 
-    // Sign in (a wrong key first: the reason shows by the field).
-    c.goto(&format!("{base}/console")).await.unwrap();
-    wait_path(&c, "/console/sign-in").await;
-    fill(&c, "#key", "hearth-wrong").await;
-    click(&c, "form button[type=submit]").await;
-    let error = find(&c, "#key-error").await.text().await.unwrap();
-    assert!(error.contains("not valid"), "{error}");
-    shots.take(&c, "sign-in-refused").await;
-    fill(&c, "#key", &admin).await;
-    click(&c, "form button[type=submit]").await;
-    wait_path(&c, "/console/keys").await;
-    shots.take(&c, "keys").await;
+    // Whatever happens, the browser's session is closed (no Chromium left behind).
+    let outcome = std::panic::AssertUnwindSafe(async {
+        // Sign in (a wrong key first: the reason shows by the field).
+        c.goto(&format!("{base}/console")).await.unwrap();
+        wait_path(&c, "/console/sign-in").await;
+        fill(&c, "#key", "hearth-wrong").await;
+        click(&c, "form button[type=submit]").await;
+        let error = find(&c, "#key-error").await.text().await.unwrap();
+        assert!(error.contains("not valid"), "{error}");
+        shots.take(&c, "sign-in-refused").await;
+        fill(&c, "#key", &admin).await;
+        click(&c, "form button[type=submit]").await;
+        wait_path(&c, "/console/keys").await;
+        shots.take(&c, "keys").await;
 
-    // Create a key: name, confirm, the value once.
-    fill(&c, "#key-name", "browser-key").await;
-    click(&c, "#main form button[type=submit]").await;
-    wait_prefix(&c, "/console/keys/new?name=browser-key&project=project-").await;
-    shots.take(&c, "key-confirm").await;
-    click(&c, "#main form button[type=submit]").await;
-    let field = find(&c, "#new-key").await;
-    let secret = field.prop("value").await.unwrap().unwrap();
-    assert!(
-        secret.starts_with("hearth-") && secret.len() == 71,
-        "{secret}"
-    );
-    let copy = find(&c, "button[data-copy]").await;
-    assert!(
-        copy.is_displayed().await.unwrap(),
-        "the copy button shows with script"
-    );
-    shots.take(&c, "key-created").await;
-    let models = ureq::get(&format!("{base}/v1/models"))
-        .set("Authorization", &format!("Bearer {secret}"))
-        .call();
-    assert_eq!(models.map(|r| r.status()).unwrap_or(0), 200);
+        // Create a key: name, confirm, the value once.
+        fill(&c, "#key-name", "browser-key").await;
+        click(&c, "#main form button[type=submit]").await;
+        wait_prefix(&c, "/console/keys/new?name=browser-key&project=project-").await;
+        shots.take(&c, "key-confirm").await;
+        click(&c, "#main form button[type=submit]").await;
+        let field = find(&c, "#new-key").await;
+        let secret = field.prop("value").await.unwrap().unwrap();
+        assert!(
+            secret.starts_with("hearth-") && secret.len() == 71,
+            "{secret}"
+        );
+        let copy = find(&c, "button[data-copy]").await;
+        assert!(
+            copy.is_displayed().await.unwrap(),
+            "the copy button shows with script"
+        );
+        shots.take(&c, "key-created").await;
+        let models = ureq::get(&format!("{base}/v1/models"))
+            .set("Authorization", &format!("Bearer {secret}"))
+            .call();
+        assert_eq!(models.map(|r| r.status()).unwrap_or(0), 200);
 
-    // Listed by name and prefix only.
-    c.goto(&format!("{base}/console/keys")).await.unwrap();
-    assert!(!c.source().await.unwrap().contains(&secret));
-    assert!(c.source().await.unwrap().contains(&secret[..15]));
+        // Listed by name and prefix only.
+        c.goto(&format!("{base}/console/keys")).await.unwrap();
+        assert!(!c.source().await.unwrap().contains(&secret));
+        assert!(c.source().await.unwrap().contains(&secret[..15]));
 
-    // Revoke it: confirm, then the API refuses it.
-    let id = state
-        .store
-        .keys()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|k| k.name == "browser-key")
-        .unwrap()
-        .id;
-    click(&c, &format!("a[href='/console/keys/{id}/revoke']")).await;
-    wait_path(&c, &format!("/console/keys/{id}/revoke")).await;
-    shots.take(&c, "revoke-confirm").await;
-    click(&c, "#main form button.danger").await;
-    wait_path(&c, "/console/keys?notice=revoked").await;
-    shots.take(&c, "key-revoked").await;
-    let refused = ureq::get(&format!("{base}/v1/models"))
-        .set("Authorization", &format!("Bearer {secret}"))
-        .call();
-    assert!(
-        matches!(refused, Err(ureq::Error::Status(401, _))),
-        "{refused:?}"
-    );
-
-    // Upload a file (with the progress script) and see it listed.
-    c.goto(&format!("{base}/console/files")).await.unwrap();
-    let upload = temp_dir().join("browser-train.jsonl");
-    std::fs::write(&upload, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"hello\"}]}\n").unwrap();
-    find(&c, "#file")
-        .await
-        .send_keys(&upload.display().to_string())
-        .await
-        .unwrap();
-    click(&c, "#upload button[type=submit]").await;
-    wait_path(&c, "/console/files?notice=uploaded").await;
-    let page = c.source().await.unwrap();
-    assert!(
-        page.contains("browser-train.jsonl") && page.contains("File uploaded."),
-        "{page}"
-    );
-    shots.take(&c, "files").await;
-
-    // A job with logged steps: the chart is drawn.
-    let project = state.store.default_project().await.unwrap().id;
-    let job = state
-        .store
-        .create_ft_job(hearth_store::NewFtJob {
-            project_id: project,
-            model: "tiny".into(),
-            training_file: "file-x".into(),
-            validation_file: None,
-            suffix: None,
-            seed: 1,
-            hyperparameters: json!({}),
-            method: "supervised".into(),
-        })
-        .await
-        .unwrap();
-    for step in 1..=20 {
-        let loss = 3.0 / (1.0 + step as f64 / 4.0);
-        let data = json!({"step": step, "train_loss": loss, "valid_loss": (step % 5 == 0).then_some(loss + 0.2)});
-        state
+        // Revoke it: confirm, then the API refuses it.
+        let id = state
             .store
-            .add_ft_event(
-                &job.id,
-                "info",
-                "metrics",
-                &format!("Step {step}/20: training loss={loss:.4}"),
-                Some(data),
-            )
+            .keys()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|k| k.name == "browser-key")
+            .unwrap()
+            .id;
+        click(&c, &format!("a[href='/console/keys/{id}/revoke']")).await;
+        wait_path(&c, &format!("/console/keys/{id}/revoke")).await;
+        shots.take(&c, "revoke-confirm").await;
+        click(&c, "#main form button.danger").await;
+        wait_path(&c, "/console/keys?notice=revoked").await;
+        shots.take(&c, "key-revoked").await;
+        let refused = ureq::get(&format!("{base}/v1/models"))
+            .set("Authorization", &format!("Bearer {secret}"))
+            .call();
+        assert!(
+            matches!(refused, Err(ureq::Error::Status(401, _))),
+            "{refused:?}"
+        );
+
+        // Upload a file (with the progress script) and see it listed.
+        c.goto(&format!("{base}/console/files")).await.unwrap();
+        let upload = temp_dir().join("browser-train.jsonl");
+        std::fs::write(&upload, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"hello\"}]}\n").unwrap();
+        find(&c, "#file")
+            .await
+            .send_keys(&upload.display().to_string())
             .await
             .unwrap();
-    }
-    c.goto(&format!("{base}/console/fine-tuning"))
-        .await
-        .unwrap();
-    shots.take(&c, "fine-tuning").await;
-    click(&c, &format!("a[href='/console/fine-tuning/{}']", job.id)).await;
-    let line = find(&c, "svg polyline.train-loss").await;
-    assert_eq!(
-        line.attr("points")
+        click(&c, "#upload button[type=submit]").await;
+        wait_path(&c, "/console/files?notice=uploaded").await;
+        let page = c.source().await.unwrap();
+        assert!(
+            page.contains("browser-train.jsonl") && page.contains("File uploaded."),
+            "{page}"
+        );
+        shots.take(&c, "files").await;
+
+        // A job with logged steps: the chart is drawn.
+        let project = state.store.default_project().await.unwrap().id;
+        let job = state
+            .store
+            .create_ft_job(hearth_store::NewFtJob {
+                project_id: project,
+                model: "tiny".into(),
+                training_file: "file-x".into(),
+                validation_file: None,
+                suffix: None,
+                seed: 1,
+                hyperparameters: json!({}),
+                method: "supervised".into(),
+            })
             .await
-            .unwrap()
-            .unwrap()
-            .split(' ')
-            .count(),
-        20
-    );
-    shots.take(&c, "job-chart").await;
+            .unwrap();
+        for step in 1..=20 {
+            let loss = 3.0 / (1.0 + step as f64 / 4.0);
+            let data = json!({"step": step, "train_loss": loss, "valid_loss": (step % 5 == 0).then_some(loss + 0.2)});
+            state
+                .store
+                .add_ft_event(
+                    &job.id,
+                    "info",
+                    "metrics",
+                    &format!("Step {step}/20: training loss={loss:.4}"),
+                    Some(data),
+                )
+                .await
+                .unwrap();
+        }
+        c.goto(&format!("{base}/console/fine-tuning"))
+            .await
+            .unwrap();
+        shots.take(&c, "fine-tuning").await;
+        click(&c, &format!("a[href='/console/fine-tuning/{}']", job.id)).await;
+        let line = find(&c, "svg polyline.train-loss").await;
+        assert_eq!(
+            line.attr("points")
+                .await
+                .unwrap()
+                .unwrap()
+                .split(' ')
+                .count(),
+            20
+        );
+        shots.take(&c, "job-chart").await;
 
-    // Phone width, then the projects page.
-    c.set_window_size(390, 844).await.unwrap();
-    c.goto(&format!("{base}/console/keys")).await.unwrap();
-    shots.take(&c, "keys-phone").await;
-    c.set_window_size(1280, 800).await.unwrap();
-    c.goto(&format!("{base}/console/projects")).await.unwrap();
-    shots.take(&c, "projects").await;
-    c.goto(&format!("{base}/console/usage")).await.unwrap();
-    find(&c, "#start-date").await;
-    shots.take(&c, "usage").await;
+        // Phone width, then the projects page.
+        c.set_window_size(390, 844).await.unwrap();
+        c.goto(&format!("{base}/console/keys")).await.unwrap();
+        shots.take(&c, "keys-phone").await;
+        c.set_window_size(1280, 800).await.unwrap();
+        c.goto(&format!("{base}/console/projects")).await.unwrap();
+        shots.take(&c, "projects").await;
+        c.goto(&format!("{base}/console/usage")).await.unwrap();
+        find(&c, "#start-date").await;
+        shots.take(&c, "usage").await;
 
-    // Sign out: the console is closed again.
-    click(&c, "form.signout button").await;
-    wait_path(&c, "/console/sign-in?signed_out=1").await;
-    shots.take(&c, "signed-out").await;
-    c.goto(&format!("{base}/console/keys")).await.unwrap();
-    wait_path(&c, "/console/sign-in").await;
-    c.close().await.unwrap();
+        // Sign out: the console is closed again.
+        click(&c, "form.signout button").await;
+        wait_path(&c, "/console/sign-in?signed_out=1").await;
+        shots.take(&c, "signed-out").await;
+        c.goto(&format!("{base}/console/keys")).await.unwrap();
+        wait_path(&c, "/console/sign-in").await;
+    })
+    .catch_unwind()
+    .await;
+    let _ = c.clone().close().await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
     eprintln!(
         "console_browser: {} screenshots in {} ({:.1} s)",
         shots.n,
