@@ -636,3 +636,108 @@ async fn usage_shows_tokens_by_day_and_model_and_refuses_bad_dates() {
     assert!(bad.text.contains("id=\"usage-error\""), "{}", bad.text);
     assert!(bad.text.contains("start_date"), "{}", bad.text);
 }
+
+#[tokio::test]
+async fn a_batch_starts_from_an_uploaded_file_shows_progress_and_cancels() {
+    let state = bare_state();
+    let (secret, _) = stored_key(&state, "alice", false).await;
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let csrf = browser.csrf().await;
+    let page = browser.get("/console/batches").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.text.contains("Upload a JSONL file of requests"));
+    let line = br#"{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}"#;
+    let up = browser
+        .post_multipart(
+            "/console/files",
+            &[("csrf", &csrf), ("purpose", "batch")],
+            ("requests.jsonl", line),
+        )
+        .await;
+    assert_eq!(up.status, StatusCode::SEE_OTHER, "{}", up.text);
+    let up = browser
+        .post_multipart(
+            "/console/files",
+            &[("csrf", &csrf), ("purpose", "fine-tune")],
+            ("train.jsonl", b"{}\n"),
+        )
+        .await;
+    assert_eq!(up.status, StatusCode::SEE_OTHER, "{}", up.text);
+    let project = state.store.default_project().await.unwrap().id;
+    let (files, _) = state
+        .store
+        .list_files(&project, None, None, 10, hearth_store::ListOrder::Desc)
+        .await
+        .unwrap();
+    let batch_file = files
+        .iter()
+        .find(|f| f.purpose == "batch")
+        .unwrap()
+        .id
+        .clone();
+    let tune_file = files
+        .iter()
+        .find(|f| f.purpose == "fine-tune")
+        .unwrap()
+        .id
+        .clone();
+
+    // A file of the wrong purpose: the API's reason by the form, nothing made.
+    let wrong = [
+        ("csrf", csrf.as_str()),
+        ("input_file_id", tune_file.as_str()),
+        ("endpoint", "/v1/chat/completions"),
+        ("completion_window", "24h"),
+    ];
+    let refused = browser.post("/console/batches", &wrong).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.text);
+    assert!(
+        refused.text.contains("a batch needs purpose"),
+        "{}",
+        refused.text
+    );
+    assert!(state
+        .store
+        .list_batches(&project, 10, None, None)
+        .await
+        .unwrap()
+        .0
+        .is_empty());
+
+    let mut good = wrong;
+    good[1].1 = batch_file.as_str();
+    let made = browser.post("/console/batches", &good).await;
+    assert_eq!(made.status, StatusCode::SEE_OTHER, "{}", made.text);
+    let (batches, _) = state
+        .store
+        .list_batches(&project, 10, None, None)
+        .await
+        .unwrap();
+    assert_eq!(batches.len(), 1);
+    let id = batches[0].id.clone();
+    let page = browser.get("/console/batches?notice=created").await;
+    assert!(
+        page.text.contains(&id) && page.text.contains("Batch created"),
+        "{}",
+        page.text
+    );
+    assert!(page.text.contains("0 done, 0 failed of"));
+    let cancelled = browser
+        .post(&format!("/console/batches/{id}/cancel"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(
+        cancelled.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        cancelled.text
+    );
+    let status = state
+        .store
+        .list_batches(&project, 10, None, None)
+        .await
+        .unwrap()
+        .0[0]
+        .status;
+    assert!(status.as_str().starts_with("cancel"), "{status:?}");
+}

@@ -1,7 +1,7 @@
 //! The console in headless Chromium, driven over WebDriver (fantoccini) as
 //! a person would click through it: sign in, create a key and see it once,
 //! use it against the API, revoke it, upload a file and see it listed, a
-//! job's loss chart, usage, the phone-width layout, sign out. A screenshot of each
+//! job's loss chart, batches, usage, the phone-width layout, sign out. A screenshot of each
 //! page goes to `<target>/tmp/console-screenshots/`.
 //!
 //! The WebDriver server is `HEARTH_TEST_WEBDRIVER_URL` (`scripts/test`
@@ -311,6 +311,9 @@ async fn a_person_clicks_through_the_console() {
         c.set_window_size(1280, 800).await.unwrap();
         c.goto(&format!("{base}/console/projects")).await.unwrap();
         shots.take(&c, "projects").await;
+        c.goto(&format!("{base}/console/batches")).await.unwrap();
+        find(&c, "#new-batch").await;
+        shots.take(&c, "batches").await;
         c.goto(&format!("{base}/console/usage")).await.unwrap();
         find(&c, "#start-date").await;
         shots.take(&c, "usage").await;

@@ -19,6 +19,7 @@ pub enum Section {
     Projects,
     Files,
     FineTuning,
+    Batches,
     Usage,
 }
 
@@ -27,6 +28,7 @@ const SECTIONS: &[(Section, &str, &str)] = &[
     (Section::Projects, "/console/projects", "Projects"),
     (Section::Files, "/console/files", "Files"),
     (Section::FineTuning, "/console/fine-tuning", "Fine-tuning"),
+    (Section::Batches, "/console/batches", "Batches"),
     (Section::Usage, "/console/usage", "Usage"),
 ];
 

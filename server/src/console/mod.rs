@@ -11,6 +11,7 @@
 //! so the console adds no rules of its own beyond who may see which keys.
 
 mod assets;
+mod batches;
 mod chart;
 mod files;
 mod fine_tuning;
@@ -70,6 +71,8 @@ pub fn router() -> Router<AppState> {
             "/console/fine-tuning/{job_id}/cancel",
             post(fine_tuning::cancel),
         )
+        .route("/console/batches", get(batches::list).post(batches::create))
+        .route("/console/batches/{batch_id}/cancel", post(batches::cancel))
         .route("/console/usage", get(usage::page))
 }
 
