@@ -741,3 +741,73 @@ async fn a_batch_starts_from_an_uploaded_file_shows_progress_and_cancels() {
         .status;
     assert!(status.as_str().starts_with("cancel"), "{status:?}");
 }
+
+#[tokio::test]
+async fn the_playground_refuses_what_the_chat_api_refuses() {
+    let state = bare_state();
+    let (secret, _) = stored_key(&state, "alice", false).await;
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let csrf = browser.csrf().await;
+    let page = browser.get("/console/playground").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.text.contains("serves no chat model"));
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("model", "nope"),
+        ("message", "hi"),
+    ];
+    let page = browser.post("/console/playground", &fields).await;
+    assert_eq!(page.status.as_u16() / 100, 4, "{}", page.text);
+    assert!(page.text.contains("nope"), "{}", page.text);
+    let streamed = browser.post("/console/playground/stream", &fields).await;
+    assert_eq!(streamed.status.as_u16() / 100, 4);
+    assert!(streamed.content_type.starts_with("text/plain"));
+    let empty = browser
+        .post(
+            "/console/playground",
+            &[("csrf", csrf.as_str()), ("model", "nope")],
+        )
+        .await;
+    assert_eq!(empty.status, StatusCode::BAD_REQUEST);
+    let forged = browser
+        .post(
+            "/console/playground/stream",
+            &[("model", "nope"), ("message", "hi")],
+        )
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn the_playground_answers_with_the_served_model_and_streams() {
+    let state = common::with_model();
+    let (secret, _) = stored_key(&state, "alice", false).await;
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let csrf = browser.csrf().await;
+    let page = browser.get("/console/playground").await;
+    assert!(page.text.contains(common::MODEL), "{}", page.text);
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("model", common::MODEL),
+        ("message", "What is the capital of France?"),
+        ("max_tokens", "8"),
+    ];
+    let page = browser.post("/console/playground", &fields).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    let answer = page
+        .text
+        .split("<pre id=\"pg-answer\" aria-live=\"polite\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</pre>").next())
+        .unwrap_or("");
+    assert!(!answer.trim().is_empty(), "{}", page.text);
+    let streamed = browser.post("/console/playground/stream", &fields).await;
+    assert_eq!(streamed.status, StatusCode::OK, "{}", streamed.text);
+    assert!(streamed.content_type.starts_with("text/event-stream"));
+    let events = common::sse_json(&streamed.text);
+    assert!(events
+        .iter()
+        .any(|e| e["choices"][0]["delta"]["content"].is_string()));
+}

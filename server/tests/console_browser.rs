@@ -1,7 +1,8 @@
 //! The console in headless Chromium, driven over WebDriver (fantoccini) as
 //! a person would click through it: sign in, create a key and see it once,
 //! use it against the API, revoke it, upload a file and see it listed, a
-//! job's loss chart, batches, usage, the phone-width layout, sign out. A screenshot of each
+//! job's loss chart, batches, usage, the phone-width layout, sign out; and
+//! the playground streaming an answer of the real model into the page. A screenshot of each
 //! page goes to `<target>/tmp/console-screenshots/`.
 //!
 //! The WebDriver server is `HEARTH_TEST_WEBDRIVER_URL` (`scripts/test`
@@ -338,4 +339,68 @@ async fn a_person_clicks_through_the_console() {
         started.elapsed().as_secs_f64()
     );
     assert!(Path::new(&dir).join("01-sign-in-refused.png").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_playground_streams_an_answer_in_the_browser() {
+    let Some(driver) = webdriver() else {
+        eprintln!("console_browser: no WebDriver; skipped");
+        return;
+    };
+    let state = common::with_model();
+    let key = state
+        .store
+        .create_key("playground", None, false)
+        .await
+        .unwrap()
+        .secret;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(axum::serve(listener, hearth_server::app(state.clone())).into_future());
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots-playground");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut shots = Shots { dir, n: 0 };
+    let c = browser(&driver).await;
+    let outcome = std::panic::AssertUnwindSafe(async {
+        c.goto(&format!("{base}/console/sign-in")).await.unwrap();
+        fill(&c, "#key", &key).await;
+        click(&c, "form button[type=submit]").await;
+        wait_path(&c, "/console/keys").await;
+        c.goto(&format!("{base}/console/playground")).await.unwrap();
+        fill(&c, "#pg-message", "Name a colour.").await;
+        fill(&c, "#pg-max", "12").await;
+        click(&c, "#playground button[type=submit]").await;
+        // The script streams the answer into the page; the page itself stays.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let answer = loop {
+            let text = find(&c, "#pg-answer").await.text().await.unwrap();
+            let done = find(&c, "#playground button[type=submit]")
+                .await
+                .attr("disabled")
+                .await
+                .unwrap()
+                .is_none();
+            if !text.trim().is_empty() && done {
+                break text;
+            }
+            assert!(Instant::now() < deadline, "no answer streamed: {text:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(path_of(&c).await, "/console/playground");
+        assert!(!answer.contains("data:"), "{answer}");
+        c.execute(
+            "document.getElementById('pg-answer').scrollIntoView()",
+            vec![],
+        )
+        .await
+        .unwrap();
+        shots.take(&c, "playground").await;
+    })
+    .catch_unwind()
+    .await;
+    let _ = c.clone().close().await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
 }

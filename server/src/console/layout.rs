@@ -21,6 +21,7 @@ pub enum Section {
     FineTuning,
     Batches,
     Usage,
+    Playground,
 }
 
 const SECTIONS: &[(Section, &str, &str)] = &[
@@ -30,6 +31,7 @@ const SECTIONS: &[(Section, &str, &str)] = &[
     (Section::FineTuning, "/console/fine-tuning", "Fine-tuning"),
     (Section::Batches, "/console/batches", "Batches"),
     (Section::Usage, "/console/usage", "Usage"),
+    (Section::Playground, "/console/playground", "Playground"),
 ];
 
 /// The section at `path`, as a path of ours (for redirects back).

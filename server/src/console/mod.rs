@@ -18,6 +18,7 @@ mod fine_tuning;
 mod form;
 mod keys;
 mod layout;
+mod playground;
 mod projects;
 mod session;
 mod usage;
@@ -74,6 +75,11 @@ pub fn router() -> Router<AppState> {
         .route("/console/batches", get(batches::list).post(batches::create))
         .route("/console/batches/{batch_id}/cancel", post(batches::cancel))
         .route("/console/usage", get(usage::page))
+        .route(
+            "/console/playground",
+            get(playground::page).post(playground::send),
+        )
+        .route("/console/playground/stream", post(playground::stream))
 }
 
 /// `/console`: the keys section (or the sign-in page, through it).
