@@ -811,3 +811,67 @@ async fn the_playground_answers_with_the_served_model_and_streams() {
         .iter()
         .any(|e| e["choices"][0]["delta"]["content"].is_string()));
 }
+
+#[tokio::test]
+async fn endpoints_are_listed_with_their_status_and_deleted() {
+    let state = bare_state();
+    let (secret, _) = stored_key(&state, "alice", false).await;
+    let project = state.store.default_project().await.unwrap().id;
+    let elsewhere = state.store.create_project("Elsewhere").await.unwrap().id;
+    let endpoint = |project: &str, name: &str| hearth_store::NewEndpoint {
+        id: uuid::Uuid::new_v4().to_string(),
+        project_id: project.to_string(),
+        name: name.into(),
+        description: None,
+        model_name: "some-model".into(),
+        routing_key: format!("some-model:{name}"),
+        flavor_name: "cpu-small".into(),
+        gpu_type: None,
+        gpu_count: 0,
+        region: "local".into(),
+        min_replicas: 1,
+        max_replicas: 2,
+        enabled: true,
+    };
+    let mine = state
+        .store
+        .create_endpoint(endpoint(&project, "mine"))
+        .await
+        .unwrap();
+    let theirs = state
+        .store
+        .create_endpoint(endpoint(&elsewhere, "theirs"))
+        .await
+        .unwrap();
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let csrf = browser.csrf().await;
+    let page = browser.get("/console/endpoints").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    assert!(
+        page.text.contains("some-model:mine") && page.text.contains("0 ready of 1–2"),
+        "{}",
+        page.text
+    );
+    assert!(!page.text.contains("theirs"));
+    let refused = browser
+        .post(
+            &format!("/console/endpoints/{}/delete", theirs.id),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    let forged = browser
+        .post(&format!("/console/endpoints/{}/delete", mine.id), &[])
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    let deleted = browser
+        .post(
+            &format!("/console/endpoints/{}/delete", mine.id),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(deleted.status, StatusCode::SEE_OTHER, "{}", deleted.text);
+    let page = browser.get("/console/endpoints?notice=deleted").await;
+    assert!(page.text.contains("deleting"), "{}", page.text);
+}

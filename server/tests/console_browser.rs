@@ -1,9 +1,11 @@
 //! The console in headless Chromium, driven over WebDriver (fantoccini) as
 //! a person would click through it: sign in, create a key and see it once,
 //! use it against the API, revoke it, upload a file and see it listed, a
-//! job's loss chart, batches, usage, the phone-width layout, sign out; and
-//! the playground streaming an answer of the real model into the page. A screenshot of each
-//! page goes to `<target>/tmp/console-screenshots/`.
+//! job's loss chart, batches, endpoints, usage, the phone-width layout,
+//! sign out; and the playground streaming an answer of the real model into
+//! the page. A screenshot of each page goes to
+//! `<target>/tmp/console-screenshots/` (the playground's to
+//! `console-screenshots-playground/`).
 //!
 //! The WebDriver server is `HEARTH_TEST_WEBDRIVER_URL` (`scripts/test`
 //! starts chromedriver and sets it), else a `chromedriver` on the PATH
@@ -315,6 +317,9 @@ async fn a_person_clicks_through_the_console() {
         c.goto(&format!("{base}/console/batches")).await.unwrap();
         find(&c, "#new-batch").await;
         shots.take(&c, "batches").await;
+        c.goto(&format!("{base}/console/endpoints")).await.unwrap();
+        find(&c, "#main h1").await;
+        shots.take(&c, "endpoints").await;
         c.goto(&format!("{base}/console/usage")).await.unwrap();
         find(&c, "#start-date").await;
         shots.take(&c, "usage").await;

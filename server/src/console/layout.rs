@@ -20,6 +20,7 @@ pub enum Section {
     Files,
     FineTuning,
     Batches,
+    Endpoints,
     Usage,
     Playground,
 }
@@ -30,6 +31,7 @@ const SECTIONS: &[(Section, &str, &str)] = &[
     (Section::Files, "/console/files", "Files"),
     (Section::FineTuning, "/console/fine-tuning", "Fine-tuning"),
     (Section::Batches, "/console/batches", "Batches"),
+    (Section::Endpoints, "/console/endpoints", "Endpoints"),
     (Section::Usage, "/console/usage", "Usage"),
     (Section::Playground, "/console/playground", "Playground"),
 ];

@@ -13,6 +13,7 @@
 mod assets;
 mod batches;
 mod chart;
+mod endpoints;
 mod files;
 mod fine_tuning;
 mod form;
@@ -74,6 +75,11 @@ pub fn router() -> Router<AppState> {
         )
         .route("/console/batches", get(batches::list).post(batches::create))
         .route("/console/batches/{batch_id}/cancel", post(batches::cancel))
+        .route("/console/endpoints", get(endpoints::list))
+        .route(
+            "/console/endpoints/{endpoint_id}/delete",
+            post(endpoints::delete),
+        )
         .route("/console/usage", get(usage::page))
         .route(
             "/console/playground",
