@@ -875,3 +875,65 @@ async fn endpoints_are_listed_with_their_status_and_deleted() {
     let page = browser.get("/console/endpoints?notice=deleted").await;
     assert!(page.text.contains("deleting"), "{}", page.text);
 }
+
+#[tokio::test]
+async fn a_fine_tuning_job_starts_from_the_form_with_the_apis_checks() {
+    let state = common::with_model();
+    let (secret, _) = stored_key(&state, "tuner", false).await;
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let csrf = browser.csrf().await;
+    let line =
+        br#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}"#;
+    let up = browser
+        .post_multipart(
+            "/console/files",
+            &[("csrf", &csrf), ("purpose", "fine-tune")],
+            ("tune.jsonl", line),
+        )
+        .await;
+    assert_eq!(up.status, StatusCode::SEE_OTHER, "{}", up.text);
+    let page = browser.get("/console/fine-tuning").await;
+    assert!(
+        page.text.contains("Start job") && page.text.contains(common::MODEL),
+        "{}",
+        page.text
+    );
+    let file = page
+        .text
+        .split("<option value=\"file-")
+        .nth(1)
+        .map(|rest| format!("file-{}", rest.split('"').next().unwrap()))
+        .expect("the uploaded file offered");
+    let mut fields = vec![
+        ("csrf", csrf.as_str()),
+        ("model", common::MODEL),
+        ("training_file", file.as_str()),
+        ("n_epochs", "many"),
+    ];
+    let bad = browser.post("/console/fine-tuning", &fields).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.text.contains("whole number"), "{}", bad.text);
+    fields[3].1 = "0";
+    let refused = browser.post("/console/fine-tuning", &fields).await;
+    assert_eq!(refused.status.as_u16() / 100, 4, "{}", refused.text);
+    assert!(
+        refused.text.contains("id=\"job-error\""),
+        "{}",
+        refused.text
+    );
+    fields[3].1 = "1";
+    let made = browser.post("/console/fine-tuning", &fields).await;
+    assert_eq!(made.status, StatusCode::SEE_OTHER, "{}", made.text);
+    let job_page = made.location.expect("to the job's page");
+    assert!(
+        job_page.starts_with("/console/fine-tuning/ftjob-"),
+        "{job_page}"
+    );
+    let page = browser.get(&job_page).await;
+    assert!(
+        page.text.contains("queued") && page.text.contains(&file),
+        "{}",
+        page.text
+    );
+}
