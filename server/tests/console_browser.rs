@@ -184,8 +184,15 @@ async fn a_person_clicks_through_the_console() {
         let error = find(&c, "#key-error").await.text().await.unwrap();
         assert!(error.contains("not valid"), "{error}");
         shots.take(&c, "sign-in-refused").await;
+        // By keyboard: Tab from the field reaches the button, Enter submits.
         fill(&c, "#key", &admin).await;
-        click(&c, "form button[type=submit]").await;
+        find(&c, "#key").await.send_keys("\u{E004}").await.unwrap();
+        let focused = c
+            .execute("return document.activeElement.textContent", vec![])
+            .await
+            .unwrap();
+        assert_eq!(focused, json!("Sign in"), "Tab moves to the sign-in button");
+        find(&c, "#key").await.send_keys("\u{E007}").await.unwrap();
         wait_path(&c, "/console/keys").await;
         shots.take(&c, "keys").await;
 
