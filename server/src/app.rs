@@ -186,6 +186,7 @@ pub fn app(state: AppState) -> Router {
         public
     };
     let router = public
+        .merge(crate::console::router())
         .merge(crate::iam::router(&state))
         .merge(api)
         .fallback(not_found)

@@ -61,14 +61,20 @@ async fn limit(State(permits): State<Arc<Semaphore>>, request: Request, next: Ne
 }
 
 /// Whether a request may run as long as it needs: generation (streamed or
-/// not), uploads (files, dataset parts) and downloads (file contents,
+/// not; the console's playground too), uploads (files, the console's file
+/// form, dataset parts) and downloads (file contents,
 /// dataset exports).
 fn unbounded(method: &Method, path: &str) -> bool {
     match *method {
         Method::POST => {
             matches!(
                 path,
-                "/v1/chat/completions" | "/v1/completions" | "/v1/files"
+                "/v1/chat/completions"
+                    | "/v1/completions"
+                    | "/v1/files"
+                    | "/console/files"
+                    | "/console/playground"
+                    | "/console/playground/stream"
             ) || (path.starts_with("/v1/datasets/uploads/") && path.ends_with("/parts"))
         }
         Method::GET => {

@@ -4,6 +4,7 @@ pub mod app;
 pub mod auth;
 pub mod batch_endpoints;
 pub mod config;
+pub mod console;
 pub mod endpoints;
 pub mod endpoints_cli;
 pub mod error;

@@ -48,6 +48,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "adapters",
         include_str!("../migrations/0010_adapters.sql"),
     ),
+    (
+        11,
+        "console_sessions",
+        include_str!("../migrations/0011_console_sessions.sql"),
+    ),
 ];
 
 #[derive(Debug)]

@@ -142,6 +142,17 @@ impl Store {
         rows.iter().map(KeyInfo::from_row).collect()
     }
 
+    /// The keys of one account, revoked ones included, oldest first.
+    pub async fn account_keys(&self, account_id: &str) -> Result<Vec<KeyInfo>> {
+        let rows = sqlx::query(&format!(
+            "{SELECT_KEYS} WHERE k.account_id = $1 ORDER BY k.id"
+        ))
+        .bind(account_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(KeyInfo::from_row).collect()
+    }
+
     /// Revokes a key; later requests with it get 401. Revoking twice is fine.
     pub async fn revoke_key(&self, id: &str) -> Result<KeyInfo> {
         sqlx::query("UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")

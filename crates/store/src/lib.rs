@@ -12,13 +12,15 @@
 //! (batches and their requests' results), [`responses`], [`endpoints`]
 //! (dedicated endpoints' desired state), [`iam`] (service accounts, their
 //! groups, authorized keys and access tokens), [`adapters`] (LoRA adapters
-//! imported per project); [`links`] signs download links;
+//! imported per project), [`console_sessions`] (the web console's sign-ins);
+//! [`links`] signs download links;
 //! [`jsonl`] checks uploads; [`usage`] keeps usage sums, quotas and budgets.
 
 pub mod accounts;
 pub mod adapters;
 pub mod batches;
 pub mod blobs;
+pub mod console_sessions;
 pub mod datasets;
 pub mod db;
 pub mod endpoints;

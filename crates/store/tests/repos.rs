@@ -24,6 +24,7 @@ on_both!(
     orphan_blobs_are_swept,
     settings_and_links,
     responses_are_kept_per_project,
+    console_sessions_follow_their_key,
 );
 
 async fn projects_and_the_default_project(env: Env) {
@@ -321,4 +322,45 @@ async fn responses_are_kept_per_project(env: Env) {
         Err(StoreError::NotFound(_))
     ));
     assert!(s.response_by_id("resp_0001").await.is_err());
+}
+
+async fn console_sessions_follow_their_key(env: Env) {
+    let s = &env.store;
+    let project = s.create_project("P").await.unwrap();
+    let other = s.create_project("Q").await.unwrap();
+    let new = s.create_key("web", Some(&project.id), false).await.unwrap();
+    let second = s.add_key(&new.info.account_id, "second").await.unwrap();
+    let mine = s.account_keys(&new.info.account_id).await.unwrap();
+    assert_eq!(
+        mine.iter().map(|k| k.id.as_str()).collect::<Vec<_>>(),
+        vec![new.info.id.as_str(), second.info.id.as_str()]
+    );
+    let token = s.create_console_session(&new.info.id, 3600).await.unwrap();
+    assert_eq!(token.len(), 64);
+    let session = s.console_session(&token).await.unwrap().expect("live");
+    assert_eq!(session.caller.key_id.as_deref(), Some(new.info.id.as_str()));
+    assert_eq!(session.project_id, project.id);
+    assert_eq!(session.key_name, "web");
+    assert_eq!(session.csrf_token.len(), 64);
+    assert_ne!(session.csrf_token, token);
+    assert_eq!(s.console_session("nope").await.unwrap(), None);
+    s.set_console_project(&token, &other.id).await.unwrap();
+    assert_eq!(
+        s.console_session(&token).await.unwrap().unwrap().project_id,
+        other.id
+    );
+    // Expired at once: never found.
+    let expired = s.create_console_session(&new.info.id, 0).await.unwrap();
+    assert_eq!(s.console_session(&expired).await.unwrap(), None);
+    // Sign-out deletes; a revoked key ends its sessions.
+    let other_token = s.create_console_session(&new.info.id, 3600).await.unwrap();
+    s.delete_console_session(&token).await.unwrap();
+    assert_eq!(s.console_session(&token).await.unwrap(), None);
+    assert!(s.console_session(&other_token).await.unwrap().is_some());
+    s.revoke_key(&new.info.id).await.unwrap();
+    assert_eq!(s.console_session(&other_token).await.unwrap(), None);
+    assert!(matches!(
+        s.create_console_session(&new.info.id, 3600).await,
+        Err(StoreError::NotFound(_))
+    ));
 }

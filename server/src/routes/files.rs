@@ -60,13 +60,35 @@ pub async fn upload(
     ApiQuery(_project): ApiQuery<ProjectQuery>,
     request: Request,
 ) -> Result<Json<FileObject>, HttpError> {
+    let record = receive_upload(&state, request, &ctx.project_id, |_, _| Ok(())).await?;
+    Ok(Json(file_object(record)))
+}
+
+/// Receives a multipart upload (`file` and `purpose`) into `project_id`:
+/// the API's upload and the console's. `on_field` sees every field but
+/// `file` with its value as it comes, and `file` (with no value) before
+/// its bytes are stored; an error from it refuses the upload with nothing
+/// kept.
+pub(crate) async fn receive_upload(
+    state: &AppState,
+    request: Request,
+    project_id: &str,
+    mut on_field: impl FnMut(&str, &[u8]) -> Result<(), HttpError>,
+) -> Result<FileRecord, HttpError> {
     refuse_declared_over(&request, state.max_upload_bytes)?;
-    let mut multipart = Multipart::from_request(request, &state)
+    let mut multipart = Multipart::from_request(request, state)
         .await
         .map_err(|_| HttpError(missing_field("file")))?;
     let mut purpose: Option<String> = None;
     let mut upload: Option<(FileUpload, String)> = None;
-    let result = read_fields(&state, &mut multipart, &mut purpose, &mut upload).await;
+    let result = read_fields(
+        state,
+        &mut multipart,
+        &mut purpose,
+        &mut upload,
+        &mut on_field,
+    )
+    .await;
     let finished = match (result, upload) {
         (Err(e), upload) => Err((e, upload)),
         (Ok(()), None) => Err((HttpError(missing_field("file")), None)),
@@ -80,10 +102,10 @@ pub async fn upload(
             let jsonl = purpose_is_jsonl(&purpose);
             let record = state
                 .store
-                .finish_upload(up, &ctx.project_id, &filename, &purpose, jsonl)
+                .finish_upload(up, project_id, &filename, &purpose, jsonl)
                 .await?;
             tracing::info!(file = %record.id, bytes = record.bytes, status = %record.status, "file uploaded");
-            Ok(Json(file_object(record)))
+            Ok(record)
         }
         Err((e, upload)) => {
             if let Some((up, _)) = upload {
@@ -95,12 +117,14 @@ pub async fn upload(
 }
 
 /// Reads the form: `purpose` (checked as soon as it comes) and `file`
-/// (streamed into the store chunk by chunk); other fields are skipped.
+/// (streamed into the store chunk by chunk); other fields go to `on_field`
+/// only.
 async fn read_fields(
     state: &AppState,
     multipart: &mut Multipart,
     purpose: &mut Option<String>,
     upload: &mut Option<(FileUpload, String)>,
+    on_field: &mut impl FnMut(&str, &[u8]) -> Result<(), HttpError>,
 ) -> Result<(), HttpError> {
     let interrupted = |e: axum::extract::multipart::MultipartError| {
         HttpError::from(hearth_store::StoreError::Interrupted(e.body_text()))
@@ -111,6 +135,7 @@ async fn read_fields(
         match name.as_deref() {
             Some("purpose") => {
                 let bytes = small_field(&mut field, &mut small_bytes).await?;
+                on_field("purpose", &bytes)?;
                 let value = String::from_utf8_lossy(&bytes).trim().to_string();
                 if !UPLOAD_PURPOSES.contains(&value.as_str()) {
                     return Err(HttpError(bad_purpose("body", &value, UPLOAD_PURPOSES)));
@@ -118,6 +143,7 @@ async fn read_fields(
                 *purpose = Some(value);
             }
             Some("file") => {
+                on_field("file", &[])?;
                 if upload.is_some() {
                     return Err(HttpError(ApiError::with_detail(
                         400,
@@ -137,8 +163,9 @@ async fn read_fields(
                     up.0.write(&chunk).await?;
                 }
             }
-            _ => {
-                small_field(&mut field, &mut small_bytes).await?;
+            other => {
+                let bytes = small_field(&mut field, &mut small_bytes).await?;
+                on_field(other.unwrap_or(""), &bytes)?;
             }
         }
     }

@@ -1,0 +1,114 @@
+//! Dedicated endpoints: the project's endpoints with their status and
+//! replicas (the endpoints API's list), and delete (its handler).
+//! Endpoints are created through `POST /v0/dedicated_endpoints` or
+//! `hearth endpoints`; the page names the models this node can deploy.
+
+use axum::extract::State;
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Extension;
+use hearth_api::ProjectQuery;
+use maud::html;
+
+use super::form::{self, Form};
+use super::layout::{self, csrf_field, render, Section};
+use super::session::Session;
+use crate::error::{ApiPath, ApiQuery};
+use crate::routes::endpoints as api;
+use crate::state::AppState;
+
+/// `GET /console/endpoints`.
+pub async fn list(State(state): State<AppState>, session: Session, uri: Uri) -> Response {
+    let notice = match form::query(&uri).get("notice") {
+        Some("deleted") => Some("The endpoint is being deleted: its replicas stop."),
+        _ => None,
+    };
+    page(&state, &session, StatusCode::OK, notice, None).await
+}
+
+async fn page(
+    state: &AppState,
+    session: &Session,
+    status: StatusCode,
+    notice: Option<&str>,
+    error: Option<&str>,
+) -> Response {
+    let ctx = || Extension(session.ctx());
+    let q = || ApiQuery(ProjectQuery::default());
+    let listed = api::list(State(state.clone()), ctx(), q()).await;
+    let templates = api::templates(State(state.clone()), ctx(), q()).await;
+    let (endpoints, templates) = match (listed, templates) {
+        (Ok(l), Ok(t)) => (l.0.data, t.0.templates),
+        (Err(e), _) | (_, Err(e)) => return layout::error_page(e),
+    };
+    let body = html! {
+        h1 { "Dedicated endpoints" }
+        (layout::notice(notice))
+        @if let Some(e) = error { p.error role="alert" { (e) } }
+        p { "Replicas of a model reserved for this project, reached by their routing key as the model name. "
+            "Create one with " code { "POST /v0/dedicated_endpoints" } " or " code { "hearth endpoints create" } "." }
+        @if templates.is_empty() { p { "This node can deploy no model for this project now." } } @else {
+            p { "Deployable here: " @for (i, t) in templates.iter().enumerate() {
+                @if i > 0 { ", " } code { (t.model_name) } } "." }
+        }
+        @if endpoints.is_empty() { p { "No endpoints in this project." } } @else {
+            div.scroll { table {
+                caption.visually-hidden { "Dedicated endpoints" }
+                thead { tr { th scope="col" { "Name" } th scope="col" { "Routing key" } th scope="col" { "Model" }
+                    th scope="col" { "Flavor" } th scope="col" { "Status" } th scope="col" { "Replicas" }
+                    th scope="col" { span.visually-hidden { "Actions" } } } }
+                tbody { @for e in &endpoints { tr {
+                    td { (e.name) }
+                    td { code { (e.routing_key) } }
+                    td { (e.model_name) }
+                    td { (e.flavor_name) }
+                    td { span class={ "status " (e.status) } { (e.status) }
+                        @if let Some(r) = &e.status_reason { br; small { (r) } } }
+                    td { (e.ready_replicas) " ready of " (e.scaling.min_replicas) "–" (e.scaling.max_replicas)
+                        @if !e.enabled { " (disabled)" } }
+                    td { @if e.status != "deleting" {
+                        form.inline method="post" action={ "/console/endpoints/" (e.endpoint_id) "/delete" }
+                            data-confirm={ "Delete the endpoint " (e.name) "?" } {
+                            (csrf_field(session))
+                            button.danger type="submit" { "Delete" span.visually-hidden { " " (e.name) } }
+                        }
+                    } }
+                } } }
+            } }
+        }
+    };
+    render(
+        state,
+        session,
+        Section::Endpoints,
+        status,
+        "Dedicated endpoints",
+        body,
+    )
+    .await
+}
+
+/// `POST /console/endpoints/{endpoint_id}/delete` `{csrf}`.
+pub async fn delete(
+    State(state): State<AppState>,
+    session: Session,
+    ApiPath(endpoint_id): ApiPath<String>,
+    form: Form,
+) -> Response {
+    if let Some(refused) = session.refuse(&form) {
+        return refused;
+    }
+    match api::delete(
+        State(state.clone()),
+        Extension(session.ctx()),
+        ApiPath(endpoint_id),
+    )
+    .await
+    {
+        Ok(_) => Redirect::to("/console/endpoints?notice=deleted").into_response(),
+        Err(e) => {
+            let (status, message) = layout::error_text(&e);
+            page(&state, &session, status, None, Some(&message)).await
+        }
+    }
+}

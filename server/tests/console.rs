@@ -1,0 +1,939 @@
+//! The web console in-process: sign-in, sessions, CSRF, keys (shown once,
+//! working against the API, revoked), accounts kept apart, files and the
+//! fine-tuning page's chart.
+
+mod common;
+#[path = "console_common.rs"]
+mod console_common;
+
+use axum::http::StatusCode;
+use common::{bare_state, send, KEY};
+use console_common::Client;
+use hearth_server::AppState;
+use serde_json::json;
+
+/// A stored key: (secret, id).
+async fn stored_key(state: &AppState, name: &str, admin: bool) -> (String, String) {
+    let new = state.store.create_key(name, None, admin).await.unwrap();
+    (new.secret, new.info.id)
+}
+
+/// The first whole key value (`hearth-` and 64 hex digits) in a page.
+fn key_in(text: &str) -> Option<String> {
+    text.match_indices("hearth-").find_map(|(start, _)| {
+        let value: String = text[start..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        (value.len() == 7 + 64).then_some(value)
+    })
+}
+
+#[tokio::test]
+async fn sign_in_takes_a_good_key_and_refuses_a_bad_one() {
+    let state = bare_state();
+    let (secret, _) = stored_key(&state, "alice", false).await;
+    let mut browser = Client::new(&state);
+
+    // Not signed in: every page leads to the sign-in form.
+    let page = browser.get("/console/keys").await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+    assert_eq!(page.location.as_deref(), Some("/console/sign-in"));
+
+    let form = browser.get("/console/sign-in").await;
+    assert_eq!(form.status, StatusCode::OK);
+    assert!(form.content_type.starts_with("text/html"));
+    assert!(form.text.contains(r#"<label for="key">"#), "{}", form.text);
+    let csrf = form.csrf();
+
+    // A bad key, an extra --api-key key, an empty one: the form again, with the reason.
+    let bad = browser
+        .post(
+            "/console/sign-in",
+            &[("csrf", &csrf), ("key", "hearth-0000")],
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::UNAUTHORIZED);
+    assert!(
+        bad.text.contains("not valid for this server"),
+        "{}",
+        bad.text
+    );
+    assert!(!bad.text.contains("hearth-0000"), "the key is never echoed");
+    assert!(!browser.cookies.contains_key("hearth_console"));
+    let csrf = bad.csrf();
+    let extra = browser
+        .post("/console/sign-in", &[("csrf", &csrf), ("key", KEY)])
+        .await;
+    assert_eq!(extra.status, StatusCode::UNAUTHORIZED);
+    assert!(extra.text.contains("--api-key"), "{}", extra.text);
+    let empty = browser
+        .post("/console/sign-in", &[("csrf", &extra.csrf()), ("key", " ")])
+        .await;
+    assert_eq!(empty.status, StatusCode::BAD_REQUEST);
+
+    // Without the form's token: refused, no session.
+    let forged = browser
+        .post("/console/sign-in", &[("csrf", "nope"), ("key", &secret)])
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    assert!(!browser.cookies.contains_key("hearth_console"));
+
+    // The good key: a session cookie, scoped and hidden from scripts.
+    let ok = browser.sign_in(&secret).await;
+    let cookie = ok
+        .set_cookies
+        .iter()
+        .find(|c| c.starts_with("hearth_console="))
+        .expect("a session cookie");
+    for part in [
+        "HttpOnly",
+        "SameSite=Strict",
+        "Path=/console",
+        "Max-Age=43200",
+    ] {
+        assert!(cookie.contains(part), "{cookie}");
+    }
+    assert!(!cookie.contains("Secure"), "plain HTTP: {cookie}");
+    assert!(!cookie.contains(&secret));
+    let keys = browser.get("/console/keys").await;
+    assert_eq!(keys.status, StatusCode::OK);
+    assert!(keys.text.contains("alice"));
+    assert!(!keys.text.contains(&secret), "the key is never shown again");
+    assert_eq!(keys.set_cookies.len(), 0);
+}
+
+#[tokio::test]
+async fn the_session_cookie_is_secure_behind_tls() {
+    let mut state = bare_state();
+    state.http.public_url = Some("https://hearth.example".into());
+    let (secret, _) = stored_key(&state, "alice", false).await;
+    let mut browser = Client::new(&state);
+    let ok = browser.sign_in(&secret).await;
+    assert!(
+        ok.set_cookies.iter().all(|c| c.contains("; Secure")),
+        "{:?}",
+        ok.set_cookies
+    );
+}
+
+#[tokio::test]
+async fn forms_without_the_csrf_token_change_nothing() {
+    let state = bare_state();
+    let (admin, _) = stored_key(&state, "root", true).await;
+    let (_, victim) = stored_key(&state, "victim", false).await;
+    let mut browser = Client::new(&state);
+    browser.sign_in(&admin).await;
+    let csrf = browser.csrf().await;
+    let keys_before = state.store.keys().await.unwrap();
+
+    for token in [
+        None,
+        Some("0".repeat(64)),
+        Some(format!("{}x", &csrf[..63])),
+    ] {
+        let mut fields = vec![("name", "sneaky")];
+        if let Some(t) = &token {
+            fields.push(("csrf", t));
+        }
+        let page = browser.post("/console/keys", &fields).await;
+        assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.text);
+        assert!(key_in(&page.text).is_none());
+        let mut fields = vec![];
+        if let Some(t) = &token {
+            fields.push(("csrf", t.as_str()));
+        }
+        let page = browser
+            .post(&format!("/console/keys/{victim}/revoke"), &fields)
+            .await;
+        assert_eq!(page.status, StatusCode::FORBIDDEN);
+        let page = browser
+            .post(
+                "/console/projects",
+                &[("csrf", token.as_deref().unwrap_or("")), ("name", "X")],
+            )
+            .await;
+        assert_eq!(page.status, StatusCode::FORBIDDEN);
+        let page = browser.post("/console/sign-out", &fields).await;
+        assert_eq!(page.status, StatusCode::FORBIDDEN);
+        let mut parts = vec![("purpose", "fine-tune")];
+        if let Some(t) = &token {
+            parts.insert(0, ("csrf", t.as_str()));
+        }
+        let page = browser
+            .post_multipart("/console/files", &parts, ("evil.jsonl", b"{}\n"))
+            .await;
+        assert_eq!(page.status, StatusCode::FORBIDDEN);
+    }
+    assert_eq!(
+        state.store.keys().await.unwrap(),
+        keys_before,
+        "nothing changed"
+    );
+    assert_eq!(state.store.projects().await.unwrap().len(), 1);
+    let project = state.store.default_project().await.unwrap().id;
+    let (files, _) = state
+        .store
+        .list_files(&project, None, None, 10, hearth_store::ListOrder::Desc)
+        .await
+        .unwrap();
+    assert!(files.is_empty());
+    // Still signed in.
+    assert_eq!(browser.get("/console/keys").await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_created_key_is_shown_once_works_and_is_refused_once_revoked() {
+    let state = bare_state();
+    let (admin, _) = stored_key(&state, "root", true).await;
+    let mut browser = Client::new(&state);
+    browser.sign_in(&admin).await;
+    let csrf = browser.csrf().await;
+
+    // Name, then confirm.
+    let empty = browser.get("/console/keys/new?name=+").await;
+    assert_eq!(empty.status, StatusCode::BAD_REQUEST);
+    assert!(empty.text.contains("Enter a name"), "{}", empty.text);
+    let confirm = browser.get("/console/keys/new?name=ci-runner").await;
+    assert_eq!(confirm.status, StatusCode::OK);
+    assert!(confirm.text.contains("Create this key?") && confirm.text.contains("ci-runner"));
+    assert_eq!(
+        state.store.keys().await.unwrap().len(),
+        1,
+        "nothing made before confirming"
+    );
+
+    let created = browser
+        .post("/console/keys", &[("csrf", &csrf), ("name", "ci-runner")])
+        .await;
+    assert_eq!(created.status, StatusCode::OK, "{}", created.text);
+    assert!(created.text.contains("cannot be viewed later"));
+    assert!(created.text.contains("data-copy=\"new-key\""));
+    let secret = key_in(&created.text).expect("the key's value, once");
+
+    // It works against the API.
+    let models = send(&state, "GET", "/v1/models", Some(&secret), None).await;
+    assert_eq!(models.status, StatusCode::OK, "{}", models.text);
+
+    // The list names it and shows its prefix, never the value.
+    let list = browser.get("/console/keys").await;
+    assert!(list.text.contains("ci-runner"));
+    assert!(list.text.contains(&secret[..15]));
+    assert!(!list.text.contains(&secret));
+    assert!(key_in(&list.text).is_none());
+
+    // Revoke: confirm page, then the post; the API refuses the key at once.
+    let made = state.store.keys().await.unwrap();
+    let id = &made.iter().find(|k| k.name == "ci-runner").unwrap().id;
+    let confirm = browser.get(&format!("/console/keys/{id}/revoke")).await;
+    assert_eq!(confirm.status, StatusCode::OK);
+    assert!(confirm.text.contains("Revoke this key?"));
+    assert_eq!(
+        send(&state, "GET", "/v1/models", Some(&secret), None)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let revoked = browser
+        .post(&format!("/console/keys/{id}/revoke"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(revoked.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        revoked.location.as_deref(),
+        Some("/console/keys?notice=revoked")
+    );
+    let refused = send(&state, "GET", "/v1/models", Some(&secret), None).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    let list = browser.get("/console/keys?notice=revoked").await;
+    assert!(list.text.contains("refused from now on") && list.text.contains("revoked 20"));
+}
+
+#[tokio::test]
+async fn one_account_never_sees_anothers_keys() {
+    let state = bare_state();
+    let (alice, alice_id) = stored_key(&state, "alice-key", false).await;
+    let (bob, bob_id) = stored_key(&state, "bob-key", false).await;
+    let mut a = Client::new(&state);
+    a.sign_in(&alice).await;
+    let csrf = a.csrf().await;
+    let page = a.get("/console/keys").await;
+    assert!(page.text.contains("alice-key"));
+    assert!(!page.text.contains("bob-key"));
+    assert!(!page.text.contains(&bob_id));
+
+    // Bob's key cannot be revoked from Alice's session, nor its page seen.
+    let confirm = a.get(&format!("/console/keys/{bob_id}/revoke")).await;
+    assert_eq!(confirm.status, StatusCode::FORBIDDEN);
+    assert!(!confirm.text.contains("bob-key"));
+    let revoke = a
+        .post(
+            &format!("/console/keys/{bob_id}/revoke"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(revoke.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        send(&state, "GET", "/v1/models", Some(&bob), None)
+            .await
+            .status,
+        StatusCode::OK
+    );
+
+    // Alice's new key joins her account, not Bob's, and Bob's session
+    // (with Alice's form token) cannot act for her.
+    let made = a
+        .post(
+            "/console/keys",
+            &[("csrf", &csrf), ("name", "alice-second")],
+        )
+        .await;
+    assert_eq!(made.status, StatusCode::OK);
+    let mine = state
+        .store
+        .key(&alice_id)
+        .await
+        .unwrap()
+        .unwrap()
+        .account_id;
+    assert_eq!(state.store.account_keys(&mine).await.unwrap().len(), 2);
+    let mut b = Client::new(&state);
+    b.sign_in(&bob).await;
+    let page = b.get("/console/keys").await;
+    assert!(!page.text.contains("alice"));
+    let forged = b
+        .post(
+            &format!("/console/keys/{alice_id}/revoke"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    assert!(state
+        .store
+        .key(&alice_id)
+        .await
+        .unwrap()
+        .unwrap()
+        .revoked_at
+        .is_none());
+}
+
+#[tokio::test]
+async fn sign_out_and_revoking_the_key_end_the_session() {
+    let state = bare_state();
+    let (secret, key_id) = stored_key(&state, "alice", false).await;
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let csrf = browser.csrf().await;
+    let stolen = browser.clone();
+    let out = browser.post("/console/sign-out", &[("csrf", &csrf)]).await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        out.location.as_deref(),
+        Some("/console/sign-in?signed_out=1")
+    );
+    assert!(!browser.cookies.contains_key("hearth_console"));
+    // The old cookie no longer opens anything.
+    let mut stolen = stolen;
+    let page = stolen.get("/console/keys").await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+    assert_eq!(page.location.as_deref(), Some("/console/sign-in"));
+
+    browser.sign_in(&secret).await;
+    assert_eq!(browser.get("/console/files").await.status, StatusCode::OK);
+    state.store.revoke_key(&key_id).await.unwrap();
+    assert_eq!(
+        browser.get("/console/files").await.status,
+        StatusCode::SEE_OTHER
+    );
+}
+
+#[tokio::test]
+async fn an_uploaded_file_is_listed_downloaded_and_deleted() {
+    let state = bare_state();
+    let (secret, _) = stored_key(&state, "alice", false).await;
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let csrf = browser.csrf().await;
+    let line =
+        br#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}"#;
+    let page = browser
+        .post_multipart(
+            "/console/files",
+            &[("csrf", &csrf), ("purpose", "fine-tune")],
+            ("train.jsonl", line),
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.text);
+    let list = browser.get("/console/files?notice=uploaded").await;
+    assert!(
+        list.text.contains("train.jsonl") && list.text.contains("File uploaded."),
+        "{}",
+        list.text
+    );
+    let project = state.store.default_project().await.unwrap().id;
+    let (files, _) = state
+        .store
+        .list_files(&project, None, None, 10, hearth_store::ListOrder::Desc)
+        .await
+        .unwrap();
+    assert_eq!(files.len(), 1);
+    let id = &files[0].id;
+    let content = browser.get(&format!("/console/files/{id}/content")).await;
+    assert_eq!(content.status, StatusCode::OK);
+    assert_eq!(content.text.as_bytes(), line);
+
+    // A bad purpose: the page again with the API's words, nothing stored.
+    let bad = browser
+        .post_multipart(
+            "/console/files",
+            &[("csrf", &csrf), ("purpose", "nonsense")],
+            ("x.txt", b"x"),
+        )
+        .await;
+    assert_eq!(bad.status.as_u16() / 100, 4, "{}", bad.text);
+    assert!(
+        bad.text.contains("Input should be") && bad.text.contains("role=\"alert\""),
+        "{}",
+        bad.text
+    );
+
+    let deleted = browser
+        .post(&format!("/console/files/{id}/delete"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(deleted.status, StatusCode::SEE_OTHER);
+    let list = browser.get("/console/files").await;
+    assert!(!list.text.contains("train.jsonl"));
+    let gone = browser.get(&format!("/console/files/{id}/content")).await;
+    assert_eq!(gone.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn a_job_page_draws_the_loss_chart_from_its_metrics_events() {
+    let state = bare_state();
+    let (secret, _) = stored_key(&state, "alice", false).await;
+    let project = state.store.default_project().await.unwrap().id;
+    let job = state
+        .store
+        .create_ft_job(hearth_store::NewFtJob {
+            project_id: project.clone(),
+            model: "tiny-model".into(),
+            training_file: "file-x".into(),
+            validation_file: None,
+            suffix: None,
+            seed: 1,
+            hyperparameters: json!({"n_epochs": 1}),
+            method: "supervised".into(),
+        })
+        .await
+        .unwrap();
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let page = browser
+        .get(&format!("/console/fine-tuning/{}", job.id))
+        .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    assert!(page.text.contains("No training steps logged yet."));
+    assert!(!page.text.contains("<svg"));
+    for (step, loss) in [(1, 2.5), (2, 2.0), (3, 1.25)] {
+        let data = json!({"step": step, "train_loss": loss, "valid_loss": if step == 3 { Some(1.5) } else { None }});
+        state
+            .store
+            .add_ft_event(
+                &job.id,
+                "info",
+                "metrics",
+                &format!("Step {step}"),
+                Some(data),
+            )
+            .await
+            .unwrap();
+    }
+    let page = browser
+        .get(&format!("/console/fine-tuning/{}", job.id))
+        .await;
+    assert!(page.text.contains("<svg"), "{}", page.text);
+    assert!(page.text.contains("Loss by step"));
+    assert!(
+        page.text
+            .contains("from 2.5000 at step 1 to 1.2500 at step 3"),
+        "{}",
+        page.text
+    );
+    let train = page
+        .text
+        .split("class=\"train-loss\" points=\"")
+        .nth(1)
+        .expect("a training line");
+    assert_eq!(train.split('"').next().unwrap().split(' ').count(), 3);
+    assert!(page.text.contains("class=\"valid-loss\""));
+    assert!(page.text.contains("Step 2"), "events listed");
+    // Still running: the page refreshes itself and offers cancel.
+    let list = browser.get("/console/fine-tuning").await;
+    assert!(list.text.contains(&job.id));
+    let csrf = list.csrf();
+    let cancel = browser
+        .post(
+            &format!("/console/fine-tuning/{}/cancel", job.id),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(cancel.status, StatusCode::SEE_OTHER);
+    let page = browser
+        .get(&format!("/console/fine-tuning/{}", job.id))
+        .await;
+    assert!(page.text.contains("cancelled"));
+    assert!(!page.text.contains("Cancel job"));
+
+    // An account of another project: refused like a missing job.
+    let elsewhere = state.store.create_project("Elsewhere").await.unwrap();
+    let other = state
+        .store
+        .create_key("bob", Some(&elsewhere.id), false)
+        .await
+        .unwrap()
+        .secret;
+    let mut bob = Client::new(&state);
+    bob.sign_in(&other).await;
+    let page = bob.get(&format!("/console/fine-tuning/{}", job.id)).await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn projects_switch_only_to_reachable_ones_and_admins_create() {
+    let state = bare_state();
+    let (admin, _) = stored_key(&state, "root", true).await;
+    let (user, _) = stored_key(&state, "alice", false).await;
+    let mut root = Client::new(&state);
+    root.sign_in(&admin).await;
+    let csrf = root.csrf().await;
+    let bad = root
+        .post("/console/projects", &[("csrf", &csrf), ("name", "")])
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.text.contains("Enter a name"));
+    let made = root
+        .post(
+            "/console/projects",
+            &[("csrf", &csrf), ("name", "Research")],
+        )
+        .await;
+    assert_eq!(made.status, StatusCode::SEE_OTHER);
+    let research = state
+        .store
+        .projects()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|p| p.name == "Research")
+        .unwrap();
+    let page = root.get("/console/files").await;
+    assert!(
+        page.text.contains(&format!(
+            r#"<option value="{}" selected>Research"#,
+            research.id
+        )),
+        "{}",
+        page.text
+    );
+
+    let mut alice = Client::new(&state);
+    alice.sign_in(&user).await;
+    let csrf = alice.csrf().await;
+    let page = alice.get("/console/projects").await;
+    assert!(!page.text.contains("Research") && !page.text.contains("Create a project"));
+    let refused = alice
+        .post(
+            "/console/projects/switch",
+            &[("csrf", &csrf), ("project", &research.id)],
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    let refused = alice
+        .post("/console/projects", &[("csrf", &csrf), ("name", "Mine")])
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    let back = alice
+        .post(
+            "/console/projects/switch",
+            &[
+                ("csrf", &csrf),
+                ("project", &state.default_project),
+                ("back", "https://evil.example/"),
+            ],
+        )
+        .await;
+    assert_eq!(back.location.as_deref(), Some("/console/files"));
+}
+
+#[tokio::test]
+async fn assets_are_served_and_unknown_pages_are_404() {
+    let state = bare_state();
+    let mut browser = Client::new(&state);
+    let css = browser.get("/console/assets/console.css").await;
+    assert_eq!(css.status, StatusCode::OK);
+    assert!(css.content_type.starts_with("text/css") && css.text.contains("@media"));
+    let js = browser.get("/console/assets/console.js").await;
+    assert!(js.content_type.starts_with("text/javascript") && js.text.contains("data-copy"));
+    assert_eq!(
+        browser.get("/console/nope").await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn usage_shows_tokens_by_day_and_model_and_refuses_bad_dates() {
+    let state = bare_state();
+    let (secret, key_id) = stored_key(&state, "alice", false).await;
+    let project = state.store.default_project().await.unwrap().id;
+    let day = hearth_store::usage::parse_day("2026-03-02").unwrap();
+    let row = |day: i64, model: &str, input: i64, output: i64| {
+        (
+            hearth_store::usage::UsageKey {
+                day,
+                project_id: project.clone(),
+                model: model.into(),
+                key_id: key_id.clone(),
+                class: "interactive".into(),
+            },
+            hearth_store::usage::UsageCounts {
+                requests: 2,
+                input_tokens: input,
+                output_tokens: output,
+                cached_tokens: 0,
+                cost_nanos: 1_500_000,
+            },
+        )
+    };
+    state
+        .store
+        .add_usage(&[row(day, "model-a", 100, 20), row(day + 1, "model-b", 7, 3)])
+        .await
+        .unwrap();
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let page = browser
+        .get("/console/usage?start_date=2026-03-01&end_date=2026-03-31")
+        .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    assert!(page.text.contains("model-a") && page.text.contains("model-b"));
+    assert!(
+        page.text
+            .contains("<strong>130</strong> tokens in 4 requests"),
+        "{}",
+        page.text
+    );
+    assert_eq!(
+        page.text.matches("<rect class=\"bar\"").count(),
+        2,
+        "a bar per day"
+    );
+    let empty = browser
+        .get("/console/usage?start_date=2026-04-01&end_date=2026-04-02")
+        .await;
+    assert!(empty.text.contains("No requests in this range."));
+    let bad = browser.get("/console/usage?start_date=yesterday").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.text.contains("id=\"usage-error\""), "{}", bad.text);
+    assert!(bad.text.contains("start_date"), "{}", bad.text);
+}
+
+#[tokio::test]
+async fn a_batch_starts_from_an_uploaded_file_shows_progress_and_cancels() {
+    let state = bare_state();
+    let (secret, _) = stored_key(&state, "alice", false).await;
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let csrf = browser.csrf().await;
+    let page = browser.get("/console/batches").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.text.contains("Upload a JSONL file of requests"));
+    let line = br#"{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}"#;
+    let up = browser
+        .post_multipart(
+            "/console/files",
+            &[("csrf", &csrf), ("purpose", "batch")],
+            ("requests.jsonl", line),
+        )
+        .await;
+    assert_eq!(up.status, StatusCode::SEE_OTHER, "{}", up.text);
+    let up = browser
+        .post_multipart(
+            "/console/files",
+            &[("csrf", &csrf), ("purpose", "fine-tune")],
+            ("train.jsonl", b"{}\n"),
+        )
+        .await;
+    assert_eq!(up.status, StatusCode::SEE_OTHER, "{}", up.text);
+    let project = state.store.default_project().await.unwrap().id;
+    let (files, _) = state
+        .store
+        .list_files(&project, None, None, 10, hearth_store::ListOrder::Desc)
+        .await
+        .unwrap();
+    let batch_file = files
+        .iter()
+        .find(|f| f.purpose == "batch")
+        .unwrap()
+        .id
+        .clone();
+    let tune_file = files
+        .iter()
+        .find(|f| f.purpose == "fine-tune")
+        .unwrap()
+        .id
+        .clone();
+
+    // A file of the wrong purpose: the API's reason by the form, nothing made.
+    let wrong = [
+        ("csrf", csrf.as_str()),
+        ("input_file_id", tune_file.as_str()),
+        ("endpoint", "/v1/chat/completions"),
+        ("completion_window", "24h"),
+    ];
+    let refused = browser.post("/console/batches", &wrong).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.text);
+    assert!(
+        refused.text.contains("a batch needs purpose"),
+        "{}",
+        refused.text
+    );
+    assert!(state
+        .store
+        .list_batches(&project, 10, None, None)
+        .await
+        .unwrap()
+        .0
+        .is_empty());
+
+    let mut good = wrong;
+    good[1].1 = batch_file.as_str();
+    let made = browser.post("/console/batches", &good).await;
+    assert_eq!(made.status, StatusCode::SEE_OTHER, "{}", made.text);
+    let (batches, _) = state
+        .store
+        .list_batches(&project, 10, None, None)
+        .await
+        .unwrap();
+    assert_eq!(batches.len(), 1);
+    let id = batches[0].id.clone();
+    let page = browser.get("/console/batches?notice=created").await;
+    assert!(
+        page.text.contains(&id) && page.text.contains("Batch created"),
+        "{}",
+        page.text
+    );
+    assert!(page.text.contains("0 done, 0 failed of"));
+    let cancelled = browser
+        .post(&format!("/console/batches/{id}/cancel"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(
+        cancelled.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        cancelled.text
+    );
+    let status = state
+        .store
+        .list_batches(&project, 10, None, None)
+        .await
+        .unwrap()
+        .0[0]
+        .status;
+    assert!(status.as_str().starts_with("cancel"), "{status:?}");
+}
+
+#[tokio::test]
+async fn the_playground_refuses_what_the_chat_api_refuses() {
+    let state = bare_state();
+    let (secret, _) = stored_key(&state, "alice", false).await;
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let csrf = browser.csrf().await;
+    let page = browser.get("/console/playground").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.text.contains("serves no chat model"));
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("model", "nope"),
+        ("message", "hi"),
+    ];
+    let page = browser.post("/console/playground", &fields).await;
+    assert_eq!(page.status.as_u16() / 100, 4, "{}", page.text);
+    assert!(page.text.contains("nope"), "{}", page.text);
+    let streamed = browser.post("/console/playground/stream", &fields).await;
+    assert_eq!(streamed.status.as_u16() / 100, 4);
+    assert!(streamed.content_type.starts_with("text/plain"));
+    let empty = browser
+        .post(
+            "/console/playground",
+            &[("csrf", csrf.as_str()), ("model", "nope")],
+        )
+        .await;
+    assert_eq!(empty.status, StatusCode::BAD_REQUEST);
+    let forged = browser
+        .post(
+            "/console/playground/stream",
+            &[("model", "nope"), ("message", "hi")],
+        )
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn the_playground_answers_with_the_served_model_and_streams() {
+    let state = common::with_model();
+    let (secret, _) = stored_key(&state, "alice", false).await;
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let csrf = browser.csrf().await;
+    let page = browser.get("/console/playground").await;
+    assert!(page.text.contains(common::MODEL), "{}", page.text);
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("model", common::MODEL),
+        ("message", "What is the capital of France?"),
+        ("max_tokens", "8"),
+    ];
+    let page = browser.post("/console/playground", &fields).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    let answer = page
+        .text
+        .split("<pre id=\"pg-answer\" aria-live=\"polite\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</pre>").next())
+        .unwrap_or("");
+    assert!(!answer.trim().is_empty(), "{}", page.text);
+    let streamed = browser.post("/console/playground/stream", &fields).await;
+    assert_eq!(streamed.status, StatusCode::OK, "{}", streamed.text);
+    assert!(streamed.content_type.starts_with("text/event-stream"));
+    let events = common::sse_json(&streamed.text);
+    assert!(events
+        .iter()
+        .any(|e| e["choices"][0]["delta"]["content"].is_string()));
+}
+
+#[tokio::test]
+async fn endpoints_are_listed_with_their_status_and_deleted() {
+    let state = bare_state();
+    let (secret, _) = stored_key(&state, "alice", false).await;
+    let project = state.store.default_project().await.unwrap().id;
+    let elsewhere = state.store.create_project("Elsewhere").await.unwrap().id;
+    let endpoint = |project: &str, name: &str| hearth_store::NewEndpoint {
+        id: uuid::Uuid::new_v4().to_string(),
+        project_id: project.to_string(),
+        name: name.into(),
+        description: None,
+        model_name: "some-model".into(),
+        routing_key: format!("some-model:{name}"),
+        flavor_name: "cpu-small".into(),
+        gpu_type: None,
+        gpu_count: 0,
+        region: "local".into(),
+        min_replicas: 1,
+        max_replicas: 2,
+        enabled: true,
+    };
+    let mine = state
+        .store
+        .create_endpoint(endpoint(&project, "mine"))
+        .await
+        .unwrap();
+    let theirs = state
+        .store
+        .create_endpoint(endpoint(&elsewhere, "theirs"))
+        .await
+        .unwrap();
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let csrf = browser.csrf().await;
+    let page = browser.get("/console/endpoints").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    assert!(
+        page.text.contains("some-model:mine") && page.text.contains("0 ready of 1–2"),
+        "{}",
+        page.text
+    );
+    assert!(!page.text.contains("theirs"));
+    let refused = browser
+        .post(
+            &format!("/console/endpoints/{}/delete", theirs.id),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    let forged = browser
+        .post(&format!("/console/endpoints/{}/delete", mine.id), &[])
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    let deleted = browser
+        .post(
+            &format!("/console/endpoints/{}/delete", mine.id),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(deleted.status, StatusCode::SEE_OTHER, "{}", deleted.text);
+    let page = browser.get("/console/endpoints?notice=deleted").await;
+    assert!(page.text.contains("deleting"), "{}", page.text);
+}
+
+#[tokio::test]
+async fn a_fine_tuning_job_starts_from_the_form_with_the_apis_checks() {
+    let state = common::with_model();
+    let (secret, _) = stored_key(&state, "tuner", false).await;
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let csrf = browser.csrf().await;
+    let line =
+        br#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}"#;
+    let up = browser
+        .post_multipart(
+            "/console/files",
+            &[("csrf", &csrf), ("purpose", "fine-tune")],
+            ("tune.jsonl", line),
+        )
+        .await;
+    assert_eq!(up.status, StatusCode::SEE_OTHER, "{}", up.text);
+    let page = browser.get("/console/fine-tuning").await;
+    assert!(
+        page.text.contains("Start job") && page.text.contains(common::MODEL),
+        "{}",
+        page.text
+    );
+    let file = page
+        .text
+        .split("<option value=\"file-")
+        .nth(1)
+        .map(|rest| format!("file-{}", rest.split('"').next().unwrap()))
+        .expect("the uploaded file offered");
+    let mut fields = vec![
+        ("csrf", csrf.as_str()),
+        ("model", common::MODEL),
+        ("training_file", file.as_str()),
+        ("n_epochs", "many"),
+    ];
+    let bad = browser.post("/console/fine-tuning", &fields).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.text.contains("whole number"), "{}", bad.text);
+    fields[3].1 = "0";
+    let refused = browser.post("/console/fine-tuning", &fields).await;
+    assert_eq!(refused.status.as_u16() / 100, 4, "{}", refused.text);
+    assert!(
+        refused.text.contains("id=\"job-error\""),
+        "{}",
+        refused.text
+    );
+    fields[3].1 = "1";
+    let made = browser.post("/console/fine-tuning", &fields).await;
+    assert_eq!(made.status, StatusCode::SEE_OTHER, "{}", made.text);
+    let job_page = made.location.expect("to the job's page");
+    assert!(
+        job_page.starts_with("/console/fine-tuning/ftjob-"),
+        "{job_page}"
+    );
+    let page = browser.get(&job_page).await;
+    assert!(
+        page.text.contains("queued") && page.text.contains(&file),
+        "{}",
+        page.text
+    );
+}
