@@ -13,6 +13,7 @@
 mod assets;
 mod batches;
 mod chart;
+mod datasets;
 mod endpoints;
 mod files;
 mod fine_tuning;
@@ -64,6 +65,21 @@ pub fn router() -> Router<AppState> {
         )
         .route("/console/files/{file_id}/content", get(files::download))
         .route("/console/files/{file_id}/delete", post(files::delete))
+        .route(
+            "/console/datasets",
+            get(datasets::list)
+                .post(datasets::create)
+                .layer(DefaultBodyLimit::disable()),
+        )
+        .route("/console/datasets/{dataset_id}", get(datasets::dataset))
+        .route(
+            "/console/datasets/{dataset_id}/export",
+            get(datasets::export),
+        )
+        .route(
+            "/console/datasets/{dataset_id}/delete",
+            post(datasets::delete),
+        )
         .route(
             "/console/fine-tuning",
             get(fine_tuning::list).post(fine_tuning::create),
