@@ -1110,3 +1110,60 @@ async fn a_dataset_is_created_from_a_file_by_the_form_and_deleted() {
     assert_eq!(deleted.status, StatusCode::SEE_OTHER, "{}", deleted.text);
     assert_eq!(count(state.clone()).await, 2);
 }
+
+#[tokio::test]
+async fn an_endpoint_is_created_from_the_form_with_the_apis_checks() {
+    let state = common::with_model();
+    let (secret, _) = stored_key(&state, "deployer", false).await;
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let csrf = browser.csrf().await;
+    let page = browser.get("/console/endpoints").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    assert!(page.text.contains("Create an endpoint"), "{}", page.text);
+    let list = &page.text[page
+        .text
+        .find("name=\"flavor_name\"")
+        .expect("a flavor list")..];
+    let start = list.find("value=\"").unwrap() + 7;
+    let flavor = list[start..start + list[start..].find('"').unwrap()].to_string();
+    let fields = |flavor: &str, csrf: Option<&str>| -> Vec<(String, String)> {
+        let mut out = vec![
+            ("name".to_string(), "support-bot".to_string()),
+            ("model_name".to_string(), common::MODEL.to_string()),
+            ("flavor_name".to_string(), flavor.to_string()),
+        ];
+        if let Some(c) = csrf {
+            out.push(("csrf".into(), c.into()));
+        }
+        out
+    };
+
+    // Without the session's token: refused, nothing created.
+    let f = fields(&flavor, None);
+    let forged = browser.post("/console/endpoints", &as_refs(&f)).await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    // A flavor the model does not have: the API's 400, named on the page.
+    let f = fields("no-such-flavor", Some(&csrf));
+    let bad = browser.post("/console/endpoints", &as_refs(&f)).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{}", bad.text);
+    assert!(bad.text.contains("flavor_name"), "{}", bad.text);
+    assert!(!bad.text.contains("support-bot:"), "{}", bad.text);
+
+    let f = fields(&flavor, Some(&csrf));
+    let made = browser.post("/console/endpoints", &as_refs(&f)).await;
+    assert_eq!(made.status, StatusCode::SEE_OTHER, "{}", made.text);
+    let page = browser.get("/console/endpoints?notice=created").await;
+    assert!(
+        page.text.contains("support-bot") && page.text.contains(&format!("{}:", common::MODEL)),
+        "{}",
+        page.text
+    );
+}
+
+fn as_refs(fields: &[(String, String)]) -> Vec<(&str, &str)> {
+    fields
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}

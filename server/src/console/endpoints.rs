@@ -1,19 +1,20 @@
 //! Dedicated endpoints: the project's endpoints with their status and
-//! replicas (the endpoints API's list), and delete (its handler).
-//! Endpoints are created through `POST /v0/dedicated_endpoints` or
-//! `hearth endpoints`; the page names the models this node can deploy.
+//! replicas (the endpoints API's list), create (a name, a deployable model
+//! and a flavor from the API's templates, through its create handler, which
+//! checks them and the node's capacity) and delete (its handler).
 
 use axum::extract::State;
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
+use hearth_api::endpoints::CreateEndpointRequest;
 use hearth_api::ProjectQuery;
 use maud::html;
 
 use super::form::{self, Form};
 use super::layout::{self, csrf_field, render, Section};
 use super::session::Session;
-use crate::error::{ApiPath, ApiQuery};
+use crate::error::{ApiJson, ApiPath, ApiQuery};
 use crate::routes::endpoints as api;
 use crate::state::AppState;
 
@@ -21,9 +22,43 @@ use crate::state::AppState;
 pub async fn list(State(state): State<AppState>, session: Session, uri: Uri) -> Response {
     let notice = match form::query(&uri).get("notice") {
         Some("deleted") => Some("The endpoint is being deleted: its replicas stop."),
+        Some("created") => Some("The endpoint was created: its replicas are starting."),
         _ => None,
     };
     page(&state, &session, StatusCode::OK, notice, None).await
+}
+
+/// `POST /console/endpoints` `{csrf, name, model_name, flavor_name,
+/// description?}`.
+pub async fn create(State(state): State<AppState>, session: Session, form: Form) -> Response {
+    if let Some(refused) = session.refuse(&form) {
+        return refused;
+    }
+    let request = CreateEndpointRequest {
+        name: form.get("name").unwrap_or_default().to_string(),
+        description: form.get("description").map(str::to_string),
+        model_name: form.get("model_name").unwrap_or_default().to_string(),
+        flavor_name: form.get("flavor_name").unwrap_or_default().to_string(),
+        gpu_type: None,
+        gpu_count: None,
+        region: None,
+        scaling: None,
+        enabled: None,
+    };
+    let created = api::create(
+        State(state.clone()),
+        Extension(session.ctx()),
+        ApiQuery(ProjectQuery::default()),
+        ApiJson(request),
+    )
+    .await;
+    match created {
+        Ok(_) => Redirect::to("/console/endpoints?notice=created").into_response(),
+        Err(e) => {
+            let (status, message) = layout::error_text(&e);
+            page(&state, &session, status, None, Some(&message)).await
+        }
+    }
 }
 
 async fn page(
@@ -45,11 +80,25 @@ async fn page(
         h1 { "Dedicated endpoints" }
         (layout::notice(notice))
         @if let Some(e) = error { p.error role="alert" { (e) } }
-        p { "Replicas of a model reserved for this project, reached by their routing key as the model name. "
-            "Create one with " code { "POST /v0/dedicated_endpoints" } " or " code { "hearth endpoints create" } "." }
+        p { "Replicas of a model reserved for this project, reached by their routing key as the model name." }
         @if templates.is_empty() { p { "This node can deploy no model for this project now." } } @else {
-            p { "Deployable here: " @for (i, t) in templates.iter().enumerate() {
-                @if i > 0 { ", " } code { (t.model_name) } } "." }
+            form method="post" action="/console/endpoints" {
+                (csrf_field(session))
+                h2 { "Create an endpoint" }
+                label for="ep-name" { "Name" }
+                input #ep-name type="text" name="name" required maxlength="100";
+                label for="ep-model" { "Model" }
+                select #ep-model name="model_name" {
+                    @for t in &templates { option value=(t.model_name) { (t.model_name) } }
+                }
+                label for="ep-flavor" { "Flavor" }
+                select #ep-flavor name="flavor_name" {
+                    @for f in flavors(&templates) { option value=(f.0) { (f.0) " (" (f.1) ")" } }
+                }
+                label for="ep-description" { "Description (optional)" }
+                input #ep-description type="text" name="description" maxlength="500";
+                button type="submit" { "Create endpoint" }
+            }
         }
         @if endpoints.is_empty() { p { "No endpoints in this project." } } @else {
             div.scroll { table {
@@ -111,4 +160,17 @@ pub async fn delete(
             page(&state, &session, status, None, Some(&message)).await
         }
     }
+}
+
+/// Every flavor name of the templates once, with its resources in words.
+fn flavors(templates: &[hearth_api::endpoints::EndpointTemplate]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for f in templates.iter().flat_map(|t| &t.flavors) {
+        if !out.iter().any(|(name, _)| *name == f.flavor_name) {
+            let r = &f.resources;
+            let words = format!("{} threads, {} MB KV cache", r.threads, r.kv_cache_mb);
+            out.push((f.flavor_name.clone(), words));
+        }
+    }
+    out
 }

@@ -91,7 +91,10 @@ pub fn router() -> Router<AppState> {
         )
         .route("/console/batches", get(batches::list).post(batches::create))
         .route("/console/batches/{batch_id}/cancel", post(batches::cancel))
-        .route("/console/endpoints", get(endpoints::list))
+        .route(
+            "/console/endpoints",
+            get(endpoints::list).post(endpoints::create),
+        )
         .route(
             "/console/endpoints/{endpoint_id}/delete",
             post(endpoints::delete),
