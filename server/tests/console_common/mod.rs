@@ -1,5 +1,7 @@
 //! A cookie-keeping client of the console over the in-process router, for
-//! `console.rs` (included with `#[path]`).
+//! `console.rs` and `console_sections.rs` (each uses part of it).
+
+#![allow(dead_code)]
 
 use std::collections::HashMap;
 
@@ -176,4 +178,20 @@ impl Client {
         assert_eq!(page.status, StatusCode::OK, "{}", page.text);
         page.csrf()
     }
+}
+
+/// A stored key: (secret, id).
+pub async fn stored_key(state: &AppState, name: &str, admin: bool) -> (String, String) {
+    let new = state.store.create_key(name, None, admin).await.unwrap();
+    (new.secret, new.info.id)
+}
+
+/// A client signed in with a new non-admin key named `name`, and its
+/// session's CSRF token.
+pub async fn signed_in(state: &AppState, name: &str) -> (Client, String) {
+    let (secret, _) = stored_key(state, name, false).await;
+    let mut browser = Client::new(state);
+    browser.sign_in(&secret).await;
+    let csrf = browser.csrf().await;
+    (browser, csrf)
 }

@@ -1,0 +1,730 @@
+//! The web console's sections in-process: files, datasets, fine-tuning
+//! (the form and the loss chart), batches, usage, the playground and
+//! dedicated endpoints, each through the API's own handlers.
+
+mod common;
+mod console_common;
+
+use axum::http::StatusCode;
+use common::{bare_state, send, KEY};
+use console_common::{signed_in, stored_key, Client};
+use hearth_server::AppState;
+use serde_json::json;
+
+#[tokio::test]
+async fn an_uploaded_file_is_listed_downloaded_and_deleted() {
+    let state = bare_state();
+    let (mut browser, csrf) = signed_in(&state, "alice").await;
+    let line =
+        br#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}"#;
+    let page = browser
+        .post_multipart(
+            "/console/files",
+            &[("csrf", &csrf), ("purpose", "fine-tune")],
+            ("train.jsonl", line),
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.text);
+    let list = browser.get("/console/files?notice=uploaded").await;
+    assert!(
+        list.text.contains("train.jsonl") && list.text.contains("File uploaded."),
+        "{}",
+        list.text
+    );
+    let project = state.store.default_project().await.unwrap().id;
+    let (files, _) = state
+        .store
+        .list_files(&project, None, None, 10, hearth_store::ListOrder::Desc)
+        .await
+        .unwrap();
+    assert_eq!(files.len(), 1);
+    let id = &files[0].id;
+    let content = browser.get(&format!("/console/files/{id}/content")).await;
+    assert_eq!(content.status, StatusCode::OK);
+    assert_eq!(content.text.as_bytes(), line);
+
+    // A bad purpose: the page again with the API's words, nothing stored.
+    let bad = browser
+        .post_multipart(
+            "/console/files",
+            &[("csrf", &csrf), ("purpose", "nonsense")],
+            ("x.txt", b"x"),
+        )
+        .await;
+    assert_eq!(bad.status.as_u16() / 100, 4, "{}", bad.text);
+    assert!(
+        bad.text.contains("Input should be") && bad.text.contains("role=\"alert\""),
+        "{}",
+        bad.text
+    );
+
+    let deleted = browser
+        .post(&format!("/console/files/{id}/delete"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(deleted.status, StatusCode::SEE_OTHER);
+    let list = browser.get("/console/files").await;
+    assert!(!list.text.contains("train.jsonl"));
+    let gone = browser.get(&format!("/console/files/{id}/content")).await;
+    assert_eq!(gone.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn a_job_page_draws_the_loss_chart_from_its_metrics_events() {
+    let state = bare_state();
+    let (secret, _) = stored_key(&state, "alice", false).await;
+    let project = state.store.default_project().await.unwrap().id;
+    let job = state
+        .store
+        .create_ft_job(hearth_store::NewFtJob {
+            project_id: project.clone(),
+            model: "tiny-model".into(),
+            training_file: "file-x".into(),
+            validation_file: None,
+            suffix: None,
+            seed: 1,
+            hyperparameters: json!({"n_epochs": 1}),
+            method: "supervised".into(),
+        })
+        .await
+        .unwrap();
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let page = browser
+        .get(&format!("/console/fine-tuning/{}", job.id))
+        .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    assert!(page.text.contains("No training steps logged yet."));
+    assert!(!page.text.contains("<svg"));
+    for (step, loss) in [(1, 2.5), (2, 2.0), (3, 1.25)] {
+        let data = json!({"step": step, "train_loss": loss, "valid_loss": if step == 3 { Some(1.5) } else { None }});
+        state
+            .store
+            .add_ft_event(
+                &job.id,
+                "info",
+                "metrics",
+                &format!("Step {step}"),
+                Some(data),
+            )
+            .await
+            .unwrap();
+    }
+    let page = browser
+        .get(&format!("/console/fine-tuning/{}", job.id))
+        .await;
+    assert!(page.text.contains("<svg"), "{}", page.text);
+    assert!(page.text.contains("Loss by step"));
+    assert!(
+        page.text
+            .contains("from 2.5000 at step 1 to 1.2500 at step 3"),
+        "{}",
+        page.text
+    );
+    let train = page
+        .text
+        .split("class=\"train-loss\" points=\"")
+        .nth(1)
+        .expect("a training line");
+    assert_eq!(train.split('"').next().unwrap().split(' ').count(), 3);
+    assert!(page.text.contains("class=\"valid-loss\""));
+    assert!(page.text.contains("Step 2"), "events listed");
+    // Still running: the page refreshes itself and offers cancel.
+    let list = browser.get("/console/fine-tuning").await;
+    assert!(list.text.contains(&job.id));
+    let csrf = list.csrf();
+    let cancel = browser
+        .post(
+            &format!("/console/fine-tuning/{}/cancel", job.id),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(cancel.status, StatusCode::SEE_OTHER);
+    let page = browser
+        .get(&format!("/console/fine-tuning/{}", job.id))
+        .await;
+    assert!(page.text.contains("cancelled"));
+    assert!(!page.text.contains("Cancel job"));
+
+    // An account of another project: refused like a missing job.
+    let elsewhere = state.store.create_project("Elsewhere").await.unwrap();
+    let other = state
+        .store
+        .create_key("bob", Some(&elsewhere.id), false)
+        .await
+        .unwrap()
+        .secret;
+    let mut bob = Client::new(&state);
+    bob.sign_in(&other).await;
+    let page = bob.get(&format!("/console/fine-tuning/{}", job.id)).await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn usage_shows_tokens_by_day_and_model_and_refuses_bad_dates() {
+    let state = bare_state();
+    let (secret, key_id) = stored_key(&state, "alice", false).await;
+    let project = state.store.default_project().await.unwrap().id;
+    let day = hearth_store::usage::parse_day("2026-03-02").unwrap();
+    let row = |day: i64, model: &str, input: i64, output: i64| {
+        (
+            hearth_store::usage::UsageKey {
+                day,
+                project_id: project.clone(),
+                model: model.into(),
+                key_id: key_id.clone(),
+                class: "interactive".into(),
+            },
+            hearth_store::usage::UsageCounts {
+                requests: 2,
+                input_tokens: input,
+                output_tokens: output,
+                cached_tokens: 0,
+                cost_nanos: 1_500_000,
+            },
+        )
+    };
+    state
+        .store
+        .add_usage(&[row(day, "model-a", 100, 20), row(day + 1, "model-b", 7, 3)])
+        .await
+        .unwrap();
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let page = browser
+        .get("/console/usage?start_date=2026-03-01&end_date=2026-03-31")
+        .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    assert!(page.text.contains("model-a") && page.text.contains("model-b"));
+    assert!(
+        page.text
+            .contains("<strong>130</strong> tokens in 4 requests"),
+        "{}",
+        page.text
+    );
+    assert_eq!(
+        page.text.matches("<rect class=\"bar\"").count(),
+        2,
+        "a bar per day"
+    );
+    let empty = browser
+        .get("/console/usage?start_date=2026-04-01&end_date=2026-04-02")
+        .await;
+    assert!(empty.text.contains("No requests in this range."));
+    let bad = browser.get("/console/usage?start_date=yesterday").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.text.contains("id=\"usage-error\""), "{}", bad.text);
+    assert!(bad.text.contains("start_date"), "{}", bad.text);
+}
+
+#[tokio::test]
+async fn a_batch_starts_from_an_uploaded_file_shows_progress_and_cancels() {
+    let state = bare_state();
+    let (mut browser, csrf) = signed_in(&state, "alice").await;
+    let page = browser.get("/console/batches").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.text.contains("Upload a JSONL file of requests"));
+    let line = br#"{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}"#;
+    let up = browser
+        .post_multipart(
+            "/console/files",
+            &[("csrf", &csrf), ("purpose", "batch")],
+            ("requests.jsonl", line),
+        )
+        .await;
+    assert_eq!(up.status, StatusCode::SEE_OTHER, "{}", up.text);
+    let up = browser
+        .post_multipart(
+            "/console/files",
+            &[("csrf", &csrf), ("purpose", "fine-tune")],
+            ("train.jsonl", b"{}\n"),
+        )
+        .await;
+    assert_eq!(up.status, StatusCode::SEE_OTHER, "{}", up.text);
+    let project = state.store.default_project().await.unwrap().id;
+    let (files, _) = state
+        .store
+        .list_files(&project, None, None, 10, hearth_store::ListOrder::Desc)
+        .await
+        .unwrap();
+    let batch_file = files
+        .iter()
+        .find(|f| f.purpose == "batch")
+        .unwrap()
+        .id
+        .clone();
+    let tune_file = files
+        .iter()
+        .find(|f| f.purpose == "fine-tune")
+        .unwrap()
+        .id
+        .clone();
+
+    // A file of the wrong purpose: the API's reason by the form, nothing made.
+    let wrong = [
+        ("csrf", csrf.as_str()),
+        ("input_file_id", tune_file.as_str()),
+        ("endpoint", "/v1/chat/completions"),
+        ("completion_window", "24h"),
+    ];
+    let refused = browser.post("/console/batches", &wrong).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.text);
+    assert!(
+        refused.text.contains("a batch needs purpose"),
+        "{}",
+        refused.text
+    );
+    assert!(state
+        .store
+        .list_batches(&project, 10, None, None)
+        .await
+        .unwrap()
+        .0
+        .is_empty());
+
+    let mut good = wrong;
+    good[1].1 = batch_file.as_str();
+    let made = browser.post("/console/batches", &good).await;
+    assert_eq!(made.status, StatusCode::SEE_OTHER, "{}", made.text);
+    let (batches, _) = state
+        .store
+        .list_batches(&project, 10, None, None)
+        .await
+        .unwrap();
+    assert_eq!(batches.len(), 1);
+    let id = batches[0].id.clone();
+    let page = browser.get("/console/batches?notice=created").await;
+    assert!(
+        page.text.contains(&id) && page.text.contains("Batch created"),
+        "{}",
+        page.text
+    );
+    assert!(page.text.contains("0 done, 0 failed of"));
+    let cancelled = browser
+        .post(&format!("/console/batches/{id}/cancel"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(
+        cancelled.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        cancelled.text
+    );
+    let status = state
+        .store
+        .list_batches(&project, 10, None, None)
+        .await
+        .unwrap()
+        .0[0]
+        .status;
+    assert!(status.as_str().starts_with("cancel"), "{status:?}");
+}
+
+#[tokio::test]
+async fn the_playground_refuses_what_the_chat_api_refuses() {
+    let state = bare_state();
+    let (mut browser, csrf) = signed_in(&state, "alice").await;
+    let page = browser.get("/console/playground").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.text.contains("serves no chat model"));
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("model", "nope"),
+        ("message", "hi"),
+    ];
+    let page = browser.post("/console/playground", &fields).await;
+    assert_eq!(page.status.as_u16() / 100, 4, "{}", page.text);
+    assert!(page.text.contains("nope"), "{}", page.text);
+    let streamed = browser.post("/console/playground/stream", &fields).await;
+    assert_eq!(streamed.status.as_u16() / 100, 4);
+    assert!(streamed.content_type.starts_with("text/plain"));
+    let empty = browser
+        .post(
+            "/console/playground",
+            &[("csrf", csrf.as_str()), ("model", "nope")],
+        )
+        .await;
+    assert_eq!(empty.status, StatusCode::BAD_REQUEST);
+    let forged = browser
+        .post(
+            "/console/playground/stream",
+            &[("model", "nope"), ("message", "hi")],
+        )
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn the_playground_answers_with_the_served_model_and_streams() {
+    let state = common::with_model();
+    let (mut browser, csrf) = signed_in(&state, "alice").await;
+    let page = browser.get("/console/playground").await;
+    assert!(page.text.contains(common::MODEL), "{}", page.text);
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("model", common::MODEL),
+        ("message", "What is the capital of France?"),
+        ("max_tokens", "8"),
+    ];
+    let page = browser.post("/console/playground", &fields).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    let answer = page
+        .text
+        .split("<pre id=\"pg-answer\" aria-live=\"polite\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</pre>").next())
+        .unwrap_or("");
+    assert!(!answer.trim().is_empty(), "{}", page.text);
+    let streamed = browser.post("/console/playground/stream", &fields).await;
+    assert_eq!(streamed.status, StatusCode::OK, "{}", streamed.text);
+    assert!(streamed.content_type.starts_with("text/event-stream"));
+    let events = common::sse_json(&streamed.text);
+    assert!(events
+        .iter()
+        .any(|e| e["choices"][0]["delta"]["content"].is_string()));
+}
+
+#[tokio::test]
+async fn endpoints_are_listed_with_their_status_and_deleted() {
+    let state = bare_state();
+    let (secret, _) = stored_key(&state, "alice", false).await;
+    let project = state.store.default_project().await.unwrap().id;
+    let elsewhere = state.store.create_project("Elsewhere").await.unwrap().id;
+    let endpoint = |project: &str, name: &str| hearth_store::NewEndpoint {
+        id: uuid::Uuid::new_v4().to_string(),
+        project_id: project.to_string(),
+        name: name.into(),
+        description: None,
+        model_name: "some-model".into(),
+        routing_key: format!("some-model:{name}"),
+        flavor_name: "cpu-small".into(),
+        gpu_type: None,
+        gpu_count: 0,
+        region: "local".into(),
+        min_replicas: 1,
+        max_replicas: 2,
+        enabled: true,
+    };
+    let mine = state
+        .store
+        .create_endpoint(endpoint(&project, "mine"))
+        .await
+        .unwrap();
+    let theirs = state
+        .store
+        .create_endpoint(endpoint(&elsewhere, "theirs"))
+        .await
+        .unwrap();
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let csrf = browser.csrf().await;
+    let page = browser.get("/console/endpoints").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    assert!(
+        page.text.contains("some-model:mine") && page.text.contains("0 ready of 1–2"),
+        "{}",
+        page.text
+    );
+    assert!(!page.text.contains("theirs"));
+    let refused = browser
+        .post(
+            &format!("/console/endpoints/{}/delete", theirs.id),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    let forged = browser
+        .post(&format!("/console/endpoints/{}/delete", mine.id), &[])
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    let deleted = browser
+        .post(
+            &format!("/console/endpoints/{}/delete", mine.id),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(deleted.status, StatusCode::SEE_OTHER, "{}", deleted.text);
+    let page = browser.get("/console/endpoints?notice=deleted").await;
+    assert!(page.text.contains("deleting"), "{}", page.text);
+}
+
+#[tokio::test]
+async fn a_fine_tuning_job_starts_from_the_form_with_the_apis_checks() {
+    let state = common::with_model();
+    let (mut browser, csrf) = signed_in(&state, "tuner").await;
+    let line =
+        br#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}"#;
+    let up = browser
+        .post_multipart(
+            "/console/files",
+            &[("csrf", &csrf), ("purpose", "fine-tune")],
+            ("tune.jsonl", line),
+        )
+        .await;
+    assert_eq!(up.status, StatusCode::SEE_OTHER, "{}", up.text);
+    let page = browser.get("/console/fine-tuning").await;
+    assert!(
+        page.text.contains("Start job") && page.text.contains(common::MODEL),
+        "{}",
+        page.text
+    );
+    let file = page
+        .text
+        .split("<option value=\"file-")
+        .nth(1)
+        .map(|rest| format!("file-{}", rest.split('"').next().unwrap()))
+        .expect("the uploaded file offered");
+    let mut fields = vec![
+        ("csrf", csrf.as_str()),
+        ("model", common::MODEL),
+        ("training_file", file.as_str()),
+        ("n_epochs", "many"),
+    ];
+    let bad = browser.post("/console/fine-tuning", &fields).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.text.contains("whole number"), "{}", bad.text);
+    fields[3].1 = "0";
+    let refused = browser.post("/console/fine-tuning", &fields).await;
+    assert_eq!(refused.status.as_u16() / 100, 4, "{}", refused.text);
+    assert!(
+        refused.text.contains("id=\"job-error\""),
+        "{}",
+        refused.text
+    );
+    fields[3].1 = "1";
+    let made = browser.post("/console/fine-tuning", &fields).await;
+    assert_eq!(made.status, StatusCode::SEE_OTHER, "{}", made.text);
+    let job_page = made.location.expect("to the job's page");
+    assert!(
+        job_page.starts_with("/console/fine-tuning/ftjob-"),
+        "{job_page}"
+    );
+    let page = browser.get(&job_page).await;
+    assert!(
+        page.text.contains("queued") && page.text.contains(&file),
+        "{}",
+        page.text
+    );
+}
+
+#[tokio::test]
+async fn a_dataset_made_through_the_api_is_listed_and_its_rows_page() {
+    let state = bare_state();
+    let (secret, _) = stored_key(&state, "alice", false).await;
+    let rows: Vec<serde_json::Value> = (0..60)
+        .map(|i| json!({"n": i, "text": format!("row-{i:02}")}))
+        .collect();
+    let body = json!({"name": "evalset", "rows": rows}).to_string();
+    let made = send(&state, "POST", "/v1/datasets", Some(&secret), Some(&body)).await;
+    assert_eq!(made.status, StatusCode::OK, "{}", made.text);
+    let id = serde_json::from_str::<serde_json::Value>(&made.text).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let list = browser.get("/console/datasets").await;
+    assert_eq!(list.status, StatusCode::OK, "{}", list.text);
+    assert!(
+        list.text.contains("evalset") && list.text.contains(&id) && list.text.contains(">60<"),
+        "{}",
+        list.text
+    );
+
+    // The first page: rows 0 to 49, a next link and no previous one.
+    let first = browser.get(&format!("/console/datasets/{id}")).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text);
+    assert!(first.text.contains("row-00") && first.text.contains("row-49"));
+    assert!(!first.text.contains("row-50"));
+    let next = format!("/console/datasets/{id}?offset=50");
+    assert!(first.text.contains(&next), "{}", first.text);
+    assert!(!first.text.contains("Previous rows"));
+    let second = browser.get(&next).await;
+    assert_eq!(second.status, StatusCode::OK, "{}", second.text);
+    assert!(second.text.contains("row-50") && second.text.contains("row-59"));
+    assert!(!second.text.contains("row-49<"));
+    assert!(second.text.contains("Previous rows") && !second.text.contains("Next rows"));
+
+    // A bad offset is plain words, not a 5xx.
+    let bad = browser
+        .get(&format!("/console/datasets/{id}?offset=-3"))
+        .await;
+    assert_eq!(bad.status.as_u16() / 100, 4, "{}", bad.text);
+    let bad = browser
+        .get(&format!("/console/datasets/{id}?offset=x"))
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+
+    // Export through the session.
+    let csv = browser
+        .get(&format!("/console/datasets/{id}/export?format=csv"))
+        .await;
+    assert_eq!(csv.status, StatusCode::OK);
+    assert!(
+        csv.content_type.starts_with("text/csv"),
+        "{}",
+        csv.content_type
+    );
+    assert_eq!(csv.text.lines().count(), 61, "{}", csv.text);
+}
+
+#[tokio::test]
+async fn a_dataset_is_created_from_a_file_by_the_form_and_deleted() {
+    let state = bare_state();
+    let (mut browser, csrf) = signed_in(&state, "alice").await;
+    let count = |state: AppState| async move {
+        let list = send(&state, "GET", "/v1/datasets", Some(KEY), None).await;
+        serde_json::from_str::<serde_json::Value>(&list.text).unwrap()["data"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    let file: &[u8] = b"{\"q\":\"two plus two\",\"a\":4}\n{\"q\":\"one plus one\",\"a\":2}\n";
+
+    // Without the token (or with a wrong one): 403, and nothing is made.
+    for token in [None, Some("wrong")] {
+        let mut fields = vec![("name", "sneaky")];
+        if let Some(t) = token {
+            fields.insert(0, ("csrf", t));
+        }
+        let page = browser
+            .post_multipart("/console/datasets", &fields, ("qa.jsonl", file))
+            .await;
+        assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.text);
+    }
+    assert_eq!(count(state.clone()).await, 0);
+
+    let page = browser
+        .post_multipart(
+            "/console/datasets",
+            &[("csrf", &csrf), ("name", "arithmetic")],
+            ("qa.jsonl", file),
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.text);
+    assert_eq!(
+        page.location.as_deref(),
+        Some("/console/datasets?notice=created")
+    );
+    let list = browser.get("/console/datasets?notice=created").await;
+    assert!(
+        list.text.contains("arithmetic") && list.text.contains("Dataset created."),
+        "{}",
+        list.text
+    );
+    assert_eq!(count(state.clone()).await, 1);
+    let api = send(&state, "GET", "/v1/datasets", Some(KEY), None).await;
+    let listed: serde_json::Value = serde_json::from_str(&api.text).unwrap();
+    assert_eq!(listed["data"][0]["row_count"], 2, "{listed}");
+    let id = listed["data"][0]["id"].as_str().unwrap().to_string();
+    let rows = browser.get(&format!("/console/datasets/{id}")).await;
+    assert!(
+        rows.text.contains("two plus two") && rows.text.contains("one plus one"),
+        "{}",
+        rows.text
+    );
+
+    // A CSV file works too; a file that is not a table is the page again
+    // with the reason, not a 5xx, and nothing more is made.
+    let page = browser
+        .post_multipart(
+            "/console/datasets",
+            &[("csrf", &csrf), ("name", "table")],
+            ("t.csv", b"x,y\n1,a\n2,b\n3,c\n"),
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.text);
+    assert_eq!(count(state.clone()).await, 2);
+    let bad = browser
+        .post_multipart(
+            "/console/datasets",
+            &[("csrf", &csrf), ("name", "broken")],
+            ("b.jsonl", b"this is not json\n"),
+        )
+        .await;
+    assert_eq!(bad.status.as_u16() / 100, 4, "{}", bad.text);
+    assert!(bad.text.contains("role=\"alert\""), "{}", bad.text);
+    assert_eq!(count(state.clone()).await, 2);
+
+    // A part over the 2 MB default body limit goes through (the route's
+    // lifted limit reaches the API's part reader).
+    let big: String = (0..40_000)
+        .map(|i| format!("{{\"i\":{i},\"pad\":\"{}\"}}\n", "x".repeat(80)))
+        .collect();
+    let page = browser
+        .post_multipart(
+            "/console/datasets",
+            &[("csrf", &csrf), ("name", "big")],
+            ("big.jsonl", big.as_bytes()),
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.text);
+    assert_eq!(count(state.clone()).await, 3);
+
+    // Delete: refused without the token, done with it.
+    let refused = browser
+        .post(&format!("/console/datasets/{id}/delete"), &[])
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    let deleted = browser
+        .post(
+            &format!("/console/datasets/{id}/delete"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(deleted.status, StatusCode::SEE_OTHER, "{}", deleted.text);
+    assert_eq!(count(state.clone()).await, 2);
+}
+
+#[tokio::test]
+async fn an_endpoint_is_created_from_the_form_with_the_apis_checks() {
+    let state = common::with_model();
+    let (mut browser, csrf) = signed_in(&state, "deployer").await;
+    let page = browser.get("/console/endpoints").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    assert!(page.text.contains("Create an endpoint"), "{}", page.text);
+    let list = &page.text[page
+        .text
+        .find("name=\"flavor_name\"")
+        .expect("a flavor list")..];
+    let start = list.find("value=\"").unwrap() + 7;
+    let flavor = list[start..start + list[start..].find('"').unwrap()].to_string();
+    let fields = |flavor: &str, csrf: Option<&str>| -> Vec<(String, String)> {
+        let mut out = vec![
+            ("name".to_string(), "support-bot".to_string()),
+            ("model_name".to_string(), common::MODEL.to_string()),
+            ("flavor_name".to_string(), flavor.to_string()),
+        ];
+        if let Some(c) = csrf {
+            out.push(("csrf".into(), c.into()));
+        }
+        out
+    };
+
+    // Without the session's token: refused, nothing created.
+    let f = fields(&flavor, None);
+    let forged = browser.post("/console/endpoints", &as_refs(&f)).await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    // A flavor the model does not have: the API's 400, named on the page.
+    let f = fields("no-such-flavor", Some(&csrf));
+    let bad = browser.post("/console/endpoints", &as_refs(&f)).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{}", bad.text);
+    assert!(bad.text.contains("flavor_name"), "{}", bad.text);
+    assert!(!bad.text.contains("support-bot:"), "{}", bad.text);
+
+    let f = fields(&flavor, Some(&csrf));
+    let made = browser.post("/console/endpoints", &as_refs(&f)).await;
+    assert_eq!(made.status, StatusCode::SEE_OTHER, "{}", made.text);
+    let page = browser.get("/console/endpoints?notice=created").await;
+    assert!(
+        page.text.contains("support-bot") && page.text.contains(&format!("{}:", common::MODEL)),
+        "{}",
+        page.text
+    );
+}
+
+fn as_refs(fields: &[(String, String)]) -> Vec<(&str, &str)> {
+    fields
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
