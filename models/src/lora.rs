@@ -166,7 +166,6 @@ impl LoraWeights {
 /// by at most 2^-11 of itself (or 2^-25 absolute below 2^-14).
 #[derive(Debug, Clone)]
 pub struct RowWeights {
-    pub rank: usize,
     pub a: Vec<u16>,
     pub bt: Vec<u16>,
 }
@@ -185,7 +184,6 @@ impl RowWeights {
             Ok(out)
         };
         Ok(Self {
-            rank: a.dim(0)?,
             a: half(&a.contiguous()?)?,
             bt: half(&b.t()?.contiguous()?)?,
         })
