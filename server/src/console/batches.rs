@@ -4,7 +4,7 @@
 
 use axum::extract::State;
 use axum::http::{StatusCode, Uri};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::Response;
 use axum::Extension;
 use hearth_api::batches::{BatchListQuery, BATCH_ENDPOINTS, COMPLETION_WINDOWS, PURPOSE_BATCH};
 use hearth_api::{FilesQuery, ProjectQuery};
@@ -155,13 +155,14 @@ pub async fn create(State(state): State<AppState>, session: Session, form: Form)
         }
         Err(e) => Err(HttpError(e)),
     };
-    match made {
-        Ok(_) => Redirect::to("/console/batches?notice=created").into_response(),
-        Err(e) => {
-            let (status, message) = layout::error_text(&e);
+    layout::redirect_or(
+        made,
+        "/console/batches?notice=created",
+        |status, message| async move {
             page(&state, &session, status, None, Some(&message), &form).await
-        }
-    }
+        },
+    )
+    .await
 }
 
 /// `POST /console/batches/{batch_id}/cancel` `{csrf}`.
@@ -174,16 +175,16 @@ pub async fn cancel(
     if let Some(refused) = session.refuse(&form) {
         return refused;
     }
-    match api::cancel(
+    let cancelled = api::cancel(
         State(state.clone()),
         Extension(session.ctx()),
         ApiPath(batch_id),
     )
-    .await
-    {
-        Ok(_) => Redirect::to("/console/batches?notice=cancelled").into_response(),
-        Err(e) => {
-            let (status, message) = layout::error_text(&e);
+    .await;
+    layout::redirect_or(
+        cancelled,
+        "/console/batches?notice=cancelled",
+        |status, message| async move {
             page(
                 &state,
                 &session,
@@ -193,6 +194,7 @@ pub async fn cancel(
                 &Form::default(),
             )
             .await
-        }
-    }
+        },
+    )
+    .await
 }

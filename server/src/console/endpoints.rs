@@ -5,7 +5,7 @@
 
 use axum::extract::State;
 use axum::http::{StatusCode, Uri};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::Response;
 use axum::Extension;
 use hearth_api::endpoints::CreateEndpointRequest;
 use hearth_api::ProjectQuery;
@@ -52,13 +52,12 @@ pub async fn create(State(state): State<AppState>, session: Session, form: Form)
         ApiJson(request),
     )
     .await;
-    match created {
-        Ok(_) => Redirect::to("/console/endpoints?notice=created").into_response(),
-        Err(e) => {
-            let (status, message) = layout::error_text(&e);
-            page(&state, &session, status, None, Some(&message)).await
-        }
-    }
+    layout::redirect_or(
+        created,
+        "/console/endpoints?notice=created",
+        |status, message| async move { page(&state, &session, status, None, Some(&message)).await },
+    )
+    .await
 }
 
 async fn page(
@@ -147,19 +146,18 @@ pub async fn delete(
     if let Some(refused) = session.refuse(&form) {
         return refused;
     }
-    match api::delete(
+    let deleted = api::delete(
         State(state.clone()),
         Extension(session.ctx()),
         ApiPath(endpoint_id),
     )
+    .await;
+    layout::redirect_or(
+        deleted,
+        "/console/endpoints?notice=deleted",
+        |status, message| async move { page(&state, &session, status, None, Some(&message)).await },
+    )
     .await
-    {
-        Ok(_) => Redirect::to("/console/endpoints?notice=deleted").into_response(),
-        Err(e) => {
-            let (status, message) = layout::error_text(&e);
-            page(&state, &session, status, None, Some(&message)).await
-        }
-    }
 }
 
 /// Every flavor name of the templates once, with its resources in words.

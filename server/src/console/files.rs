@@ -161,17 +161,18 @@ pub async fn delete(
     if let Some(refused) = session.refuse(&form) {
         return refused;
     }
-    match api::delete(
+    let deleted = api::delete(
         State(state.clone()),
         Extension(session.ctx()),
         ApiPath(file_id),
     )
-    .await
-    {
-        Ok(_) => Redirect::to("/console/files?notice=deleted").into_response(),
-        Err(e) => {
-            let (status, message) = layout::error_text(&e);
+    .await;
+    layout::redirect_or(
+        deleted,
+        "/console/files?notice=deleted",
+        |status, message| async move {
             page(&state, &session, status, None, Some(&message), None).await
-        }
-    }
+        },
+    )
+    .await
 }

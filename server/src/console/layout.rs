@@ -4,7 +4,7 @@
 
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::http::{HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use hearth_store::Project;
 use maud::{html, Markup, DOCTYPE};
 
@@ -166,6 +166,23 @@ pub fn error_text(e: &HttpError) -> (StatusCode, String) {
         e.0.message()
     };
     (status, message)
+}
+
+/// A form action's answer: a redirect to `to` when the API's handler
+/// succeeded, else the section's page drawn by `page` with the error's
+/// status and plain-words message ([`error_text`]).
+pub async fn redirect_or<T, F: std::future::Future<Output = Response>>(
+    result: Result<T, HttpError>,
+    to: &str,
+    page: impl FnOnce(StatusCode, String) -> F,
+) -> Response {
+    match result {
+        Ok(_) => Redirect::to(to).into_response(),
+        Err(e) => {
+            let (status, message) = error_text(&e);
+            page(status, message).await
+        }
+    }
 }
 
 /// The session's CSRF token as a hidden form field.
