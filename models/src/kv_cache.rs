@@ -43,6 +43,24 @@ impl KvCache {
         })
     }
 
+    /// An empty cache whose keys and values live as tensors on `device`
+    /// (see [`KvPool::on_device`]).
+    pub fn on_device(
+        num_layers: usize,
+        num_kv_heads: usize,
+        head_dim: usize,
+        max_len: usize,
+        dtype: DType,
+        device: &candle_core::Device,
+    ) -> Result<Self> {
+        Ok(Self {
+            pool: KvPool::on_device(num_layers, num_kv_heads, head_dim, 0, dtype, device)?,
+            blocks: Vec::new(),
+            len: 0,
+            max_len,
+        })
+    }
+
     /// Number of tokens cached (the position of the next token).
     pub fn len(&self) -> usize {
         self.len
@@ -104,7 +122,7 @@ impl KvCache {
             .max(2 * self.blocks.len())
             .max(MIN_BLOCKS)
             .min(max_blocks);
-        self.pool.grow(blocks);
+        self.pool.grow(blocks)?;
         self.blocks = (0..blocks as u32).collect();
         Ok(())
     }

@@ -36,7 +36,7 @@ use crate::linear::Linear;
 use crate::llama_cpu::CpuBlocks;
 use crate::lora::LoraTarget;
 use crate::lora_apply::{LoraBatch, LoraSpec};
-use crate::paged::{paged_attention, AttnShape, KvPool, SeqView};
+use crate::paged::{paged_attention, pool_rows, AttnShape, KvPool, SeqView};
 use crate::rotary::{inv_freq, inv_freq_llama3, RopeLayout, Rotary};
 use crate::token_embedding::TokenEmbedding;
 use crate::{validate_paged, CausalLM, ModelInfo, PagedSeq};
@@ -232,6 +232,10 @@ pub struct Llama {
     cpu_blocks: Option<CpuBlocks>,
     /// Storage dtype of caches made by `new_cache` (f16 unless changed).
     kv_dtype: DType,
+    /// Whether `new_cache`/`new_pool` keep keys and values as tensors on
+    /// the model's device (`paged/tensors.rs`): always off the CPU; on the
+    /// CPU only after [`Llama::with_tensor_kv`].
+    tensor_kv: bool,
 }
 
 impl Llama {
@@ -286,6 +290,7 @@ impl Llama {
             norm,
             lm_head,
             rotary,
+            tensor_kv: !device.is_cpu(),
             device,
             cpu_blocks,
             kv_dtype: DType::F16,
@@ -312,6 +317,16 @@ impl Llama {
     /// for sequences with a LoRA adapter, instead of the slice path of CPU
     /// models with kernel matrices (`llama_cpu.rs`); for comparisons.
     pub fn candle_ops_only(mut self) -> Self {
+        self.cpu_blocks = None;
+        self
+    }
+
+    /// Keeps the KV cache as candle tensors on the model's device and runs
+    /// attention through candle operations, as on a GPU; on the CPU, for
+    /// comparing that path with the CPU op (it also turns the slice path
+    /// off, which needs the CPU pool).
+    pub fn with_tensor_kv(mut self) -> Self {
+        self.tensor_kv = true;
         self.cpu_blocks = None;
         self
     }
@@ -457,6 +472,7 @@ impl Llama {
         seqs: &[SeqView<'_>],
         pool: &mut KvPool,
         positions: &Tensor,
+        pool_rows: &Tensor,
         lora: &LoraBatch<'_>,
     ) -> Result<Tensor> {
         let a = &self.blocks[layer].attn;
@@ -469,6 +485,15 @@ impl Llama {
         );
         let t = x.dim(0)?;
         let heads = |y: Tensor, n: usize| y.reshape((t, n, d))?.transpose(0, 1);
+        if let Some(kv) = pool.tensors() {
+            let rope = |y: Tensor, n: usize| self.rotary.apply_at(&heads(y, n)?, positions);
+            let q = rope(proj(&a.q, LoraTarget::Q, x)?, nh)?; // [nh, T, d]
+            let k = rope(proj(&a.k, LoraTarget::K, x)?, nkv)?; // [nkv, T, d]
+            let v = heads(proj(&a.v, LoraTarget::V, x)?, nkv)?;
+            kv.write(layer, pool_rows, &k, &v)?;
+            let y = kv.attend(layer, &q, seqs)?;
+            return proj(&a.o, LoraTarget::O, &y);
+        }
         let flat = |y: Tensor| -> Result<Vec<f32>> { y.flatten_all()?.to_vec1::<f32>() };
         let q = flat(
             self.rotary
@@ -527,12 +552,12 @@ impl Llama {
         let mut x = self.embed.lookup(&tokens, &self.device)?;
         let lora = LoraBatch::new(seqs, &offsets, &self.device)?;
         match &self.cpu_blocks {
-            Some(cpu) => {
+            Some(cpu) if pool.tensors().is_none() => {
                 let mut rows = x.flatten_all()?.to_vec1::<f32>()?;
                 cpu.run(&mut rows, &positions, &views, pool, &lora)?;
                 x = Tensor::from_vec(rows, x.shape(), &self.device)?;
             }
-            None => x = self.run_blocks(x, &lora, &views, &positions, pool)?,
+            _ => x = self.run_blocks(x, &lora, &views, &positions, pool)?,
         }
         let last = if last_rows.len() == 1 {
             x.narrow(0, last_rows[0] as usize, 1)?
@@ -554,9 +579,13 @@ impl Llama {
         pool: &mut KvPool,
     ) -> Result<Tensor> {
         let positions = Tensor::new(positions, &self.device)?;
+        let pool_rows = match pool.tensors() {
+            Some(kv) => pool_rows(views, kv.device())?,
+            None => Tensor::zeros(0, DType::U32, &self.device)?,
+        };
         for (i, block) in self.blocks.iter().enumerate() {
             let n = block.attn_norm.forward(&x)?;
-            let h = self.attention(i, &n, views, pool, &positions, lora)?;
+            let h = self.attention(i, &n, views, pool, &positions, &pool_rows, lora)?;
             x = (x + h)?;
             let n = block.ffn_norm.forward(&x)?;
             let m = &block.mlp;
@@ -626,6 +655,17 @@ impl CausalLM for Llama {
 
     fn new_cache(&self) -> KvCache {
         let i = &self.info;
+        if self.tensor_kv {
+            return KvCache::on_device(
+                i.num_layers,
+                i.num_kv_heads,
+                i.head_dim,
+                i.context_length,
+                self.kv_dtype,
+                &self.device,
+            )
+            .expect("an empty cache on the model's device");
+        }
         KvCache::new(
             i.num_layers,
             i.num_kv_heads,
@@ -638,6 +678,16 @@ impl CausalLM for Llama {
 
     fn new_pool(&self, num_blocks: usize) -> Result<KvPool> {
         let i = &self.info;
+        if self.tensor_kv {
+            return KvPool::on_device(
+                i.num_layers,
+                i.num_kv_heads,
+                i.head_dim,
+                num_blocks,
+                self.kv_dtype,
+                &self.device,
+            );
+        }
         KvPool::new(
             i.num_layers,
             i.num_kv_heads,

@@ -211,3 +211,35 @@ fn bad_input_in_one_sequence_fails_the_batch() -> Result<()> {
     assert!(d < TOL, "batch after failed ones differs by {d}");
     Ok(())
 }
+
+/// The KV pool kept as candle tensors (as on a GPU), attention through
+/// candle operations: the same logits as the CPU pool and op, for a
+/// batched prefill, a mixed step and a single sequence whose cache grows.
+#[test]
+fn tensor_kv_pool_matches_the_cpu_pool() -> Result<()> {
+    let run = |model: &hearth_models::Llama| -> Result<[Tensor; 3]> {
+        let mut pool = model.new_pool(6)?;
+        let a = model.forward_paged(&seqs(&PREFIXES, &[0, 0, 0]), &mut pool)?;
+        let pos: Vec<usize> = PREFIXES.iter().map(|p| p.len()).collect();
+        let b = model.forward_paged(&seqs(&CHUNKS, &pos), &mut pool)?;
+        let c = alone(model, PREFIXES[1], CHUNKS[1])?;
+        Ok([a, b, c])
+    };
+    for (tie, f16) in [(true, false), (false, false), (false, true)] {
+        let model = if f16 {
+            common::tiny_model_f16_cache(tie)?
+        } else {
+            tiny_model(tie)?
+        };
+        let want = run(&model)?;
+        let model = model.with_tensor_kv();
+        assert!(!model.runs_slice_path());
+        let got = run(&model)?;
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.dims(), w.dims());
+            let d = max_diff(g, w);
+            assert!(d < TOL, "tie {tie}, f16 {f16}, call {i}: differs by {d}");
+        }
+    }
+    Ok(())
+}

@@ -34,8 +34,10 @@ use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use rayon::prelude::*;
 
 mod attend;
+mod tensors;
 
 use attend::Task;
+pub(crate) use tensors::{pool_rows, TensorKv};
 
 /// Token positions per block.
 pub const BLOCK_SIZE: usize = 16;
@@ -136,6 +138,9 @@ pub struct KvPool {
     dtype: DType,
     keys: Vec<Store>,
     values: Vec<Store>,
+    /// The pool as tensors on a device instead (then `keys` and `values`
+    /// are empty): see `tensors.rs`.
+    tensors: Option<TensorKv>,
 }
 
 impl KvPool {
@@ -163,7 +168,49 @@ impl KvPool {
             dtype,
             keys: stores()?,
             values: stores()?,
+            tensors: None,
         })
+    }
+
+    /// A pool of `num_blocks` blocks held as candle tensors on `device`
+    /// (allocated at once), for models that run there; attention then runs
+    /// through candle operations (`tensors.rs`). On the CPU this is only for
+    /// comparisons: [`KvPool::new`] is faster there.
+    pub fn on_device(
+        num_layers: usize,
+        num_kv_heads: usize,
+        head_dim: usize,
+        num_blocks: usize,
+        dtype: DType,
+        device: &candle_core::Device,
+    ) -> Result<Self> {
+        if !matches!(dtype, DType::F16 | DType::BF16 | DType::F32) {
+            candle_core::bail!("unsupported kv cache dtype {dtype:?}")
+        }
+        let kv = TensorKv::new(num_layers, num_kv_heads, head_dim, num_blocks, dtype, device)?;
+        Ok(Self {
+            num_layers,
+            num_kv_heads,
+            head_dim,
+            num_blocks,
+            dtype,
+            keys: Vec::new(),
+            values: Vec::new(),
+            tensors: Some(kv),
+        })
+    }
+
+    /// The tensors of a pool made by [`KvPool::on_device`].
+    pub(crate) fn tensors(&self) -> Option<&TensorKv> {
+        self.tensors.as_ref()
+    }
+
+    /// The device holding the keys and values.
+    pub fn device(&self) -> candle_core::Device {
+        match &self.tensors {
+            Some(t) => t.device().clone(),
+            None => candle_core::Device::Cpu,
+        }
     }
 
     /// Bytes one block takes over all layers, keys and values.
@@ -209,15 +256,19 @@ impl KvPool {
 
     /// Grows the pool to `num_blocks` blocks (no-op when not larger); used by
     /// the single-sequence [`crate::KvCache`].
-    pub fn grow(&mut self, num_blocks: usize) {
+    pub fn grow(&mut self, num_blocks: usize) -> Result<()> {
         if num_blocks <= self.num_blocks {
-            return;
+            return Ok(());
+        }
+        if let Some(t) = &mut self.tensors {
+            t.grow(num_blocks)?;
         }
         let n = num_blocks * self.num_kv_heads * BLOCK_SIZE * self.head_dim;
         for s in self.keys.iter_mut().chain(self.values.iter_mut()) {
             s.resize(n);
         }
         self.num_blocks = num_blocks;
+        Ok(())
     }
 
     /// Element offset of `(block, head, slot)` in a layer's value buffer;
@@ -503,7 +554,7 @@ mod tests {
             len: 1,
         };
         pool.write(1, &view, &[1., 2., 3., 4.], &[5., 6., 7., 8.], 1);
-        pool.grow(3);
+        pool.grow(3)?;
         assert_eq!(pool.num_blocks(), 3);
         let mut out = vec![0f32; BLOCK_SIZE * 4];
         pool.read_block(1, true, 0, 0, &mut out);

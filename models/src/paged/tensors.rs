@@ -1,0 +1,304 @@
+//! The paged KV pool as candle tensors on the model's device (a GPU), and
+//! paged attention through candle operations over it.
+//!
+//! Each layer holds keys and values as `[num_blocks * BLOCK_SIZE,
+//! num_kv_heads * head_dim]` in the pool's dtype: row `block * 16 + slot`
+//! is one token position (the CPU pool's block/slot addressing, without its
+//! transposed key layout, which only the CPU loops want). A step's new keys
+//! and values are scattered to their rows in place (`scatter_set`, one
+//! call per layer for the whole batch); attention gathers each sequence's
+//! rows through its block table (`index_select`) and runs grouped-query
+//! attention with a causal mask as batched matmuls and a softmax, in f32.
+//! Queries are rounded to the storage dtype first, as the CPU op does, so
+//! both give the same result up to summation order.
+//!
+//! Every operation is a candle op with kernels on CPU, CUDA and Metal; the
+//! tests run it on the CPU against the CPU op. Sequences are attended one
+//! after another (a fused kernel over all block tables at once would save
+//! the per-sequence launches and the gathered copy).
+
+use candle_core::{DType, Device, Result, Tensor};
+
+use super::{SeqView, BLOCK_SIZE};
+
+/// Keys and values of every layer, on one device.
+#[derive(Debug, Clone)]
+pub(crate) struct TensorKv {
+    num_kv_heads: usize,
+    head_dim: usize,
+    dtype: DType,
+    device: Device,
+    /// Per layer: `(keys, values)`, each `[rows, num_kv_heads * head_dim]`.
+    layers: Vec<(Tensor, Tensor)>,
+}
+
+impl TensorKv {
+    pub(crate) fn new(
+        num_layers: usize,
+        num_kv_heads: usize,
+        head_dim: usize,
+        num_blocks: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
+        let mut kv = Self {
+            num_kv_heads,
+            head_dim,
+            dtype,
+            device: device.clone(),
+            layers: Vec::with_capacity(num_layers),
+        };
+        for _ in 0..num_layers {
+            kv.layers.push((kv.zeros(num_blocks)?, kv.zeros(num_blocks)?));
+        }
+        Ok(kv)
+    }
+
+    fn zeros(&self, num_blocks: usize) -> Result<Tensor> {
+        let shape = (num_blocks * BLOCK_SIZE, self.num_kv_heads * self.head_dim);
+        Tensor::zeros(shape, self.dtype, &self.device)
+    }
+
+    pub(crate) fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Grows every layer to `num_blocks` blocks, keeping the contents.
+    pub(crate) fn grow(&mut self, num_blocks: usize) -> Result<()> {
+        let have = match self.layers.first() {
+            Some((k, _)) => k.dim(0)? / BLOCK_SIZE,
+            None => return Ok(()),
+        };
+        if num_blocks <= have {
+            return Ok(());
+        }
+        let extra = self.zeros(num_blocks - have)?;
+        for (k, v) in self.layers.iter_mut() {
+            *k = Tensor::cat(&[&*k, &extra], 0)?;
+            *v = Tensor::cat(&[&*v, &extra], 0)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the new rows' keys and values of `layer`: `k` and `v` are
+    /// `[num_kv_heads, tokens, head_dim]` over the batch's rows, `rows` the
+    /// pool row of each (from [`pool_rows`]).
+    pub(crate) fn write(&self, layer: usize, rows: &Tensor, k: &Tensor, v: &Tensor) -> Result<()> {
+        let (keys, values) = &self.layers[layer];
+        let width = self.num_kv_heads * self.head_dim;
+        let t = rows.dim(0)?;
+        let index = rows
+            .reshape((t, 1))?
+            .broadcast_as((t, width))?
+            .contiguous()?;
+        for (dst, src) in [(keys, k), (values, v)] {
+            let src = src
+                .transpose(0, 1)?
+                .reshape((t, width))?
+                .to_dtype(self.dtype)?
+                .contiguous()?;
+            dst.scatter_set(&index, &src, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Causal attention of every sequence's new rows over its cached and
+    /// new keys of `layer` (already written). `q` is `[num_heads, tokens,
+    /// head_dim]`; returns `[tokens, num_heads * head_dim]` in f32.
+    pub(crate) fn attend(&self, layer: usize, q: &Tensor, seqs: &[SeqView<'_>]) -> Result<Tensor> {
+        let (keys, values) = &self.layers[layer];
+        let (nh, t, d) = q.dims3()?;
+        let nkv = self.num_kv_heads;
+        let n_rep = nh / nkv;
+        let scale = 1.0 / (d as f64).sqrt();
+        // The CPU op multiplies queries rounded to the storage precision.
+        let q = q.to_dtype(self.dtype)?.to_dtype(DType::F32)?;
+        let mut outs = Vec::with_capacity(seqs.len());
+        for s in seqs {
+            let ctx = s.pos + s.len;
+            let rows = Tensor::new(pool_rows_of(s.blocks, 0, ctx).as_slice(), &self.device)?;
+            // [ctx, nkv * d] -> [nkv, ctx, d]
+            let gather = |m: &Tensor| -> Result<Tensor> {
+                m.index_select(&rows, 0)?
+                    .to_dtype(DType::F32)?
+                    .reshape((ctx, nkv, d))?
+                    .transpose(0, 1)?
+                    .contiguous()
+            };
+            let (k, v) = (gather(keys)?, gather(values)?);
+            // Query head h = g * n_rep + r reads KV head g: stack the heads
+            // of a group as rows of one matmul.
+            let qs = q
+                .narrow(1, s.offset, s.len)?
+                .reshape((nkv, n_rep * s.len, d))?;
+            let scores = (qs.matmul(&k.t()?)? * scale)?; // [nkv, n_rep * len, ctx]
+            let mask = Tensor::new(causal_mask(s.pos, s.len, n_rep).as_slice(), &self.device)?
+                .reshape((1, n_rep * s.len, ctx))?;
+            let probs = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&mask)?)?;
+            let y = probs.matmul(&v)?; // [nkv, n_rep * len, d]
+            outs.push(y.reshape((nh, s.len, d))?);
+        }
+        let y = if outs.len() == 1 {
+            outs.pop().expect("one output")
+        } else {
+            Tensor::cat(&outs, 1)?
+        };
+        debug_assert_eq!(y.dim(1)?, t);
+        y.transpose(0, 1)?.reshape((t, nh * d))
+    }
+}
+
+/// The pool rows of positions `from..to` of a sequence with block table
+/// `blocks`.
+fn pool_rows_of(blocks: &[u32], from: usize, to: usize) -> Vec<u32> {
+    (from..to)
+        .map(|p| blocks[p / BLOCK_SIZE] * BLOCK_SIZE as u32 + (p % BLOCK_SIZE) as u32)
+        .collect()
+}
+
+/// The pool row of every new row of the batch, in batch order.
+pub(crate) fn pool_rows(seqs: &[SeqView<'_>], device: &Device) -> Result<Tensor> {
+    let mut rows = Vec::new();
+    for s in seqs {
+        rows.extend(pool_rows_of(s.blocks, s.pos, s.pos + s.len));
+    }
+    Tensor::new(rows.as_slice(), device)
+}
+
+/// Additive mask `[n_rep * len, pos + len]`: row `r * len + i` (query at
+/// position `pos + i`) sees keys `0..=pos + i`.
+fn causal_mask(pos: usize, len: usize, n_rep: usize) -> Vec<f32> {
+    let ctx = pos + len;
+    let mut m = vec![0f32; n_rep * len * ctx];
+    for r in 0..n_rep {
+        for i in 0..len {
+            let row = &mut m[(r * len + i) * ctx..(r * len + i + 1) * ctx];
+            row[pos + i + 1..].fill(f32::NEG_INFINITY);
+        }
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paged::{paged_attention, AttnShape, KvPool};
+
+    /// Deterministic values in [-1, 1).
+    fn values(seed: u64, n: usize) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Runs the same steps (sequences at scattered blocks, prefill then
+    /// decode) through the CPU pool and op and through the tensor pool, and
+    /// returns the largest difference of the outputs.
+    fn compare(dtype: DType, nh: usize, nkv: usize, d: usize) -> Result<f32> {
+        let dev = Device::Cpu;
+        let layers = 2;
+        let mut cpu = KvPool::new(layers, nkv, d, 12, dtype)?;
+        let gpu = KvPool::on_device(layers, nkv, d, 12, dtype, &dev)?;
+        let kv = gpu.tensors().expect("a tensor pool");
+        let tables: [&[u32]; 3] = [&[7, 2, 9], &[0], &[11, 4, 5, 1]];
+        // (prefill lengths, then one decode step for each).
+        let steps: [[usize; 3]; 2] = [[20, 5, 40], [1, 1, 1]];
+        let mut pos = [0usize; 3];
+        let mut worst = 0f32;
+        for (step, lens) in steps.iter().enumerate() {
+            let mut views = Vec::new();
+            let mut offset = 0;
+            for s in 0..3 {
+                views.push(SeqView {
+                    blocks: tables[s],
+                    pos: pos[s],
+                    offset,
+                    len: lens[s],
+                });
+                offset += lens[s];
+            }
+            let t = offset;
+            for layer in 0..layers {
+                let seed = (step * 10 + layer) as u64;
+                let q = values(seed, nh * t * d);
+                let k = values(seed + 100, nkv * t * d);
+                let v = values(seed + 200, nkv * t * d);
+                for view in &views {
+                    cpu.write(layer, view, &k, &v, t);
+                }
+                let shape = AttnShape {
+                    num_heads: nh,
+                    tokens: t,
+                };
+                let want = paged_attention(&cpu, layer, &q, shape, &views);
+                let rows = pool_rows(&views, &dev)?;
+                let tk = Tensor::from_vec(k, (nkv, t, d), &dev)?;
+                let tv = Tensor::from_vec(v, (nkv, t, d), &dev)?;
+                kv.write(layer, &rows, &tk, &tv)?;
+                let tq = Tensor::from_vec(q, (nh, t, d), &dev)?;
+                let got = kv.attend(layer, &tq, &views)?;
+                assert_eq!(got.dims2()?, (t, nh * d));
+                let got = got.flatten_all()?.to_vec1::<f32>()?;
+                for (a, b) in got.iter().zip(&want) {
+                    worst = worst.max((a - b).abs());
+                }
+            }
+            for s in 0..3 {
+                pos[s] += lens[s];
+            }
+        }
+        Ok(worst)
+    }
+
+    #[test]
+    fn tensor_pool_attention_matches_the_cpu_op() -> Result<()> {
+        for (dtype, nh, nkv, d) in [
+            (DType::F32, 4, 2, 8),
+            (DType::F16, 4, 2, 8),
+            (DType::BF16, 6, 3, 16),
+            (DType::F16, 4, 4, 64),
+        ] {
+            let diff = compare(dtype, nh, nkv, d)?;
+            assert!(diff < 1e-5, "{dtype:?} nh {nh} nkv {nkv} d {d}: {diff}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn tensor_pool_grows_and_keeps_contents() -> Result<()> {
+        let dev = Device::Cpu;
+        let mut pool = KvPool::on_device(1, 1, 2, 1, DType::F32, &dev)?;
+        let view = SeqView {
+            blocks: &[0],
+            pos: 3,
+            offset: 0,
+            len: 1,
+        };
+        let rows = pool_rows(&[view], &dev)?;
+        assert_eq!(rows.to_vec1::<u32>()?, [3]);
+        let k = Tensor::new(&[[[1f32, 2.]]], &dev)?;
+        let v = Tensor::new(&[[[5f32, 6.]]], &dev)?;
+        pool.tensors().unwrap().write(0, &rows, &k, &v)?;
+        pool.grow(3)?;
+        assert_eq!(pool.num_blocks(), 3);
+        let (keys, values) = &pool.tensors().unwrap().layers[0];
+        assert_eq!(keys.dims2()?, (3 * BLOCK_SIZE, 2));
+        assert_eq!(keys.get(3)?.to_vec1::<f32>()?, [1., 2.]);
+        assert_eq!(values.get(3)?.to_vec1::<f32>()?, [5., 6.]);
+        assert_eq!(values.get(4)?.to_vec1::<f32>()?, [0., 0.]);
+        Ok(())
+    }
+
+    #[test]
+    fn causal_mask_hides_later_positions_in_every_head_group() {
+        let m = causal_mask(2, 2, 2);
+        let inf = f32::NEG_INFINITY;
+        let want = [0., 0., 0., inf, 0., 0., 0., 0.];
+        assert_eq!(&m[..8], &want);
+        assert_eq!(&m[8..], &want);
+    }
+}
