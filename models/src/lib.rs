@@ -107,6 +107,11 @@ pub trait CausalLM: Send + Sync {
     /// Storage dtype of the KV cache.
     fn kv_dtype(&self) -> DType;
 
+    /// The device the model's weights (and its KV pools) live on.
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
     /// What a LoRA adapter must fit to run on this model
     /// ([`LoraSpec::prepare`]); `None` when the model takes no adapters.
     fn lora_spec(&self) -> Option<LoraSpec> {

@@ -701,6 +701,10 @@ impl CausalLM for Llama {
         self.kv_dtype
     }
 
+    fn device(&self) -> Device {
+        self.device.clone()
+    }
+
     fn merge_lora(&mut self, adapter: &crate::LoraAdapter) -> Result<()> {
         Llama::merge_lora(self, adapter)
     }

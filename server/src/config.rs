@@ -130,11 +130,21 @@ pub struct ServeArgs {
     /// for free KV cache blocks).
     #[arg(long, env = "HEARTH_MAX_ACTIVE", default_value_t = 64)]
     pub max_active: usize,
-    /// Size of each chat model's paged KV cache pool in MiB. Default: the
-    /// larger of 256 MiB and twice the model's weights, and always at least
-    /// one full context.
+    /// Device the models run on: `cpu`, `cuda`, `cuda:N`, `metal[:N]` or
+    /// `auto` (the first CUDA device when the binary was built with the
+    /// `cuda` feature and one is present, else the CPU).
+    #[arg(long, env = "HEARTH_DEVICE", default_value = "auto")]
+    pub device: hearth_engine::DeviceSpec,
+    /// Size of each chat model's paged KV cache pool in MiB. Default: 256
+    /// MiB on the CPU; on a GPU, what `--gpu-memory-fraction` leaves; always
+    /// at least one full context.
     #[arg(long, env = "HEARTH_KV_CACHE_MB")]
     pub kv_cache_mb: Option<usize>,
+    /// On a GPU without `--kv-cache-mb`: the share of the device's memory
+    /// that the weights and the KV pool take together (each chat model's
+    /// pool is sized from what is free once its weights are loaded).
+    #[arg(long, env = "HEARTH_GPU_MEMORY_FRACTION", default_value_t = hearth_engine::engine::DEFAULT_GPU_MEMORY_FRACTION, value_parser = parse_fraction)]
+    pub gpu_memory_fraction: f64,
     /// LoRA adapters each chat model keeps loaded (least recently used ones
     /// are unloaded beyond it). Also `--max-loaded-adapters`.
     #[arg(
@@ -569,4 +579,12 @@ pub enum EndpointsCommand {
         #[command(flatten)]
         location: StoreLocation,
     },
+}
+
+/// A share in (0, 1].
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        _ => Err(format!("`{s}` is not a fraction in (0, 1]")),
+    }
 }

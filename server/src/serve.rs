@@ -52,12 +52,17 @@ pub fn build_state(
     }
     let models_dir = args.store.models_dir();
     let started_at = now_secs();
-    let device = candle_core_device();
+    let device = args
+        .device
+        .open()
+        .with_context(|| format!("opening device {}", args.device))?;
+    tracing::info!(device = %hearth_engine::device::describe(&device), "models run on");
     let config = EngineConfig {
         max_waiting: args.max_waiting,
         max_active: args.max_active,
         max_batch_tokens: args.max_step_tokens,
         kv_cache_bytes: args.kv_cache_mb.map(|mb| mb << 20),
+        gpu_memory_fraction: args.gpu_memory_fraction,
         max_adapters: args.max_adapters,
         batch_step_time: std::time::Duration::from_millis(args.batch_step_ms),
         batch_long_quiet: std::time::Duration::from_secs(10),
@@ -175,10 +180,6 @@ fn load_adapter_entry(
         "adapter checked"
     );
     Ok(catalogue_adapter(entry, dir, created))
-}
-
-fn candle_core_device() -> hearth_engine::Device {
-    hearth_engine::Device::Cpu
 }
 
 /// Opens the store, sweeps blobs left without a row by a crash (so start

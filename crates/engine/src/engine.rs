@@ -30,6 +30,9 @@ pub struct EngineConfig {
     /// Bytes of the KV pool; `None` picks [`default_kv_cache_bytes`]. The
     /// pool always holds at least one full context.
     pub kv_cache_bytes: Option<usize>,
+    /// On a GPU, without `kv_cache_bytes`: the share of the device's memory
+    /// that weights and the KV pool may take together (0.9 by default).
+    pub gpu_memory_fraction: f64,
     /// LoRA adapters kept loaded ([`AdapterCache`] capacity).
     pub max_adapters: usize,
     /// Time a step may spend on batch-class sequences: they get the tokens
@@ -54,6 +57,7 @@ impl Default for EngineConfig {
             max_active: 64,
             max_batch_tokens: 512,
             kv_cache_bytes: None,
+            gpu_memory_fraction: DEFAULT_GPU_MEMORY_FRACTION,
             max_adapters: crate::adapters::DEFAULT_MAX_ADAPTERS,
             batch_step_time: Duration::from_millis(20),
             batch_long_quiet: Duration::from_secs(10),
@@ -61,6 +65,10 @@ impl Default for EngineConfig {
         }
     }
 }
+
+/// Share of a GPU's memory that weights and the KV pool take together when
+/// `--kv-cache-mb` is not given.
+pub const DEFAULT_GPU_MEMORY_FRACTION: f64 = 0.9;
 
 /// Default KV pool size for a model whose weights take `model_bytes`: the
 /// larger of 256 MiB and twice the weights (room for many streams of a
@@ -148,9 +156,13 @@ impl EngineHandle {
         let model = &parts.model;
         let block_bytes = model.block_bytes().max(1);
         let model_ctx = parts.context_length.min(model.info().context_length);
-        let bytes = config
-            .kv_cache_bytes
-            .unwrap_or_else(|| default_kv_cache_bytes(0));
+        let device = model.device();
+        let bytes = crate::device::kv_cache_bytes(
+            &device,
+            config.kv_cache_bytes,
+            config.gpu_memory_fraction,
+        )
+        .unwrap_or_else(|| default_kv_cache_bytes(0));
         // Always room for one sequence of the full context.
         let min_blocks = (model_ctx + 1).div_ceil(BLOCK_SIZE);
         let num_blocks = (bytes / block_bytes).max(min_blocks);
@@ -160,6 +172,7 @@ impl EngineHandle {
             blocks = num_blocks,
             mib = pool.size_in_bytes() >> 20,
             tokens = num_blocks * BLOCK_SIZE,
+            device = %crate::device::describe(&device),
             "kv cache pool"
         );
         let vocab_size = model.info().vocab_size;

@@ -22,6 +22,7 @@ pub mod catalog;
 pub mod chat_template;
 pub mod cross_encoder;
 pub mod detok;
+pub mod device;
 pub mod embed;
 pub mod engine;
 mod engine_loop;
@@ -36,6 +37,7 @@ pub mod tokenizer;
 
 pub use adapters::{AdapterCache, AdapterLoader, LoadedAdapter, PeftFiles};
 pub use batcher::{BatcherConfig, EncodeItem, EncoderHandle};
+pub use device::DeviceSpec;
 pub use embed::EmbedModel;
 pub use engine::{
     default_kv_cache_bytes, EngineConfig, EngineHandle, EngineParts, EngineSnapshot, TokenStream,

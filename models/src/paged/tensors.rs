@@ -6,16 +6,18 @@
 //! is one token position (the CPU pool's block/slot addressing, without its
 //! transposed key layout, which only the CPU loops want). A step's new keys
 //! and values are scattered to their rows in place (`scatter_set`, one
-//! call per layer for the whole batch); attention gathers each sequence's
-//! rows through its block table (`index_select`) and runs grouped-query
-//! attention with a causal mask as batched matmuls and a softmax, in f32.
+//! call per layer for the whole batch); attention gathers the rows of each
+//! sequence through its block table (`index_select`) and runs grouped-query
+//! attention with a causal mask as batched matmuls and a softmax, in f32:
+//! all decoding sequences in one product (contexts padded to the longest
+//! and masked), each prompt chunk on its own.
 //! Queries are rounded to the storage dtype first, as the CPU op does, so
 //! both give the same result up to summation order.
 //!
 //! Every operation is a candle op with kernels on CPU, CUDA and Metal; the
-//! tests run it on the CPU against the CPU op. Sequences are attended one
-//! after another (a fused kernel over all block tables at once would save
-//! the per-sequence launches and the gathered copy).
+//! tests run it on the CPU against the CPU op. A fused kernel reading the
+//! blocks in place would save the gathered copies and, for prompt chunks,
+//! the per-sequence launches.
 
 use candle_core::{DType, Device, Result, Tensor};
 
@@ -105,47 +107,120 @@ impl TensorKv {
     /// Causal attention of every sequence's new rows over its cached and
     /// new keys of `layer` (already written). `q` is `[num_heads, tokens,
     /// head_dim]`; returns `[tokens, num_heads * head_dim]` in f32.
+    ///
+    /// Sequences decoding one token are attended together in one batched
+    /// product (their contexts gathered side by side, padded to the longest
+    /// and masked); prompt chunks one sequence at a time.
     pub(crate) fn attend(&self, layer: usize, q: &Tensor, seqs: &[SeqView<'_>]) -> Result<Tensor> {
-        let (keys, values) = &self.layers[layer];
         let (nh, t, d) = q.dims3()?;
-        let nkv = self.num_kv_heads;
-        let n_rep = nh / nkv;
-        let scale = 1.0 / (d as f64).sqrt();
         // The CPU op multiplies queries rounded to the storage precision.
         let q = q.to_dtype(self.dtype)?.to_dtype(DType::F32)?;
-        let mut outs = Vec::with_capacity(seqs.len());
-        for s in seqs {
-            let ctx = s.pos + s.len;
-            let rows = Tensor::new(pool_rows_of(s.blocks, 0, ctx).as_slice(), &self.device)?;
-            // [ctx, nkv * d] -> [nkv, ctx, d]
-            let gather = |m: &Tensor| -> Result<Tensor> {
-                m.index_select(&rows, 0)?
-                    .to_dtype(DType::F32)?
-                    .reshape((ctx, nkv, d))?
-                    .transpose(0, 1)?
-                    .contiguous()
-            };
-            let (k, v) = (gather(keys)?, gather(values)?);
-            // Query head h = g * n_rep + r reads KV head g: stack the heads
-            // of a group as rows of one matmul.
-            let qs = q
-                .narrow(1, s.offset, s.len)?
-                .reshape((nkv, n_rep * s.len, d))?;
-            let scores = (qs.matmul(&k.t()?)? * scale)?; // [nkv, n_rep * len, ctx]
-            let mask = Tensor::new(causal_mask(s.pos, s.len, n_rep).as_slice(), &self.device)?
-                .reshape((1, n_rep * s.len, ctx))?;
-            let probs = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&mask)?)?;
-            let y = probs.matmul(&v)?; // [nkv, n_rep * len, d]
-            outs.push(y.reshape((nh, s.len, d))?);
+        let (decode, chunks): (Vec<&SeqView<'_>>, Vec<&SeqView<'_>>) =
+            seqs.iter().partition(|s| s.len == 1);
+        // Outputs in this order: the decoding rows, then each chunk's rows.
+        let mut parts = Vec::with_capacity(chunks.len() + 1);
+        let mut order: Vec<u32> = Vec::with_capacity(t);
+        if !decode.is_empty() {
+            parts.push(self.attend_decode(layer, &q, &decode)?);
+            order.extend(decode.iter().map(|s| s.offset as u32));
         }
-        let y = if outs.len() == 1 {
-            outs.pop().expect("one output")
+        for s in &chunks {
+            parts.push(self.attend_chunk(layer, &q, s)?);
+            order.extend((s.offset..s.offset + s.len).map(|r| r as u32));
+        }
+        let y = if parts.len() == 1 {
+            parts.pop().expect("one part")
         } else {
-            Tensor::cat(&outs, 1)?
+            Tensor::cat(&parts, 0)?
         };
-        debug_assert_eq!(y.dim(1)?, t);
-        y.transpose(0, 1)?.reshape((t, nh * d))
+        // Back to batch order where the groups interleave.
+        if order.iter().enumerate().all(|(i, &r)| r as usize == i) {
+            return Ok(y);
+        }
+        let mut inverse = vec![0u32; t];
+        for (i, &r) in order.iter().enumerate() {
+            inverse[r as usize] = i as u32;
+        }
+        debug_assert_eq!(y.dims2()?, (t, nh * d));
+        y.index_select(&Tensor::new(inverse.as_slice(), &self.device)?, 0)
     }
+
+    /// One sequence's chunk: `[len, num_heads * head_dim]`.
+    fn attend_chunk(&self, layer: usize, q: &Tensor, s: &SeqView<'_>) -> Result<Tensor> {
+        let (keys, values) = &self.layers[layer];
+        let (nh, _, d) = q.dims3()?;
+        let nkv = self.num_kv_heads;
+        let n_rep = nh / nkv;
+        let ctx = s.pos + s.len;
+        let rows = Tensor::new(pool_rows_of(s.blocks, 0, ctx).as_slice(), &self.device)?;
+        // [ctx, nkv * d] -> [nkv, ctx, d]
+        let gather = |m: &Tensor| -> Result<Tensor> {
+            m.index_select(&rows, 0)?
+                .to_dtype(DType::F32)?
+                .reshape((ctx, nkv, d))?
+                .transpose(0, 1)?
+                .contiguous()
+        };
+        let (k, v) = (gather(keys)?, gather(values)?);
+        // Query head h = g * n_rep + r reads KV head g: stack the heads of
+        // a group as rows of one matmul.
+        let qs = q
+            .narrow(1, s.offset, s.len)?
+            .reshape((nkv, n_rep * s.len, d))?;
+        let scores = (qs.matmul(&k.t()?)? * scale(d))?; // [nkv, n_rep * len, ctx]
+        let mask = Tensor::new(causal_mask(s.pos, s.len, n_rep).as_slice(), &self.device)?
+            .reshape((1, n_rep * s.len, ctx))?;
+        let probs = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&mask)?)?;
+        let y = probs.matmul(&v)?; // [nkv, n_rep * len, d]
+        y.reshape((nh, s.len, d))?
+            .transpose(0, 1)?
+            .reshape((s.len, nh * d))
+    }
+
+    /// Sequences with one new row each, together: `[seqs, num_heads *
+    /// head_dim]`.
+    fn attend_decode(&self, layer: usize, q: &Tensor, seqs: &[&SeqView<'_>]) -> Result<Tensor> {
+        let (keys, values) = &self.layers[layer];
+        let (nh, _, d) = q.dims3()?;
+        let nkv = self.num_kv_heads;
+        let n_rep = nh / nkv;
+        let b = seqs.len();
+        let ctx = seqs.iter().map(|s| s.pos + 1).max().unwrap_or(1);
+        // Every sequence's rows, padded with row 0 (masked out).
+        let mut rows = Vec::with_capacity(b * ctx);
+        let mut mask = vec![0f32; b * ctx];
+        for (i, s) in seqs.iter().enumerate() {
+            let n = s.pos + 1;
+            rows.extend(pool_rows_of(s.blocks, 0, n));
+            rows.resize((i + 1) * ctx, 0);
+            mask[i * ctx + n..(i + 1) * ctx].fill(f32::NEG_INFINITY);
+        }
+        let rows = Tensor::new(rows.as_slice(), &self.device)?;
+        // [b * ctx, nkv * d] -> [b, nkv, ctx, d]
+        let gather = |m: &Tensor| -> Result<Tensor> {
+            m.index_select(&rows, 0)?
+                .to_dtype(DType::F32)?
+                .reshape((b, ctx, nkv, d))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        let (k, v) = (gather(keys)?, gather(values)?);
+        let at: Vec<u32> = seqs.iter().map(|s| s.offset as u32).collect();
+        // [nh, b, d] -> [b, nkv, n_rep, d]
+        let qs = q
+            .index_select(&Tensor::new(at.as_slice(), &self.device)?, 1)?
+            .transpose(0, 1)?
+            .reshape((b, nkv, n_rep, d))?
+            .contiguous()?;
+        let scores = (qs.matmul(&k.transpose(2, 3)?)? * scale(d))?; // [b, nkv, n_rep, ctx]
+        let mask = Tensor::from_vec(mask, (b, 1, 1, ctx), &self.device)?;
+        let probs = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&mask)?)?;
+        probs.matmul(&v)?.reshape((b, nh * d)) // [b, nkv, n_rep, d]
+    }
+}
+
+fn scale(head_dim: usize) -> f64 {
+    1.0 / (head_dim as f64).sqrt()
 }
 
 /// The pool rows of positions `from..to` of a sequence with block table
@@ -205,8 +280,8 @@ mod tests {
         let gpu = KvPool::on_device(layers, nkv, d, 12, dtype, &dev)?;
         let kv = gpu.tensors().expect("a tensor pool");
         let tables: [&[u32]; 3] = [&[7, 2, 9], &[0], &[11, 4, 5, 1]];
-        // (prefill lengths, then one decode step for each).
-        let steps: [[usize; 3]; 2] = [[20, 5, 40], [1, 1, 1]];
+        // Prefill, a decode step, decode beside a chunk (either order).
+        let steps: [[usize; 3]; 4] = [[20, 5, 40], [1, 1, 1], [1, 9, 1], [3, 1, 1]];
         let mut pos = [0usize; 3];
         let mut worst = 0f32;
         for (step, lens) in steps.iter().enumerate() {
