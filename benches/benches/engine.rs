@@ -20,7 +20,9 @@
 //! repository's `data/models`); without it the bench says so and skips.
 //! `HEARTH_BENCH_GGUF` names another GGUF to measure instead, such as the
 //! 1B- and 8B-shaped files `hearth-synth-gguf` writes (the `scheduler`
-//! group keeps the default model's tokenizer).
+//! group keeps the default model's tokenizer). `HEARTH_BENCH_DEVICE`
+//! (`cpu`, `cuda`, `cuda:N`; default `cpu`) loads it onto another device
+//! in a binary built with that backend's feature.
 //!
 //! ```sh
 //! cargo bench -p hearth-benches --bench engine
@@ -66,7 +68,7 @@ fn start_engine(tiny: bool) -> Option<EngineHandle> {
         );
         return None;
     }
-    let lm = load_gguf(&path, &Device::Cpu).expect("loading the GGUF");
+    let lm = load_gguf(&path, &engine_run::bench_device()).expect("loading the GGUF");
     let tiny: Option<Box<dyn CausalLM>> =
         tiny.then(|| Box::new(tiny_llama(lm.model.info().vocab_size)) as Box<dyn CausalLM>);
     Some(engine_run::start(lm, tiny))

@@ -11,7 +11,8 @@
 //! (which pages the weights in). `tg128` is a 1-token prompt and 128
 //! decoded tokens, timed from the first token to the last, as the criterion
 //! `decode/B1x128` figure; `pp512` one 512-token prompt, submit to its first
-//! token, as `prefill/512`.
+//! token, as `prefill/512`. `HEARTH_BENCH_DEVICE=cuda` runs it on a GPU
+//! (build with `--features cuda`).
 
 #[path = "../benches/shared/engine_run.rs"]
 mod engine_run;
@@ -21,7 +22,6 @@ use std::path::PathBuf;
 use anyhow::Context;
 use engine_run::{decode_round, prefill_once};
 use hearth_engine::load::load_gguf;
-use hearth_engine::Device;
 
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
     let n = xs.len() as f64;
@@ -38,7 +38,7 @@ fn main() -> anyhow::Result<()> {
             .context("usage: engine_rounds FILE.gguf [REPS]")?,
     );
     let reps: usize = args.next().map_or(Ok(3), |s| s.parse())?;
-    let lm = load_gguf(&path, &Device::Cpu).context("loading the GGUF")?;
+    let lm = load_gguf(&path, &engine_run::bench_device()).context("loading the GGUF")?;
     let engine = engine_run::start(lm, None);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

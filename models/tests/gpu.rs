@@ -171,7 +171,12 @@ fn bf16_weights_on_the_gpu_stay_close_to_f32() -> Result<()> {
 fn quantized_gguf_on_the_gpu_matches_the_cpu() -> Result<()> {
     let Some(gpu) = cuda() else { return Ok(()) };
     let w = weights()?;
-    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4K, GgmlDType::Q6K] {
+    for dtype in [
+        GgmlDType::Q8_0,
+        GgmlDType::Q4_0,
+        GgmlDType::Q4K,
+        GgmlDType::Q6K,
+    ] {
         let bytes = gguf_bytes(&w, dtype)?;
         let cpu = gguf_model(&bytes, &Device::Cpu)?;
         let gm = gguf_model(&bytes, &gpu)?;
@@ -191,7 +196,11 @@ fn sixty_four_streams_in_one_batch_match_each_alone() -> Result<()> {
     let model = gguf_model(&gguf_bytes(&w, GgmlDType::Q8_0)?, &gpu)?;
     let n = 64;
     let prompts: Vec<Vec<u32>> = (0..n)
-        .map(|i| (0..(3 + i % 13)).map(|j| ((i * 31 + j * 7) % VOCAB) as u32).collect())
+        .map(|i| {
+            (0..(3 + i % 13))
+                .map(|j| ((i * 31 + j * 7) % VOCAB) as u32)
+                .collect()
+        })
         .collect();
     let blocks_each = CONTEXT / BLOCK_SIZE;
     let tables: Vec<Vec<u32>> = (0..n)

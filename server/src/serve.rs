@@ -124,7 +124,7 @@ pub fn build_state(
         engine: config.clone(),
         encoder: encoder_config.clone(),
         encoder_precision: args.encoder_precision,
-        capacity: crate::endpoints::Capacity::from_args(&args.endpoints),
+        capacity: crate::endpoints::Capacity::from_args(&args.endpoints, &device),
         device: device.clone(),
         scale_down_after: std::time::Duration::from_secs(args.endpoints.endpoint_scale_down_secs),
         drain_deadline: std::time::Duration::from_secs(args.endpoints.endpoint_drain_secs),

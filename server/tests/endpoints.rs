@@ -25,6 +25,7 @@ fn state_with(memory_mb: u64) -> AppState {
         memory: memory_mb * MIB,
         threads: 2,
         cores: 2,
+        gpu: None,
     };
     host.scale_down_after = Duration::ZERO;
     host.drain_deadline = Duration::from_secs(1);

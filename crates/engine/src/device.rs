@@ -147,6 +147,17 @@ pub fn memory_info(device: &Device) -> Option<(usize, usize)> {
     None
 }
 
+/// The GPU's product name as its driver reports it (`NVIDIA H100 80GB
+/// HBM3`); `None` on the CPU and where the backend does not say.
+pub fn product_name(device: &Device) -> Option<String> {
+    #[cfg(feature = "cuda")]
+    if let Ok(cuda) = device.as_cuda_device() {
+        return cuda.cuda_stream().context().name().ok();
+    }
+    let _ = device;
+    None
+}
+
 /// A short name of `device` for logs and `/metrics`: `cpu`, `cuda:0`.
 pub fn describe(device: &Device) -> String {
     match device.location() {
@@ -197,7 +208,10 @@ mod tests {
             assert!(bad.parse::<DeviceSpec>().is_err(), "{bad}");
         }
         assert_eq!(DeviceSpec::Cuda(2).to_string(), "cuda:2");
-        assert_eq!("cuda:2".parse::<DeviceSpec>().unwrap().to_string(), "cuda:2");
+        assert_eq!(
+            "cuda:2".parse::<DeviceSpec>().unwrap().to_string(),
+            "cuda:2"
+        );
     }
 
     #[test]

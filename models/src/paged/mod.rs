@@ -187,7 +187,14 @@ impl KvPool {
         if !matches!(dtype, DType::F16 | DType::BF16 | DType::F32) {
             candle_core::bail!("unsupported kv cache dtype {dtype:?}")
         }
-        let kv = TensorKv::new(num_layers, num_kv_heads, head_dim, num_blocks, dtype, device)?;
+        let kv = TensorKv::new(
+            num_layers,
+            num_kv_heads,
+            head_dim,
+            num_blocks,
+            dtype,
+            device,
+        )?;
         Ok(Self {
             num_layers,
             num_kv_heads,

@@ -51,7 +51,8 @@ impl TensorKv {
             layers: Vec::with_capacity(num_layers),
         };
         for _ in 0..num_layers {
-            kv.layers.push((kv.zeros(num_blocks)?, kv.zeros(num_blocks)?));
+            kv.layers
+                .push((kv.zeros(num_blocks)?, kv.zeros(num_blocks)?));
         }
         Ok(kv)
     }
@@ -261,10 +262,14 @@ mod tests {
 
     /// Deterministic values in [-1, 1).
     fn values(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (0..n)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
             })
             .collect()

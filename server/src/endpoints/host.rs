@@ -9,6 +9,13 @@
 //! endpoints of the store together may reserve at most `--endpoint-memory-mb`
 //! and `--endpoint-threads`; creation and updates that would go past them
 //! are refused with what is missing.
+//!
+//! On a GPU host (models on a CUDA device) the flavors are `gpu-small`,
+//! `gpu-medium` and `gpu-large` instead: one GPU each (`gpu_type` the
+//! device's product name in lower case with dashes, e.g.
+//! `nvidia-h100-80gb-hbm3`), one host thread driving it, larger KV caches
+//! and more sequences; the memory accounted is the GPU's (80% of what is
+//! free once the shared models are loaded, unless `--endpoint-memory-mb`).
 
 use hearth_api::endpoints::{Flavor, FlavorResources, GPU_TYPE_CPU, REGION_LOCAL};
 
@@ -20,7 +27,7 @@ const MIB: u64 = 1 << 20;
 const REPLICA_OVERHEAD: u64 = 64 * MIB;
 
 /// The host's resources that endpoints may reserve.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Capacity {
     /// Bytes of memory.
     pub memory: u64,
@@ -28,21 +35,33 @@ pub struct Capacity {
     pub threads: usize,
     /// Cores the host has (the flavors are sized from them).
     pub cores: usize,
+    /// The GPU endpoints run on (`gpu_type` of its flavors); `None`: the CPU.
+    pub gpu: Option<String>,
 }
 
 impl Capacity {
-    /// From the flags, defaulting to 80% of the memory available now and
-    /// every core.
-    pub fn from_args(args: &EndpointArgs) -> Self {
+    /// From the flags, defaulting to 80% of the memory available now (the
+    /// GPU's on a GPU) and every core.
+    pub fn from_args(args: &EndpointArgs, device: &hearth_engine::Device) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let gpu_memory = hearth_engine::device::memory_info(device).map(|(free, _)| free as u64);
+        let gpu = (!device.is_cpu()).then(|| {
+            gpu_type(
+                &hearth_engine::device::product_name(device)
+                    .unwrap_or_else(|| hearth_engine::device::describe(device)),
+            )
+        });
         let memory = match args.endpoint_memory_mb {
             Some(mb) => mb.saturating_mul(MIB),
-            None => available_memory().map_or(4 << 30, |m| m / 10 * 8),
+            None => gpu_memory
+                .or_else(available_memory)
+                .map_or(4 << 30, |m| m / 10 * 8),
         };
         Self {
             memory,
             threads: args.endpoint_threads.unwrap_or(cores),
             cores,
+            gpu,
         }
     }
 }
@@ -98,9 +117,40 @@ const SIZES: [(&str, usize, u64, u32); 3] = [
     ("large", 4, 512, 32),
 ];
 
+/// On a GPU: (name, KV cache in MiB, sequences); one host thread each.
+const GPU_SIZES: [(&str, u64, u32); 3] = [
+    ("small", 2048, 16),
+    ("medium", 8192, 64),
+    ("large", 32768, 128),
+];
+
+/// `gpu_type` from a product name: `NVIDIA H100 80GB HBM3` ->
+/// `nvidia-h100-80gb-hbm3`.
+pub fn gpu_type(product: &str) -> String {
+    product
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_ascii_lowercase)
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
 /// The flavors of a model on this host: those whose reservation fits the
 /// capacity at all.
 pub fn flavors(capacity: &Capacity, model: &ModelFootprint) -> Vec<Flavor> {
+    if let Some(gpu) = &capacity.gpu {
+        return GPU_SIZES
+            .iter()
+            .map(|&(name, kv_mb, max_active)| Flavor {
+                flavor_name: format!("gpu-{name}"),
+                gpu_type: Some(gpu.clone()),
+                gpu_count: 1,
+                regions: vec![REGION_LOCAL.to_string()],
+                resources: resources(1, kv_mb, max_active, model),
+            })
+            .filter(|f| f.resources.memory_mb * MIB <= capacity.memory && capacity.threads >= 1)
+            .collect();
+    }
     let mut out: Vec<Flavor> = Vec::new();
     for (name, quarters, kv_mb, max_active) in SIZES {
         let threads = (capacity.cores * quarters / 4).max(1);
@@ -190,6 +240,7 @@ mod tests {
             memory: memory_mb * MIB,
             threads: cores,
             cores,
+            gpu: None,
         }
     }
 
@@ -246,6 +297,25 @@ mod tests {
             &SMALL_MODEL,
         );
         assert_eq!(fl.last().unwrap().flavor_name, "cpu-medium");
+    }
+
+    #[test]
+    fn a_gpu_host_offers_gpu_flavors_within_its_memory() {
+        assert_eq!(gpu_type("NVIDIA H100 80GB HBM3"), "nvidia-h100-80gb-hbm3");
+        let c = Capacity {
+            gpu: Some(gpu_type("NVIDIA H200")),
+            ..cap(16, 12 * 1024)
+        };
+        let fl = flavors(&c, &SMALL_MODEL);
+        let names: Vec<&str> = fl.iter().map(|f| f.flavor_name.as_str()).collect();
+        // 12 GiB: small (2 GiB of cache) and medium (8 GiB) fit, large not.
+        assert_eq!(names, ["gpu-small", "gpu-medium"]);
+        let f = &fl[1];
+        assert_eq!(f.gpu_type.as_deref(), Some("nvidia-h200"));
+        assert_eq!(f.gpu_count, 1);
+        assert_eq!(f.resources.threads, 1);
+        assert_eq!(f.resources.kv_cache_mb, 8192);
+        assert_eq!(f.resources.memory_mb, 100 + 8192 + 64);
     }
 
     #[test]

@@ -42,7 +42,9 @@ pub fn serve_args(models: Vec<String>, max_waiting: usize, max_active: usize) ->
         encoder_precision: hearth_engine::EncoderPrecision::Auto,
         max_step_tokens: 512,
         batch_step_ms: 20,
+        device: hearth_engine::DeviceSpec::Cpu,
         kv_cache_mb: None,
+        gpu_memory_fraction: hearth_engine::engine::DEFAULT_GPU_MEMORY_FRACTION,
         max_adapters: 8,
         store: StoreArgs {
             data_dir: data_dir(),
