@@ -471,10 +471,10 @@ impl Llama {
         x: &Tensor,
         seqs: &[SeqView<'_>],
         pool: &mut KvPool,
-        positions: &Tensor,
-        pool_rows: &Tensor,
+        at: &StepRows,
         lora: &LoraBatch<'_>,
     ) -> Result<Tensor> {
+        let (positions, pool_rows) = (&at.positions, &at.pool_rows);
         let a = &self.blocks[layer].attn;
         let proj =
             |lin: &Linear, t: LoraTarget, x: &Tensor| lora.apply(layer, t, x, lin.forward(x)?);
@@ -578,14 +578,16 @@ impl Llama {
         positions: &[u32],
         pool: &mut KvPool,
     ) -> Result<Tensor> {
-        let positions = Tensor::new(positions, &self.device)?;
-        let pool_rows = match pool.tensors() {
-            Some(kv) => pool_rows(views, kv.device())?,
-            None => Tensor::zeros(0, DType::U32, &self.device)?,
+        let at = StepRows {
+            positions: Tensor::new(positions, &self.device)?,
+            pool_rows: match pool.tensors() {
+                Some(kv) => pool_rows(views, kv.device())?,
+                None => Tensor::zeros(0, DType::U32, &self.device)?,
+            },
         };
         for (i, block) in self.blocks.iter().enumerate() {
             let n = block.attn_norm.forward(&x)?;
-            let h = self.attention(i, &n, views, pool, &positions, &pool_rows, lora)?;
+            let h = self.attention(i, &n, views, pool, &at, lora)?;
             x = (x + h)?;
             let n = block.ffn_norm.forward(&x)?;
             let m = &block.mlp;
@@ -602,6 +604,13 @@ impl Llama {
         }
         Ok(x)
     }
+}
+
+/// Where a step's rows go: each row's position (RoPE) and, with a tensor
+/// KV pool, its row in the pool.
+struct StepRows {
+    positions: Tensor,
+    pool_rows: Tensor,
 }
 
 /// Runs `f` on a rayon worker (the calling thread when it is one). A step
