@@ -26,6 +26,10 @@
 //!   applies them per sequence inside a paged batch ([`PagedSeq::lora`],
 //!   checked and prepared through [`LoraSpec`]).
 //!
+//! - [`diffusion`]: Stable Diffusion text-to-image ([`diffusion::DiffusionPipeline`])
+//!   from a diffusers folder, on candle-transformers' CLIP, UNet, VAE and
+//!   schedulers; [`diffusion::write_tiny_pipeline`] writes a tiny one for tests.
+//!
 //! Other files: `paged/` ([`KvPool`] and the paged attention op),
 //! `kv_cache.rs` ([`KvCache`]), `linear.rs` ([`Linear`]), `rotary.rs` (RoPE
 //! tables).
@@ -38,6 +42,7 @@ mod kv_cache;
 mod linear;
 mod llama;
 mod llama_cpu;
+pub mod diffusion;
 pub mod lora;
 mod lora_apply;
 mod lora_merge;
