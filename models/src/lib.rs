@@ -36,13 +36,13 @@
 
 mod bert;
 mod bert_cpu;
+pub mod diffusion;
 mod encoder;
 mod gguf;
 mod kv_cache;
 mod linear;
 mod llama;
 mod llama_cpu;
-pub mod diffusion;
 pub mod lora;
 mod lora_apply;
 mod lora_merge;

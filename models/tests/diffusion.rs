@@ -27,11 +27,17 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> anyhow::Result<f32> {
 fn std_dev(a: &Tensor) -> anyhow::Result<f32> {
     let a = a.flatten_all()?;
     let mean = a.mean_all()?;
-    Ok(a.broadcast_sub(&mean)?.sqr()?.mean_all()?.sqrt()?.to_scalar::<f32>()?)
+    Ok(a.broadcast_sub(&mean)?
+        .sqr()?
+        .mean_all()?
+        .sqrt()?
+        .to_scalar::<f32>()?)
 }
 
 fn vb(file: &Path) -> anyhow::Result<candle_nn::VarBuilder<'static>> {
-    Ok(unsafe { candle_nn::VarBuilder::from_mmaped_safetensors(&[file], DType::F32, &Device::Cpu)? })
+    Ok(unsafe {
+        candle_nn::VarBuilder::from_mmaped_safetensors(&[file], DType::F32, &Device::Cpu)?
+    })
 }
 
 fn params(n: usize, seed: u64) -> ImageParams {
@@ -57,8 +63,9 @@ fn generate(p: &DiffusionPipeline, params: &ImageParams) -> anyhow::Result<Vec<R
 fn components_match_candle_transformers_modules() -> anyhow::Result<()> {
     let (dir, p) = tiny(7)?;
     let dir = dir.path();
-    let config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("text_encoder/config.json"))?)?;
+    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        dir.join("text_encoder/config.json"),
+    )?)?;
     let clip_config = ClipTextConfig {
         vocab_size: config["vocab_size"].as_u64().unwrap() as usize,
         embed_dim: 32,
@@ -86,8 +93,16 @@ fn components_match_candle_transformers_modules() -> anyhow::Result<()> {
         flip_sin_to_cos: true,
         freq_shift: 0.0,
         blocks: vec![
-            BlockConfig { out_channels: 32, use_cross_attn: Some(1), attention_head_dim: 2 },
-            BlockConfig { out_channels: 64, use_cross_attn: None, attention_head_dim: 4 },
+            BlockConfig {
+                out_channels: 32,
+                use_cross_attn: Some(1),
+                attention_head_dim: 2,
+            },
+            BlockConfig {
+                out_channels: 64,
+                use_cross_attn: None,
+                attention_head_dim: 4,
+            },
         ],
         layers_per_block: 1,
         downsample_padding: 1,
@@ -136,7 +151,9 @@ fn components_match_candle_transformers_modules() -> anyhow::Result<()> {
     assert!(std_dev(&decoded)? > 1e-3);
     // The two latents decode to different images.
     let per_image = decoded.flatten_from(1)?;
-    let diff = (per_image.get(0)? - per_image.get(1)?)?.abs()?.max(D::Minus1)?;
+    let diff = (per_image.get(0)? - per_image.get(1)?)?
+        .abs()?
+        .max(D::Minus1)?;
     assert!(diff.to_scalar::<f32>()? > 1e-3);
     Ok(())
 }
@@ -144,11 +161,20 @@ fn components_match_candle_transformers_modules() -> anyhow::Result<()> {
 #[test]
 fn tokenizer_gives_clip_ids() -> anyhow::Result<()> {
     let (dir, p) = tiny(1)?;
-    let vocab: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("tokenizer/vocab.json"))?)?;
+    let vocab: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("tokenizer/vocab.json"))?,
+    )?;
     let id = |t: &str| vocab[t].as_u64().unwrap() as u32;
     let (bos, eos) = (id("<|startoftext|>"), id("<|endoftext|>"));
-    let mut expected = vec![bos, id("a</w>"), id("photo</w>"), id("of</w>"), id("a</w>"), id("cat</w>"), eos];
+    let mut expected = vec![
+        bos,
+        id("a</w>"),
+        id("photo</w>"),
+        id("of</w>"),
+        id("a</w>"),
+        id("cat</w>"),
+        eos,
+    ];
     expected.resize(77, eos);
     assert_eq!(p.tokenize("a photo of a cat")?, expected);
     // Lowercased, whitespace collapsed.
@@ -158,7 +184,15 @@ fn tokenizer_gives_clip_ids() -> anyhow::Result<()> {
     let ids = p.tokenize("xyz, dog")?;
     assert_eq!(
         &ids[..7],
-        &[bos, id("x"), id("y"), id("z</w>"), id(",</w>"), id("dog</w>"), eos]
+        &[
+            bos,
+            id("x"),
+            id("y"),
+            id("z</w>"),
+            id(",</w>"),
+            id("dog</w>"),
+            eos
+        ]
     );
     // Long prompts are truncated to 77 with EOS last.
     let long = p.tokenize(&"cat ".repeat(200))?;
@@ -174,33 +208,76 @@ fn generation_is_deterministic_per_seed() -> anyhow::Result<()> {
     let again = generate(&p, &params(2, 42))?;
     assert_eq!(first.len(), 2);
     for image in &first {
-        assert_eq!((image.width, image.height, image.pixels.len()), (64, 64, 64 * 64 * 3));
-        assert!(image.pixels.iter().any(|&v| v != image.pixels[0]), "a flat image");
+        assert_eq!(
+            (image.width, image.height, image.pixels.len()),
+            (64, 64, 64 * 64 * 3)
+        );
+        assert!(
+            image.pixels.iter().any(|&v| v != image.pixels[0]),
+            "a flat image"
+        );
     }
-    assert_eq!(first, again, "the same seed gave different images");
-    assert_ne!(first[0], first[1], "the two images of a request are equal");
+    assert!(first == again, "the same seed gave different images");
+    assert!(
+        first[0] != first[1],
+        "the two images of a request are equal"
+    );
     let single = generate(&p, &params(1, 42))?;
-    assert_eq!(single[0], first[0], "image 0 differs from the n=1 image");
+    // Image 0 of a batch is the n=1 image up to float rounding: the batched
+    // UNet pass (4 rows with guidance instead of 2) may round differently in
+    // the last bit, which can move a pixel by one level.
+    let (a, b) = (&single[0].pixels, &first[0].pixels);
+    let max_diff = a.iter().zip(b).map(|(x, y)| x.abs_diff(*y)).max().unwrap();
+    let differing = a.iter().zip(b).filter(|(x, y)| x != y).count();
+    assert!(
+        max_diff <= 2 && differing * 100 <= a.len(),
+        "image 0 differs from the n=1 image: {differing} values, by up to {max_diff}"
+    );
+    // Image 1 is seed + 1's image (within the same rounding).
+    let next = generate(&p, &params(1, 43))?;
+    let diff = next[0]
+        .pixels
+        .iter()
+        .zip(&first[1].pixels)
+        .map(|(x, y)| x.abs_diff(*y))
+        .max()
+        .unwrap();
+    assert!(diff <= 2, "image 1 is not seed + 1's image (diff {diff})");
     let other = generate(&p, &params(1, 1234))?;
-    assert_ne!(other[0], first[0], "another seed gave the same image");
+    assert!(other[0] != first[0], "another seed gave the same image");
     // Without guidance (a batch of n) the image changes too.
-    let unguided = generate(&p, &ImageParams { guidance_scale: 1.0, ..params(1, 42) })?;
-    assert_ne!(unguided[0], first[0]);
+    let unguided = generate(
+        &p,
+        &ImageParams {
+            guidance_scale: 1.0,
+            ..params(1, 42)
+        },
+    )?;
+    assert!(unguided[0] != first[0], "guidance made no difference");
     Ok(())
 }
 
 #[test]
 fn png_round_trips() -> anyhow::Result<()> {
     let (width, height) = (5, 3);
-    let pixels = (0..width * height * 3).map(|i| (i * 17 % 256) as u8).collect();
-    let image = RgbImage { width, height, pixels };
+    let pixels = (0..width * height * 3)
+        .map(|i| (i * 17 % 256) as u8)
+        .collect();
+    let image = RgbImage {
+        width,
+        height,
+        pixels,
+    };
     let bytes = image.to_png();
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
     let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
     let mut reader = decoder.read_info()?;
     let mut buf = vec![0; reader.output_buffer_size().unwrap()];
     let frame = reader.next_frame(&mut buf)?;
-    assert_eq!((frame.width as usize, frame.height as usize), (width, height));
+    assert_eq!(
+        (frame.width as usize, frame.height as usize),
+        (width, height)
+    );
     assert_eq!(frame.color_type, png::ColorType::Rgb);
     assert_eq!(frame.bit_depth, png::BitDepth::Eight);
     assert_eq!(&buf[..frame.buffer_size()], &image.pixels[..]);
@@ -223,7 +300,13 @@ fn sizes_and_defaults() -> anyhow::Result<()> {
     assert!(!p.supports_size(4096, 64));
     assert!(p.size_rule().contains("16"));
     let err = p
-        .generate(&ImageParams { width: 72, ..params(1, 1) }, &mut |_, _| true)
+        .generate(
+            &ImageParams {
+                width: 72,
+                ..params(1, 1)
+            },
+            &mut |_, _| true,
+        )
         .unwrap_err();
     assert!(err.to_string().contains("72x64"), "{err}");
     Ok(())
@@ -234,19 +317,31 @@ fn on_step_false_cancels_after_the_first_step() -> anyhow::Result<()> {
     let (_dir, p) = tiny(1)?;
     let mut calls = Vec::new();
     let err = p
-        .generate(&ImageParams { steps: 3, ..params(1, 5) }, &mut |step, total| {
-            calls.push((step, total));
-            false
-        })
+        .generate(
+            &ImageParams {
+                steps: 3,
+                ..params(1, 5)
+            },
+            &mut |step, total| {
+                calls.push((step, total));
+                false
+            },
+        )
         .unwrap_err();
     assert!(err.to_string().contains("cancelled"), "{err}");
     assert_eq!(calls, vec![(1, 3)]);
     let mut calls = Vec::new();
     generate(&p, &params(1, 5))?;
-    p.generate(&ImageParams { steps: 3, ..params(1, 5) }, &mut |step, total| {
-        calls.push((step, total));
-        true
-    })?;
+    p.generate(
+        &ImageParams {
+            steps: 3,
+            ..params(1, 5)
+        },
+        &mut |step, total| {
+            calls.push((step, total));
+            true
+        },
+    )?;
     assert_eq!(calls, vec![(1, 3), (2, 3), (3, 3)]);
     Ok(())
 }
@@ -271,11 +366,18 @@ fn load_error(edit: impl FnOnce(&Path) -> anyhow::Result<()>) -> anyhow::Result<
 #[test]
 fn unsupported_configs_are_refused_by_name() -> anyhow::Result<()> {
     let err = load_error(|d| {
-        edit_json(&d.join("unet/config.json"), |v| v["down_block_types"][1] = "FooBlock2D".into())
+        edit_json(&d.join("unet/config.json"), |v| {
+            v["down_block_types"][1] = "FooBlock2D".into()
+        })
     })?;
-    assert!(err.contains("FooBlock2D") && err.contains("down_block_types"), "{err}");
+    assert!(
+        err.contains("FooBlock2D") && err.contains("down_block_types"),
+        "{err}"
+    );
     let err = load_error(|d| {
-        edit_json(&d.join("unet/config.json"), |v| v["addition_embed_type"] = "text_time".into())
+        edit_json(&d.join("unet/config.json"), |v| {
+            v["addition_embed_type"] = "text_time".into()
+        })
     })?;
     assert!(err.contains("addition_embed_type"), "{err}");
     let err = load_error(|d| {
@@ -291,7 +393,9 @@ fn unsupported_configs_are_refused_by_name() -> anyhow::Result<()> {
     })?;
     assert!(err.contains("beta_schedule"), "{err}");
     let err = load_error(|d| {
-        edit_json(&d.join("text_encoder/config.json"), |v| v["hidden_act"] = "gelu".into())
+        edit_json(&d.join("text_encoder/config.json"), |v| {
+            v["hidden_act"] = "gelu".into()
+        })
     })?;
     assert!(err.contains("gelu"), "{err}");
     Ok(())

@@ -27,7 +27,12 @@ pub(crate) fn refuse_set(file: &str, field: &str, value: &Option<Value>) -> Resu
 }
 
 /// Errors unless `value` is absent or equals `expected`.
-pub(crate) fn require_str(file: &str, field: &str, value: &Option<String>, expected: &[&str]) -> Result<()> {
+pub(crate) fn require_str(
+    file: &str,
+    field: &str,
+    value: &Option<String>,
+    expected: &[&str],
+) -> Result<()> {
     match value {
         Some(v) if !expected.contains(&v.as_str()) => {
             bail!("{file}: {field} = {v:?} is not supported (expected one of {expected:?})")
@@ -159,7 +164,12 @@ impl UNetJson {
             &self.resnet_time_scale_shift,
             &["default"],
         )?;
-        require_str(F, "time_embedding_type", &self.time_embedding_type, &["positional"])?;
+        require_str(
+            F,
+            "time_embedding_type",
+            &self.time_embedding_type,
+            &["positional"],
+        )?;
         require_str(F, "attention_type", &self.attention_type, &["default"])?;
         for (field, k) in [
             ("conv_in_kernel", self.conv_in_kernel),
@@ -178,9 +188,9 @@ impl UNetJson {
         match &self.mid_block_type {
             None => {}
             Some(Value::String(s)) if s == "UNetMidBlock2DCrossAttn" => {}
-            Some(v) => bail!(
-                "{F}: mid_block_type = {v} is not supported (only UNetMidBlock2DCrossAttn)"
-            ),
+            Some(v) => {
+                bail!("{F}: mid_block_type = {v} is not supported (only UNetMidBlock2DCrossAttn)")
+            }
         }
         let n = self.block_out_channels.len();
         if n == 0 {
@@ -223,7 +233,11 @@ impl UNetJson {
                 "DownBlock2D" => false,
                 other => bail!("{F}: down_block_types[{i}] = {other:?} is not supported (CrossAttnDownBlock2D or DownBlock2D)"),
             };
-            let up_expected = if cross { "CrossAttnUpBlock2D" } else { "UpBlock2D" };
+            let up_expected = if cross {
+                "CrossAttnUpBlock2D"
+            } else {
+                "UpBlock2D"
+            };
             let up = &self.up_block_types[n - 1 - i];
             if up != up_expected {
                 bail!(
@@ -232,10 +246,14 @@ impl UNetJson {
                 )
             }
             let out_channels = self.block_out_channels[i];
-            if heads[i] == 0 || out_channels % heads[i] != 0 {
-                bail!("{F}: {} {} does not divide block_out_channels[{i}] = {out_channels}", heads_value.0, heads[i])
+            if heads[i] == 0 || !out_channels.is_multiple_of(heads[i]) {
+                bail!(
+                    "{F}: {} {} does not divide block_out_channels[{i}] = {out_channels}",
+                    heads_value.0,
+                    heads[i]
+                )
             }
-            if out_channels % self.norm_num_groups != 0 {
+            if !out_channels.is_multiple_of(self.norm_num_groups) {
                 bail!("{F}: norm_num_groups {} does not divide block_out_channels[{i}] = {out_channels}", self.norm_num_groups)
             }
             blocks.push(BlockConfig {
@@ -320,7 +338,10 @@ impl VaeJson {
             }
         }
         if self.out_channels != 3 {
-            bail!("{F}: out_channels = {} is not supported (3, RGB)", self.out_channels)
+            bail!(
+                "{F}: out_channels = {} is not supported (3, RGB)",
+                self.out_channels
+            )
         }
         Ok(AutoEncoderKLConfig {
             block_out_channels: self.block_out_channels.clone(),
@@ -341,4 +362,3 @@ impl VaeJson {
         self.scaling_factor.unwrap_or_else(default_scaling)
     }
 }
-

@@ -52,10 +52,7 @@ fn weights_file(dir: &Path, component: &str, stem: &str) -> Result<PathBuf> {
             return Ok(path);
         }
     }
-    bail!(
-        "{}: no {component}/{stem}.safetensors",
-        dir.display()
-    )
+    bail!("{}: no {component}/{stem}.safetensors", dir.display())
 }
 
 fn var_builder<'a>(file: &Path, dtype: DType, device: &Device) -> Result<VarBuilder<'a>> {
@@ -313,10 +310,7 @@ impl DiffusionPipeline {
             .to_device(&Device::Cpu)?
             .flatten_all()?
             .to_vec1::<f32>()?;
-        let pixels = values
-            .iter()
-            .map(|&v| (v * 255.0).round() as u8)
-            .collect();
+        let pixels = values.iter().map(|&v| (v * 255.0).round() as u8).collect();
         Ok(RgbImage {
             width,
             height,

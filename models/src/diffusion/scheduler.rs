@@ -78,7 +78,10 @@ impl SchedulerJson {
             bail!("{F}: rescale_betas_zero_snr = true is not supported")
         }
         if self.num_train_timesteps < 2 {
-            bail!("{F}: num_train_timesteps = {} is too small", self.num_train_timesteps)
+            bail!(
+                "{F}: num_train_timesteps = {} is too small",
+                self.num_train_timesteps
+            )
         }
         let beta_schedule = match self.beta_schedule.as_deref().unwrap_or("scaled_linear") {
             "scaled_linear" => BetaSchedule::ScaledLinear,
@@ -160,7 +163,12 @@ impl Sampler {
                 let sigmas = inner
                     .timesteps()
                     .iter()
-                    .map(|&t| inner.add_noise(&zero, one.clone(), t)?.to_vec1::<f64>().map(|v| v[0]))
+                    .map(|&t| {
+                        inner
+                            .add_noise(&zero, one.clone(), t)?
+                            .to_vec1::<f64>()
+                            .map(|v| v[0])
+                    })
                     .collect::<Result<Vec<_>>>()?;
                 Ok(Self {
                     inner,

@@ -67,7 +67,9 @@ impl ClipTextJson {
                 self.layer_norm_eps
             )
         }
-        if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+        if self.num_attention_heads == 0
+            || !self.hidden_size.is_multiple_of(self.num_attention_heads)
+        {
             bail!("{F}: num_attention_heads does not divide hidden_size")
         }
         Ok(())

@@ -24,9 +24,37 @@ use std::path::Path;
 
 /// Words the tiny vocabulary merges whole (each also spelled by its letters).
 const WORDS: &[&str] = &[
-    "a", "an", "the", "of", "in", "on", "with", "and", "photo", "painting", "cat", "dog",
-    "horse", "tree", "house", "red", "blue", "green", "astronaut", "riding", "city", "night",
-    "sky", "sun", "portrait", "style", "oil", "high", "quality", "blurry", "low",
+    "a",
+    "an",
+    "the",
+    "of",
+    "in",
+    "on",
+    "with",
+    "and",
+    "photo",
+    "painting",
+    "cat",
+    "dog",
+    "horse",
+    "tree",
+    "house",
+    "red",
+    "blue",
+    "green",
+    "astronaut",
+    "riding",
+    "city",
+    "night",
+    "sky",
+    "sun",
+    "portrait",
+    "style",
+    "oil",
+    "high",
+    "quality",
+    "blurry",
+    "low",
 ];
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> candle_core::Error {
@@ -175,11 +203,9 @@ pub fn write_tiny_pipeline(dir: &Path, seed: u64) -> Result<()> {
     });
     write_json(&dir.join("text_encoder/config.json"), &clip)?;
     let clip: ClipTextJson = serde_json::from_value(clip).map_err(|e| io_err(dir, e))?;
-    write_component(
-        &dir.join("text_encoder/model.safetensors"),
-        seed,
-        |vb| ClipTextTransformer::new(vb.pp("text_model"), &clip.text_model_config()).map(drop),
-    )?;
+    write_component(&dir.join("text_encoder/model.safetensors"), seed, |vb| {
+        ClipTextTransformer::new(vb.pp("text_model"), &clip.text_model_config()).map(drop)
+    })?;
 
     let unet = json!({
         "_class_name": "UNet2DConditionModel",

@@ -20,7 +20,8 @@ pub(crate) const BOS: &str = "<|startoftext|>";
 pub(crate) const EOS: &str = "<|endoftext|>";
 
 /// CLIP's pre-tokenizer pattern (case is already folded by the normalizer).
-const CLIP_PATTERN: &str = r"<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+";
+const CLIP_PATTERN: &str =
+    r"<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+";
 
 fn tok_err(what: &str, e: impl std::fmt::Display) -> candle_core::Error {
     candle_core::Error::Msg(format!("tokenizer: {what}: {e}"))
@@ -75,8 +76,11 @@ impl ClipTokenizer {
             .build()
             .map_err(|e| tok_err("reading vocab.json/merges.txt", e))?;
         let mut tokenizer = Tokenizer::new(bpe);
-        let whitespace = Replace::new(tokenizers::normalizers::replace::ReplacePattern::Regex(r"\s+".into()), " ")
-            .map_err(|e| tok_err("normalizer", e))?;
+        let whitespace = Replace::new(
+            tokenizers::normalizers::replace::ReplacePattern::Regex(r"\s+".into()),
+            " ",
+        )
+        .map_err(|e| tok_err("normalizer", e))?;
         tokenizer.with_normalizer(Some(NormSequence::new(vec![
             NFC.into(),
             whitespace.into(),
@@ -92,10 +96,7 @@ impl ClipTokenizer {
             split.into(),
             ByteLevel::new(false, false, false).into(),
         ])));
-        tokenizer.add_special_tokens(&[
-            AddedToken::from(BOS, true),
-            AddedToken::from(EOS, true),
-        ]);
+        tokenizer.add_special_tokens(&[AddedToken::from(BOS, true), AddedToken::from(EOS, true)]);
         Ok(tokenizer)
     }
 
