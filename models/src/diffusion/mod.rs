@@ -10,9 +10,12 @@
 //! (DDIM when the folder's scheduler asks for it), then decodes with the VAE
 //! into [`RgbImage`]s ([`RgbImage::to_png`] encodes them).
 //!
-//! Noise is drawn on the CPU from a small seeded generator (`noise.rs`), so a
-//! seed gives the same image on every run; image `i` of a request uses seed
-//! `seed + i`.
+//! Noise is drawn on the CPU from a small seeded generator (`noise.rs`), so
+//! the same seed and parameters give bit-identical images on the CPU. Image
+//! `i` of a request uses seed `seed + i`; it equals that seed's `n = 1`
+//! image up to float rounding (all images share one batched UNet pass per
+//! step, and a larger batch may round differently in the last bit, which can
+//! move a pixel value by one).
 //!
 //! [`write_tiny_pipeline`] (`tiny.rs`) writes a tiny random-weight pipeline of
 //! the same architecture for tests.
