@@ -29,6 +29,7 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/v1/embeddings", post(routes::embeddings::create))
         .route("/v1/rerank", post(routes::rerank::create))
+        .route("/v1/images/generations", post(routes::images::create))
         // Uploads stream to storage under their own limit (`--max-upload-mb`).
         .route(
             "/v1/files",

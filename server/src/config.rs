@@ -145,6 +145,10 @@ pub struct ServeArgs {
     /// pool is sized from what is free once its weights are loaded).
     #[arg(long, env = "HEARTH_GPU_MEMORY_FRACTION", default_value_t = hearth_engine::engine::DEFAULT_GPU_MEMORY_FRACTION, value_parser = parse_fraction)]
     pub gpu_memory_fraction: f64,
+    /// Image requests that may wait behind the one an image model is
+    /// generating; more are refused with 529.
+    #[arg(long, env = "HEARTH_MAX_IMAGE_QUEUE", default_value_t = 8)]
+    pub max_image_queue: usize,
     /// LoRA adapters each chat model keeps loaded (least recently used ones
     /// are unloaded beyond it). Also `--max-loaded-adapters`.
     #[arg(

@@ -202,6 +202,7 @@ impl Modify for Bearer {
         inference::create_chat_completion,
         inference::create_embedding,
         inference::create_rerank,
+        inference::create_image,
         responses::create_response,
         responses::retrieve_response,
         responses::delete_response,
@@ -278,7 +279,7 @@ impl Modify for Bearer {
     tags(
         (name = "Models"), (name = "Completions"), (name = "Chat"), (name = "Responses"),
         (name = "Embeddings"),
-        (name = "Rerank"), (name = "Files"), (name = "Fine-tuning"), (name = "Batches"),
+        (name = "Rerank"), (name = "Images"), (name = "Files"), (name = "Fine-tuning"), (name = "Batches"),
         (name = "Datasets"), (name = "Dedicated endpoints"),
         (name = "Usage", description = "What each project used and spent."),
         (name = "Admin"),

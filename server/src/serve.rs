@@ -75,6 +75,10 @@ pub fn build_state(
     };
     let mut chat = BTreeMap::new();
     let mut embed = BTreeMap::new();
+    let mut images = BTreeMap::new();
+    let image_config = hearth_engine::image::ImageConfig {
+        max_waiting: args.max_image_queue,
+    };
     let mut adapter_entries = Vec::new();
     crate::malloc::hold_thresholds();
     for entry in &entries {
@@ -108,10 +112,18 @@ pub fn build_state(
                 tracing::info!(model = %entry.id, precision = model.precision.as_str(), "encoder arithmetic");
                 embed.insert(entry.id.clone(), model);
             }
-            ModelKind::Adapter => adapter_entries.push(entry),
-            other => {
-                tracing::warn!(model = %entry.id, kind = other.as_str(), "this kind of model is not served yet; skipped")
+            ModelKind::Image => {
+                tracing::info!(model = %entry.id, "loading");
+                let model = hearth_engine::image::ImageModel::start(
+                    entry,
+                    &models_dir,
+                    &device,
+                    image_config,
+                )
+                .with_context(|| format!("loading {}", entry.id))?;
+                images.insert(entry.id.clone(), model);
             }
+            ModelKind::Adapter => adapter_entries.push(entry),
         }
     }
     let mut adapters = BTreeMap::new();
@@ -136,6 +148,7 @@ pub fn build_state(
             store: store.clone(),
         })),
         embed: Arc::new(embed),
+        images: Arc::new(images),
         api_keys: Arc::new(api_keys),
         started_at,
         store,

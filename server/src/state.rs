@@ -22,6 +22,8 @@ pub struct AppState {
     pub adapter_source: Option<SharedAdapterSource>,
     /// Embedding models served (embeddings, and rerank as bi-encoders), by catalogue id.
     pub embed: Arc<BTreeMap<String, EmbedModel>>,
+    /// Image models served (`/v1/images/generations`), by catalogue id.
+    pub images: Arc<BTreeMap<String, hearth_engine::image::ImageModel>>,
     /// Extra keys accepted as `Authorization: Bearer KEY` for the default
     /// project, besides the keys in the store.
     pub api_keys: Arc<Vec<String>>,

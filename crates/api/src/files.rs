@@ -33,6 +33,7 @@ pub const LIST_PURPOSES: &[&str] = &[
     "vision",
     "user_data",
     "evals",
+    "image",
 ];
 
 /// Whether uploads of `purpose` must be JSONL (checked line by line).

@@ -45,6 +45,7 @@ pub mod endpoints;
 pub mod error;
 pub mod files;
 pub mod fine_tuning;
+pub mod images;
 pub mod models;
 pub mod output_format;
 pub mod parse;

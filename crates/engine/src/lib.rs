@@ -11,6 +11,8 @@
 //!   blocks [`block_manager`] hands out, shares by prompt prefix and frees.
 //! - [`adapters`] keeps the LoRA adapters of an engine (a bounded LRU loaded
 //!   lazily by key); requests name theirs in `GenerateRequest::adapter`.
+//! - [`image`] serves text-to-image diffusion models on a worker thread
+//!   each, behind a bounded queue.
 //! - [`embed`] loads sentence-transformers embedding models; [`batcher`] packs
 //!   concurrent embedding requests into forward passes under a token budget
 //!   on the encoder's own thread ([`EncoderHandle`]).
@@ -27,6 +29,7 @@ pub mod embed;
 pub mod engine;
 mod engine_loop;
 pub mod grammar;
+pub mod image;
 pub mod pull;
 pub mod sampler;
 mod sequence;

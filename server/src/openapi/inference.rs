@@ -118,3 +118,27 @@ pub fn create_embedding() {}
     )
 )]
 pub fn create_rerank() {}
+
+#[utoipa::path(
+    post,
+    path = "/v1/images/generations",
+    tag = "Images",
+    operation_id = "createImage",
+    summary = "Generate images from a prompt",
+    description = "Runs on the image model's own worker; `b64_json` returns the PNGs inline, \
+        `url` (the default) stores each as a file of purpose `image` and returns a signed \
+        download link that works without a key for an hour.",
+    params(ProjectQuery),
+    request_body = hearth_api::images::ImageGenerationRequest,
+    responses(
+        (status = 200, description = "The images, in order (image `i` from `seed + i`).", body = hearth_api::images::ImagesResponse),
+        (status = 400, description = "A chat or embedding model named, no image model served, \
+            `n` or `num_inference_steps` out of range, or a `size` the model cannot make.", body = UpstreamError),
+        (status = 404, description = "No model of this name.", body = ErrorDetail),
+        (status = 422, description = "No prompt, or a malformed body."),
+        (status = 500, description = "The model failed to generate the images.", body = UpstreamError),
+        (status = 503, description = "The image model's worker has stopped.", body = UpstreamError),
+        (status = 529, description = "The image model's queue is full.", body = UpstreamError),
+    )
+)]
+pub fn create_image() {}

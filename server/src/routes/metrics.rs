@@ -94,10 +94,79 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             let _ = writeln!(out, "{name}{{model=\"{id}\"}} {}", value(snap));
         }
     }
+    image_series(&state, &mut out);
     batch_series(&state, &mut out).await;
     endpoint_series(&state, &mut out).await;
     usage_series(&state, &mut out);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+}
+
+/// Each image model's queue, progress and totals.
+fn image_series(state: &AppState, out: &mut String) {
+    if state.images.is_empty() {
+        return;
+    }
+    let snaps: Vec<_> = state
+        .images
+        .iter()
+        .map(|(id, m)| (id, m.snapshot()))
+        .collect();
+    type ImageSeries = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&hearth_engine::image::ImageSnapshot) -> f64,
+    );
+    let series: [ImageSeries; 7] = [
+        (
+            "hearth_image_requests_running",
+            "gauge",
+            "Image requests being generated.",
+            |s| s.running as f64,
+        ),
+        (
+            "hearth_image_requests_waiting",
+            "gauge",
+            "Image requests queued.",
+            |s| s.waiting as f64,
+        ),
+        (
+            "hearth_image_steps_done",
+            "gauge",
+            "Denoising steps done of the running request.",
+            |s| s.progress.0 as f64,
+        ),
+        (
+            "hearth_image_steps_planned",
+            "gauge",
+            "Denoising steps of the running request in all.",
+            |s| s.progress.1 as f64,
+        ),
+        (
+            "hearth_image_steps_total",
+            "counter",
+            "Denoising steps run.",
+            |s| s.steps_total as f64,
+        ),
+        (
+            "hearth_images_generated_total",
+            "counter",
+            "Images generated.",
+            |s| s.images_total as f64,
+        ),
+        (
+            "hearth_image_requests_cancelled_total",
+            "counter",
+            "Image requests whose client left before they finished.",
+            |s| s.cancelled_total as f64,
+        ),
+    ];
+    for (name, kind, help, value) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (id, snap) in &snaps {
+            let _ = writeln!(out, "{name}{{model=\"{id}\"}} {}", value(snap));
+        }
+    }
 }
 
 /// Batches by status (of the whole store: every node's) and the batch

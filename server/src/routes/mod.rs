@@ -15,6 +15,7 @@ pub mod files;
 pub mod fine_tuning;
 pub mod generate;
 pub mod health;
+pub mod images;
 pub mod metrics;
 pub mod models;
 pub mod rerank;

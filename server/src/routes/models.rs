@@ -22,8 +22,15 @@ pub async fn list(
         .values()
         .map(|m| (&m.entry, m.engine.context_length()));
     let embed = state.embed.values().map(|m| (&m.entry, m.max_tokens));
+    // An image model's prompt limit is its text encoder's (77 tokens for
+    // CLIP); the catalogue's context_length says it where set.
+    let images = state
+        .images
+        .values()
+        .map(|m| (&m.entry, m.entry.context_length));
     let mut data: Vec<ModelObject> = chat
         .chain(embed)
+        .chain(images)
         .map(|(e, context_length)| {
             let mut object = ModelObject::new(e.id.clone(), state.started_at, e.owner());
             if query.verbose {

@@ -46,6 +46,7 @@ pub fn serve_args(models: Vec<String>, max_waiting: usize, max_active: usize) ->
         kv_cache_mb: None,
         gpu_memory_fraction: hearth_engine::engine::DEFAULT_GPU_MEMORY_FRACTION,
         max_adapters: 8,
+        max_image_queue: 8,
         store: StoreArgs {
             data_dir: data_dir(),
             catalog: Some(data_dir().join("no-such-catalog.toml")),
@@ -124,6 +125,7 @@ pub fn bare_state() -> AppState {
         adapters: Default::default(),
         adapter_source: None,
         embed: Default::default(),
+        images: Default::default(),
         api_keys: std::sync::Arc::new(vec![KEY.to_string()]),
         started_at: 0,
         store,

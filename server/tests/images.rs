@@ -1,0 +1,276 @@
+//! `/v1/images/generations` through the in-process router, with a tiny
+//! random-weight Stable Diffusion pipeline (written in a temporary folder in
+//! the diffusers layout) registered as a local catalogue model beside the
+//! default chat model: both response formats, the PNGs decoded, seeds,
+//! every error case, a full queue, and image requests beside a chat request.
+
+mod common;
+
+use std::sync::OnceLock;
+
+use axum::body::Body;
+use axum::http::Request;
+use base64::Engine as _;
+use common::*;
+use hearth_server::AppState;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+const IMAGE: &str = "hearth/tiny-sd";
+
+/// The default chat model and the tiny image model, its queue `queue` long.
+fn image_state(queue: usize) -> AppState {
+    let dir = temp_dir();
+    let pipeline = dir.join("tiny-sd");
+    hearth_models::diffusion::write_tiny_pipeline(&pipeline, 7).expect("writing the pipeline");
+    let files: Vec<String> = ["", "scheduler", "text_encoder", "tokenizer", "unet", "vae"]
+        .iter()
+        .flat_map(|sub| std::fs::read_dir(pipeline.join(sub)).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .map(|p| {
+            let rel = p.strip_prefix(&pipeline).unwrap().display().to_string();
+            format!("{{ path = \"{rel}\" }}")
+        })
+        .collect();
+    assert!(files.len() >= 8, "{files:?}");
+    let catalog = dir.join("catalog.toml");
+    std::fs::write(
+        &catalog,
+        format!(
+            "[[model]]\nid = \"{IMAGE}\"\nkind = \"image\"\ncontext_length = 77\n\
+             description = \"tiny random-weight Stable Diffusion (tests)\"\n\
+             source = {{ type = \"local\", path = \"{}\" }}\nfiles = [{}]\n",
+            pipeline.display(),
+            files.join(", ")
+        ),
+    )
+    .unwrap();
+    let mut args = serve_args(vec![MODEL.to_string(), IMAGE.to_string()], 64, 8);
+    args.store.catalog = Some(catalog);
+    args.max_image_queue = queue;
+    let (store, project) = new_store();
+    hearth_server::serve::build_state(&args, vec![KEY.to_string()], store, &project)
+        .expect("loading the models")
+}
+
+fn state() -> &'static AppState {
+    static STATE: OnceLock<AppState> = OnceLock::new();
+    STATE.get_or_init(|| image_state(8))
+}
+
+async fn generate(state: &AppState, body: Value) -> Reply {
+    post(state, "/v1/images/generations", &body.to_string()).await
+}
+
+/// `(width, height, rgb or rgba pixels)` of a PNG.
+fn decode_png(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+    let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+    let mut reader = decoder.read_info().expect("a readable PNG");
+    let mut buf = vec![0; reader.output_buffer_size().expect("a sane size")];
+    let info = reader.next_frame(&mut buf).expect("a frame");
+    buf.truncate(info.buffer_size());
+    (info.width, info.height, buf)
+}
+
+fn b64_images(reply: &Reply) -> Vec<Vec<u8>> {
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    reply.json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            base64::engine::general_purpose::STANDARD
+                .decode(d["b64_json"].as_str().expect("b64_json"))
+                .unwrap()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn b64_json_gives_pngs_of_the_requested_size_reproducible_by_seed() {
+    let body = json!({"model": IMAGE, "prompt": "a red fox in the snow", "n": 2,
+                      "size": "64x64", "response_format": "b64_json", "seed": 42,
+                      "num_inference_steps": 2});
+    let first = generate(state(), body.clone()).await;
+    let images = b64_images(&first);
+    assert_eq!(images.len(), 2);
+    let body_json = first.json();
+    assert_eq!(body_json["size"], "64x64");
+    assert_eq!(body_json["seed"], 42);
+    assert!(body_json["created"].as_i64().unwrap() > 0);
+    assert_eq!(
+        body_json["data"][0]["revised_prompt"],
+        "a red fox in the snow"
+    );
+    assert!(body_json["data"][0].get("url").is_none());
+    let (w, h, pixels) = decode_png(&images[0]);
+    assert_eq!((w, h), (64, 64));
+    assert!(
+        pixels.iter().any(|&p| p != pixels[0]),
+        "a flat image: {:?}",
+        &pixels[..8]
+    );
+    assert_ne!(
+        images[0], images[1],
+        "the two images of a request are equal"
+    );
+    // The same seed again: the same images; another seed: others.
+    assert_eq!(b64_images(&generate(state(), body.clone()).await), images);
+    let mut other = body.clone();
+    other["seed"] = json!(43);
+    assert_ne!(b64_images(&generate(state(), other).await)[0], images[0]);
+}
+
+#[tokio::test]
+async fn url_downloads_without_a_key_and_the_file_is_listed() {
+    let reply = generate(
+        state(),
+        json!({"model": IMAGE, "prompt": "a lighthouse", "num_inference_steps": 1}),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let body = reply.json();
+    assert_eq!(body["size"], "64x64", "auto is the model's own size");
+    let url = body["data"][0]["url"].as_str().expect("a url");
+    assert!(body["data"][0].get("b64_json").is_none());
+    let path = url.split_once("://").unwrap().1;
+    let path = &path[path.find('/').unwrap()..];
+    let response = hearth_server::app(state().clone())
+        .oneshot(Request::get(path).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(decode_png(&bytes).0, 64);
+    // A tampered link is refused.
+    let bad = path.replace("signature=", "signature=0");
+    let response = hearth_server::app(state().clone())
+        .oneshot(Request::get(bad).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    let files = send(state(), "GET", "/v1/files?purpose=image", Some(KEY), None).await;
+    assert_eq!(files.status, 200, "{}", files.text);
+    assert!(files.text.contains(".png"), "{}", files.text);
+}
+
+#[tokio::test]
+async fn bad_requests_get_the_api_error_shapes() {
+    let cases = [
+        (json!({"model": IMAGE}), 422, None),
+        (json!({"model": IMAGE, "prompt": ""}), 422, None),
+        (json!({"model": "no/such-model", "prompt": "x"}), 404, None),
+        (json!({"model": MODEL, "prompt": "x"}), 400, Some("model")),
+        (
+            json!({"model": IMAGE, "prompt": "x", "n": 9}),
+            400,
+            Some("n"),
+        ),
+        (
+            json!({"model": IMAGE, "prompt": "x", "size": "72x64"}),
+            400,
+            Some("size"),
+        ),
+        (
+            json!({"model": IMAGE, "prompt": "x", "size": "4096x4096"}),
+            400,
+            Some("size"),
+        ),
+        (
+            json!({"model": IMAGE, "prompt": "x", "size": "huge"}),
+            400,
+            Some("size"),
+        ),
+        (
+            json!({"model": IMAGE, "prompt": "x", "response_format": "gif"}),
+            422,
+            None,
+        ),
+    ];
+    for (body, status, param) in cases {
+        let reply = generate(state(), body.clone()).await;
+        assert_eq!(reply.status, status, "{body}: {}", reply.text);
+        if let Some(param) = param {
+            assert_eq!(
+                reply.json()["error"]["param"],
+                param,
+                "{body}: {}",
+                reply.text
+            );
+        }
+    }
+    // The model is still there and works.
+    let ok = generate(
+        state(),
+        json!({"prompt": "x", "num_inference_steps": 1, "response_format": "b64_json"}),
+    )
+    .await;
+    assert_eq!(ok.status, 200, "{}", ok.text);
+}
+
+#[tokio::test]
+async fn images_and_chat_at_the_same_time_all_finish() {
+    let image = |seed: u64| {
+        tokio::spawn(generate(
+            state(),
+            json!({"model": IMAGE, "prompt": "a boat", "seed": seed, "num_inference_steps": 3,
+                   "response_format": "b64_json"}),
+        ))
+    };
+    let (a, b) = (image(1), image(2));
+    let chat = post(
+        state(),
+        "/v1/chat/completions",
+        &json!({"model": MODEL, "messages": [{"role": "user", "content": "Say hi."}],
+                "max_tokens": 8})
+        .to_string(),
+    )
+    .await;
+    assert_eq!(chat.status, 200, "{}", chat.text);
+    for reply in [a.await.unwrap(), b.await.unwrap()] {
+        assert_eq!(b64_images(&reply).len(), 1);
+    }
+    let metrics = send(state(), "GET", "/metrics", Some(KEY), None).await;
+    assert!(
+        metrics.text.contains(&format!(
+            "hearth_images_generated_total{{model=\"{IMAGE}\"}}"
+        )),
+        "{}",
+        metrics.text
+    );
+}
+
+#[tokio::test]
+async fn a_full_queue_answers_529() {
+    // No waiting room: a second request while one runs is refused.
+    let state = image_state(0);
+    let long = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            generate(
+                &state,
+                json!({"model": IMAGE, "prompt": "slow", "num_inference_steps": 60,
+                       "response_format": "b64_json"}),
+            )
+            .await
+        })
+    };
+    // Wait until it runs.
+    let running = format!("hearth_image_requests_running{{model=\"{IMAGE}\"}} 1");
+    let mut seen = false;
+    for _ in 0..400 {
+        let m = send(&state, "GET", "/metrics", Some(KEY), None).await;
+        if m.text.contains(&running) {
+            seen = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(seen, "the first request never ran");
+    let refused = generate(&state, json!({"model": IMAGE, "prompt": "again"})).await;
+    assert_eq!(refused.status, 529, "{}", refused.text);
+    assert_eq!(long.await.unwrap().status, 200);
+}
