@@ -12,7 +12,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 
 use candle_core::{DType, Device};
@@ -75,6 +75,15 @@ pub struct ImageSnapshot {
     pub progress: (usize, usize),
 }
 
+/// Requests admitted and not yet answered (the one running and those
+/// waiting), against the limit: admission counts here rather than on the
+/// channel's capacity, so that a request is never refused while the worker
+/// is between two jobs.
+struct Admission {
+    outstanding: AtomicUsize,
+    limit: usize,
+}
+
 struct Job {
     params: ImageParams,
     cancel: Arc<AtomicBool>,
@@ -86,8 +95,9 @@ struct Job {
 pub struct ImageModel {
     pub entry: CatalogEntry,
     pipeline: Arc<DiffusionPipeline>,
-    tx: SyncSender<Job>,
+    tx: Sender<Job>,
     stats: Arc<ImageStats>,
+    admission: Arc<Admission>,
 }
 
 /// Sets the request's cancel flag when the waiting future is dropped (the
@@ -133,17 +143,22 @@ impl ImageModel {
     ) -> Self {
         let pipeline = Arc::new(pipeline);
         let stats = Arc::new(ImageStats::default());
-        let (tx, rx) = sync_channel(config.max_waiting);
-        let (p, s) = (pipeline.clone(), stats.clone());
+        let admission = Arc::new(Admission {
+            outstanding: AtomicUsize::new(0),
+            limit: config.max_waiting + 1,
+        });
+        let (tx, rx) = channel();
+        let (p, s, a) = (pipeline.clone(), stats.clone(), admission.clone());
         std::thread::Builder::new()
             .name(format!("hearth-image-{}", entry.id))
-            .spawn(move || worker(&p, &s, rx))
+            .spawn(move || worker(&p, &s, &a, rx))
             .expect("spawning the image worker");
         Self {
             entry,
             pipeline,
             tx,
             stats,
+            admission,
         }
     }
 
@@ -191,17 +206,16 @@ impl ImageModel {
             cancel: cancel.clone(),
             reply,
         };
+        let a = &self.admission;
+        if a.outstanding.fetch_add(1, Ordering::AcqRel) >= a.limit {
+            a.outstanding.fetch_sub(1, Ordering::AcqRel);
+            return Err(ImageError::QueueFull(self.entry.id.clone()));
+        }
         self.stats.waiting.fetch_add(1, Ordering::Relaxed);
-        match self.tx.try_send(job) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => {
-                self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
-                return Err(ImageError::QueueFull(self.entry.id.clone()));
-            }
-            Err(TrySendError::Disconnected(_)) => {
-                self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
-                return Err(ImageError::Stopped);
-            }
+        if self.tx.send(job).is_err() {
+            self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
+            a.outstanding.fetch_sub(1, Ordering::AcqRel);
+            return Err(ImageError::Stopped);
         }
         let mut guard = CancelOnDrop(cancel, false);
         let out = answer.await.unwrap_or(Err(ImageError::Stopped));
@@ -227,11 +241,17 @@ impl ImageModel {
 }
 
 /// Runs queued requests one at a time until every handle is gone.
-fn worker(pipeline: &DiffusionPipeline, stats: &ImageStats, rx: Receiver<Job>) {
+fn worker(
+    pipeline: &DiffusionPipeline,
+    stats: &ImageStats,
+    admission: &Admission,
+    rx: Receiver<Job>,
+) {
     for job in rx {
         stats.waiting.fetch_sub(1, Ordering::Relaxed);
         if job.cancel.load(Ordering::Relaxed) || job.reply.is_closed() {
             stats.cancelled.fetch_add(1, Ordering::Relaxed);
+            admission.outstanding.fetch_sub(1, Ordering::AcqRel);
             continue;
         }
         stats.running.store(1, Ordering::Relaxed);
@@ -271,6 +291,7 @@ fn worker(pipeline: &DiffusionPipeline, stats: &ImageStats, rx: Receiver<Job>) {
         stats.running.store(0, Ordering::Relaxed);
         stats.step_done.store(0, Ordering::Relaxed);
         stats.step_total.store(0, Ordering::Relaxed);
+        admission.outstanding.fetch_sub(1, Ordering::AcqRel);
         let _ = job.reply.send(answer);
     }
 }
