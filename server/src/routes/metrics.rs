@@ -6,17 +6,23 @@ use std::fmt::Write;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
+use hearth_engine::image::ImageSnapshot;
 use hearth_engine::EngineSnapshot;
 
 use crate::state::AppState;
 
 /// (name, type, help, value of a snapshot)
-type Series = (
-    &'static str,
-    &'static str,
-    &'static str,
-    fn(&EngineSnapshot) -> f64,
-);
+type Series<T = EngineSnapshot> = (&'static str, &'static str, &'static str, fn(&T) -> f64);
+
+/// Writes each series of `series` with one line per model of `rows`.
+fn write_series<T>(out: &mut String, series: &[Series<T>], rows: &[(&String, T)]) {
+    for (name, kind, help, value) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (id, snap) in rows {
+            let _ = writeln!(out, "{name}{{model=\"{id}\"}} {}", value(snap));
+        }
+    }
+}
 
 const SERIES: [Series; 10] = [
     (
@@ -88,12 +94,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         .map(|(id, m)| (id, m.engine.snapshot()))
         .collect();
     let mut out = String::new();
-    for (name, kind, help, value) in SERIES {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (id, snap) in &snapshots {
-            let _ = writeln!(out, "{name}{{model=\"{id}\"}} {}", value(snap));
-        }
-    }
+    write_series(&mut out, &SERIES, &snapshots);
     image_series(&state, &mut out);
     batch_series(&state, &mut out).await;
     endpoint_series(&state, &mut out).await;
@@ -111,63 +112,53 @@ fn image_series(state: &AppState, out: &mut String) {
         .iter()
         .map(|(id, m)| (id, m.snapshot()))
         .collect();
-    type ImageSeries = (
-        &'static str,
-        &'static str,
-        &'static str,
-        fn(&hearth_engine::image::ImageSnapshot) -> f64,
-    );
-    let series: [ImageSeries; 7] = [
-        (
-            "hearth_image_requests_running",
-            "gauge",
-            "Image requests being generated.",
-            |s| s.running as f64,
-        ),
-        (
-            "hearth_image_requests_waiting",
-            "gauge",
-            "Image requests queued.",
-            |s| s.waiting as f64,
-        ),
-        (
-            "hearth_image_steps_done",
-            "gauge",
-            "Denoising steps done of the running request.",
-            |s| s.progress.0 as f64,
-        ),
-        (
-            "hearth_image_steps_planned",
-            "gauge",
-            "Denoising steps of the running request in all.",
-            |s| s.progress.1 as f64,
-        ),
-        (
-            "hearth_image_steps_total",
-            "counter",
-            "Denoising steps run.",
-            |s| s.steps_total as f64,
-        ),
-        (
-            "hearth_images_generated_total",
-            "counter",
-            "Images generated.",
-            |s| s.images_total as f64,
-        ),
-        (
-            "hearth_image_requests_cancelled_total",
-            "counter",
-            "Image requests whose client left before they finished.",
-            |s| s.cancelled_total as f64,
-        ),
-    ];
-    for (name, kind, help, value) in series {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (id, snap) in &snaps {
-            let _ = writeln!(out, "{name}{{model=\"{id}\"}} {}", value(snap));
-        }
-    }
+    write_series(out, &IMAGE_SERIES, &snaps);
 }
+
+const IMAGE_SERIES: [Series<ImageSnapshot>; 7] = [
+    (
+        "hearth_image_requests_running",
+        "gauge",
+        "Image requests being generated.",
+        |s| s.running as f64,
+    ),
+    (
+        "hearth_image_requests_waiting",
+        "gauge",
+        "Image requests queued.",
+        |s| s.waiting as f64,
+    ),
+    (
+        "hearth_image_steps_done",
+        "gauge",
+        "Denoising steps done of the running request.",
+        |s| s.progress.0 as f64,
+    ),
+    (
+        "hearth_image_steps_planned",
+        "gauge",
+        "Denoising steps of the running request in all.",
+        |s| s.progress.1 as f64,
+    ),
+    (
+        "hearth_image_steps_total",
+        "counter",
+        "Denoising steps run.",
+        |s| s.steps_total as f64,
+    ),
+    (
+        "hearth_images_generated_total",
+        "counter",
+        "Images generated.",
+        |s| s.images_total as f64,
+    ),
+    (
+        "hearth_image_requests_cancelled_total",
+        "counter",
+        "Image requests whose client left before they finished.",
+        |s| s.cancelled_total as f64,
+    ),
+];
 
 /// Batches by status (of the whole store: every node's) and the batch
 /// requests this node ran.
