@@ -144,6 +144,7 @@ pub fn app(state: AppState) -> Router {
             get(routes::admin::list_keys).post(routes::admin::create_key),
         )
         .route("/v1/admin/keys/{key_id}", delete(routes::admin::revoke_key))
+        .route("/v1/admin/nodes", get(routes::admin::list_nodes))
         .route(
             "/v1/admin/projects",
             get(routes::admin::list_projects).post(routes::admin::create_project),

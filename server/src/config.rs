@@ -195,6 +195,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub endpoints: EndpointArgs,
     #[command(flatten)]
+    pub node: crate::nodes::NodeArgs,
+    #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
     pub http: HttpArgs,

@@ -19,6 +19,7 @@ pub mod listen;
 pub mod malloc;
 pub mod models_cli;
 pub mod models_resolve;
+pub mod nodes;
 pub mod openapi;
 pub mod routes;
 pub mod serve;

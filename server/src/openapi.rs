@@ -246,6 +246,7 @@ impl Modify for Bearer {
         datasets::complete_upload,
         datasets::cancel_upload,
         admin::list_keys,
+        admin::list_nodes,
         admin::create_key,
         admin::revoke_key,
         admin::list_projects,

@@ -160,6 +160,7 @@ pub fn build_state(
         datasets: args.datasets.policy(),
         endpoints,
         usage: Default::default(),
+        node: args.node.identity(),
     })
 }
 
@@ -270,6 +271,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!("listening on http://{addr}");
     println!("Hearth is listening on http://{addr}");
+    let heartbeat = crate::nodes::register(&state, &args.node, addr).await;
     let draining = state.http.draining.clone();
     let (usage, store) = (state.usage.clone(), state.store.clone());
     crate::listen::serve(listener, crate::app::app(state), &args.http, async move {
@@ -283,6 +285,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(batches) = batches {
         batches.shut_down().await;
     }
+    heartbeat.stop().await;
     expiry.abort();
     reconciler.abort();
     meter.abort();

@@ -48,6 +48,9 @@ pub struct AppState {
     pub endpoints: crate::endpoints::Endpoints,
     /// Usage metering, token quotas and budgets.
     pub usage: crate::usage::Ledger,
+    /// This node's id in the store's registry of nodes, and the timeout
+    /// after which a silent node is gone.
+    pub node: crate::nodes::NodeIdentity,
 }
 
 /// Limits of dataset uploads.

@@ -129,3 +129,59 @@ async fn admin_routes_manage_keys_and_revokes_apply_at_once() {
         400,
     );
 }
+
+/// Two nodes on one store: each registers itself with its models, both are
+/// listed (to admins only) as alive with their capacity, a silent one is
+/// gone, and a clean stop removes the row.
+#[tokio::test]
+async fn nodes_register_heartbeat_and_leave() {
+    let mut state = bare_state();
+    state.node = hearth_server::nodes::NodeIdentity {
+        id: "node-one".into(),
+        timeout_secs: 30,
+    };
+    let admin = state.store.bootstrap_admin().await.unwrap().unwrap().secret;
+    let args = hearth_server::nodes::NodeArgs {
+        advertise_url: Some("http://10.1.2.3:8000".into()),
+        node_heartbeat_secs: 1,
+        ..Default::default()
+    };
+    let addr: std::net::SocketAddr = "0.0.0.0:8000".parse().unwrap();
+    let one = hearth_server::nodes::register(&state, &args, addr).await;
+    // A second node of the same store, whose heartbeat stopped long ago.
+    state
+        .store
+        .register_node("node-two", None, &["m/x".into()], &json!({}))
+        .await
+        .unwrap();
+    shape_a(&get(&state, "/v1/admin/nodes", Some(KEY)).await, 403);
+    let listed = get(&state, "/v1/admin/nodes", Some(&admin)).await.json();
+    let data = listed["data"].as_array().unwrap();
+    assert_eq!(data.len(), 2, "{listed}");
+    assert_eq!(data[0]["id"], "node-one");
+    assert_eq!(data[0]["advertise_url"], "http://10.1.2.3:8000");
+    assert_eq!(data[0]["this_node"], true);
+    assert_eq!(data[0]["alive"], true);
+    assert_eq!(data[0]["capacity"]["kv_blocks_total"], 0);
+    assert_eq!(data[1]["this_node"], false);
+    assert_eq!(data[1]["models"], json!(["m/x"]));
+    // The heartbeat renews the row (1 s period).
+    let before = state.store.nodes().await.unwrap()[0].heartbeat_at;
+    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+    assert!(state.store.nodes().await.unwrap()[0].heartbeat_at > before);
+    // A node whose heartbeat is older than the timeout is shown as gone.
+    state.node.timeout_secs = 0;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let listed = get(&state, "/v1/admin/nodes", Some(&admin)).await.json();
+    assert_eq!(listed["data"][1]["alive"], false, "{listed}");
+    one.stop().await;
+    let ids: Vec<String> = state
+        .store
+        .nodes()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|n| n.id)
+        .collect();
+    assert_eq!(ids, ["node-two"]);
+}

@@ -53,6 +53,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "console_sessions",
         include_str!("../migrations/0011_console_sessions.sql"),
     ),
+    (12, "nodes", include_str!("../migrations/0012_nodes.sql")),
 ];
 
 #[derive(Debug)]

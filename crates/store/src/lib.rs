@@ -32,6 +32,7 @@ pub mod ids;
 pub mod jsonl;
 pub mod keys;
 pub mod links;
+pub mod nodes;
 pub mod projects;
 pub mod responses;
 pub mod usage;

@@ -12,6 +12,22 @@ use hearth_api::ProjectQuery;
 
 #[utoipa::path(
     get,
+    path = "/v1/admin/nodes",
+    tag = "Admin",
+    operation_id = "listNodes",
+    summary = "The nodes serving this store",
+    description = "Every `hearth serve` sharing the store registers itself: `{object: list, \
+        data: [{id, object: node, advertise_url, models, capacity, started_at, heartbeat_at, \
+        alive, this_node}]}`; `alive` is a heartbeat within `--node-timeout-secs`.",
+    responses(
+        (status = 200, description = "The nodes, by id."),
+        (status = 403, description = "Not an admin key.", body = ErrorDetail),
+    )
+)]
+pub fn list_nodes() {}
+
+#[utoipa::path(
+    get,
     path = "/v1/admin/keys",
     tag = "Admin",
     operation_id = "listApiKeys",

@@ -34,6 +34,32 @@ fn project_json(project: &Project) -> Value {
     })
 }
 
+/// `GET /v1/admin/nodes`: the nodes registered in the store (every
+/// `hearth serve` sharing it), with whether each is alive (a heartbeat
+/// within `--node-timeout-secs`) and which one answered.
+pub async fn list_nodes(
+    State(state): State<AppState>,
+    Extension(ctx): Extension<RequestContext>,
+) -> Result<Json<Value>, HttpError> {
+    ctx.require_admin()?;
+    let nodes = state.store.nodes().await?;
+    let now = hearth_store::ids::now();
+    Ok(Json(json!({
+        "object": "list",
+        "data": nodes.iter().map(|n| json!({
+            "id": n.id,
+            "object": "node",
+            "advertise_url": n.advertise_url,
+            "models": n.models,
+            "capacity": n.capacity,
+            "started_at": n.started_at,
+            "heartbeat_at": n.heartbeat_at,
+            "alive": n.alive_at(now, state.node.timeout_secs),
+            "this_node": *n.id == *state.node.id,
+        })).collect::<Vec<_>>(),
+    })))
+}
+
 /// `GET /v1/admin/keys`: every key, revoked ones included (never the key).
 pub async fn list_keys(
     State(state): State<AppState>,

@@ -57,6 +57,7 @@ pub fn serve_args(models: Vec<String>, max_waiting: usize, max_active: usize) ->
         batch: Default::default(),
         datasets: Default::default(),
         endpoints: Default::default(),
+        node: Default::default(),
         limits: Default::default(),
         http: Default::default(),
     }
@@ -137,6 +138,7 @@ pub fn bare_state() -> AppState {
         endpoints: Default::default(),
         datasets: Default::default(),
         usage: Default::default(),
+        node: Default::default(),
     }
 }
 

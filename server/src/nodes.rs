@@ -1,0 +1,193 @@
+//! This node in the store's registry of nodes (`hearth_store::nodes`):
+//! registered when the server starts listening, a heartbeat with its free
+//! capacity every `--node-heartbeat-secs`, and removed on a clean shutdown.
+//! A node silent for `--node-timeout-secs` is shown as gone by
+//! `GET /v1/admin/nodes`; after ten timeouts any node removes its row.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::{json, Value};
+
+use crate::state::AppState;
+
+/// How this node names itself to the others.
+#[derive(Debug, Clone, Args)]
+pub struct NodeArgs {
+    /// This node's id in the store's registry (default: the host name and
+    /// a random suffix).
+    #[arg(long, env = "HEARTH_NODE_ID")]
+    pub node_id: Option<String>,
+    /// The URL other nodes and load balancers reach this node's API at
+    /// (default: `http://HOST:PORT` when `--host` is a specific address).
+    #[arg(long, env = "HEARTH_ADVERTISE_URL")]
+    pub advertise_url: Option<String>,
+    /// Seconds between heartbeats.
+    #[arg(long, env = "HEARTH_NODE_HEARTBEAT_SECS", default_value_t = 5)]
+    pub node_heartbeat_secs: u64,
+    /// Seconds without a heartbeat after which a node is gone.
+    #[arg(long, env = "HEARTH_NODE_TIMEOUT_SECS", default_value_t = 30)]
+    pub node_timeout_secs: u64,
+}
+
+impl Default for NodeArgs {
+    fn default() -> Self {
+        Self {
+            node_id: None,
+            advertise_url: None,
+            node_heartbeat_secs: 5,
+            node_timeout_secs: 30,
+        }
+    }
+}
+
+/// This node's id and the liveness timeout, as the handlers need them.
+#[derive(Debug, Clone)]
+pub struct NodeIdentity {
+    pub id: Arc<str>,
+    pub timeout_secs: i64,
+}
+
+impl Default for NodeIdentity {
+    fn default() -> Self {
+        Self {
+            id: "".into(),
+            timeout_secs: 30,
+        }
+    }
+}
+
+impl NodeArgs {
+    pub fn identity(&self) -> NodeIdentity {
+        NodeIdentity {
+            id: self.node_id.clone().unwrap_or_else(default_node_id).into(),
+            timeout_secs: self.node_timeout_secs.max(1) as i64,
+        }
+    }
+}
+
+/// The host name and six random hex digits.
+fn default_node_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "node".to_string());
+    format!("{host}-{:06x}", rand::random::<u32>() & 0xff_ffff)
+}
+
+/// Every model id this node answers for.
+pub fn served_models(state: &AppState) -> Vec<String> {
+    let mut ids: Vec<String> = state
+        .chat
+        .keys()
+        .chain(state.adapters.keys())
+        .chain(state.embed.keys())
+        .chain(state.images.keys())
+        .cloned()
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// This node's free capacity now: its chat engines' sequences and KV cache
+/// blocks, summed, and its image queues.
+pub fn capacity(state: &AppState) -> Value {
+    let (mut running, mut waiting, mut used, mut total) = (0, 0, 0, 0);
+    for m in state.chat.values() {
+        let s = m.engine.snapshot();
+        running += s.active;
+        waiting += s.waiting;
+        used += s.blocks_in_use;
+        total += s.blocks_total;
+    }
+    let images_waiting: usize = state
+        .images
+        .values()
+        .map(|m| {
+            let s = m.snapshot();
+            s.waiting + s.running
+        })
+        .sum();
+    json!({
+        "sequences_running": running,
+        "sequences_waiting": waiting,
+        "kv_blocks_free": total - used.min(total),
+        "kv_blocks_total": total,
+        "image_requests": images_waiting,
+    })
+}
+
+/// The registration's heartbeat task; [`Heartbeat::stop`] removes the row.
+pub struct Heartbeat {
+    task: tokio::task::JoinHandle<()>,
+    state: AppState,
+}
+
+/// Registers this node (listening on `addr`) and starts its heartbeat.
+pub async fn register(state: &AppState, args: &NodeArgs, addr: std::net::SocketAddr) -> Heartbeat {
+    let url = args
+        .advertise_url
+        .clone()
+        .or_else(|| (!addr.ip().is_unspecified()).then(|| format!("http://{addr}")));
+    let id = state.node.id.clone();
+    let models = served_models(state);
+    let store = state.store.clone();
+    let register = {
+        let (store, id, url, models) = (store.clone(), id.clone(), url.clone(), models.clone());
+        move |capacity: Value| {
+            let (store, id, url, models) = (store.clone(), id.clone(), url.clone(), models.clone());
+            async move {
+                store
+                    .register_node(&id, url.as_deref(), &models, &capacity)
+                    .await
+            }
+        }
+    };
+    match register(capacity(state)).await {
+        Ok(()) => tracing::info!(node = %id, url = ?url, "registered in the store's nodes"),
+        Err(e) => tracing::warn!(node = %id, "cannot register this node: {e}"),
+    }
+    let every = Duration::from_secs(args.node_heartbeat_secs.max(1));
+    let forget_after = state.node.timeout_secs * 10;
+    let task = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let cap = capacity(&state);
+                match state.store.node_heartbeat(&id, &cap).await {
+                    Ok(true) => {}
+                    // Forgotten as dead (a long pause): register again.
+                    Ok(false) => {
+                        if let Err(e) = register(cap).await {
+                            tracing::warn!(node = %id, "cannot register this node again: {e}");
+                        }
+                    }
+                    Err(e) => tracing::warn!(node = %id, "node heartbeat: {e}"),
+                }
+                if let Err(e) = state.store.forget_dead_nodes(forget_after).await {
+                    tracing::warn!("forgetting dead nodes: {e}");
+                }
+            }
+        })
+    };
+    Heartbeat {
+        task,
+        state: state.clone(),
+    }
+}
+
+impl Heartbeat {
+    /// Stops the heartbeat and removes this node's row.
+    pub async fn stop(self) {
+        self.task.abort();
+        if let Err(e) = self.state.store.deregister_node(&self.state.node.id).await {
+            tracing::warn!("removing this node from the store: {e}");
+        }
+    }
+}
