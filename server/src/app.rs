@@ -14,11 +14,22 @@ use crate::state::AppState;
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 pub fn app(state: AppState) -> Router {
-    let api = Router::new()
-        .route("/v1/models", get(routes::models::list))
+    // Routes that name a model: a model served only by another node of
+    // the store goes there (`forward.rs`).
+    let inference = Router::new()
         .route("/v1/completions", post(routes::completions::create))
         .route("/v1/chat/completions", post(routes::chat::create))
         .route("/v1/responses", post(routes::responses::create))
+        .route("/v1/embeddings", post(routes::embeddings::create))
+        .route("/v1/rerank", post(routes::rerank::create))
+        .route("/v1/images/generations", post(routes::images::create))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::forward::forward_remote,
+        ));
+    let api = Router::new()
+        .merge(inference)
+        .route("/v1/models", get(routes::models::list))
         .route(
             "/v1/responses/{response_id}",
             get(routes::responses::retrieve).delete(routes::responses::delete),
@@ -27,9 +38,6 @@ pub fn app(state: AppState) -> Router {
             "/v1/responses/{response_id}/input_items",
             get(routes::responses::input_items),
         )
-        .route("/v1/embeddings", post(routes::embeddings::create))
-        .route("/v1/rerank", post(routes::rerank::create))
-        .route("/v1/images/generations", post(routes::images::create))
         // Uploads stream to storage under their own limit (`--max-upload-mb`).
         .route(
             "/v1/files",

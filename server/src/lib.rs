@@ -9,6 +9,7 @@ pub mod endpoints;
 pub mod endpoints_cli;
 pub mod error;
 pub mod fine_tuned;
+pub mod forward;
 pub mod iam;
 pub mod iam_cli;
 pub mod imported_adapters;
