@@ -103,3 +103,29 @@ async fn a_node_forwards_what_another_node_serves() {
     assert_eq!(reply.status, 503, "{}", reply.text);
     b.store.deregister_node("node-a").await.unwrap();
 }
+
+/// Keys live in the shared store and are checked on every request: a key
+/// revoked through one node is refused by the other at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_revoked_on_one_node_is_refused_by_the_other_at_once() {
+    let a = bare_state();
+    let mut b = bare_state();
+    b.store = a.store.clone();
+    b.default_project = a.default_project.clone();
+    let admin = a.store.bootstrap_admin().await.unwrap().unwrap().secret;
+    let created = post_with(&a, "/v1/admin/keys", &admin, &json!({"name": "k"})).await;
+    assert_eq!(created.status, 200, "{}", created.text);
+    let created = created.json();
+    let (id, secret) = (
+        created["id"].as_str().unwrap().to_string(),
+        created["key"].as_str().unwrap().to_string(),
+    );
+    assert_eq!(send(&b, "GET", "/v1/files", Some(&secret), None).await.status, 200);
+    let revoked = send(&a, "DELETE", &format!("/v1/admin/keys/{id}"), Some(&admin), None).await;
+    assert_eq!(revoked.status, 200, "{}", revoked.text);
+    assert_eq!(send(&b, "GET", "/v1/files", Some(&secret), None).await.status, 401);
+}
+
+async fn post_with(state: &AppState, uri: &str, key: &str, body: &serde_json::Value) -> Reply {
+    send(state, "POST", uri, Some(key), Some(&body.to_string())).await
+}
