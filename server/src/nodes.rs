@@ -120,6 +120,18 @@ pub fn capacity(state: &AppState) -> Value {
     })
 }
 
+/// Tells the usage ledger how many alive nodes share the quotas.
+async fn count_alive(state: &AppState) {
+    if let Ok(nodes) = state.store.nodes().await {
+        let now = hearth_store::ids::now();
+        let alive = nodes
+            .iter()
+            .filter(|n| n.alive_at(now, state.node.timeout_secs))
+            .count();
+        state.usage.set_alive_nodes(alive.max(1));
+    }
+}
+
 /// The registration's heartbeat task; [`Heartbeat::stop`] removes the row.
 pub struct Heartbeat {
     task: tokio::task::JoinHandle<()>,
@@ -150,6 +162,7 @@ pub async fn register(state: &AppState, args: &NodeArgs, addr: std::net::SocketA
         Ok(()) => tracing::info!(node = %id, url = ?url, "registered in the store's nodes"),
         Err(e) => tracing::warn!(node = %id, "cannot register this node: {e}"),
     }
+    count_alive(state).await;
     let every = Duration::from_secs(args.node_heartbeat_secs.max(1));
     let forget_after = state.node.timeout_secs * 10;
     let task = {
@@ -173,6 +186,7 @@ pub async fn register(state: &AppState, args: &NodeArgs, addr: std::net::SocketA
                 if let Err(e) = state.store.forget_dead_nodes(forget_after).await {
                     tracing::warn!("forgetting dead nodes: {e}");
                 }
+                count_alive(&state).await;
             }
         })
     };

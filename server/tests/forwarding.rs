@@ -120,10 +120,27 @@ async fn a_key_revoked_on_one_node_is_refused_by_the_other_at_once() {
         created["id"].as_str().unwrap().to_string(),
         created["key"].as_str().unwrap().to_string(),
     );
-    assert_eq!(send(&b, "GET", "/v1/files", Some(&secret), None).await.status, 200);
-    let revoked = send(&a, "DELETE", &format!("/v1/admin/keys/{id}"), Some(&admin), None).await;
+    assert_eq!(
+        send(&b, "GET", "/v1/files", Some(&secret), None)
+            .await
+            .status,
+        200
+    );
+    let revoked = send(
+        &a,
+        "DELETE",
+        &format!("/v1/admin/keys/{id}"),
+        Some(&admin),
+        None,
+    )
+    .await;
     assert_eq!(revoked.status, 200, "{}", revoked.text);
-    assert_eq!(send(&b, "GET", "/v1/files", Some(&secret), None).await.status, 401);
+    assert_eq!(
+        send(&b, "GET", "/v1/files", Some(&secret), None)
+            .await
+            .status,
+        401
+    );
 }
 
 async fn post_with(state: &AppState, uri: &str, key: &str, body: &serde_json::Value) -> Reply {

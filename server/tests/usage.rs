@@ -319,3 +319,29 @@ async fn a_spent_budget_answers_402_until_it_is_raised() {
     let again = post_as(&state, KEY, "/v1/chat/completions", chat(4)).await;
     assert_eq!(again.status, 200);
 }
+
+/// With two alive nodes sharing the store, each enforces half of a quota:
+/// a 4-requests-a-minute quota admits 2 requests on this node.
+#[tokio::test]
+async fn a_quota_is_shared_between_the_alive_nodes() {
+    let state = priced_state();
+    let admin = state.store.bootstrap_admin().await.unwrap().unwrap().secret;
+    let project = state.default_project.to_string();
+    put_admin(
+        &state,
+        &admin,
+        &format!("/v1/admin/projects/{project}/quotas"),
+        json!({"model": MODEL, "requests_per_minute": 4}),
+    )
+    .await;
+    state.usage.set_alive_nodes(2);
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(
+            post_as(&state, KEY, "/v1/chat/completions", chat(1))
+                .await
+                .status,
+        );
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+}

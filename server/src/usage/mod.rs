@@ -10,6 +10,12 @@
 //! Usage collects in memory and is written in one transaction per flush
 //! ([`Ledger::flush`], every two seconds and before `/v1/usage` answers),
 //! so the hot path never waits on the database.
+//!
+//! Across several nodes of one store: budgets are read back from the store
+//! (every node's flushed usage) at each flush, so a spent budget stops
+//! every node within a flush or two; quotas are split, each alive node
+//! (the registry of nodes, `crate::nodes`) enforcing `1 / nodes` of the
+//! rate and the burst ([`Ledger::set_alive_nodes`]).
 
 mod quota;
 
@@ -50,6 +56,10 @@ struct Inner {
     /// Token and request buckets by (project, model).
     tokens: HashMap<(String, String), Bucket>,
     requests: HashMap<(String, String), Bucket>,
+    /// Alive nodes sharing the store (0 until known: taken as 1). Each
+    /// node enforces its share of a quota, `1 / nodes` of the rate and the
+    /// burst, so that together they keep the project's limit.
+    nodes: usize,
 }
 
 struct BudgetState {
@@ -90,6 +100,12 @@ fn cost_nanos(tokens: i64, price_per_million: f64) -> i64 {
 impl Ledger {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets how many alive nodes share the store (each enforces its share
+    /// of every quota); from the registry of nodes, at each heartbeat.
+    pub fn set_alive_nodes(&self, nodes: usize) {
+        self.lock().nodes = nodes;
     }
 
     /// Admits a request of `ctx` for `model` (the name the client sent,
@@ -300,6 +316,16 @@ impl Ledger {
 
 impl Inner {
     fn limits(&self, project: &str, model: &str, entry: &CatalogEntry) -> Limits {
+        let share = |v: u64| (v / self.nodes.max(1) as u64).max(1);
+        let limits = self.whole_limits(project, model, entry);
+        Limits {
+            tokens_per_minute: limits.tokens_per_minute.map(share),
+            requests_per_minute: limits.requests_per_minute.map(share),
+            burst: limits.burst.map(share),
+        }
+    }
+
+    fn whole_limits(&self, project: &str, model: &str, entry: &CatalogEntry) -> Limits {
         let own = self
             .quotas
             .get(&(project.to_string(), model.to_string()))
