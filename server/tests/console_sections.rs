@@ -435,6 +435,19 @@ async fn endpoints_are_listed_with_their_status_and_deleted() {
         .post(&format!("/console/endpoints/{}/delete", mine.id), &[])
         .await;
     assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    // Another project's endpoint cannot be scaled either.
+    let scale = |id: &str| format!("/console/endpoints/{id}/scale");
+    let refused = browser
+        .post(
+            &scale(&theirs.id),
+            &[
+                ("csrf", &csrf),
+                ("min_replicas", "1"),
+                ("max_replicas", "1"),
+            ],
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
     let deleted = browser
         .post(
             &format!("/console/endpoints/{}/delete", mine.id),
@@ -720,6 +733,54 @@ async fn an_endpoint_is_created_from_the_form_with_the_apis_checks() {
         "{}",
         page.text
     );
+
+    // Scaling it: through the API's update, with its checks.
+    let project = state.store.default_project().await.unwrap().id;
+    let made = state.store.list_endpoints(&project).await.unwrap();
+    let made = made.iter().find(|e| e.name == "support-bot").unwrap();
+    let scale = format!("/console/endpoints/{}/scale", made.id);
+    let forged = browser
+        .post(&scale, &[("min_replicas", "1"), ("max_replicas", "2")])
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    let scaled = browser
+        .post(
+            &scale,
+            &[
+                ("csrf", &csrf),
+                ("min_replicas", "1"),
+                ("max_replicas", "2"),
+            ],
+        )
+        .await;
+    assert_eq!(scaled.status, StatusCode::SEE_OTHER, "{}", scaled.text);
+    let page = browser.get("/console/endpoints?notice=scaled").await;
+    assert!(page.text.contains("scaling was changed"), "{}", page.text);
+    let stored = state.store.endpoint_by_id(&made.id).await.unwrap();
+    assert_eq!((stored.min_replicas, stored.max_replicas), (1, 2));
+    for (min, max) in [("3", "1"), ("two", "3")] {
+        let bad = browser
+            .post(
+                &scale,
+                &[
+                    ("csrf", &csrf),
+                    ("min_replicas", min),
+                    ("max_replicas", max),
+                ],
+            )
+            .await;
+        assert!(bad.status.is_client_error(), "{min}-{max}: {}", bad.status);
+        assert!(bad.text.contains("replicas"), "{min}-{max}: {}", bad.text);
+    }
+    let stored = state.store.endpoint_by_id(&made.id).await.unwrap();
+    assert_eq!((stored.min_replicas, stored.max_replicas), (1, 2));
+    let deleted = browser
+        .post(
+            &format!("/console/endpoints/{}/delete", made.id),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(deleted.status, StatusCode::SEE_OTHER, "{}", deleted.text);
 }
 
 fn as_refs(fields: &[(String, String)]) -> Vec<(&str, &str)> {

@@ -1,7 +1,9 @@
 //! Dedicated endpoints: the project's endpoints with their status and
 //! replicas (the endpoints API's list), create (a name, a deployable model
 //! and a flavor from the API's templates, through its create handler, which
-//! checks them and the node's capacity) and delete (its handler).
+//! checks them and the node's capacity), scale (minimum and maximum
+//! replicas through its update handler, with the same checks as a PATCH)
+//! and delete (its handler).
 
 use axum::extract::State;
 use axum::http::{StatusCode, Uri};
@@ -23,6 +25,7 @@ pub async fn list(State(state): State<AppState>, session: Session, uri: Uri) -> 
     let notice = match form::query(&uri).get("notice") {
         Some("deleted") => Some("The endpoint is being deleted: its replicas stop."),
         Some("created") => Some("The endpoint was created: its replicas are starting."),
+        Some("scaled") => Some("The endpoint's scaling was changed."),
         _ => None,
     };
     page(&state, &session, StatusCode::OK, notice, None).await
@@ -115,6 +118,16 @@ async fn page(
                     td { (e.ready_replicas) " ready of " (e.scaling.min_replicas) "–" (e.scaling.max_replicas)
                         @if !e.enabled { " (disabled)" } }
                     td { @if e.status != "deleting" {
+                        form.inline method="post" action={ "/console/endpoints/" (e.endpoint_id) "/scale" } {
+                            (csrf_field(session))
+                            label for={ "min-" (e.endpoint_id) } { "Min" }
+                            input id={ "min-" (e.endpoint_id) } type="number" name="min_replicas" min="1"
+                                value=(e.scaling.min_replicas) style="width:4em";
+                            label for={ "max-" (e.endpoint_id) } { "Max" }
+                            input id={ "max-" (e.endpoint_id) } type="number" name="max_replicas" min="1"
+                                value=(e.scaling.max_replicas) style="width:4em";
+                            button type="submit" { "Scale" span.visually-hidden { " " (e.name) } }
+                        }
                         form.inline method="post" action={ "/console/endpoints/" (e.endpoint_id) "/delete" }
                             data-confirm={ "Delete the endpoint " (e.name) "?" } {
                             (csrf_field(session))
@@ -132,6 +145,47 @@ async fn page(
         status,
         "Dedicated endpoints",
         body,
+    )
+    .await
+}
+
+/// `POST /console/endpoints/{endpoint_id}/scale` `{csrf, min_replicas,
+/// max_replicas}`: the API's update with `{"scaling": {...}}`; a value
+/// that is not a whole number goes on as text, for the API to refuse.
+pub async fn scale(
+    State(state): State<AppState>,
+    session: Session,
+    ApiPath(endpoint_id): ApiPath<String>,
+    form: Form,
+) -> Response {
+    if let Some(refused) = session.refuse(&form) {
+        return refused;
+    }
+    let field = |name: &str| -> serde_json::Value {
+        let raw = form.get(name).unwrap_or_default().trim();
+        raw.parse::<i64>()
+            .map(serde_json::Value::from)
+            .unwrap_or_else(|_| raw.into())
+    };
+    let mut body = serde_json::Map::new();
+    body.insert(
+        "scaling".into(),
+        serde_json::json!({
+            "min_replicas": field("min_replicas"),
+            "max_replicas": field("max_replicas"),
+        }),
+    );
+    let updated = api::update(
+        State(state.clone()),
+        Extension(session.ctx()),
+        ApiPath(endpoint_id),
+        ApiJson(body),
+    )
+    .await;
+    layout::redirect_or(
+        updated,
+        "/console/endpoints?notice=scaled",
+        |status, message| async move { page(&state, &session, status, None, Some(&message)).await },
     )
     .await
 }

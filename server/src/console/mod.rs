@@ -96,6 +96,10 @@ pub fn router() -> Router<AppState> {
             get(endpoints::list).post(endpoints::create),
         )
         .route(
+            "/console/endpoints/{endpoint_id}/scale",
+            post(endpoints::scale),
+        )
+        .route(
             "/console/endpoints/{endpoint_id}/delete",
             post(endpoints::delete),
         )
