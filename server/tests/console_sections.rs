@@ -658,6 +658,48 @@ async fn a_dataset_is_created_from_a_file_by_the_form_and_deleted() {
     assert!(bad.text.contains("role=\"alert\""), "{}", bad.text);
     assert_eq!(count(state.clone()).await, 2);
 
+    // Columns, folder and description given in the form: the API takes
+    // them as they are (a float column where the file's first rows would
+    // have said integer); a malformed or unknown type is the page again.
+    let page = browser
+        .post_multipart(
+            "/console/datasets",
+            &[
+                ("csrf", &csrf),
+                ("name", "typed"),
+                ("schema", "x:float, y:string"),
+                ("folder", "experiments"),
+                ("description", "given columns"),
+            ],
+            ("t.csv", b"x,y\n1,a\n2,b\n"),
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.text);
+    let api = send(&state, "GET", "/v1/datasets", Some(KEY), None).await;
+    let listed: serde_json::Value = serde_json::from_str(&api.text).unwrap();
+    let typed = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "typed")
+        .unwrap_or_else(|| panic!("{listed}"))
+        .clone();
+    assert_eq!(typed["folder"], "experiments", "{typed}");
+    assert_eq!(typed["description"], "given columns", "{typed}");
+    assert_eq!(typed["schema"][0]["type"]["name"], "float", "{typed}");
+    for schema in ["x float", "x:decimal, y:string"] {
+        let bad = browser
+            .post_multipart(
+                "/console/datasets",
+                &[("csrf", &csrf), ("name", "badly-typed"), ("schema", schema)],
+                ("t.csv", b"x,y\n1,a\n"),
+            )
+            .await;
+        assert_eq!(bad.status.as_u16() / 100, 4, "{schema}: {}", bad.text);
+        assert!(bad.text.contains("role=\"alert\""), "{}", bad.text);
+    }
+    assert_eq!(count(state.clone()).await, 3);
+
     // A part over the 2 MB default body limit goes through (the route's
     // lifted limit reaches the API's part reader).
     let big: String = (0..40_000)
@@ -671,7 +713,7 @@ async fn a_dataset_is_created_from_a_file_by_the_form_and_deleted() {
         )
         .await;
     assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.text);
-    assert_eq!(count(state.clone()).await, 3);
+    assert_eq!(count(state.clone()).await, 4);
 
     // Delete: refused without the token, done with it.
     let refused = browser
@@ -685,7 +727,7 @@ async fn a_dataset_is_created_from_a_file_by_the_form_and_deleted() {
         )
         .await;
     assert_eq!(deleted.status, StatusCode::SEE_OTHER, "{}", deleted.text);
-    assert_eq!(count(state.clone()).await, 2);
+    assert_eq!(count(state.clone()).await, 3);
 }
 
 #[tokio::test]

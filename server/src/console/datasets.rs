@@ -15,8 +15,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
 use futures_util::StreamExt;
 use hearth_api::datasets::{
-    ContentQuery, DatasetListQuery, ExportFormat, ExportQuery, UploadCompleteRequest,
-    UploadCreateRequest,
+    ColumnTypeName, ContentQuery, DatasetListQuery, ExportFormat, ExportQuery, SchemaColumn,
+    UploadCompleteRequest, UploadCreateRequest,
 };
 use hearth_api::{ApiError, ProjectQuery};
 use hearth_store::datasets::table::{self, PartFormat};
@@ -89,7 +89,15 @@ async fn page(
                 label for="dataset-file" { "File (JSON Lines, CSV or Parquet)" }
                 input #dataset-file type="file" name="file" required
                     accept=".jsonl,.ndjson,.json,.csv,.parquet" aria-describedby="dataset-file-help";
-                p #dataset-file-help { small { "The columns and their types are read from the file's first rows." } }
+                p #dataset-file-help { small { "The columns and their types are read from the file's first rows, unless you give them below." } }
+                label for="dataset-schema" { "Columns (optional)" }
+                input #dataset-schema type="text" name="schema" placeholder="prompt:string, score:float"
+                    aria-describedby="dataset-schema-help";
+                p #dataset-schema-help { small { "Name:type pairs separated by commas; types: string, integer, float, boolean, json." } }
+                label for="dataset-folder" { "Folder (optional)" }
+                input #dataset-folder type="text" name="folder";
+                label for="dataset-description" { "Description (optional)" }
+                input #dataset-description type="text" name="description";
                 (form_error("create-error", error))
                 button type="submit" { "Create" }
             }
@@ -146,12 +154,12 @@ pub async fn create(State(state): State<AppState>, session: Session, request: Re
         Err(e) => return layout::error_page(StoreError::from(e).into()),
     };
     let path = dir.path().join("part");
-    let (name, format) = match receive(&state, &session, request, &path).await {
+    let (name, format, extra) = match receive(&state, &session, request, &path).await {
         Ok(received) => received,
         Err(None) => return session::csrf_refused(),
         Err(Some(e)) => return failed(&state, &session, e).await,
     };
-    match store(&state, &session, name, format, &path, extensions).await {
+    match store(&state, &session, name, format, extra, &path, extensions).await {
         Ok(()) => Redirect::to("/console/datasets?notice=created").into_response(),
         Err(e) => failed(&state, &session, e).await,
     }
@@ -165,7 +173,7 @@ async fn receive(
     session: &Session,
     request: Request,
     path: &Path,
-) -> Result<(String, PartFormat), Option<HttpError>> {
+) -> Result<(String, PartFormat, Extra), Option<HttpError>> {
     let bad = |message: String| Some(HttpError(ApiError::bad_request(Some("file"), message)));
     let interrupted =
         |e: MultipartError| Some(HttpError::from(StoreError::Interrupted(e.body_text())));
@@ -174,6 +182,7 @@ async fn receive(
         .await
         .map_err(|e| bad(format!("The form could not be read: {}", e.body_text())))?;
     let (mut csrf_ok, mut name, mut format) = (false, String::new(), None);
+    let mut extra = Extra::default();
     while let Some(mut field) = multipart.next_field().await.map_err(interrupted)? {
         let field_name = field.name().unwrap_or("").to_string();
         if field_name != "csrf" && !csrf_ok {
@@ -188,6 +197,15 @@ async fn receive(
                 }
             }
             "name" => name = field.text().await.map_err(interrupted)?.trim().to_string(),
+            "schema" | "folder" | "description" => {
+                let text = field.text().await.map_err(interrupted)?.trim().to_string();
+                let slot = match field_name.as_str() {
+                    "schema" => &mut extra.schema,
+                    "folder" => &mut extra.folder,
+                    _ => &mut extra.description,
+                };
+                *slot = Some(text).filter(|t| !t.is_empty());
+            }
             "file" => {
                 format = Some(PartFormat::detect(field.content_type(), field.file_name()));
                 let mut file = tokio::fs::File::create(path).await.map_err(io)?;
@@ -209,7 +227,37 @@ async fn receive(
         return Err(None);
     }
     let format = format.ok_or_else(|| bad("Choose a file.".to_string()))?;
-    Ok((name, format))
+    Ok((name, format, extra))
+}
+
+/// The form's optional fields.
+#[derive(Default)]
+struct Extra {
+    /// `name:type, ...`: the columns, instead of reading them from the file.
+    schema: Option<String>,
+    folder: Option<String>,
+    description: Option<String>,
+}
+
+/// `name:type, name:type` as the API's schema (the API checks the names
+/// and types).
+fn parse_schema(text: &str) -> Result<Vec<SchemaColumn>, HttpError> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(|c| match c.split_once(':') {
+            Some((name, ty)) => Ok(SchemaColumn {
+                name: name.trim().to_string(),
+                ty: ColumnTypeName {
+                    name: ty.trim().to_string(),
+                },
+            }),
+            None => Err(HttpError(ApiError::bad_request(
+                Some("schema"),
+                format!("`{c}` is not `name:type` (for example `prompt:string`)."),
+            ))),
+        })
+        .collect()
 }
 
 /// The API's upload: created with the schema read from the file, the file
@@ -219,28 +267,35 @@ async fn store(
     session: &Session,
     name: String,
     format: PartFormat,
+    extra: Extra,
     path: &Path,
     extensions: Extensions,
 ) -> Result<(), HttpError> {
-    let input = path.to_path_buf();
-    let schema = tokio::task::spawn_blocking(move || table::infer_schema(&input, format))
-        .await
-        .map_err(|_| HttpError(ApiError::internal()))?
-        .map_err(|e| {
-            HttpError(ApiError::bad_request(
-                Some("file"),
-                format!("Cannot read the file's columns: {e}"),
-            ))
-        })?;
+    let schema = match &extra.schema {
+        Some(text) => parse_schema(text)?,
+        None => {
+            let input = path.to_path_buf();
+            let columns = tokio::task::spawn_blocking(move || table::infer_schema(&input, format))
+                .await
+                .map_err(|_| HttpError(ApiError::internal()))?
+                .map_err(|e| {
+                    HttpError(ApiError::bad_request(
+                        Some("file"),
+                        format!("Cannot read the file's columns: {e}"),
+                    ))
+                })?;
+            schema_to_wire(&columns)
+        }
+    };
     let upload = uploads::create(
         st(state),
         cx(session),
         ApiQuery(ProjectQuery::default()),
         ApiJson(UploadCreateRequest {
             name,
-            folder: None,
-            description: None,
-            schema: schema_to_wire(&schema),
+            folder: extra.folder,
+            description: extra.description,
+            schema,
         }),
     )
     .await?
