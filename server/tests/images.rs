@@ -155,6 +155,20 @@ async fn url_downloads_without_a_key_and_the_file_is_listed() {
     let files = send(state(), "GET", "/v1/files?purpose=image", Some(KEY), None).await;
     assert_eq!(files.status, 200, "{}", files.text);
     assert!(files.text.contains(".png"), "{}", files.text);
+    // Metered: the image model's requests are in the project's usage.
+    let usage = send(state(), "GET", "/v1/usage", Some(KEY), None).await;
+    assert_eq!(usage.status, 200, "{}", usage.text);
+    let rows = usage.json()["data"].as_array().unwrap().clone();
+    let image_rows: Vec<_> = rows.iter().filter(|r| r["model"] == IMAGE).collect();
+    assert!(
+        image_rows
+            .iter()
+            .map(|r| r["requests"].as_i64().unwrap())
+            .sum::<i64>()
+            >= 1,
+        "{}",
+        usage.text
+    );
 }
 
 #[tokio::test]
@@ -273,4 +287,25 @@ async fn a_full_queue_answers_529() {
     let refused = generate(&state, json!({"model": IMAGE, "prompt": "again"})).await;
     assert_eq!(refused.status, 529, "{}", refused.text);
     assert_eq!(long.await.unwrap().status, 200);
+}
+
+#[tokio::test]
+async fn a_request_quota_holds_image_requests_too() {
+    let state = image_state(8);
+    let admin = state.store.bootstrap_admin().await.unwrap().unwrap().secret;
+    let project = state.default_project.to_string();
+    let set = send(
+        &state,
+        "PUT",
+        &format!("/v1/admin/projects/{project}/quotas"),
+        Some(&admin),
+        Some(&json!({"model": IMAGE, "requests_per_minute": 1}).to_string()),
+    )
+    .await;
+    assert_eq!(set.status, 200, "{}", set.text);
+    let body = json!({"model": IMAGE, "prompt": "x", "num_inference_steps": 1,
+                      "response_format": "b64_json"});
+    assert_eq!(generate(&state, body.clone()).await.status, 200);
+    let refused = generate(&state, body).await;
+    assert_eq!(refused.status, 429, "{}", refused.text);
 }

@@ -59,7 +59,15 @@ pub async fn create(
             .unwrap_or_else(|| model.default_guidance_scale()),
         seed,
     };
-    let images = model.generate(params).await.map_err(|e| {
+    // Metered as requests (no tokens, no price): request quotas and
+    // budgets apply.
+    let ticket = state.usage.admit(&ctx, model.id(), &model.entry, 0)?;
+    let generated = model.generate(params).await;
+    match &generated {
+        Ok(_) => ticket.started(),
+        Err(_) => ticket.cancel(),
+    }
+    let images = generated.map_err(|e| {
         HttpError(match e {
             ImageError::QueueFull(_) => ApiError::overloaded(format!(
                 "The image model `{}` has too many requests waiting; try again later.",
