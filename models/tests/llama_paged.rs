@@ -237,8 +237,19 @@ fn tensor_kv_pool_matches_the_cpu_pool() -> Result<()> {
         let got = run(&model)?;
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(g.dims(), w.dims());
+            // The two ops sum in different orders and take exponentials
+            // differently (the CPU op's is a polynomial) over the same
+            // f16-rounded keys, values and queries: relative to the
+            // logits' spread (about 8 in this random net) they agree to
+            // a few 1e-5; a wrong row, position or mask is off by units.
+            let spread = (w.max_all()?.to_scalar::<f32>()? - w.min_all()?.to_scalar::<f32>()?)
+                .abs()
+                .max(1.0);
             let d = max_diff(g, w);
-            assert!(d < TOL, "tie {tie}, f16 {f16}, call {i}: differs by {d}");
+            assert!(
+                d < 1e-4 * spread,
+                "tie {tie}, f16 {f16}, call {i}: differs by {d} (spread {spread})"
+            );
         }
     }
     Ok(())
