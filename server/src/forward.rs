@@ -36,12 +36,7 @@ struct ModelField {
 
 /// Whether this node answers for `model` itself.
 fn served_here(state: &AppState, model: &str) -> bool {
-    let here = |m: &str| {
-        state.chat.contains_key(m)
-            || state.adapters.contains_key(m)
-            || state.embed.contains_key(m)
-            || state.images.contains_key(m)
-    };
+    let here = |m: &str| state.local_models().any(|id| id == m);
     here(model) || model.split_once(':').is_some_and(|(base, _)| here(base))
 }
 

@@ -78,20 +78,6 @@ fn default_node_id() -> String {
     format!("{host}-{:06x}", rand::random::<u32>() & 0xff_ffff)
 }
 
-/// Every model id this node answers for.
-pub fn served_models(state: &AppState) -> Vec<String> {
-    let mut ids: Vec<String> = state
-        .chat
-        .keys()
-        .chain(state.adapters.keys())
-        .chain(state.embed.keys())
-        .chain(state.images.keys())
-        .cloned()
-        .collect();
-    ids.sort();
-    ids
-}
-
 /// This node's free capacity now: its chat engines' sequences and KV cache
 /// blocks, summed, and its image queues.
 pub fn capacity(state: &AppState) -> Value {
@@ -144,22 +130,12 @@ pub async fn register(state: &AppState, args: &NodeArgs, addr: std::net::SocketA
         .advertise_url
         .clone()
         .or_else(|| (!addr.ip().is_unspecified()).then(|| format!("http://{addr}")));
+    let mut models: Vec<String> = state.local_models().cloned().collect();
+    models.sort();
+    let row = Row { url, models };
     let id = state.node.id.clone();
-    let models = served_models(state);
-    let store = state.store.clone();
-    let register = {
-        let (store, id, url, models) = (store.clone(), id.clone(), url.clone(), models.clone());
-        move |capacity: Value| {
-            let (store, id, url, models) = (store.clone(), id.clone(), url.clone(), models.clone());
-            async move {
-                store
-                    .register_node(&id, url.as_deref(), &models, &capacity)
-                    .await
-            }
-        }
-    };
-    match register(capacity(state)).await {
-        Ok(()) => tracing::info!(node = %id, url = ?url, "registered in the store's nodes"),
+    match row.write(state).await {
+        Ok(()) => tracing::info!(node = %id, url = ?row.url, "registered in the store's nodes"),
         Err(e) => tracing::warn!(node = %id, "cannot register this node: {e}"),
     }
     count_alive(state).await;
@@ -172,12 +148,11 @@ pub async fn register(state: &AppState, args: &NodeArgs, addr: std::net::SocketA
             tick.tick().await;
             loop {
                 tick.tick().await;
-                let cap = capacity(&state);
-                match state.store.node_heartbeat(&id, &cap).await {
+                match state.store.node_heartbeat(&id, &capacity(&state)).await {
                     Ok(true) => {}
                     // Forgotten as dead (a long pause): register again.
                     Ok(false) => {
-                        if let Err(e) = register(cap).await {
+                        if let Err(e) = row.write(&state).await {
                             tracing::warn!(node = %id, "cannot register this node again: {e}");
                         }
                     }
@@ -193,6 +168,27 @@ pub async fn register(state: &AppState, args: &NodeArgs, addr: std::net::SocketA
     Heartbeat {
         task,
         state: state.clone(),
+    }
+}
+
+/// What this node writes in its row besides its id and capacity.
+struct Row {
+    url: Option<String>,
+    models: Vec<String>,
+}
+
+impl Row {
+    /// Registers (or re-registers) this node with its capacity now.
+    async fn write(&self, state: &AppState) -> hearth_store::Result<()> {
+        state
+            .store
+            .register_node(
+                &state.node.id,
+                self.url.as_deref(),
+                &self.models,
+                &capacity(state),
+            )
+            .await
     }
 }
 

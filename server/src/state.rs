@@ -53,6 +53,19 @@ pub struct AppState {
     pub node: crate::nodes::NodeIdentity,
 }
 
+impl AppState {
+    /// The ids of the models this node loaded: chat, adapters of the
+    /// catalogue, embedding and image models (not fine-tuned adapters or
+    /// endpoint routing keys, found per request).
+    pub fn local_models(&self) -> impl Iterator<Item = &String> {
+        self.chat
+            .keys()
+            .chain(self.adapters.keys())
+            .chain(self.embed.keys())
+            .chain(self.images.keys())
+    }
+}
+
 /// Limits of dataset uploads.
 #[derive(Clone, Debug)]
 pub struct DatasetPolicy {

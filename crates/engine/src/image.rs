@@ -51,7 +51,6 @@ pub enum ImageError {
 /// Live counters of an image model (for `/metrics`).
 #[derive(Debug, Default)]
 pub struct ImageStats {
-    waiting: AtomicUsize,
     running: AtomicUsize,
     steps: AtomicU64,
     images: AtomicU64,
@@ -211,9 +210,7 @@ impl ImageModel {
             a.outstanding.fetch_sub(1, Ordering::AcqRel);
             return Err(ImageError::QueueFull(self.entry.id.clone()));
         }
-        self.stats.waiting.fetch_add(1, Ordering::Relaxed);
         if self.tx.send(job).is_err() {
-            self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
             a.outstanding.fetch_sub(1, Ordering::AcqRel);
             return Err(ImageError::Stopped);
         }
@@ -225,9 +222,15 @@ impl ImageModel {
 
     pub fn snapshot(&self) -> ImageSnapshot {
         let s = &self.stats;
+        let running = s.running.load(Ordering::Relaxed);
         ImageSnapshot {
-            waiting: s.waiting.load(Ordering::Relaxed),
-            running: s.running.load(Ordering::Relaxed),
+            // Admitted and not answered, less the one running.
+            waiting: self
+                .admission
+                .outstanding
+                .load(Ordering::Relaxed)
+                .saturating_sub(running),
+            running,
             steps_total: s.steps.load(Ordering::Relaxed),
             images_total: s.images.load(Ordering::Relaxed),
             cancelled_total: s.cancelled.load(Ordering::Relaxed),
@@ -248,7 +251,6 @@ fn worker(
     rx: Receiver<Job>,
 ) {
     for job in rx {
-        stats.waiting.fetch_sub(1, Ordering::Relaxed);
         if job.cancel.load(Ordering::Relaxed) || job.reply.is_closed() {
             stats.cancelled.fetch_add(1, Ordering::Relaxed);
             admission.outstanding.fetch_sub(1, Ordering::AcqRel);

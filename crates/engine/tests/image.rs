@@ -10,10 +10,9 @@ use hearth_engine::image::{ImageConfig, ImageError, ImageModel, ImageParams};
 use hearth_models::diffusion::{write_tiny_pipeline, DiffusionPipeline};
 
 fn model(max_waiting: usize) -> ImageModel {
-    let dir = std::env::temp_dir().join(format!(
-        "hearth-image-test-{}-{max_waiting}",
-        std::process::id()
-    ));
+    // Removed once loaded: the weights stay mapped.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     write_tiny_pipeline(&dir, 3).unwrap();
     let pipeline =
         DiffusionPipeline::load(&dir, &candle_core::Device::Cpu, candle_core::DType::F32).unwrap();

@@ -328,17 +328,24 @@ pub async fn link(
     let expires_in = query.expires_in()?;
     let file = caller_file(&state, &ctx, &file_id).await?;
     let expires_at = hearth_store::ids::now() + expires_in;
-    let signature = state.store.sign_link(&file.id, expires_at);
-    let base = public_base(&state, &headers);
     Ok(Json(FileLink {
         object: OBJECT_FILE_LINK.to_string(),
-        url: format!(
-            "{base}/v1/files/{}/download?expires_at={expires_at}&signature={signature}",
-            file.id
-        ),
+        url: signed_download_url(&state, &headers, &file.id, expires_at),
         id: file.id,
         expires_at,
     }))
+}
+
+/// The keyless download URL of `file_id`, signed until `expires_at`.
+pub fn signed_download_url(
+    state: &AppState,
+    headers: &HeaderMap,
+    file_id: &str,
+    expires_at: i64,
+) -> String {
+    let signature = state.store.sign_link(file_id, expires_at);
+    let base = public_base(state, headers);
+    format!("{base}/v1/files/{file_id}/download?expires_at={expires_at}&signature={signature}")
 }
 
 /// A `Host` value safe to put in a URL: a name or address and a port.

@@ -15,7 +15,7 @@ use hearth_engine::image::{ImageError, ImageModel, ImageParams};
 
 use crate::auth::RequestContext;
 use crate::error::{ApiJson, ApiQuery, HttpError};
-use crate::routes::files::public_base;
+use crate::routes::files::signed_download_url;
 use crate::state::AppState;
 
 /// How long the link of a generated image works.
@@ -98,14 +98,13 @@ pub async fn create(
                     .store
                     .create_file_from_bytes(&ctx.project_id, &name, PURPOSE_IMAGE, &png)
                     .await?;
-                let expires_at = created + LINK_SECS;
-                let signature = state.store.sign_link(&file.id, expires_at);
-                let base = public_base(&state, &headers);
                 ImageData {
                     b64_json: None,
-                    url: Some(format!(
-                        "{base}/v1/files/{}/download?expires_at={expires_at}&signature={signature}",
-                        file.id
+                    url: Some(signed_download_url(
+                        &state,
+                        &headers,
+                        &file.id,
+                        created + LINK_SECS,
                     )),
                     revised_prompt: Some(valid.prompt.clone()),
                 }
