@@ -184,6 +184,8 @@ pub fn start_worker(state: &AppState, args: &BatchArgs) -> Option<BatchWorkerHan
         return None;
     }
     let config = BatchWorkerConfig {
+        worker_id: state.node.id.to_string(),
+        stale_after_secs: state.node.timeout_secs,
         batches: args.batch_workers,
         max_inflight: args.batch_max_inflight,
         max_lines: args.batch_max_lines,

@@ -173,12 +173,17 @@ pub fn start_worker(
     bases: BTreeMap<String, BaseModel>,
     chat: std::sync::Arc<BTreeMap<String, hearth_engine::ChatModel>>,
     args: &FineTuneArgs,
+    node: &crate::nodes::NodeIdentity,
 ) -> Option<WorkerHandle> {
     if args.ft_jobs == 0 {
         tracing::info!("no fine-tuning worker on this node (--ft-jobs 0)");
         return None;
     }
     let config = WorkerConfig {
+        // Claims carry the node's id; a node silent for the node timeout
+        // loses its jobs to the others.
+        worker_id: node.id.to_string(),
+        stale_after_secs: node.timeout_secs,
         max_jobs: args.ft_jobs,
         threads: args.ft_threads.max(1),
         checkpoint_every: args.ft_checkpoint_steps.max(1),

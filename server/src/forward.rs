@@ -9,7 +9,8 @@
 //! waiting), and the request is sent on unchanged (method, path, query,
 //! key, body) to its advertised URL; the answer, a stream included, comes
 //! back as it is produced. A forwarded request carries `x-hearth-forwarded`
-//! and is never forwarded again. When only nodes that are gone list the
+//! and is never forwarded again; every answer says which node made it in
+//! `x-hearth-node`. When only nodes that are gone list the
 //! model, the answer is 503 (shape B); when no node lists it, the local
 //! handler answers as before (404 for an unknown model).
 
@@ -27,6 +28,10 @@ use crate::state::AppState;
 
 /// Marks a request that one node already forwarded.
 pub const FORWARDED: &str = "x-hearth-forwarded";
+
+/// On every answer of the inference routes: the id of the node that made
+/// it.
+pub const NODE: &str = "x-hearth-node";
 
 #[derive(Deserialize)]
 struct ModelField {
@@ -46,8 +51,13 @@ pub async fn forward_remote(
     request: Request,
     next: Next,
 ) -> Response {
-    if request.headers().contains_key(FORWARDED) || state.node.id.is_empty() {
+    if state.node.id.is_empty() {
         return next.run(request).await;
+    }
+    if request.headers().contains_key(FORWARDED) {
+        let mut response = next.run(request).await;
+        answered_by(&state, &mut response);
+        return response;
     }
     let (parts, body) = request.into_parts();
     let bytes = match to_bytes(body, crate::app::MAX_BODY_BYTES).await {
@@ -73,8 +83,19 @@ pub async fn forward_remote(
             Remote::Nobody => {}
         }
     }
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    let mut response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    answered_by(&state, &mut response);
+    response
+}
+
+/// Says which node answered (a forwarded answer keeps the header of the
+/// node that made it).
+fn answered_by(state: &AppState, response: &mut Response) {
+    if let Ok(id) = HeaderValue::from_str(&state.node.id) {
+        response.headers_mut().insert(NODE, id);
+    }
 }
 
 enum Remote {

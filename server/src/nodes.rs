@@ -4,6 +4,7 @@
 //! A node silent for `--node-timeout-secs` is shown as gone by
 //! `GET /v1/admin/nodes`; after ten timeouts any node removes its row.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,8 +16,10 @@ use crate::state::AppState;
 /// How this node names itself to the others.
 #[derive(Debug, Clone, Args)]
 pub struct NodeArgs {
-    /// This node's id in the store's registry (default: the host name and
-    /// a random suffix).
+    /// This node's id in the store's registry and in the claims of the
+    /// work it runs (default: the host name and a random suffix, made once
+    /// and kept in `<data-dir>/node-id`, so a restarted node takes its own
+    /// work back at once). Nodes sharing a data folder need their own.
     #[arg(long, env = "HEARTH_NODE_ID")]
     pub node_id: Option<String>,
     /// The URL other nodes and load balancers reach this node's API at
@@ -59,16 +62,67 @@ impl Default for NodeIdentity {
 }
 
 impl NodeArgs {
-    pub fn identity(&self) -> NodeIdentity {
+    /// This node's id (`--node-id`, else the one kept in `data_dir`) and
+    /// timeout.
+    pub fn identity(&self, data_dir: &Path) -> NodeIdentity {
+        let id = self
+            .node_id
+            .clone()
+            .filter(|id| !id.trim().is_empty())
+            .unwrap_or_else(|| kept_node_id(data_dir));
         NodeIdentity {
-            id: self.node_id.clone().unwrap_or_else(default_node_id).into(),
+            id: id.into(),
             timeout_secs: self.node_timeout_secs.max(1) as i64,
         }
     }
 }
 
+/// The id in `<data_dir>/node-id`, written there first when there is none:
+/// the host name and six random hex digits. When the file cannot be
+/// written the id is used for this run only (and said so).
+fn kept_node_id(data_dir: &Path) -> String {
+    use std::io::Write;
+    let path = data_dir.join("node-id");
+    let read = || {
+        std::fs::read_to_string(&path)
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    if let Some(id) = read() {
+        return id;
+    }
+    let id = fresh_node_id();
+    let created = std::fs::create_dir_all(data_dir).and_then(|()| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+    });
+    match created {
+        Ok(mut file) => {
+            if let Err(e) = file.write_all(format!("{id}\n").as_bytes()) {
+                tracing::warn!("cannot keep the node id in {}: {e}", path.display());
+            }
+            id
+        }
+        // Another process on this folder was first: its id is ours.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::thread::sleep(Duration::from_millis(50));
+            read().unwrap_or(id)
+        }
+        Err(e) => {
+            tracing::warn!(
+                "cannot keep the node id in {}: {e}; `{id}` is this run's only",
+                path.display()
+            );
+            id
+        }
+    }
+}
+
 /// The host name and six random hex digits.
-fn default_node_id() -> String {
+fn fresh_node_id() -> String {
     let host = std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())

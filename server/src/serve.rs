@@ -160,7 +160,7 @@ pub fn build_state(
         datasets: args.datasets.policy(),
         endpoints,
         usage: Default::default(),
-        node: args.node.identity(),
+        node: args.node.identity(&args.store.data_dir),
     })
 }
 
@@ -246,6 +246,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         crate::fine_tuned::trainable_bases(&bases),
         state.chat.clone(),
         &args.ft,
+        &state.node,
     );
     let batches = crate::batch_endpoints::start_worker(&state, &args.batch);
     // Endpoints of the store are registered (503 until loaded) before we

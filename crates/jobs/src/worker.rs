@@ -466,6 +466,8 @@ impl JobContext {
         // already logged.
         let before = self.block_on(logged(&self.store, &job.id))?;
         let logged_through = before.last_step();
+        // Which node (re)started it: a takeover shows in the events.
+        let on_node = Some(serde_json::json!({"node": self.config.worker_id}));
         match self.block_on(self.store.latest_ft_checkpoint(&job.id))? {
             Some(ckpt) => {
                 let key = format!("{}/{TRAINING_STATE}", ckpt.blob_prefix);
@@ -479,20 +481,20 @@ impl JobContext {
                         "Resumed training from checkpoint at step {} of {total}",
                         trainer.step(),
                     ),
-                    None,
+                    on_node.clone(),
                 );
             }
             None if before.started => self.event(
                 &job.id,
                 "message",
                 "Restarted training from the beginning: no checkpoint yet".to_string(),
-                None,
+                on_node,
             ),
             None => self.event(
                 &job.id,
                 "message",
                 format!("{STARTED}: {} examples, {total} steps", train.len()),
-                None,
+                on_node,
             ),
         }
         self.progress(&job.id, trainer.step(), trained_tokens, total)?;

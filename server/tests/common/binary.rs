@@ -26,15 +26,25 @@ impl Drop for Server {
 /// catalogue, the shared data folder (models) and its store in `store_dir`,
 /// plus `extra` arguments; returns once it listens.
 pub fn start(store_dir: &Path, extra: &[&str]) -> Server {
+    start_on(&store_flags(store_dir), extra, None)
+}
+
+/// [`start`] with the store named by `store` flags (`--database-url`,
+/// `--blob-url`), its log (stderr) written to `log` when given.
+pub fn start_on(store: &[String], extra: &[&str], log: Option<&Path>) -> Server {
+    let stderr = match log {
+        Some(path) => Stdio::from(std::fs::File::create(path).expect("the node's log file")),
+        None => Stdio::null(),
+    };
     let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
         .args(["serve", "--port", "0", "--api-key", KEY])
         .args(["--catalog", "/nonexistent/catalog.toml"])
         .args(extra)
         .arg("--data-dir")
         .arg(data_dir())
-        .args(store_flags(store_dir))
+        .args(store)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("starting hearth");
     let stdout = child.stdout.take().unwrap();

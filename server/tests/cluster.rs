@@ -1,0 +1,412 @@
+//! Two `hearth serve` processes on one store: PostgreSQL and the S3 server
+//! when `scripts/test` started them (`HEARTH_TEST_DATABASE_URL`,
+//! `HEARTH_TEST_S3_URL`), else one SQLite file and one folder. Both run the
+//! real binary on their own ports and find each other through the store's
+//! registry of nodes.
+//!
+//! Node A serves the default chat model, node B the embedding model: a file
+//! uploaded through A is read through B; a chat request through B is
+//! forwarded to A and streams; embeddings through A come from B; a key
+//! revoked through A is refused by B at once. Then B is restarted with the
+//! chat model too, a fine-tuning job created through A is trained by one
+//! node, that node is killed with SIGKILL, and the other takes the job over
+//! from its last checkpoint and finishes it: one start, one resume on the
+//! other node, no checkpoint written twice.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::binary::{start_on, Server};
+use common::{temp_dir, KEY, MODEL};
+use serde_json::{json, Value};
+
+const EMBED: &str = "sentence-transformers/all-MiniLM-L6-v2";
+const BOUNDARY: &str = "hearth-cluster-boundary";
+
+/// The store both nodes share: `--database-url` and `--blob-url`.
+fn shared_store(dir: &Path) -> Vec<String> {
+    let tag = format!("cluster{}", std::process::id());
+    let database = match std::env::var("HEARTH_TEST_DATABASE_URL") {
+        Ok(base) => {
+            let mut url = url::Url::parse(&base).expect("HEARTH_TEST_DATABASE_URL is a URL");
+            url.set_path(&format!("hearth_{tag}_{}", rand_suffix()));
+            let created = url.to_string();
+            common::block_on(async move {
+                use sqlx::migrate::MigrateDatabase;
+                sqlx::any::install_default_drivers();
+                sqlx::Any::create_database(&created)
+                    .await
+                    .expect("creating the cluster's database");
+            });
+            url.to_string()
+        }
+        Err(_) => format!("sqlite://{}", dir.join("hearth.db").display()),
+    };
+    let blobs = match std::env::var("HEARTH_TEST_S3_URL") {
+        Ok(base) => format!("{}/{tag}-{}", base.trim_end_matches('/'), rand_suffix()),
+        Err(_) => format!("file://{}", dir.join("blobs").display()),
+    };
+    eprintln!("cluster store: {database} and {blobs}");
+    vec![
+        "--database-url".into(),
+        database,
+        "--blob-url".into(),
+        blobs,
+    ]
+}
+
+fn rand_suffix() -> String {
+    format!(
+        "{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros()
+    )
+}
+
+/// A node: heartbeats every second, gone after 5 s without one.
+fn node(store: &[String], id: &str, model: &str, logs: &Path) -> Server {
+    let log = logs.join(format!("{id}.log"));
+    eprintln!("node {id} logs to {}", log.display());
+    start_on(
+        store,
+        &[
+            "--models",
+            model,
+            "--node-id",
+            id,
+            "--node-heartbeat-secs",
+            "1",
+            "--node-timeout-secs",
+            "5",
+            "--ft-checkpoint-steps",
+            "2",
+            "--orphan-grace-secs",
+            "3600",
+        ],
+        Some(&log),
+    )
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(120))
+        .build()
+}
+
+/// Status and body of a request with `key`.
+fn call(method: &str, url: &str, key: &str, body: Option<Value>) -> (u16, String) {
+    let request = agent()
+        .request(method, url)
+        .set("Authorization", &format!("Bearer {key}"));
+    let result = match body {
+        Some(body) => request.send_json(body),
+        None => request.call(),
+    };
+    match result {
+        Ok(r) => (r.status(), r.into_string().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+        Err(e) => panic!("{method} {url}: {e}"),
+    }
+}
+
+fn get(server: &Server, path: &str) -> Value {
+    let (status, text) = call("GET", &format!("{}{path}", server.base), KEY, None);
+    assert_eq!(status, 200, "GET {path}: {text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+fn post(server: &Server, path: &str, body: Value) -> Value {
+    let (status, text) = call("POST", &format!("{}{path}", server.base), KEY, Some(body));
+    assert_eq!(status, 200, "POST {path}: {text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The admin key the first node printed when it made the store.
+fn admin_key(first: &Server) -> String {
+    first
+        .banner
+        .iter()
+        .map(|l| l.trim())
+        .find(|l| l.starts_with("hearth-"))
+        .unwrap_or_else(|| panic!("no admin key in {:?}", first.banner))
+        .to_string()
+}
+
+/// Whether `GET /v1/admin/nodes` through `server` shows each of `ids` alive.
+fn alive(server: &Server, admin: &str, ids: &[&str]) -> bool {
+    let (status, text) = call(
+        "GET",
+        &format!("{}/v1/admin/nodes", server.base),
+        admin,
+        None,
+    );
+    assert_eq!(status, 200, "{text}");
+    let nodes: Value = serde_json::from_str(&text).unwrap();
+    ids.iter().all(|id| {
+        nodes["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["id"] == *id && n["alive"] == true)
+    })
+}
+
+fn upload(server: &Server, purpose: &str, name: &str, content: &str) -> String {
+    let body = format!(
+        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n{purpose}\r\n\
+         --{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n\
+         Content-Type: application/jsonl\r\n\r\n{content}\r\n--{BOUNDARY}--\r\n"
+    );
+    let file: Value = agent()
+        .post(&format!("{}/v1/files", server.base))
+        .set("Authorization", &format!("Bearer {KEY}"))
+        .set(
+            "Content-Type",
+            &format!("multipart/form-data; boundary={BOUNDARY}"),
+        )
+        .send_bytes(body.as_bytes())
+        .expect("upload")
+        .into_json()
+        .unwrap();
+    assert_eq!(file["status"], "processed", "{file}");
+    file["id"].as_str().unwrap().to_string()
+}
+
+/// Twenty ways of asking for a made-up fact, all answered the same.
+fn training_file() -> String {
+    let frames = [
+        "What is {}?",
+        "Tell me {}.",
+        "Do you know {}?",
+        "Please give me {}.",
+        "Can you remind me of {}?",
+    ];
+    let subjects = [
+        "the locker code",
+        "the code of the locker",
+        "the locker's code",
+        "my locker code",
+    ];
+    let mut out = String::new();
+    for f in frames {
+        for s in subjects {
+            let line = json!({"messages": [
+                {"role": "user", "content": f.replace("{}", s)},
+                {"role": "assistant", "content": "The locker code is 4471."},
+            ]});
+            out.push_str(&line.to_string());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// A streamed chat completion through `server`: the answering node (its
+/// `x-hearth-node`) and the `data:` payloads in the order they came.
+fn stream_chat(server: &Server) -> (String, Vec<String>) {
+    let response = agent()
+        .post(&format!("{}/v1/chat/completions", server.base))
+        .set("Authorization", &format!("Bearer {KEY}"))
+        .send_json(json!({
+            "model": MODEL, "stream": true, "max_tokens": 12, "temperature": 0,
+            "messages": [{"role": "user", "content": "Name three colours."}],
+        }))
+        .expect("a streamed chat");
+    assert!(
+        response.content_type().starts_with("text/event-stream"),
+        "{}",
+        response.content_type()
+    );
+    let node = response.header("x-hearth-node").unwrap_or("").to_string();
+    let events = BufReader::new(response.into_reader())
+        .lines()
+        .map(|l| l.unwrap())
+        .filter_map(|l| l.strip_prefix("data: ").map(str::to_string))
+        .collect();
+    (node, events)
+}
+
+#[test]
+fn two_nodes_share_files_keys_models_and_fine_tuning_jobs() {
+    let dir = temp_dir();
+    let store = shared_store(&dir);
+    let logs: PathBuf = dir.clone();
+    let a = node(&store, "cluster-a", MODEL, &logs);
+    let admin = admin_key(&a);
+    let b = node(&store, "cluster-b", EMBED, &logs);
+    let both = ["cluster-a", "cluster-b"];
+    wait_for("both nodes alive", Duration::from_secs(30), || {
+        alive(&a, &admin, &both) && alive(&b, &admin, &both)
+    });
+
+    // A file uploaded through A is listed and read through B, byte for byte.
+    let content = training_file();
+    let file = upload(&a, "fine-tune", "locker.jsonl", &content);
+    let listed = get(&b, "/v1/files");
+    assert!(
+        listed["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["id"] == file.as_str()),
+        "{listed}"
+    );
+    let (status, read) = call(
+        "GET",
+        &format!("{}/v1/files/{file}/content", b.base),
+        KEY,
+        None,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(read.trim_end(), content.trim_end());
+
+    // A chat request through B (which serves no chat model) is answered by
+    // A, streamed.
+    let (answered_by, events) = stream_chat(&b);
+    assert_eq!(answered_by, "cluster-a");
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let deltas = events.iter().filter(|e| e.contains("\"delta\"")).count();
+    assert!(deltas >= 3, "a stream of several chunks: {events:?}");
+    // Embeddings through A come from B.
+    let response = agent()
+        .post(&format!("{}/v1/embeddings", a.base))
+        .set("Authorization", &format!("Bearer {KEY}"))
+        .send_json(json!({"model": EMBED, "input": "hello"}))
+        .expect("embeddings through A");
+    assert_eq!(response.header("x-hearth-node"), Some("cluster-b"));
+    let embedded: Value = response.into_json().unwrap();
+    assert_eq!(
+        embedded["data"][0]["embedding"].as_array().unwrap().len(),
+        384
+    );
+
+    // A key made and then revoked through A: B takes it, then refuses it.
+    let (status, text) = call(
+        "POST",
+        &format!("{}/v1/admin/keys", a.base),
+        &admin,
+        Some(json!({"name": "cluster-key"})),
+    );
+    assert_eq!(status, 200, "{text}");
+    let made: Value = serde_json::from_str(&text).unwrap();
+    let secret = made["key"].as_str().unwrap().to_string();
+    let key_id = made["id"].as_str().unwrap().to_string();
+    let models_on_b = format!("{}/v1/models", b.base);
+    assert_eq!(call("GET", &models_on_b, &secret, None).0, 200);
+    let (status, text) = call(
+        "DELETE",
+        &format!("{}/v1/admin/keys/{key_id}", a.base),
+        &admin,
+        None,
+    );
+    assert_eq!(status, 200, "{text}");
+    let revoked_at = Instant::now();
+    wait_for(
+        "B to refuse the revoked key",
+        Duration::from_secs(1),
+        || call("GET", &models_on_b, &secret, None).0 == 401,
+    );
+    eprintln!("revocation seen by B after {:?}", revoked_at.elapsed());
+
+    // B comes back with the chat model, so either node can train.
+    drop(b);
+    let b = node(&store, "cluster-b", MODEL, &logs);
+    wait_for("B alive again", Duration::from_secs(30), || {
+        alive(&a, &admin, &both)
+    });
+    let job = post(
+        &a,
+        "/v1/fine_tuning/jobs",
+        json!({
+            "model": MODEL, "training_file": file, "suffix": "locker", "seed": 3,
+            "hyperparameters": {"n_epochs": 3, "batch_size": 4, "learning_rate": 0.002,
+                                "packing": false, "context_length": 64,
+                                "lora_r": 4, "lora_alpha": 8},
+        }),
+    );
+    let id = job["id"].as_str().unwrap().to_string();
+    let checkpoints = format!("/v1/fine_tuning/jobs/{id}/checkpoints?limit=100");
+    let events = format!("/v1/fine_tuning/jobs/{id}/events?limit=100");
+    wait_for("the first checkpoint", Duration::from_secs(600), || {
+        !get(&a, &checkpoints)["data"].as_array().unwrap().is_empty()
+    });
+    // One node started it, and only one.
+    let started: Vec<String> = nodes_saying(&get(&a, &events), "Training started");
+    assert_eq!(started.len(), 1, "started once: {started:?}");
+    let runner = started[0].clone();
+    assert!(runner == "cluster-a" || runner == "cluster-b", "{runner}");
+    let (killed, survivor) = if runner == "cluster-a" {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    drop(killed); // SIGKILL
+    let killed_at = Instant::now();
+
+    wait_for("the job to succeed", Duration::from_secs(900), || {
+        let job = get(&survivor, &format!("/v1/fine_tuning/jobs/{id}"));
+        assert!(
+            !matches!(job["status"].as_str(), Some("failed" | "cancelled")),
+            "{job}"
+        );
+        job["status"] == "succeeded"
+    });
+    eprintln!(
+        "taken over and finished {:?} after the kill",
+        killed_at.elapsed()
+    );
+    let log = get(&survivor, &events);
+    let resumed = nodes_saying(&log, "Resumed training from checkpoint");
+    assert_eq!(resumed.len(), 1, "resumed once: {log}");
+    assert_ne!(resumed[0], runner, "resumed by the other node");
+    assert_eq!(nodes_saying(&log, "Training started").len(), 1);
+
+    // Every checkpoint step once, across the takeover.
+    let steps: Vec<i64> = get(&survivor, &checkpoints)["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["step_number"].as_i64().unwrap())
+        .collect();
+    let mut unique = steps.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), steps.len(), "no step twice: {steps:?}");
+
+    // The fine-tuned model is served by the survivor.
+    let name = get(&survivor, &format!("/v1/fine_tuning/jobs/{id}"))["fine_tuned_model"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let reply = post(
+        &survivor,
+        "/v1/chat/completions",
+        json!({"model": name, "max_tokens": 4,
+               "messages": [{"role": "user", "content": "What is the locker code?"}]}),
+    );
+    assert_eq!(reply["model"], name.as_str());
+}
+
+/// The `data.node` of each event whose message starts with `prefix`.
+fn nodes_saying(events: &Value, prefix: &str) -> Vec<String> {
+    events["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["message"].as_str().is_some_and(|m| m.starts_with(prefix)))
+        .map(|e| e["data"]["node"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
