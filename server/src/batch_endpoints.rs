@@ -184,7 +184,7 @@ pub fn start_worker(state: &AppState, args: &BatchArgs) -> Option<BatchWorkerHan
         return None;
     }
     let config = BatchWorkerConfig {
-        worker_id: state.node.id.to_string(),
+        worker_id: state.node.worker_id(),
         stale_after_secs: state.node.timeout_secs,
         batches: args.batch_workers,
         max_inflight: args.batch_max_inflight,

@@ -182,7 +182,7 @@ pub fn start_worker(
     let config = WorkerConfig {
         // Claims carry the node's id; a node silent for the node timeout
         // loses its jobs to the others.
-        worker_id: node.id.to_string(),
+        worker_id: node.worker_id(),
         stale_after_secs: node.timeout_secs,
         max_jobs: args.ft_jobs,
         threads: args.ft_threads.max(1),

@@ -61,6 +61,18 @@ impl Default for NodeIdentity {
     }
 }
 
+impl NodeIdentity {
+    /// The name this node's workers claim work under: its id (`hearth`
+    /// for a state made without one, as in tests).
+    pub fn worker_id(&self) -> String {
+        if self.id.is_empty() {
+            "hearth".to_string()
+        } else {
+            self.id.to_string()
+        }
+    }
+}
+
 impl NodeArgs {
     /// This node's id (`--node-id`, else the one kept in `data_dir`) and
     /// timeout.
