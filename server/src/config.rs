@@ -359,6 +359,7 @@ impl DatasetArgs {
             max_parts: self.dataset_max_parts,
             upload_ttl: std::time::Duration::from_secs(self.dataset_upload_ttl_hours * 3600),
             import_allow: self.dataset_import_allow.clone().into(),
+            import_wake: Default::default(),
         }
     }
 }

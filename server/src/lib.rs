@@ -5,6 +5,7 @@ pub mod auth;
 pub mod batch_endpoints;
 pub mod config;
 pub mod console;
+pub mod dataset_imports;
 pub mod endpoints;
 pub mod endpoints_cli;
 pub mod error;

@@ -249,6 +249,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         &state.node,
     );
     let batches = crate::batch_endpoints::start_worker(&state, &args.batch);
+    let imports = crate::dataset_imports::spawn(state.clone());
     // Endpoints of the store are registered (503 until loaded) before we
     // listen; their replicas load in the background.
     crate::endpoints::reconcile::reconcile_once(&state).await;
@@ -286,6 +287,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(batches) = batches {
         batches.shut_down().await;
     }
+    imports.stop().await;
     heartbeat.stop().await;
     expiry.abort();
     reconciler.abort();

@@ -62,6 +62,7 @@ async fn imports_read_allowed_objects_in_the_background() {
 
     let mut state = bare_state();
     state.datasets.import_allow = vec![allowed.clone()].into();
+    let _worker = hearth_server::dataset_imports::spawn(state.clone());
     // Schema inferred, in the background.
     let started = ok(&call(&state, "POST", "/v1/datasets", KEY, Some(body)).await);
     assert_eq!(started["object"], "dataset.upload", "{started}");
@@ -152,4 +153,117 @@ async fn an_upload_is_read_only_by_its_projects() {
     shape_a(&call(&state, "GET", &uri, &other_key, None).await, 403);
     let missing = "/v1/datasets/uploads/dsupload-01J00000000000000000000000";
     shape_a(&call(&state, "GET", missing, KEY, None).await, 403);
+}
+
+/// Several nodes: an import held by a node that died (its claim's heartbeat
+/// stale) is read again by another node's worker, and a part the dead node
+/// had stored is left out (its blob deleted), so the dataset has each row
+/// once. An import whose URL a node may not read is left, unclaimed, for a
+/// node that may.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_nodes_import_is_taken_over_and_read_once() {
+    use hearth_server::nodes::NodeIdentity;
+    use hearth_store::datasets::{new_part_id, part_blob_key, ImportClaimRules};
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let allowed = format!("file://{}/", root.display());
+    std::fs::write(
+        root.join("rows.jsonl"),
+        "{\"q\": \"a\"}\n{\"q\": \"b\"}\n{\"q\": \"c\"}\n",
+    )
+    .unwrap();
+    let mut state = bare_state();
+    state.datasets.import_allow = vec![allowed.clone()].into();
+    state.node = NodeIdentity {
+        id: "node-b".into(),
+        timeout_secs: 2,
+    };
+    let body = json!({"name": "taken-over", "schema": [{"name": "q", "type": {"name": "string"}}],
+        "source": {"type": "object_storage", "url": format!("{allowed}rows.jsonl")}});
+    // Queued with no worker running; node-a claims it and stores a part,
+    // then dies.
+    let started = ok(&call(&state, "POST", "/v1/datasets", KEY, Some(body.clone())).await);
+    let id = started["id"].as_str().unwrap().to_string();
+    let rules = ImportClaimRules {
+        node: "node-a",
+        stale_after_secs: 2,
+        skip: &[],
+        max_attempts: 3,
+    };
+    let (claim, _) = state.store.claim_import(&rules).await.unwrap();
+    assert_eq!(claim.expect("node-a's claim").attempt, 1);
+    let dead_part = new_part_id();
+    let dead_key = part_blob_key(&id, &dead_part);
+    state.store.blobs().put(&dead_key, b"half").await.unwrap();
+    state
+        .store
+        .add_upload_part(&id, &dead_part, &dead_key, 3, 4, i64::MAX)
+        .await
+        .unwrap();
+
+    let worker = hearth_server::dataset_imports::spawn(state.clone());
+    // node-a's claim is fresh for two seconds: not taken yet.
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    let record = ok(&call(
+        &state,
+        "GET",
+        &format!("/v1/datasets/uploads/{id}"),
+        KEY,
+        None,
+    )
+    .await);
+    assert_eq!(record["upload_info"]["status"], "PENDING", "{record}");
+    let done = settled(&state, &id).await;
+    assert_eq!(done["upload_info"]["status"], "COMPLETED", "{done}");
+    let dataset = done["upload_info"]["dataset"]["id"].as_str().unwrap();
+    let content = ok(&call(
+        &state,
+        "GET",
+        &format!("/v1/datasets/{dataset}/content"),
+        KEY,
+        None,
+    )
+    .await);
+    assert_eq!(content["data"], json!([{"q": "a"}, {"q": "b"}, {"q": "c"}]));
+    assert!(
+        state.store.blobs().get(&dead_key).await.is_err(),
+        "the dead node's part is deleted"
+    );
+    // node-a, back from the dead, holds nothing any more.
+    assert!(!state.store.renew_import(&id, "node-a").await.unwrap());
+    worker.stop().await;
+
+    // A node that may not read the URL leaves the import for one that may.
+    let queued = ok(&call(&state, "POST", "/v1/datasets", KEY, Some(body)).await);
+    let queued = queued["id"].as_str().unwrap().to_string();
+    let mut elsewhere = state.clone();
+    elsewhere.node = NodeIdentity {
+        id: "node-c".into(),
+        timeout_secs: 2,
+    };
+    elsewhere.datasets.import_allow = vec!["file:///srv/other/".to_string()].into();
+    let refusing = hearth_server::dataset_imports::spawn(elsewhere);
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let record = ok(&call(
+        &state,
+        "GET",
+        &format!("/v1/datasets/uploads/{queued}"),
+        KEY,
+        None,
+    )
+    .await);
+    assert_eq!(record["upload_info"]["status"], "PENDING", "{record}");
+    refusing.stop().await;
+    // Released as if never claimed: the next node's claim is its first.
+    let rules = ImportClaimRules {
+        node: "node-d",
+        ..rules
+    };
+    let (claim, _) = state.store.claim_import(&rules).await.unwrap();
+    let claim = claim.expect("claimable");
+    assert_eq!(
+        (claim.upload.id.as_str(), claim.attempt),
+        (queued.as_str(), 1)
+    );
 }

@@ -54,6 +54,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0011_console_sessions.sql"),
     ),
     (12, "nodes", include_str!("../migrations/0012_nodes.sql")),
+    (
+        13,
+        "import_claims",
+        include_str!("../migrations/0013_import_claims.sql"),
+    ),
 ];
 
 #[derive(Debug)]

@@ -23,7 +23,7 @@ use crate::state::AppState;
 
 /// The checked URL and format of an import (400 shape B naming
 /// `source...` otherwise).
-fn check_source(
+pub(crate) fn check_source(
     state: &AppState,
     source: &DatasetSource,
 ) -> Result<(url::Url, PartFormat), HttpError> {
@@ -113,30 +113,23 @@ pub async fn start(
             })),
         })
         .await?;
-    tracing::info!(upload = %upload.id, url = %url, "dataset import started");
-    let background = state.clone();
-    let id = upload.id.clone();
-    tokio::spawn(async move {
-        if let Err(message) = run(&background, &id, &url, format, schema).await {
-            tracing::warn!(upload = %id, "dataset import failed: {message}");
-            match background.store.fail_upload(&id, &message).await {
-                Ok(keys) => delete_blobs(&background, keys).await,
-                Err(e) => tracing::warn!(upload = %id, "recording a failed import: {e}"),
-            }
-        }
-    });
+    tracing::info!(upload = %upload.id, url = %url, "dataset import queued");
+    // A node's import worker (this one's, woken now, or any other's on the
+    // same store) claims and reads it.
+    state.datasets.import_wake.notify_one();
     Ok(upload_object(upload))
 }
 
-/// Reads, checks and stores the object, then completes the upload; the
-/// error says what went wrong, for the upload's `error`.
-async fn run(
+/// Reads, checks and stores the object, then completes the upload unless
+/// this node lost its claim meanwhile (`Ok(false)`: what it stored is
+/// deleted); the error says what went wrong, for the upload's `error`.
+pub(crate) async fn run(
     state: &AppState,
     upload_id: &str,
     url: &url::Url,
     format: PartFormat,
     schema: Option<Vec<Column>>,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let input = dir.path().join("object");
     Blobs::download_url(url, &input, state.max_upload_bytes)
@@ -188,11 +181,23 @@ async fn run(
         delete_blobs(state, vec![key]).await;
         return Err(e.to_string());
     }
-    let (upload, dataset, _) = state
+    let still_ours = state
+        .store
+        .renew_import(upload_id, &state.node.worker_id())
+        .await
+        .map_err(|e| e.to_string())?;
+    if !still_ours {
+        delete_blobs(state, vec![key]).await;
+        return Ok(false);
+    }
+    // Parts an earlier attempt stored before its node died are left out,
+    // and their blobs deleted.
+    let (upload, dataset, left_out) = state
         .store
         .complete_upload(upload_id, &[part_id])
         .await
         .map_err(|e| e.to_string())?;
+    delete_blobs(state, left_out).await;
     tracing::info!(upload = %upload.id, dataset = %dataset.id, rows = dataset.row_count, "dataset imported");
-    Ok(())
+    Ok(true)
 }

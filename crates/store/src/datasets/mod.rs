@@ -6,11 +6,13 @@
 //! `uploads` keep the datasets' and the multipart uploads' rows (a dataset
 //! is its ordered Parquet parts in the blob store, with their row counts).
 
+mod imports;
 mod records;
 pub mod schema;
 pub mod table;
 mod uploads;
 
+pub use imports::{ImportClaim, ImportClaimRules};
 pub use records::{
     is_well_formed_dataset_id, names_dataset, Dataset, DatasetPatch, DatasetSort, NewDataset,
     StoredPart,

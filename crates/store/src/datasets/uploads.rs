@@ -98,7 +98,8 @@ pub struct UploadPart {
     pub created_at: i64,
 }
 
-const UPLOAD_COLUMNS: &str = "id, project_id, name, folder, description, schema, status, error, \
+pub(super) const UPLOAD_COLUMNS: &str =
+    "id, project_id, name, folder, description, schema, status, error, \
      dataset_id, part_ids, source, created_at, completed_at";
 
 /// A new part id (the caller names the part's blob after it before the
@@ -113,7 +114,7 @@ pub fn part_blob_key(upload_id: &str, part_id: &str) -> String {
 }
 
 impl Upload {
-    fn from_row(row: &AnyRow) -> Result<Self> {
+    pub(super) fn from_row(row: &AnyRow) -> Result<Self> {
         let schema = stored_schema(row, "upload")?;
         let part_ids: Option<String> = row.try_get("part_ids")?;
         let source: Option<String> = row.try_get("source")?;
@@ -458,7 +459,7 @@ impl Store {
 
     /// Forgets the part rows of an upload that ended without them; their
     /// blob keys.
-    async fn drop_upload_parts(&self, id: &str) -> Result<Vec<String>> {
+    pub(super) async fn drop_upload_parts(&self, id: &str) -> Result<Vec<String>> {
         let keys = self
             .upload_parts(id)
             .await?
