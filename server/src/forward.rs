@@ -1,18 +1,20 @@
 //! Requests for a model this node does not serve go to a node that does.
 //!
 //! On the inference routes, after the key is checked, the body's `model` is
-//! looked up: served here (a chat, embedding or image model, an adapter, or
-//! a name whose base before `:` is served here: fine-tuned adapters and
-//! dedicated endpoints) means the local handler answers. Otherwise the
-//! alive nodes of the store's registry (`crate::nodes`) that list the model
-//! are asked, the least loaded first (fewest sequences running and
-//! waiting), and the request is sent on unchanged (method, path, query,
-//! key, body) to its advertised URL; the answer, a stream included, comes
-//! back as it is produced. A forwarded request carries `x-hearth-forwarded`
-//! and is never forwarded again; every answer says which node made it in
-//! `x-hearth-node`. When only nodes that are gone list the
-//! model, the answer is 503 (shape B); when no node lists it, the local
-//! handler answers as before (404 for an unknown model).
+//! looked up: a model served here (chat, embedding or image model, a
+//! catalogue adapter) or a dedicated endpoint with replicas here is answered
+//! here. Otherwise the alive nodes of the store's registry (`crate::nodes`)
+//! that list exactly that name (models, and the routing keys of the
+//! endpoints they run) are asked, the least loaded first (fewest sequences
+//! running and waiting), and the request is sent on unchanged (method,
+//! path, query, key, body) to its advertised URL; the answer, a stream
+//! included, comes back as it is produced. A forwarded request carries
+//! `x-hearth-forwarded` and is never forwarded again; every answer says
+//! which node made it in `x-hearth-node`. When only nodes that are gone
+//! list the model, the answer is 503 (shape B); when no node lists it, the
+//! local handler answers as before (404 for an unknown model). A name whose
+//! base before `:` is served here (fine-tuned models, endpoint routing
+//! keys) is answered here when no alive node lists it.
 
 use axum::body::{to_bytes, Body};
 use axum::extract::{Request, State};
@@ -70,10 +72,21 @@ pub async fn forward_remote(
     let model = serde_json::from_slice::<ModelField>(&bytes)
         .ok()
         .and_then(|m| m.model)
-        .filter(|m| !m.is_empty() && !served_here(&state, m));
-    if let Some(model) = model {
+        .filter(|m| !m.is_empty());
+    // A model or endpoint with replicas here is answered here. A name
+    // whose base is served here (a fine-tuned model, a dedicated endpoint
+    // that may run on another node) goes to a node that lists it exactly,
+    // if one is alive; else it is answered here too.
+    let model = model
+        .filter(|m| !state.local_models().any(|id| id == m))
+        .filter(|m| !state.endpoints.hosts_here(m))
+        .map(|m| (served_here(&state, &m), m));
+    if let Some((base_here, model)) = model {
         match remote_for(&state, &model).await {
             Remote::Alive(url) => return proxy(&state, &url, parts, bytes).await,
+            // The local handler answers (an adapter, or why an endpoint
+            // has no replica).
+            Remote::Gone | Remote::Nobody if base_here => {}
             Remote::Gone => {
                 return HttpError(ApiError::unavailable(format!(
                     "The nodes serving `{model}` are not reachable now; try again later."

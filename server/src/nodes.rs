@@ -196,9 +196,7 @@ pub async fn register(state: &AppState, args: &NodeArgs, addr: std::net::SocketA
         .advertise_url
         .clone()
         .or_else(|| (!addr.ip().is_unspecified()).then(|| format!("http://{addr}")));
-    let mut models: Vec<String> = state.local_models().cloned().collect();
-    models.sort();
-    let row = Row { url, models };
+    let row = Row { url };
     let id = state.node.id.clone();
     match row.write(state).await {
         Ok(()) => tracing::info!(node = %id, url = ?row.url, "registered in the store's nodes"),
@@ -214,7 +212,12 @@ pub async fn register(state: &AppState, args: &NodeArgs, addr: std::net::SocketA
             tick.tick().await;
             loop {
                 tick.tick().await;
-                match state.store.node_heartbeat(&id, &capacity(&state)).await {
+                let models = serving(&state);
+                match state
+                    .store
+                    .node_heartbeat(&id, &models, &capacity(&state))
+                    .await
+                {
                     Ok(true) => {}
                     // Forgotten as dead (a long pause): register again.
                     Ok(false) => {
@@ -237,10 +240,34 @@ pub async fn register(state: &AppState, args: &NodeArgs, addr: std::net::SocketA
     }
 }
 
-/// What this node writes in its row besides its id and capacity.
+/// Writes what this node serves and its capacity now, between heartbeats
+/// (an endpoint just started here: other nodes forward to it at once).
+pub async fn refresh(state: &AppState) {
+    if state.node.id.is_empty() {
+        return;
+    }
+    let models = serving(state);
+    if let Err(e) = state
+        .store
+        .node_heartbeat(&state.node.id, &models, &capacity(state))
+        .await
+    {
+        tracing::warn!("updating this node's row: {e}");
+    }
+}
+
+/// What this node writes in its row besides its id, models and capacity.
 struct Row {
     url: Option<String>,
-    models: Vec<String>,
+}
+
+/// What this node serves now: its models, and the routing keys of the
+/// dedicated endpoints with replicas here.
+fn serving(state: &AppState) -> Vec<String> {
+    let mut models: Vec<String> = state.local_models().cloned().collect();
+    models.extend(state.endpoints.hosted_keys());
+    models.sort();
+    models
 }
 
 impl Row {
@@ -251,7 +278,7 @@ impl Row {
             .register_node(
                 &state.node.id,
                 self.url.as_deref(),
-                &self.models,
+                &serving(state),
                 &capacity(state),
             )
             .await

@@ -276,6 +276,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let heartbeat = crate::nodes::register(&state, &args.node, addr).await;
     let draining = state.http.draining.clone();
     let (usage, store) = (state.usage.clone(), state.store.clone());
+    let state_node = state.node.worker_id();
     crate::listen::serve(listener, crate::app::app(state), &args.http, async move {
         signal.await;
         draining.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -288,6 +289,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         batches.shut_down().await;
     }
     imports.stop().await;
+    // The endpoints this node ran go to the other nodes at once.
+    match store.release_endpoints(&state_node).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(endpoints = n, "dedicated endpoints given back"),
+        Err(e) => tracing::warn!("giving the dedicated endpoints back: {e}"),
+    }
     heartbeat.stop().await;
     expiry.abort();
     reconciler.abort();

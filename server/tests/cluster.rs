@@ -11,7 +11,10 @@
 //! chat model too, a fine-tuning job created through A is trained by one
 //! node, that node is killed with SIGKILL, and the other takes the job over
 //! from its last checkpoint and finishes it: one start, one resume on the
-//! other node, no checkpoint written twice.
+//! other node, no checkpoint written twice. Last, the killed node comes
+//! back and a dedicated endpoint is created: it runs on one node only
+//! (either node forwards its requests there) and moves to the other node
+//! when its node is killed.
 
 mod common;
 
@@ -398,6 +401,115 @@ fn two_nodes_share_files_keys_models_and_fine_tuning_jobs() {
                "messages": [{"role": "user", "content": "What is the locker code?"}]}),
     );
     assert_eq!(reply["model"], name.as_str());
+
+    // The killed node comes back; a dedicated endpoint created through one
+    // node runs on exactly one, and is taken over when that one dies.
+    let back = node(&store, &runner, MODEL, &logs);
+    wait_for("the killed node back", Duration::from_secs(30), || {
+        alive(&survivor, &admin, &both)
+    });
+    let templates = get(&back, "/v0/dedicated_endpoints/templates");
+    let template = templates["templates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["model_name"] == MODEL)
+        .unwrap_or_else(|| panic!("no template for {MODEL}: {templates}"))
+        .clone();
+    let flavor = &template["flavors"][0];
+    let (status, text) = call(
+        "POST",
+        &format!("{}/v0/dedicated_endpoints", back.base),
+        KEY,
+        Some(json!({
+            "name": "pinned", "model_name": MODEL, "flavor_name": flavor["flavor_name"],
+            "gpu_type": flavor["gpu_type"], "gpu_count": flavor["gpu_count"], "region": "local",
+            "scaling": {"min_replicas": 1, "max_replicas": 1},
+        })),
+    );
+    assert_eq!(status, 201, "{text}");
+    let endpoint: Value = serde_json::from_str(&text).unwrap();
+    let endpoint_id = endpoint["endpoint_id"].as_str().unwrap().to_string();
+    let key = endpoint["routing_key"].as_str().unwrap().to_string();
+    let by_id = "/v0/dedicated_endpoints";
+    let running = |through: &Server| {
+        get(through, &by_id)["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["endpoint_id"] == endpoint_id.as_str() && e["status"] == "running")
+    };
+    wait_for("the endpoint running", Duration::from_secs(300), || {
+        running(&back)
+    });
+    // Through either node, the same node answers for it.
+    let first = endpoint_node(&back, &key);
+    assert_eq!(endpoint_node(&survivor, &key), first);
+    assert_eq!(endpoint_node(&back, &key), first);
+    // Its replica is counted by the node that does not run it too.
+    wait_for(
+        "the replica counted everywhere",
+        Duration::from_secs(10),
+        || {
+            [&back, &survivor].iter().all(|through| {
+                get(through, &by_id)["data"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|e| e["endpoint_id"] == endpoint_id.as_str() && e["ready_replicas"] == 1)
+            })
+        },
+    );
+
+    // Its node dies: the other one takes the endpoint over.
+    let (dead, last) = if first == runner {
+        (back, survivor)
+    } else {
+        (survivor, back)
+    };
+    drop(dead); // SIGKILL
+    let killed_at = Instant::now();
+    wait_for("the endpoint taken over", Duration::from_secs(300), || {
+        let (status, text) = chat_with(&last, &key);
+        status == 200 && text.contains("chat.completion")
+    });
+    eprintln!(
+        "endpoint answering again {:?} after the kill",
+        killed_at.elapsed()
+    );
+    assert_ne!(endpoint_node(&last, &key), first);
+    assert!(running(&last));
+}
+
+/// A chat request for `model` through `server`: status and body.
+fn chat_with(server: &Server, model: &str) -> (u16, String) {
+    call(
+        "POST",
+        &format!("{}/v1/chat/completions", server.base),
+        KEY,
+        Some(json!({"model": model, "max_tokens": 2,
+                    "messages": [{"role": "user", "content": "Hi"}]})),
+    )
+}
+
+/// The node that answers a chat request for dedicated endpoint `key` sent
+/// through `server`.
+fn endpoint_node(server: &Server, key: &str) -> String {
+    let response = agent()
+        .post(&format!("{}/v1/chat/completions", server.base))
+        .set("Authorization", &format!("Bearer {KEY}"))
+        .send_json(json!({"model": key, "max_tokens": 2,
+                          "messages": [{"role": "user", "content": "Hi"}]}))
+        .unwrap_or_else(|e| match e {
+            ureq::Error::Status(code, r) => panic!(
+                "chat with the endpoint through {}: {code} from {:?}: {}",
+                server.base,
+                r.header("x-hearth-node").map(str::to_string),
+                r.into_string().unwrap_or_default()
+            ),
+            e => panic!("chat with the endpoint: {e}"),
+        });
+    response.header("x-hearth-node").unwrap_or("").to_string()
 }
 
 /// The `data.node` of each event whose message starts with `prefix`.

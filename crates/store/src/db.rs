@@ -59,6 +59,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "import_claims",
         include_str!("../migrations/0013_import_claims.sql"),
     ),
+    (
+        14,
+        "endpoint_claims",
+        include_str!("../migrations/0014_endpoint_claims.sql"),
+    ),
 ];
 
 #[derive(Debug)]

@@ -60,16 +60,25 @@ impl Store {
         Ok(())
     }
 
-    /// Renews node `id`'s heartbeat and its reported capacity. False when
+    /// Renews node `id`'s heartbeat, the models (and dedicated endpoint
+    /// routing keys) it serves now and its reported capacity. False when
     /// its row is gone (forgotten as dead by another node): it must
     /// register again.
-    pub async fn node_heartbeat(&self, id: &str, capacity: &Value) -> Result<bool> {
-        let done = sqlx::query("UPDATE nodes SET heartbeat_at = $1, capacity = $2 WHERE id = $3")
-            .bind(now())
-            .bind(capacity.to_string())
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
+    pub async fn node_heartbeat(
+        &self,
+        id: &str,
+        models: &[String],
+        capacity: &Value,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE nodes SET heartbeat_at = $1, models = $2, capacity = $3 WHERE id = $4",
+        )
+        .bind(now())
+        .bind(Value::from(models.to_vec()).to_string())
+        .bind(capacity.to_string())
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
         Ok(done.rows_affected() == 1)
     }
 

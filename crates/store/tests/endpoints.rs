@@ -2,7 +2,8 @@
 //! and for the reconciler), routing keys (unique, found, freed by a purge),
 //! patches (which of them bump the generation and how the status follows),
 //! the reconciler's status reports (only for the current generation), delete
-//! (`deleting`, then purge) and the counts per status. Each runs on SQLite,
+//! (`deleting`, then purge), the counts per status and which node runs an
+//! endpoint (claims). Each runs on SQLite,
 //! and on PostgreSQL when `HEARTH_TEST_DATABASE_URL` names a server (a fresh
 //! database per test).
 
@@ -25,6 +26,7 @@ on_both!(
     counts_by_status,
     concurrent_updates_each_bump_the_generation_once,
     a_patch_naming_what_runs_retries_a_failed_endpoint,
+    one_node_runs_an_endpoint_until_its_claim_goes_stale,
 );
 
 /// A UUID v4 shaped id, distinct per `n`.
@@ -671,4 +673,41 @@ async fn a_patch_naming_what_runs_retries_a_failed_endpoint(env: Env) {
         (same.generation, same.status.as_str()),
         (running.generation, "running")
     );
+}
+
+async fn one_node_runs_an_endpoint_until_its_claim_goes_stale(env: Env) {
+    let s = &env.store;
+    let project = s.default_project().await.unwrap().id;
+    let e = running_endpoint(s, &project, 40, "k40").await;
+    let host = |hosts: Vec<hearth_store::EndpointHost>| {
+        hosts.into_iter().find(|h| h.id == e.id).expect("listed")
+    };
+    assert_eq!(host(s.endpoint_hosts().await.unwrap()).node, None);
+    // node-a takes it; node-b cannot while node-a's claim is fresh.
+    assert!(s.claim_endpoint(&e.id, "node-a", 30, 0).await.unwrap());
+    assert!(!s.claim_endpoint(&e.id, "node-b", 30, 0).await.unwrap());
+    // node-a renews it with its replicas' count.
+    assert!(s.claim_endpoint(&e.id, "node-a", 30, 2).await.unwrap());
+    let held = host(s.endpoint_hosts().await.unwrap());
+    assert_eq!(
+        (held.node.as_deref(), held.ready_replicas),
+        (Some("node-a"), 2)
+    );
+    let now = hearth_store::ids::now();
+    assert!(held.held_elsewhere("node-b", now, 30));
+    assert!(!held.held_elsewhere("node-a", now, 30));
+    assert!(!held.held_elsewhere("node-b", now + 31, 30));
+    // Stale (a zero-second lease, a second later): node-b takes it over.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(s.claim_endpoint(&e.id, "node-b", 0, 0).await.unwrap());
+    assert!(!s.claim_endpoint(&e.id, "node-a", 30, 2).await.unwrap());
+    // A clean shutdown gives back only the node's own.
+    let other = running_endpoint(s, &project, 41, "k41").await;
+    assert!(s.claim_endpoint(&other.id, "node-a", 30, 1).await.unwrap());
+    assert_eq!(s.release_endpoints("node-b").await.unwrap(), 1);
+    assert_eq!(host(s.endpoint_hosts().await.unwrap()).node, None);
+    assert!(s.claim_endpoint(&e.id, "node-c", 30, 0).await.unwrap());
+    // A deleting endpoint is claimed by nobody.
+    s.mark_endpoint_deleting(&other.id).await.unwrap();
+    assert!(!s.claim_endpoint(&other.id, "node-a", 30, 1).await.unwrap());
 }

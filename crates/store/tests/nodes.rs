@@ -35,13 +35,16 @@ async fn nodes_register_beat_and_are_forgotten(env: Env) {
     assert!(a.alive_at(now, 30));
     assert!(!a.alive_at(now + 31, 30));
 
-    // A heartbeat updates the capacity; an unknown node learns it is gone.
+    // A heartbeat updates the models and capacity; an unknown node learns
+    // it is gone.
+    let serving = vec!["m1".to_string(), "m1:0a1b2c3d".to_string()];
     assert!(s
-        .node_heartbeat("node-a", &json!({"free_sequences": 3}))
+        .node_heartbeat("node-a", &serving, &json!({"free_sequences": 3}))
         .await
         .unwrap());
     assert_eq!(s.nodes().await.unwrap()[0].capacity["free_sequences"], 3);
-    assert!(!s.node_heartbeat("node-z", &json!({})).await.unwrap());
+    assert_eq!(s.nodes().await.unwrap()[0].models, serving);
+    assert!(!s.node_heartbeat("node-z", &[], &json!({})).await.unwrap());
 
     // Registering again under the same id replaces the row.
     s.register_node("node-a", Some("http://10.0.0.9:8000"), &[], &json!({}))
@@ -61,5 +64,5 @@ async fn nodes_register_beat_and_are_forgotten(env: Env) {
     assert_eq!(s.nodes().await.unwrap().len(), 1);
     assert_eq!(s.forget_dead_nodes(-1).await.unwrap(), 1);
     assert!(s.nodes().await.unwrap().is_empty());
-    assert!(!s.node_heartbeat("node-a", &json!({})).await.unwrap());
+    assert!(!s.node_heartbeat("node-a", &[], &json!({})).await.unwrap());
 }

@@ -119,6 +119,9 @@ pub struct Live {
     drain: std::time::Duration,
     /// Since when no replica has had a request (for scaling down).
     idle_since: Mutex<Option<std::time::Instant>>,
+    /// Replicas serving on the node that runs the endpoint, when that is
+    /// another node (0 here otherwise).
+    pub(crate) elsewhere: AtomicUsize,
 }
 
 impl Live {
@@ -132,6 +135,7 @@ impl Live {
             next: AtomicUsize::new(0),
             drain,
             idle_since: Mutex::new(None),
+            elsewhere: AtomicUsize::new(0),
         }
     }
 
@@ -280,9 +284,34 @@ impl Endpoints {
         self.inner.loading.lock().unwrap().contains(id)
     }
 
-    /// Replicas serving `id` now.
+    /// Replicas serving `id` now, here or on the node that runs it.
     pub fn ready_replicas(&self, id: &str) -> usize {
-        self.get(id).map_or(0, |l| l.replicas.read().unwrap().len())
+        self.get(id).map_or(0, |l| {
+            l.replicas.read().unwrap().len() + l.elsewhere.load(Ordering::Relaxed)
+        })
+    }
+
+    /// Whether `name` is the routing key of an endpoint with replicas on
+    /// this node.
+    pub fn hosts_here(&self, name: &str) -> bool {
+        self.inner
+            .live
+            .read()
+            .unwrap()
+            .values()
+            .any(|l| l.routing_key == name && !l.replicas.read().unwrap().is_empty())
+    }
+
+    /// The routing keys of the endpoints with replicas on this node.
+    pub fn hosted_keys(&self) -> Vec<String> {
+        self.inner
+            .live
+            .read()
+            .unwrap()
+            .values()
+            .filter(|l| !l.replicas.read().unwrap().is_empty())
+            .map(|l| l.routing_key.clone())
+            .collect()
     }
 
     /// Every registered endpoint.

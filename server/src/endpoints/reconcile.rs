@@ -13,14 +13,15 @@
 //! Passes run at start, every [`PASS_EVERY`] and whenever a route changes
 //! a row ([`Endpoints::wake`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hearth_api::endpoints::Flavor;
 use hearth_core::{GenerateRequest, Priority, SamplingParams, TokenEvent};
 use hearth_engine::{BatcherConfig, ChatModel, EmbedModel, EngineConfig};
-use hearth_store::DedicatedEndpoint;
+use hearth_store::{DedicatedEndpoint, EndpointHost};
 
 use super::host::{self, Need};
 use super::templates::{deployable, Base, Deployable};
@@ -56,12 +57,22 @@ pub async fn reconcile_once(state: &AppState) {
             return;
         }
     };
+    let hosts: HashMap<String, EndpointHost> = match state.store.endpoint_hosts().await {
+        Ok(hosts) => hosts.into_iter().map(|h| (h.id.clone(), h)).collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read who runs the dedicated endpoints");
+            return;
+        }
+    };
+    let me = state.node.worker_id();
+    let now = hearth_store::ids::now();
     let ids: HashSet<&str> = rows.iter().map(|r| r.id.as_str()).collect();
     for id in endpoints.ids() {
         if !ids.contains(id.as_str()) && !endpoints.is_loading(&id) {
             endpoints.remove(&id);
         }
     }
+    let mut others: Option<Vec<hearth_store::nodes::NodeRecord>> = None;
     for row in rows {
         if endpoints.is_loading(&row.id) {
             // Its load ends with a wake; the row is looked at then.
@@ -76,6 +87,53 @@ pub async fn reconcile_once(state: &AppState) {
             continue;
         }
         let live = endpoints.register(&row);
+        let claim = hosts.get(&row.id);
+        if let Some(held) = claim.filter(|h| h.held_elsewhere(&me, now, state.node.timeout_secs)) {
+            let node = held.node.as_deref().unwrap_or_default();
+            live.elsewhere
+                .store(held.ready_replicas.max(0) as usize, Ordering::Relaxed);
+            // Another node runs it; requests for it are forwarded there.
+            if !live.replicas().is_empty() {
+                tracing::info!(endpoint = %row.id, node, "dedicated endpoint runs on another node now");
+                live.truncate(0);
+            }
+            *live.generation.lock().unwrap() = 0;
+            continue;
+        }
+        let mine = claim.is_some_and(|h| h.node.as_deref() == Some(me.as_str()));
+        let names = models_for(&row);
+        if !mine && row.enabled && !state.local_models().any(|m| names.contains(&m.as_str())) {
+            // Leave it to an alive node that serves its model, if any
+            // (with none, this node takes it and says why it cannot run).
+            if others.is_none() {
+                others = Some(state.store.nodes().await.unwrap_or_default());
+            }
+            let elsewhere = others.as_deref().unwrap_or_default().iter().any(|n| {
+                *n.id != *me
+                    && n.alive_at(now, state.node.timeout_secs)
+                    && n.models.iter().any(|m| names.contains(&m.as_str()))
+            });
+            if elsewhere {
+                continue;
+            }
+        }
+        let ready = live.replicas().len() as i64;
+        match state
+            .store
+            .claim_endpoint(&row.id, &me, state.node.timeout_secs, ready)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => continue, // another node was first
+            Err(e) => {
+                tracing::warn!(endpoint = %row.id, error = %e, "cannot claim the endpoint");
+                continue;
+            }
+        }
+        live.elsewhere.store(0, Ordering::Relaxed);
+        if !mine {
+            tracing::info!(endpoint = %row.id, node = %me, "dedicated endpoint claimed");
+        }
         if *live.generation.lock().unwrap() == row.generation {
             if row.enabled && row.status == "running" {
                 autoscale(state, &host, live, row);
@@ -176,6 +234,16 @@ async fn provision(state: &AppState, host: &HostConfig, live: Arc<Live>, row: De
         replicas = row.min_replicas, "provisioning dedicated endpoint");
     match load_replicas(state, host, &live, &row).await {
         Ok(true) => {
+            // Other nodes see its replicas and forward to it at once.
+            let ready = live.replicas().len() as i64;
+            let me = state.node.worker_id();
+            if let Err(e) = (state.store)
+                .claim_endpoint(&row.id, &me, state.node.timeout_secs, ready)
+                .await
+            {
+                tracing::warn!(endpoint = %row.id, error = %e, "cannot renew the endpoint's claim");
+            }
+            crate::nodes::refresh(state).await;
             set_status(state, &row, "running", None).await;
             tracing::info!(endpoint = %row.id, routing_key = %row.routing_key, "dedicated endpoint running");
         }
@@ -241,12 +309,20 @@ async fn still_current(state: &AppState, row: &DedicatedEndpoint) -> bool {
     }
 }
 
-/// What the store's other enabled endpoints reserve on this host.
+/// What the store's other enabled endpoints reserve on this host: all but
+/// those another alive node runs.
 pub async fn reserved_by_others(state: &AppState, host: &HostConfig, except: &str) -> Need {
     let rows = state.store.all_endpoints().await.unwrap_or_default();
+    let hosts = state.store.endpoint_hosts().await.unwrap_or_default();
+    let (me, now) = (state.node.worker_id(), hearth_store::ids::now());
+    let elsewhere = |id: &str| {
+        hosts
+            .iter()
+            .any(|h| h.id == id && h.held_elsewhere(&me, now, state.node.timeout_secs))
+    };
     let mut total = Need::default();
     for row in rows {
-        if row.id == except || !row.enabled || row.status == "deleting" {
+        if row.id == except || !row.enabled || row.status == "deleting" || elsewhere(&row.id) {
             continue;
         }
         let Ok(Some(model)) = deployable(state, &row.project_id, &row.model_name).await else {
@@ -362,4 +438,14 @@ async fn warm_up(model: &ChatModel) -> Result<(), String> {
         }
     }
     Err("warm-up: the engine stopped".into())
+}
+
+/// The names an alive node lists when it can run the row: the model
+/// itself, and for a fine-tuned model (`<base>:...`) its base.
+fn models_for(row: &DedicatedEndpoint) -> [&str; 2] {
+    let base = row
+        .model_name
+        .split_once(':')
+        .map_or(row.model_name.as_str(), |(base, _)| base);
+    [row.model_name.as_str(), base]
 }
