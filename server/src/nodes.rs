@@ -163,7 +163,10 @@ pub fn capacity(state: &AppState) -> Value {
             s.waiting + s.running
         })
         .sum();
+    let room = state.endpoints.room();
     json!({
+        "endpoint_memory_free_mb": room.map(|r| r.memory >> 20),
+        "endpoint_threads_free": room.map(|r| r.threads),
         "sequences_running": running,
         "sequences_waiting": waiting,
         "kv_blocks_free": total - used.min(total),

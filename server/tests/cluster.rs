@@ -73,26 +73,31 @@ fn rand_suffix() -> String {
 
 /// A node: heartbeats every second, gone after 5 s without one.
 fn node(store: &[String], id: &str, model: &str, logs: &Path) -> Server {
-    let log = logs.join(format!("{id}.log"));
+    node_with(store, id, model, logs, &[])
+}
+
+/// [`node`] with `extra` flags.
+fn node_with(store: &[String], id: &str, model: &str, logs: &Path, extra: &[&str]) -> Server {
+    let log = logs.join(format!("{id}-{}.log", rand_suffix()));
     eprintln!("node {id} logs to {}", log.display());
-    start_on(
-        store,
-        &[
-            "--models",
-            model,
-            "--node-id",
-            id,
-            "--node-heartbeat-secs",
-            "1",
-            "--node-timeout-secs",
-            "5",
-            "--ft-checkpoint-steps",
-            "2",
-            "--orphan-grace-secs",
-            "3600",
-        ],
-        Some(&log),
-    )
+    let flags: Vec<&str> = [
+        "--models",
+        model,
+        "--node-id",
+        id,
+        "--node-heartbeat-secs",
+        "1",
+        "--node-timeout-secs",
+        "5",
+        "--ft-checkpoint-steps",
+        "2",
+        "--orphan-grace-secs",
+        "3600",
+    ]
+    .into_iter()
+    .chain(extra.iter().copied())
+    .collect();
+    start_on(store, &flags, Some(&log))
 }
 
 fn agent() -> ureq::Agent {
@@ -242,8 +247,12 @@ fn stream_chat(server: &Server) -> (String, Vec<String>) {
     (node, events)
 }
 
+/// One cluster test at a time: each runs two servers on this machine.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn two_nodes_share_files_keys_models_and_fine_tuning_jobs() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = temp_dir();
     let store = shared_store(&dir);
     let logs: PathBuf = dir.clone();
@@ -521,4 +530,102 @@ fn nodes_saying(events: &Value, prefix: &str) -> Vec<String> {
         .filter(|e| e["message"].as_str().is_some_and(|m| m.starts_with(prefix)))
         .map(|e| e["data"]["node"].as_str().unwrap_or("?").to_string())
         .collect()
+}
+
+/// A batch created through one node runs on the other; that node is killed
+/// with SIGKILL mid-batch, and the batch is finished by the first node (its
+/// batch worker started after the kill): every input line has exactly one
+/// result, none lost, none twice, and the input file is still there.
+#[test]
+fn a_batch_survives_the_death_of_its_node() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = temp_dir();
+    let store = shared_store(&dir);
+    let runner = node(&store, "batch-a", MODEL, &dir);
+    let admin = admin_key(&runner);
+    let quiet = node_with(&store, "batch-b", MODEL, &dir, &["--batch-workers", "0"]);
+    wait_for("both nodes alive", Duration::from_secs(30), || {
+        alive(&runner, &admin, &["batch-a", "batch-b"])
+    });
+    const LINES: usize = 160;
+    let input: String = (0..LINES)
+        .map(|i| {
+            json!({"custom_id": format!("line-{i}"), "method": "POST",
+                   "url": "/v1/chat/completions",
+                   "body": {"model": MODEL, "max_tokens": 16, "temperature": 0,
+                            "messages": [{"role": "user", "content": format!("Count to {i}.")}]}})
+            .to_string()
+                + "\n"
+        })
+        .collect();
+    let file = upload(&quiet, "batch", "lines.jsonl", &input);
+    let batch = post(
+        &quiet,
+        "/v1/batches",
+        json!({"input_file_id": file, "endpoint": "/v1/chat/completions",
+               "completion_window": "24h"}),
+    );
+    let id = batch["id"].as_str().unwrap().to_string();
+    let path = format!("/v1/batches/{id}");
+    wait_for("some lines done", Duration::from_secs(300), || {
+        get(&quiet, &path)["request_counts"]["completed"]
+            .as_u64()
+            .unwrap()
+            >= 10
+    });
+    drop(runner); // SIGKILL mid-batch
+    let before = get(&quiet, &path)["request_counts"]["completed"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        (before as usize) < LINES,
+        "the batch should still be running at the kill ({before} of {LINES} done)"
+    );
+    // The surviving node gets a batch worker: it takes the batch over once
+    // the dead node's claim is stale.
+    drop(quiet);
+    let taker = node(&store, "batch-b", MODEL, &dir);
+    wait_for("the batch to complete", Duration::from_secs(600), || {
+        let batch = get(&taker, &path);
+        assert!(
+            !matches!(
+                batch["status"].as_str(),
+                Some("failed" | "cancelled" | "expired")
+            ),
+            "{batch}"
+        );
+        batch["status"] == "completed"
+    });
+    let batch = get(&taker, &path);
+    assert_eq!(
+        batch["request_counts"],
+        json!({"total": LINES, "completed": LINES, "failed": 0}),
+        "{batch}"
+    );
+    assert!(batch["error_file_id"].is_null(), "{batch}");
+    let output = batch["output_file_id"].as_str().unwrap();
+    let (status, text) = call(
+        "GET",
+        &format!("{}/v1/files/{output}/content", taker.base),
+        KEY,
+        None,
+    );
+    assert_eq!(status, 200);
+    let ids: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let line: Value = serde_json::from_str(l).unwrap();
+            assert_eq!(line["response"]["status_code"], 200, "{line}");
+            line["custom_id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let expected: Vec<String> = (0..LINES).map(|i| format!("line-{i}")).collect();
+    assert_eq!(ids, expected, "one result per line, in input order");
+    let (status, _) = call(
+        "GET",
+        &format!("{}/v1/files/{file}/content", taker.base),
+        KEY,
+        None,
+    );
+    assert_eq!(status, 200, "the input file is still there");
 }

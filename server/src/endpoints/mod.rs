@@ -214,6 +214,9 @@ struct Inner {
     /// Held from a route's admission check to its store write, so that two
     /// requests never both take the last room.
     admission: tokio::sync::Mutex<()>,
+    /// What endpoints may still reserve on this node, as of the last
+    /// reconciler pass (reported to the other nodes in the heartbeat).
+    room: Mutex<Option<host::Need>>,
 }
 
 impl Endpoints {
@@ -282,6 +285,16 @@ impl Endpoints {
 
     pub(crate) fn is_loading(&self, id: &str) -> bool {
         self.inner.loading.lock().unwrap().contains(id)
+    }
+
+    /// What endpoints may still reserve on this node (memory, threads), as
+    /// of the last reconciler pass; `None` on a node that runs no endpoints.
+    pub fn room(&self) -> Option<host::Need> {
+        *self.inner.room.lock().unwrap()
+    }
+
+    pub(crate) fn set_room(&self, room: host::Need) {
+        *self.inner.room.lock().unwrap() = Some(room);
     }
 
     /// Replicas serving `id` now, here or on the node that runs it.

@@ -101,20 +101,29 @@ pub async fn reconcile_once(state: &AppState) {
             continue;
         }
         let mine = claim.is_some_and(|h| h.node.as_deref() == Some(me.as_str()));
-        let names = models_for(&row);
-        if !mine && row.enabled && !state.local_models().any(|m| names.contains(&m.as_str())) {
-            // Leave it to an alive node that serves its model, if any
-            // (with none, this node takes it and says why it cannot run).
-            if others.is_none() {
-                others = Some(state.store.nodes().await.unwrap_or_default());
-            }
-            let elsewhere = others.as_deref().unwrap_or_default().iter().any(|n| {
-                *n.id != *me
-                    && n.alive_at(now, state.node.timeout_secs)
-                    && n.models.iter().any(|m| names.contains(&m.as_str()))
-            });
-            if elsewhere {
-                continue;
+        if !mine && row.enabled {
+            // Not runnable here (its model is not served, or there is no
+            // room): leave it to an alive node that serves its model and
+            // reports the room. With none, this node takes it and says why
+            // it cannot run.
+            let here = room_here(state, &host, &row).await;
+            if !matches!(here, Here::Fits) {
+                if others.is_none() {
+                    others = Some(state.store.nodes().await.unwrap_or_default());
+                }
+                let names = models_for(&row);
+                let elsewhere = others.as_deref().unwrap_or_default().iter().any(|n| {
+                    *n.id != *me
+                        && n.alive_at(now, state.node.timeout_secs)
+                        && n.models.iter().any(|m| names.contains(&m.as_str()))
+                        && match here {
+                            Here::NoRoom(need) => reports_room(&n.capacity, need),
+                            _ => true,
+                        }
+                });
+                if elsewhere {
+                    continue;
+                }
             }
         }
         let ready = live.replicas().len() as i64;
@@ -160,6 +169,40 @@ pub async fn reconcile_once(state: &AppState) {
             state.endpoints.wake();
         });
     }
+    let reserved = reserved_by_others(state, &host, "").await;
+    endpoints.set_room(host::Need {
+        memory: host.capacity.memory.saturating_sub(reserved.memory),
+        threads: host.capacity.threads.saturating_sub(reserved.threads),
+    });
+}
+
+/// Whether a row can run on this node.
+enum Here {
+    Fits,
+    /// The model is served but the endpoint needs this much more room.
+    NoRoom(host::Need),
+    /// The model (or the flavor) is not served here.
+    NoModel,
+}
+
+async fn room_here(state: &AppState, host: &HostConfig, row: &DedicatedEndpoint) -> Here {
+    let Ok((_, flavor)) = model_and_flavor(state, host, row).await else {
+        return Here::NoModel;
+    };
+    let wanted = host::need(&flavor).times(row.max_replicas.max(1) as u64);
+    let others = reserved_by_others(state, host, &row.id).await;
+    match host::shortfall(&host.capacity, others, wanted) {
+        None => Here::Fits,
+        Some(_) => Here::NoRoom(wanted),
+    }
+}
+
+/// Whether a node's reported capacity has room for `need`.
+fn reports_room(capacity: &serde_json::Value, need: host::Need) -> bool {
+    let memory = capacity["endpoint_memory_free_mb"].as_u64();
+    let threads = capacity["endpoint_threads_free"].as_u64();
+    matches!((memory, threads), (Some(m), Some(t))
+        if m << 20 >= need.memory && t as usize >= need.threads)
 }
 
 /// Between `min_replicas` and `max_replicas`: one more replica while every
@@ -448,4 +491,25 @@ fn models_for(row: &DedicatedEndpoint) -> [&str; 2] {
         .split_once(':')
         .map_or(row.model_name.as_str(), |(base, _)| base);
     [row.model_name.as_str(), base]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_has_room_only_when_it_reports_enough_of_both() {
+        let need = host::Need {
+            memory: 300 << 20,
+            threads: 2,
+        };
+        let report = |m: Option<u64>, t: Option<u64>| serde_json::json!({"endpoint_memory_free_mb": m, "endpoint_threads_free": t});
+        assert!(reports_room(&report(Some(300), Some(2)), need));
+        assert!(reports_room(&report(Some(4096), Some(8)), need));
+        assert!(!reports_room(&report(Some(299), Some(8)), need));
+        assert!(!reports_room(&report(Some(4096), Some(1)), need));
+        // A node that runs no endpoints (or an older one) reports nothing.
+        assert!(!reports_room(&report(None, None), need));
+        assert!(!reports_room(&serde_json::json!({}), need));
+    }
 }
