@@ -71,6 +71,13 @@ impl Store {
         }
         let made = self.create_project("Default").await?;
         let id = self.setting_or_insert("default_project", &made.id).await?;
+        if id != made.id {
+            // Another node sharing the store was first: ours is not used.
+            sqlx::query("DELETE FROM projects WHERE id = $1")
+                .bind(&made.id)
+                .execute(&self.pool)
+                .await?;
+        }
         Ok(self.project(&id).await?.unwrap_or(made))
     }
 }
