@@ -442,7 +442,7 @@ fn two_nodes_share_files_keys_models_and_fine_tuning_jobs() {
     let key = endpoint["routing_key"].as_str().unwrap().to_string();
     let by_id = "/v0/dedicated_endpoints";
     let running = |through: &Server| {
-        get(through, &by_id)["data"]
+        get(through, by_id)["data"]
             .as_array()
             .unwrap()
             .iter()
@@ -461,7 +461,7 @@ fn two_nodes_share_files_keys_models_and_fine_tuning_jobs() {
         Duration::from_secs(10),
         || {
             [&back, &survivor].iter().all(|through| {
-                get(through, &by_id)["data"]
+                get(through, by_id)["data"]
                     .as_array()
                     .unwrap()
                     .iter()
