@@ -22,12 +22,11 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::binary::{start_on, Server};
+use common::binary::{start_on, upload, Server};
 use common::{temp_dir, KEY, MODEL};
 use serde_json::{json, Value};
 
 const EMBED: &str = "sentence-transformers/all-MiniLM-L6-v2";
-const BOUNDARY: &str = "hearth-cluster-boundary";
 
 /// The store both nodes share: `--database-url` and `--blob-url`.
 fn shared_store(dir: &Path) -> Vec<String> {
@@ -170,27 +169,6 @@ fn alive(server: &Server, admin: &str, ids: &[&str]) -> bool {
             .iter()
             .any(|n| n["id"] == *id && n["alive"] == true)
     })
-}
-
-fn upload(server: &Server, purpose: &str, name: &str, content: &str) -> String {
-    let body = format!(
-        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n{purpose}\r\n\
-         --{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n\
-         Content-Type: application/jsonl\r\n\r\n{content}\r\n--{BOUNDARY}--\r\n"
-    );
-    let file: Value = agent()
-        .post(&format!("{}/v1/files", server.base))
-        .set("Authorization", &format!("Bearer {KEY}"))
-        .set(
-            "Content-Type",
-            &format!("multipart/form-data; boundary={BOUNDARY}"),
-        )
-        .send_bytes(body.as_bytes())
-        .expect("upload")
-        .into_json()
-        .unwrap();
-    assert_eq!(file["status"], "processed", "{file}");
-    file["id"].as_str().unwrap().to_string()
 }
 
 /// Twenty ways of asking for a made-up fact, all answered the same.

@@ -10,11 +10,9 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::binary::Server;
+use common::binary::{upload, Server};
 use common::*;
 use serde_json::{json, Value};
-
-const BOUNDARY: &str = "hearth-ft-test-boundary";
 
 /// `hearth serve` with the default chat model, its store in `store_dir`,
 /// checkpoints every 2 steps.
@@ -49,27 +47,6 @@ fn post(server: &Server, path: &str, body: Value) -> Value {
         .unwrap_or_else(|e| panic!("POST {path}: {e}"))
         .into_json()
         .unwrap()
-}
-
-fn upload(server: &Server, content: &str) -> String {
-    let body = format!(
-        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nfine-tune\r\n\
-         --{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"vault.jsonl\"\r\n\
-         Content-Type: application/jsonl\r\n\r\n{content}\r\n--{BOUNDARY}--\r\n"
-    );
-    let file: Value = agent()
-        .post(&format!("{}/v1/files", server.base))
-        .set("Authorization", &format!("Bearer {KEY}"))
-        .set(
-            "Content-Type",
-            &format!("multipart/form-data; boundary={BOUNDARY}"),
-        )
-        .send_bytes(body.as_bytes())
-        .expect("upload")
-        .into_json()
-        .unwrap();
-    assert_eq!(file["status"], "processed", "{file}");
-    file["id"].as_str().unwrap().to_string()
 }
 
 /// 30 ways of asking for the vault code, all answered the same.
@@ -150,7 +127,7 @@ fn ask(server: &Server, model: &str) -> String {
 fn a_job_survives_kill_9_resumes_from_its_checkpoint_and_serves_the_fact() {
     let dir = temp_dir();
     let server = start(&dir);
-    let file = upload(&server, &vault_dataset());
+    let file = upload(&server, "fine-tune", "vault.jsonl", &vault_dataset());
     let job = post(&server, "/v1/fine_tuning/jobs", job_body(&file, "vault", 2));
     let id = job["id"].as_str().unwrap().to_string();
     assert_eq!(job["status"], "queued", "{job}");

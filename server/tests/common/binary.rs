@@ -67,3 +67,26 @@ pub fn start_on(store: &[String], extra: &[&str], log: Option<&Path>) -> Server 
         banner,
     }
 }
+
+/// Uploads `content` as file `name` with `purpose` through the server's
+/// `/v1/files` (multipart, the test key); the file's id.
+pub fn upload(server: &Server, purpose: &str, name: &str, content: &str) -> String {
+    const BOUNDARY: &str = "hearth-test-boundary";
+    let body = format!(
+        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n{purpose}\r\n\
+         --{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n\
+         Content-Type: application/jsonl\r\n\r\n{content}\r\n--{BOUNDARY}--\r\n"
+    );
+    let file: serde_json::Value = ureq::post(&format!("{}/v1/files", server.base))
+        .set("Authorization", &format!("Bearer {KEY}"))
+        .set(
+            "Content-Type",
+            &format!("multipart/form-data; boundary={BOUNDARY}"),
+        )
+        .send_bytes(body.as_bytes())
+        .expect("upload")
+        .into_json()
+        .unwrap();
+    assert_eq!(file["status"], "processed", "{file}");
+    file["id"].as_str().unwrap().to_string()
+}
