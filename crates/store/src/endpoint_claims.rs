@@ -82,6 +82,20 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Gives endpoint `id` back if `node` holds it (it cannot run it, and
+    /// another node can); returns whether it did.
+    pub async fn release_endpoint(&self, id: &str, node: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE dedicated_endpoints SET claimed_by = NULL, heartbeat_at = NULL, \
+             ready_replicas = 0 WHERE id = $1 AND claimed_by = $2",
+        )
+        .bind(id)
+        .bind(node)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// Gives back every endpoint `node` holds (it shuts down in good
     /// order), for other nodes to take at once; how many.
     pub async fn release_endpoints(&self, node: &str) -> Result<u64> {

@@ -707,6 +707,10 @@ async fn one_node_runs_an_endpoint_until_its_claim_goes_stale(env: Env) {
     assert_eq!(s.release_endpoints("node-b").await.unwrap(), 1);
     assert_eq!(host(s.endpoint_hosts().await.unwrap()).node, None);
     assert!(s.claim_endpoint(&e.id, "node-c", 30, 0).await.unwrap());
+    // One endpoint given back by its holder only.
+    assert!(!s.release_endpoint(&e.id, "node-a").await.unwrap());
+    assert!(s.release_endpoint(&e.id, "node-c").await.unwrap());
+    assert!(s.claim_endpoint(&e.id, "node-a", 30, 0).await.unwrap());
     // A deleting endpoint is claimed by nobody.
     s.mark_endpoint_deleting(&other.id).await.unwrap();
     assert!(!s.claim_endpoint(&other.id, "node-a", 30, 1).await.unwrap());

@@ -101,11 +101,13 @@ pub async fn reconcile_once(state: &AppState) {
             continue;
         }
         let mine = claim.is_some_and(|h| h.node.as_deref() == Some(me.as_str()));
-        if !mine && row.enabled {
+        // To be (re)loaded: no replica here runs the row's generation.
+        let to_load = *live.generation.lock().unwrap() != row.generation;
+        if row.enabled && (!mine || to_load) {
             // Not runnable here (its model is not served, or there is no
-            // room): leave it to an alive node that serves its model and
-            // reports the room. With none, this node takes it and says why
-            // it cannot run.
+            // room): leave it (or give it back) to an alive node that serves
+            // its model and reports the room. With none, this node takes it
+            // and says why it cannot run.
             let here = room_here(state, &host, &row).await;
             if !matches!(here, Here::Fits) {
                 if others.is_none() {
@@ -122,6 +124,11 @@ pub async fn reconcile_once(state: &AppState) {
                         }
                 });
                 if elsewhere {
+                    if mine {
+                        let _ = state.store.release_endpoint(&row.id, &me).await;
+                        live.truncate(0);
+                        tracing::info!(endpoint = %row.id, "dedicated endpoint left to a node with room for it");
+                    }
                     continue;
                 }
             }
