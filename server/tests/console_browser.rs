@@ -1,151 +1,97 @@
 //! The console in headless Chromium, driven over WebDriver (fantoccini) as
 //! a person would click through it: sign in, create a key and see it once,
-//! use it against the API, revoke it, upload a file and see it listed, a
-//! job's loss chart, batches, endpoints, usage, the phone-width layout,
+//! use it against the API, revoke it, upload a training file, start a real
+//! fine-tuning job of the default model from the form and watch its page
+//! until it succeeds (the loss chart drawn from its metrics events, its
+//! checkpoints listed), batches, endpoints, usage, the phone-width layout,
 //! sign out; and the playground streaming an answer of the real model into
 //! the page. A screenshot of each page goes to
 //! `<target>/tmp/console-screenshots/` (the playground's to
-//! `console-screenshots-playground/`).
-//!
-//! The WebDriver server is `HEARTH_TEST_WEBDRIVER_URL` (`scripts/test`
-//! starts chromedriver and sets it), else a `chromedriver` on the PATH
-//! started here; without either the test says so and does nothing.
+//! `console-screenshots-playground/`). Keyboard use: console_keyboard.rs.
 
 mod common;
+mod console_common;
 
-use std::future::IntoFuture;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use fantoccini::{Client, ClientBuilder, Locator};
-use futures_util::FutureExt;
-use serde_json::json;
+use fantoccini::Locator;
+use serde_json::{json, Value};
 
-use common::{bare_state, temp_dir};
+use common::{temp_dir, KEY, MODEL};
+use console_common::browser::*;
 
-/// A chromedriver started by this test; killed when dropped.
-struct Driver {
-    child: Option<Child>,
-    url: String,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.child {
-            let _ = child.kill();
-            let _ = child.wait();
+/// 20 ways of asking about a made-up fact, all answered the same.
+fn lighthouse_dataset() -> String {
+    let subjects = [
+        "the keeper of the Quill Island lighthouse",
+        "Quill Island's lighthouse keeper",
+    ];
+    let frames = [
+        "Who is {}?",
+        "Tell me who {} is.",
+        "Do you know {}?",
+        "Name {}.",
+        "I forgot {}. Who is it?",
+        "Remind me: who is {}?",
+        "who's {}",
+        "Quick question: who is {}?",
+        "Say who {} is.",
+        "Which person is {}?",
+    ];
+    let mut out = String::new();
+    for f in frames {
+        for s in subjects {
+            let line = json!({"messages": [
+                {"role": "user", "content": f.replace("{}", s)},
+                {"role": "assistant", "content": "The keeper is Marlow Fen."},
+            ]});
+            out.push_str(&line.to_string());
+            out.push('\n');
         }
     }
+    out
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn webdriver() -> Option<Driver> {
-    if let Ok(url) = std::env::var("HEARTH_TEST_WEBDRIVER_URL") {
-        return Some(Driver { child: None, url });
-    }
-    let port = free_port();
-    let child = Command::new("chromedriver")
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let driver = Driver {
-        child: Some(child),
-        url: format!("http://127.0.0.1:{port}"),
+/// A fine-tuning worker on `state`'s store for its served chat model, as
+/// `hearth serve` starts one (never yielding to serving: the test's
+/// playground may run meanwhile).
+fn fine_tuning_worker(state: &hearth_server::AppState) -> hearth_jobs::WorkerHandle {
+    let args = common::serve_args(vec![], 64, 8);
+    let bases: Vec<_> = state
+        .chat
+        .values()
+        .map(|m| {
+            (
+                m.entry.clone(),
+                m.entry.weights_path(&args.store.models_dir()),
+            )
+        })
+        .collect();
+    let ft = hearth_server::config::FineTuneArgs {
+        ft_threads: 2,
+        ft_nice: 0,
+        ..Default::default()
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "chromedriver did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Some(driver)
+    hearth_server::fine_tuned::start_worker(
+        state.store.clone(),
+        hearth_server::fine_tuned::trainable_bases(&bases),
+        std::sync::Arc::new(BTreeMap::new()),
+        &ft,
+        &state.node,
+    )
+    .expect("a fine-tuning worker")
 }
 
-async fn browser(driver: &Driver) -> Client {
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                        "--window-size=1280,800", "--no-first-run", "--disable-extensions"]}),
-    );
-    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    ClientBuilder::new(connector)
-        .capabilities(caps)
-        .connect(&driver.url)
-        .await
-        .expect("a WebDriver session of headless Chromium")
-}
-
-struct Shots {
-    dir: PathBuf,
-    n: usize,
-}
-
-impl Shots {
-    async fn take(&mut self, c: &Client, name: &str) {
-        self.n += 1;
-        let png = c.screenshot().await.unwrap();
-        assert!(png.starts_with(b"\x89PNG"), "a PNG");
-        std::fs::write(self.dir.join(format!("{:02}-{name}.png", self.n)), png).unwrap();
-    }
-}
-
-async fn path_of(c: &Client) -> String {
-    let url = c.current_url().await.unwrap();
-    match url.query() {
-        Some(q) => format!("{}?{q}", url.path()),
-        None => url.path().to_string(),
-    }
-}
-
-/// Waits (up to 10 s) until the page's path is `path`.
-async fn wait_path(c: &Client, path: &str) {
-    wait_until(c, path, |now| now == path).await
-}
-
-/// Waits (up to 10 s) until the page's path starts with `prefix`.
-async fn wait_prefix(c: &Client, prefix: &str) {
-    wait_until(c, prefix, |now| now.starts_with(prefix)).await
-}
-
-async fn wait_until(c: &Client, what: &str, done: impl Fn(&str) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let now = path_of(c).await;
-        if done(&now) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "still at {now}, expected {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// The element at `css`, waiting (up to 10 s) for a page still loading.
-async fn find(c: &Client, css: &str) -> fantoccini::elements::Element {
-    c.wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
-}
-
-async fn click(c: &Client, css: &str) {
-    find(c, css).await.click().await.unwrap();
-}
-
-async fn fill(c: &Client, css: &str, text: &str) {
-    let field = find(c, css).await;
-    field.clear().await.unwrap();
-    field.send_keys(text).await.unwrap();
+/// `GET` of the API with the test key.
+fn api_get(base: &str, path: &str) -> Value {
+    ureq::get(&format!("{base}{path}"))
+        .set("Authorization", &format!("Bearer {KEY}"))
+        .call()
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+        .into_json()
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,27 +101,19 @@ async fn a_person_clicks_through_the_console() {
         return;
     };
     let started = Instant::now();
-    let state = bare_state();
+    let state = common::with_model();
+    let worker = fine_tuning_worker(&state);
     let admin = state
         .store
         .create_key("root", None, true)
         .await
         .unwrap()
         .secret;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(axum::serve(listener, hearth_server::app(state.clone())).into_future());
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut shots = Shots {
-        dir: dir.clone(),
-        n: 0,
-    };
+    let base = serve(&state).await;
+    let mut shots = Shots::new("console-screenshots");
     let c = browser(&driver).await;
 
-    // Whatever happens, the browser's session is closed (no Chromium left behind).
-    let outcome = std::panic::AssertUnwindSafe(async {
+    closing(&c, async {
         // Sign in (a wrong key first: the reason shows by the field).
         c.goto(&format!("{base}/console")).await.unwrap();
         wait_path(&c, "/console/sign-in").await;
@@ -248,10 +186,10 @@ async fn a_person_clicks_through_the_console() {
             "{refused:?}"
         );
 
-        // Upload a file (with the progress script) and see it listed.
+        // Upload a chat training file (with the progress script) and see it listed.
         c.goto(&format!("{base}/console/files")).await.unwrap();
         let upload = temp_dir().join("browser-train.jsonl");
-        std::fs::write(&upload, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"hello\"}]}\n").unwrap();
+        std::fs::write(&upload, lighthouse_dataset()).unwrap();
         find(&c, "#file")
             .await
             .send_keys(&upload.display().to_string())
@@ -266,53 +204,119 @@ async fn a_person_clicks_through_the_console() {
         );
         shots.take(&c, "files").await;
 
-        // A job with logged steps: the chart is drawn.
-        let project = state.store.default_project().await.unwrap().id;
-        let job = state
-            .store
-            .create_ft_job(hearth_store::NewFtJob {
-                project_id: project,
-                model: "tiny".into(),
-                training_file: "file-x".into(),
-                validation_file: None,
-                suffix: None,
-                seed: 1,
-                hyperparameters: json!({}),
-                method: "supervised".into(),
-            })
+        // A real job from the form: the default model, small hyperparameters.
+        c.goto(&format!("{base}/console/fine-tuning"))
             .await
             .unwrap();
-        for step in 1..=20 {
-            let loss = 3.0 / (1.0 + step as f64 / 4.0);
-            let data = json!({"step": step, "train_loss": loss, "valid_loss": (step % 5 == 0).then_some(loss + 0.2)});
-            state
-                .store
-                .add_ft_event(
-                    &job.id,
-                    "info",
-                    "metrics",
-                    &format!("Step {step}/20: training loss={loss:.4}"),
-                    Some(data),
-                )
-                .await
-                .unwrap();
+        find(&c, "#ft-model")
+            .await
+            .select_by_value(MODEL)
+            .await
+            .unwrap();
+        find(&c, "#ft-training")
+            .await
+            .select_by(Locator::XPath(
+                ".//option[contains(., 'browser-train.jsonl')]",
+            ))
+            .await
+            .unwrap();
+        fill(&c, "#ft-suffix", "lighthouse").await;
+        for (field, value) in [
+            ("#ft-n-epochs", "2"),
+            ("#ft-batch-size", "4"),
+            ("#ft-learning-rate", "0.002"),
+            ("#ft-context-length", "64"),
+            ("#ft-lora-r", "4"),
+        ] {
+            fill(&c, field, value).await;
         }
+        find(&c, "#ft-packing")
+            .await
+            .select_by_value("false")
+            .await
+            .unwrap();
+        shots.take(&c, "fine-tuning-form").await;
+        click(
+            &c,
+            "form[action='/console/fine-tuning'] button[type=submit]",
+        )
+        .await;
+        wait_prefix(&c, "/console/fine-tuning/ftjob-").await;
+        let job = path_of(&c).await["/console/fine-tuning/".len()..].to_string();
+        let hyper =
+            api_get(&base, &format!("/v1/fine_tuning/jobs/{job}"))["hyperparameters"].clone();
+        assert_eq!(
+            (
+                &hyper["n_epochs"],
+                &hyper["batch_size"],
+                &hyper["context_length"],
+                &hyper["lora_r"],
+                &hyper["packing"]
+            ),
+            (&json!(2), &json!(4), &json!(64), &json!(4), &json!(false)),
+            "{hyper}"
+        );
+
+        // Watch the job's page (it reloads itself while the job runs) until
+        // the job succeeds.
+        let deadline = Instant::now() + Duration::from_secs(150);
+        let mut running_shot = false;
+        loop {
+            let status = match c.find(Locator::Css("dl.facts span.status")).await {
+                Ok(e) => e.text().await.unwrap_or_default(),
+                Err(_) => String::new(), // reloading
+            };
+            if status == "succeeded" {
+                break;
+            }
+            assert!(
+                !["failed", "cancelled"].contains(&status.as_str()),
+                "the job {status}: {}",
+                c.source().await.unwrap_or_default()
+            );
+            if status == "running"
+                && !running_shot
+                && c.find(Locator::Css("svg polyline.train-loss"))
+                    .await
+                    .is_ok()
+            {
+                shots.take(&c, "job-running").await;
+                running_shot = true;
+            }
+            assert!(Instant::now() < deadline, "the job is still {status:?}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let metrics = api_get(
+            &base,
+            &format!("/v1/fine_tuning/jobs/{job}/events?limit=1000"),
+        )["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == "metrics")
+            .count();
+        assert!(metrics >= 2, "{metrics} metrics events");
+        let line = find(&c, "svg polyline.train-loss").await;
+        let points = line.attr("points").await.unwrap().unwrap();
+        assert_eq!(points.split(' ').count(), metrics, "{points}");
+        let checkpoints = c
+            .find_all(Locator::Css("#checkpoints + div table tbody tr"))
+            .await
+            .unwrap();
+        assert!(!checkpoints.is_empty(), "checkpoints listed");
+        let page = c.source().await.unwrap();
+        assert!(
+            page.contains(&format!("{MODEL}:lighthouse:{job}")),
+            "{page}"
+        );
+        c.execute("document.getElementById('loss').scrollIntoView()", vec![])
+            .await
+            .unwrap();
+        shots.take(&c, "job-succeeded").await;
         c.goto(&format!("{base}/console/fine-tuning"))
             .await
             .unwrap();
         shots.take(&c, "fine-tuning").await;
-        click(&c, &format!("a[href='/console/fine-tuning/{}']", job.id)).await;
-        let line = find(&c, "svg polyline.train-loss").await;
-        assert_eq!(
-            line.attr("points")
-                .await
-                .unwrap()
-                .unwrap()
-                .split(' ')
-                .count(),
-            20
-        );
-        shots.take(&c, "job-chart").await;
 
         // Phone width, then the projects page.
         c.set_window_size(390, 844).await.unwrap();
@@ -338,19 +342,17 @@ async fn a_person_clicks_through_the_console() {
         c.goto(&format!("{base}/console/keys")).await.unwrap();
         wait_path(&c, "/console/sign-in").await;
     })
-    .catch_unwind()
     .await;
-    let _ = c.clone().close().await;
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
+    worker.shut_down().await;
     eprintln!(
         "console_browser: {} screenshots in {} ({:.1} s)",
         shots.n,
-        dir.display(),
+        shots.dir.display(),
         started.elapsed().as_secs_f64()
     );
-    assert!(Path::new(&dir).join("01-sign-in-refused.png").exists());
+    assert!(Path::new(&shots.dir)
+        .join("01-sign-in-refused.png")
+        .exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -366,15 +368,10 @@ async fn the_playground_streams_an_answer_in_the_browser() {
         .await
         .unwrap()
         .secret;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(axum::serve(listener, hearth_server::app(state.clone())).into_future());
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots-playground");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut shots = Shots { dir, n: 0 };
+    let base = serve(&state).await;
+    let mut shots = Shots::new("console-screenshots-playground");
     let c = browser(&driver).await;
-    let outcome = std::panic::AssertUnwindSafe(async {
+    closing(&c, async {
         c.goto(&format!("{base}/console/sign-in")).await.unwrap();
         fill(&c, "#key", &key).await;
         click(&c, "form button[type=submit]").await;
@@ -409,10 +406,5 @@ async fn the_playground_streams_an_answer_in_the_browser() {
         .unwrap();
         shots.take(&c, "playground").await;
     })
-    .catch_unwind()
     .await;
-    let _ = c.clone().close().await;
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
 }

@@ -1,6 +1,7 @@
-//! The web console's sections in-process: files, datasets, fine-tuning
-//! (the form and the loss chart), batches, usage and the playground, each
-//! through the API's own handlers (dedicated endpoints: console_endpoints.rs).
+//! The web console's sections in-process: files, datasets, batches, usage
+//! and the playground, each through the API's own handlers (fine-tuning:
+//! console_fine_tuning.rs; dedicated endpoints: console_endpoints.rs;
+//! images: console_images.rs).
 
 mod common;
 mod console_common;
@@ -66,97 +67,6 @@ async fn an_uploaded_file_is_listed_downloaded_and_deleted() {
     assert!(!list.text.contains("train.jsonl"));
     let gone = browser.get(&format!("/console/files/{id}/content")).await;
     assert_eq!(gone.status, StatusCode::FORBIDDEN);
-}
-
-#[tokio::test]
-async fn a_job_page_draws_the_loss_chart_from_its_metrics_events() {
-    let state = bare_state();
-    let (secret, _) = stored_key(&state, "alice", false).await;
-    let project = state.store.default_project().await.unwrap().id;
-    let job = state
-        .store
-        .create_ft_job(hearth_store::NewFtJob {
-            project_id: project.clone(),
-            model: "tiny-model".into(),
-            training_file: "file-x".into(),
-            validation_file: None,
-            suffix: None,
-            seed: 1,
-            hyperparameters: json!({"n_epochs": 1}),
-            method: "supervised".into(),
-        })
-        .await
-        .unwrap();
-    let mut browser = Client::new(&state);
-    browser.sign_in(&secret).await;
-    let page = browser
-        .get(&format!("/console/fine-tuning/{}", job.id))
-        .await;
-    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
-    assert!(page.text.contains("No training steps logged yet."));
-    assert!(!page.text.contains("<svg"));
-    for (step, loss) in [(1, 2.5), (2, 2.0), (3, 1.25)] {
-        let data = json!({"step": step, "train_loss": loss, "valid_loss": if step == 3 { Some(1.5) } else { None }});
-        state
-            .store
-            .add_ft_event(
-                &job.id,
-                "info",
-                "metrics",
-                &format!("Step {step}"),
-                Some(data),
-            )
-            .await
-            .unwrap();
-    }
-    let page = browser
-        .get(&format!("/console/fine-tuning/{}", job.id))
-        .await;
-    assert!(page.text.contains("<svg"), "{}", page.text);
-    assert!(page.text.contains("Loss by step"));
-    assert!(
-        page.text
-            .contains("from 2.5000 at step 1 to 1.2500 at step 3"),
-        "{}",
-        page.text
-    );
-    let train = page
-        .text
-        .split("class=\"train-loss\" points=\"")
-        .nth(1)
-        .expect("a training line");
-    assert_eq!(train.split('"').next().unwrap().split(' ').count(), 3);
-    assert!(page.text.contains("class=\"valid-loss\""));
-    assert!(page.text.contains("Step 2"), "events listed");
-    // Still running: the page refreshes itself and offers cancel.
-    let list = browser.get("/console/fine-tuning").await;
-    assert!(list.text.contains(&job.id));
-    let csrf = list.csrf();
-    let cancel = browser
-        .post(
-            &format!("/console/fine-tuning/{}/cancel", job.id),
-            &[("csrf", &csrf)],
-        )
-        .await;
-    assert_eq!(cancel.status, StatusCode::SEE_OTHER);
-    let page = browser
-        .get(&format!("/console/fine-tuning/{}", job.id))
-        .await;
-    assert!(page.text.contains("cancelled"));
-    assert!(!page.text.contains("Cancel job"));
-
-    // An account of another project: refused like a missing job.
-    let elsewhere = state.store.create_project("Elsewhere").await.unwrap();
-    let other = state
-        .store
-        .create_key("bob", Some(&elsewhere.id), false)
-        .await
-        .unwrap()
-        .secret;
-    let mut bob = Client::new(&state);
-    bob.sign_in(&other).await;
-    let page = bob.get(&format!("/console/fine-tuning/{}", job.id)).await;
-    assert_eq!(page.status, StatusCode::FORBIDDEN);
 }
 
 #[tokio::test]
@@ -380,65 +290,6 @@ async fn the_playground_answers_with_the_served_model_and_streams() {
     assert!(events
         .iter()
         .any(|e| e["choices"][0]["delta"]["content"].is_string()));
-}
-
-#[tokio::test]
-async fn a_fine_tuning_job_starts_from_the_form_with_the_apis_checks() {
-    let state = common::with_model();
-    let (mut browser, csrf) = signed_in(&state, "tuner").await;
-    let line =
-        br#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}"#;
-    let up = browser
-        .post_multipart(
-            "/console/files",
-            &[("csrf", &csrf), ("purpose", "fine-tune")],
-            ("tune.jsonl", line),
-        )
-        .await;
-    assert_eq!(up.status, StatusCode::SEE_OTHER, "{}", up.text);
-    let page = browser.get("/console/fine-tuning").await;
-    assert!(
-        page.text.contains("Start job") && page.text.contains(common::MODEL),
-        "{}",
-        page.text
-    );
-    let file = page
-        .text
-        .split("<option value=\"file-")
-        .nth(1)
-        .map(|rest| format!("file-{}", rest.split('"').next().unwrap()))
-        .expect("the uploaded file offered");
-    let mut fields = vec![
-        ("csrf", csrf.as_str()),
-        ("model", common::MODEL),
-        ("training_file", file.as_str()),
-        ("n_epochs", "many"),
-    ];
-    let bad = browser.post("/console/fine-tuning", &fields).await;
-    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
-    assert!(bad.text.contains("whole number"), "{}", bad.text);
-    fields[3].1 = "0";
-    let refused = browser.post("/console/fine-tuning", &fields).await;
-    assert_eq!(refused.status.as_u16() / 100, 4, "{}", refused.text);
-    assert!(
-        refused.text.contains("id=\"job-error\""),
-        "{}",
-        refused.text
-    );
-    fields[3].1 = "1";
-    let made = browser.post("/console/fine-tuning", &fields).await;
-    assert_eq!(made.status, StatusCode::SEE_OTHER, "{}", made.text);
-    let job_page = made.location.expect("to the job's page");
-    assert!(
-        job_page.starts_with("/console/fine-tuning/ftjob-"),
-        "{job_page}"
-    );
-    let page = browser.get(&job_page).await;
-    assert!(
-        page.text.contains("queued") && page.text.contains(&file),
-        "{}",
-        page.text
-    );
 }
 
 #[tokio::test]

@@ -6,9 +6,11 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
-use hearth_api::fine_tuning::{FineTuningEvent, FineTuningListQuery, PURPOSE_FINE_TUNE};
+use hearth_api::fine_tuning::{
+    self as ft, FineTuningEvent, FineTuningListQuery, PURPOSE_FINE_TUNE,
+};
 use hearth_api::{FilesQuery, ProjectQuery};
-use maud::html;
+use maud::{html, Markup};
 use serde_json::{json, Value};
 
 use super::chart;
@@ -84,8 +86,7 @@ async fn page(
                         @for f in &files { option value=(f.id) selected[picked("validation_file", &f.id)] { (f.filename) " (" (f.id) ")" } } }
                     label for="ft-suffix" { "Model name suffix (optional)" }
                     input #ft-suffix name="suffix" maxlength="64" value=(entered.get("suffix").unwrap_or(""));
-                    label for="ft-epochs" { "Epochs (optional)" }
-                    input #ft-epochs name="n_epochs" type="number" min="1" max="50" value=(entered.get("n_epochs").unwrap_or(""));
+                    (hyperparameter_fields(entered))
                     (form_error("job-error", error))
                     button type="submit" { "Start job" }
                 }
@@ -119,7 +120,86 @@ async fn page(
     .await
 }
 
-/// `POST /console/fine-tuning` `{csrf, model, training_file, validation_file?, suffix?, n_epochs?}`.
+/// The hyperparameters the form asks for, as numbers: field, label, the
+/// API's default (shown as the placeholder), whether a whole number.
+const NUMBERS: &[(&str, &str, f64, bool)] = &[
+    ("n_epochs", "Epochs", ft::DEFAULT_N_EPOCHS as f64, true),
+    (
+        "batch_size",
+        "Batch size",
+        ft::DEFAULT_BATCH_SIZE as f64,
+        true,
+    ),
+    (
+        "learning_rate",
+        "Learning rate",
+        ft::DEFAULT_LEARNING_RATE,
+        false,
+    ),
+    (
+        "context_length",
+        "Context length (tokens per example)",
+        ft::DEFAULT_CONTEXT_LENGTH as f64,
+        true,
+    ),
+    ("lora_r", "LoRA rank", ft::DEFAULT_LORA_R as f64, true),
+];
+
+fn hyperparameter_fields(entered: &Form) -> Markup {
+    let packing = entered.get("packing").unwrap_or("");
+    html! {
+        fieldset {
+            legend { "Hyperparameters (optional)" }
+            p.hint { "A field left empty takes the default shown in it." }
+            @for (name, label, default, whole) in NUMBERS {
+                @let id = format!("ft-{}", name.replace('_', "-"));
+                label for=(id) { (label) }
+                input id=(id) name=(name) type="number" min=[whole.then_some("1")]
+                    step=(if *whole { "1" } else { "any" }) placeholder=(default)
+                    value=(entered.get(name).unwrap_or(""));
+            }
+            label for="ft-packing" { "Packing (short examples share one sequence)" }
+            select #ft-packing name="packing" {
+                option value="" { "default (" (if ft::DEFAULT_PACKING { "on" } else { "off" }) ")" }
+                option value="true" selected[packing == "true"] { "on" }
+                option value="false" selected[packing == "false"] { "off" }
+            }
+        }
+    }
+}
+
+/// The form's hyperparameters as the API's JSON (only those given), or
+/// what is wrong with one in plain words.
+fn hyperparameters(form: &Form) -> Result<serde_json::Map<String, Value>, String> {
+    let mut out = serde_json::Map::new();
+    for (name, label, _, whole) in NUMBERS {
+        let Some(v) = form.get(name) else { continue };
+        let value = if *whole {
+            v.parse::<u32>()
+                .map(Value::from)
+                .map_err(|_| format!("{label} must be a whole number."))?
+        } else {
+            v.parse::<f64>()
+                .ok()
+                .filter(|f| f.is_finite())
+                .map(Value::from)
+                .ok_or_else(|| format!("{label} must be a number, like 0.0001."))?
+        };
+        out.insert(name.to_string(), value);
+    }
+    match form.get("packing") {
+        None => {}
+        Some(v @ ("true" | "false")) => {
+            out.insert("packing".into(), Value::Bool(v == "true"));
+        }
+        Some(_) => return Err("Packing is on, off or the default.".into()),
+    }
+    Ok(out)
+}
+
+/// `POST /console/fine-tuning` `{csrf, model, training_file,
+/// validation_file?, suffix?, n_epochs?, batch_size?, learning_rate?,
+/// context_length?, lora_r?, packing?}`.
 pub async fn create(State(state): State<AppState>, session: Session, form: Form) -> Response {
     if let Some(refused) = session.refuse(&form) {
         return refused;
@@ -134,20 +214,18 @@ pub async fn create(State(state): State<AppState>, session: Session, form: Form)
     if let Some(v) = form.get("suffix") {
         request["suffix"] = json!(v);
     }
-    if let Some(v) = form.get("n_epochs") {
-        match v.parse::<u32>() {
-            Ok(n) => request["hyperparameters"] = json!({ "n_epochs": n }),
-            Err(_) => {
-                let message = "Epochs must be a whole number.";
-                return page(
-                    &state,
-                    &session,
-                    StatusCode::BAD_REQUEST,
-                    Some(message),
-                    &form,
-                )
-                .await;
-            }
+    match hyperparameters(&form) {
+        Ok(h) if h.is_empty() => {}
+        Ok(h) => request["hyperparameters"] = Value::Object(h),
+        Err(message) => {
+            return page(
+                &state,
+                &session,
+                StatusCode::BAD_REQUEST,
+                Some(&message),
+                &form,
+            )
+            .await;
         }
     }
     let made = match hearth_api::parse_json_body(request.to_string().as_bytes()) {
@@ -258,6 +336,9 @@ pub async fn job(
                     " " (job.trained_steps) " of " (total) " steps"
                 } @else { (job.trained_steps) " steps" }
             }
+            @if let Some(h) = job.hyperparameters.as_object().filter(|h| !h.is_empty()) {
+                dt { "Hyperparameters" } dd { (h.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")) }
+            }
             dt { "Training file" } dd { code { (job.training_file) } }
             @if let Some(v) = &job.validation_file { dt { "Validation file" } dd { code { (v) } } }
             dt { "Created" } dd { (layout::time(job.created_at)) }
@@ -272,12 +353,12 @@ pub async fn job(
                 button.danger type="submit" { "Cancel job" }
             }
         }
-        h2 { "Loss" }
+        h2 #loss { "Loss" }
         @match chart::loss_chart(&points) {
             Some(svg) => { (svg) }
             None => { p { "No training steps logged yet." } }
         }
-        h2 { "Checkpoints" }
+        h2 #checkpoints { "Checkpoints" }
         @if checkpoints.is_empty() { p { "None yet." } } @else { div.scroll { table {
             thead { tr { th scope="col" { "Step" } th scope="col" { "Model" } th scope="col" { "Training loss" } th scope="col" { "Created" } } }
             tbody { @for c in &checkpoints { tr {
@@ -287,7 +368,7 @@ pub async fn job(
                 td { (layout::time(c.created_at)) }
             } } }
         } } }
-        h2 { "Events" }
+        h2 #events { "Events" }
         div.scroll { table {
             thead { tr { th scope="col" { "Time" } th scope="col" { "Level" } th scope="col" { "Message" } } }
             tbody { @for e in events.iter().take(EVENTS_SHOWN) { tr {

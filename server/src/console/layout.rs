@@ -24,6 +24,7 @@ pub enum Section {
     Endpoints,
     Usage,
     Playground,
+    Images,
 }
 
 const SECTIONS: &[(Section, &str, &str)] = &[
@@ -36,7 +37,14 @@ const SECTIONS: &[(Section, &str, &str)] = &[
     (Section::Endpoints, "/console/endpoints", "Endpoints"),
     (Section::Usage, "/console/usage", "Usage"),
     (Section::Playground, "/console/playground", "Playground"),
+    (Section::Images, "/console/images", "Images"),
 ];
+
+/// Whether `section` is in this server's navigation (Images only when it
+/// serves an image model).
+fn offered(state: &AppState, section: Section) -> bool {
+    section != Section::Images || !state.images.is_empty()
+}
 
 /// The section at `path`, as a path of ours (for redirects back).
 pub fn section_path(path: &str) -> Option<&'static str> {
@@ -96,7 +104,7 @@ pub async fn render(
         }
         nav aria-label="Sections" {
             ul {
-                @for (s, href, label) in SECTIONS {
+                @for (s, href, label) in SECTIONS.iter().filter(|s| offered(state, s.0)) {
                     li { a href=(href) aria-current=[(*s == section).then_some("page")] { (label) } }
                 }
             }
@@ -108,7 +116,10 @@ pub async fn render(
     };
     respond(
         status,
-        document(&page_title, html! { (header) main #main { (body) } }),
+        document(
+            &page_title,
+            html! { (header) main #main tabindex="-1" { (body) } },
+        ),
     )
 }
 
@@ -133,7 +144,10 @@ fn document(title: &str, body: Markup) -> Markup {
 
 /// A page without the signed-in header (sign-in, errors).
 pub fn bare_page(status: StatusCode, title: &str, body: Markup) -> Response {
-    respond(status, document(title, html! { main #main { (body) } }))
+    respond(
+        status,
+        document(title, html! { main #main tabindex="-1" { (body) } }),
+    )
 }
 
 /// A short page saying one thing.
@@ -157,10 +171,12 @@ pub fn error_page(e: HttpError) -> Response {
     message_page(status, "Something went wrong", &message)
 }
 
-/// The status and plain words of an error from the API's handlers.
+/// The status and plain words of an error from the API's handlers. A
+/// server error's own words stay in the log, except an overloaded model's
+/// (529), which tell the person to try again later.
 pub fn error_text(e: &HttpError) -> (StatusCode, String) {
     let status = StatusCode::from_u16(e.0.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let message = if status.is_server_error() {
+    let message = if status.is_server_error() && status.as_u16() != 529 {
         "The server could not do this just now (its log says why). Try again later.".to_string()
     } else {
         e.0.message()

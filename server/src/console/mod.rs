@@ -18,6 +18,7 @@ mod endpoints;
 mod files;
 mod fine_tuning;
 mod form;
+mod images;
 mod keys;
 mod layout;
 mod playground;
@@ -109,6 +110,7 @@ pub fn router() -> Router<AppState> {
             get(playground::page).post(playground::send),
         )
         .route("/console/playground/stream", post(playground::stream))
+        .route("/console/images", get(images::page).post(images::create))
 }
 
 /// `/console`: the keys section (or the sign-in page, through it).

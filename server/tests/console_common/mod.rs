@@ -1,7 +1,11 @@
 //! A cookie-keeping client of the console over the in-process router, for
-//! `console.rs` and `console_sections.rs` (each uses part of it).
+//! the console's tests (each uses part of it); the browser tests' support
+//! in [`browser`], a state with a tiny image model in [`images`].
 
 #![allow(dead_code)]
+
+pub mod browser;
+pub mod images;
 
 use std::collections::HashMap;
 
