@@ -60,10 +60,10 @@ async fn limit(State(permits): State<Arc<Semaphore>>, request: Request, next: Ne
     }
 }
 
-/// Whether a request may run as long as it needs: generation (streamed or
-/// not; the console's playground too), uploads (files, the console's file
-/// form, dataset parts) and downloads (file contents,
-/// dataset exports).
+/// Whether a request may run as long as it needs: generation (text
+/// streamed or not, responses, images; the console's playground and images
+/// too), uploads (files, the console's file form, dataset parts) and
+/// downloads (file contents, dataset exports).
 fn unbounded(method: &Method, path: &str) -> bool {
     match *method {
         Method::POST => {
@@ -71,6 +71,9 @@ fn unbounded(method: &Method, path: &str) -> bool {
                 path,
                 "/v1/chat/completions"
                     | "/v1/completions"
+                    | "/v1/responses"
+                    | "/v1/images/generations"
+                    | "/console/images"
                     | "/v1/files"
                     | "/console/files"
                     | "/console/playground"
@@ -157,4 +160,27 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
             .allow_headers(AllowHeaders::mirror_request())
             .max_age(std::time::Duration::from_secs(600)),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generation_uploads_and_downloads_are_unbounded() {
+        for path in [
+            "/v1/chat/completions",
+            "/v1/responses",
+            "/v1/images/generations",
+            "/console/images",
+            "/v1/files",
+            "/v1/datasets/uploads/dsupload-1/parts",
+        ] {
+            assert!(unbounded(&Method::POST, path), "{path}");
+        }
+        assert!(unbounded(&Method::GET, "/v1/files/file-1/content"));
+        assert!(!unbounded(&Method::POST, "/v1/embeddings"));
+        assert!(!unbounded(&Method::GET, "/v1/files"));
+        assert!(!unbounded(&Method::DELETE, "/v1/files/file-1"));
+    }
 }
