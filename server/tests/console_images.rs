@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use base64::Engine as _;
+use common::images::{image_state, IMAGE};
 use common::{bare_state, send, KEY};
-use console_common::images::{image_state, IMAGE};
 use console_common::{signed_in, Page};
 use hearth_server::AppState;
 use serde_json::json;

@@ -20,9 +20,9 @@ use fantoccini::{Client, Locator};
 use hearth_server::AppState;
 use serde_json::{json, Value};
 
+use common::images::{image_state, IMAGE};
 use common::{raw, MODEL};
 use console_common::browser::*;
-use console_common::images::{image_state, IMAGE};
 
 fn state() -> AppState {
     static STATE: OnceLock<AppState> = OnceLock::new();

@@ -11,53 +11,16 @@ use std::sync::OnceLock;
 use axum::body::Body;
 use axum::http::Request;
 use base64::Engine as _;
+use common::images::{image_state, IMAGE};
 use common::*;
 use hearth_server::AppState;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-const IMAGE: &str = "hearth/tiny-sd";
-
-/// The default chat model and the tiny image model, its queue `queue` long.
-fn image_state(queue: usize) -> AppState {
-    let dir = temp_dir();
-    let pipeline = dir.join("tiny-sd");
-    hearth_models::diffusion::write_tiny_pipeline(&pipeline, 7).expect("writing the pipeline");
-    let files: Vec<String> = ["", "scheduler", "text_encoder", "tokenizer", "unet", "vae"]
-        .iter()
-        .flat_map(|sub| std::fs::read_dir(pipeline.join(sub)).unwrap())
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file())
-        .map(|p| {
-            let rel = p.strip_prefix(&pipeline).unwrap().display().to_string();
-            format!("{{ path = \"{rel}\" }}")
-        })
-        .collect();
-    assert!(files.len() >= 8, "{files:?}");
-    let catalog = dir.join("catalog.toml");
-    std::fs::write(
-        &catalog,
-        format!(
-            "[[model]]\nid = \"{IMAGE}\"\nkind = \"image\"\ncontext_length = 77\n\
-             description = \"tiny random-weight Stable Diffusion (tests)\"\n\
-             source = {{ type = \"local\", path = \"{}\" }}\nfiles = [{}]\n",
-            pipeline.display(),
-            files.join(", ")
-        ),
-    )
-    .unwrap();
-    let mut args = serve_args(vec![MODEL.to_string(), IMAGE.to_string()], 64, 8);
-    args.store.catalog = Some(catalog);
-    args.max_image_queue = queue;
-    let (store, project) = new_store();
-    hearth_server::serve::build_state(&args, vec![KEY.to_string()], store, &project)
-        .expect("loading the models")
-}
-
 fn state() -> &'static AppState {
     static STATE: OnceLock<AppState> = OnceLock::new();
-    STATE.get_or_init(|| image_state(8))
+    STATE.get_or_init(|| image_state(&[MODEL], 8))
 }
 
 async fn generate(state: &AppState, body: Value) -> Reply {
@@ -260,7 +223,7 @@ async fn images_and_chat_at_the_same_time_all_finish() {
 #[tokio::test]
 async fn a_full_queue_answers_529() {
     // No waiting room: a second request while one runs is refused.
-    let state = image_state(0);
+    let state = image_state(&[MODEL], 0);
     let long = {
         let state = state.clone();
         tokio::spawn(async move {
@@ -291,7 +254,7 @@ async fn a_full_queue_answers_529() {
 
 #[tokio::test]
 async fn a_request_quota_holds_image_requests_too() {
-    let state = image_state(8);
+    let state = image_state(&[MODEL], 8);
     let admin = state.store.bootstrap_admin().await.unwrap().unwrap().secret;
     let project = state.default_project.to_string();
     let set = send(

@@ -1,11 +1,10 @@
 //! A cookie-keeping client of the console over the in-process router, for
 //! the console's tests (each uses part of it); the browser tests' support
-//! in [`browser`], a state with a tiny image model in [`images`].
+//! in [`browser`] (a state with a tiny image model is in `common::images`).
 
 #![allow(dead_code)]
 
 pub mod browser;
-pub mod images;
 
 use std::collections::HashMap;
 

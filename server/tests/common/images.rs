@@ -1,10 +1,10 @@
-//! A state serving the tiny random-weight Stable Diffusion pipeline (as in
-//! `images.rs`: written in a temporary folder in the diffusers layout and
-//! registered as a local catalogue model), beside other served models.
+//! A state serving the tiny random-weight Stable Diffusion pipeline
+//! (written in a temporary folder in the diffusers layout and registered as
+//! a local catalogue model), beside other served models.
 
 use hearth_server::AppState;
 
-use crate::common::{new_store, serve_args, temp_dir, KEY};
+use super::{new_store, serve_args, temp_dir, KEY};
 
 /// The tiny image model's catalogue id.
 pub const IMAGE: &str = "hearth/tiny-sd";
@@ -24,6 +24,7 @@ pub fn image_state(models: &[&str], queue: usize) -> AppState {
             format!("{{ path = \"{rel}\" }}")
         })
         .collect();
+    assert!(files.len() >= 8, "{files:?}");
     let catalog = dir.join("catalog.toml");
     std::fs::write(
         &catalog,
