@@ -208,13 +208,48 @@ impl Store {
 
     /// On a store without a live admin key: makes one (for a new admin
     /// account in the default project) and returns it, to be shown once.
+    /// Nodes starting together on one store make one between them: a node
+    /// first takes the setting `admin_bootstrap` (a token and the time),
+    /// looks again for an admin key, makes the key and gives the setting
+    /// back; a node that finds the setting taken makes none. A setting
+    /// older than a minute (its node died in between) may be taken over.
     pub async fn bootstrap_admin(&self) -> Result<Option<NewKey>> {
+        const SETTING: &str = "admin_bootstrap";
         let project = self.default_project().await?;
         if self.has_admin_key().await? {
             return Ok(None);
         }
-        Ok(Some(
-            self.create_key("admin", Some(&project.id), true).await?,
-        ))
+        let now = crate::ids::now();
+        let mine = format!("{}:{now}", crate::ids::random_hex());
+        let held = self.setting_or_insert(SETTING, &mine).await?;
+        if held != mine {
+            let at: i64 = held
+                .rsplit_once(':')
+                .and_then(|(_, t)| t.parse().ok())
+                .unwrap_or(0);
+            let taken = now - at > 60
+                && sqlx::query("UPDATE settings SET value = $1 WHERE name = $2 AND value = $3")
+                    .bind(&mine)
+                    .bind(SETTING)
+                    .bind(&held)
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected()
+                    == 1;
+            if !taken {
+                return Ok(None);
+            }
+        }
+        let made = if self.has_admin_key().await? {
+            None
+        } else {
+            Some(self.create_key("admin", Some(&project.id), true).await?)
+        };
+        sqlx::query("DELETE FROM settings WHERE name = $1 AND value = $2")
+            .bind(SETTING)
+            .bind(&mine)
+            .execute(&self.pool)
+            .await?;
+        Ok(made)
     }
 }

@@ -17,6 +17,7 @@ on_both!(
     accounts_reach_their_projects,
     keys_are_hashed_listed_and_revoked,
     bootstrap_makes_one_admin_key,
+    nodes_starting_together_make_one_admin_key,
     files_round_trip_and_are_scoped,
     files_list_pages_filters_and_orders,
     jsonl_uploads_are_checked,
@@ -112,6 +113,32 @@ async fn bootstrap_makes_one_admin_key(env: Env) {
     );
     assert!(s.bootstrap_admin().await.unwrap().is_none());
     s.revoke_key(&admin.info.id).await.unwrap();
+    assert!(s.bootstrap_admin().await.unwrap().is_some());
+}
+
+async fn nodes_starting_together_make_one_admin_key(env: Env) {
+    // Two at once on a fresh store (this backend's): one key between them,
+    // and the setting given back (a later start without an admin key makes
+    // one again).
+    let s = &env.store;
+    let (a, b) = tokio::join!(s.bootstrap_admin(), s.bootstrap_admin());
+    let made = [a.unwrap(), b.unwrap()];
+    assert_eq!(made.iter().filter(|k| k.is_some()).count(), 1);
+    assert_eq!(s.setting("admin_bootstrap").await.unwrap(), None);
+    // Another node is making the key right now: none here.
+    let fresh = sqlite().await;
+    let now = hearth_store::ids::now();
+    let s = &fresh.store;
+    s.setting_or_insert("admin_bootstrap", &format!("other:{now}"))
+        .await
+        .unwrap();
+    assert!(s.bootstrap_admin().await.unwrap().is_none());
+    // That node died before making it: a minute later it is taken over.
+    let fresh = sqlite().await;
+    let s = &fresh.store;
+    s.setting_or_insert("admin_bootstrap", "dead:1")
+        .await
+        .unwrap();
     assert!(s.bootstrap_admin().await.unwrap().is_some());
 }
 
