@@ -103,32 +103,38 @@ async fn a_job_page_draws_the_loss_chart_from_its_metrics_events() {
     assert_eq!(page.status, StatusCode::FORBIDDEN);
 }
 
-#[tokio::test]
-async fn a_fine_tuning_job_starts_from_the_form_with_the_apis_checks() {
-    let state = common::with_model();
-    let (mut browser, csrf) = signed_in(&state, "tuner").await;
+/// Uploads a one-example chat file named `name` on the Files page; the
+/// fine-tuning page then, and the file's id as its form offers it.
+async fn upload_training_file(browser: &mut Client, csrf: &str, name: &str) -> (String, String) {
     let line =
         br#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}"#;
     let up = browser
         .post_multipart(
             "/console/files",
-            &[("csrf", &csrf), ("purpose", "fine-tune")],
-            ("tune.jsonl", line),
+            &[("csrf", csrf), ("purpose", "fine-tune")],
+            (name, line),
         )
         .await;
     assert_eq!(up.status, StatusCode::SEE_OTHER, "{}", up.text);
     let page = browser.get("/console/fine-tuning").await;
-    assert!(
-        page.text.contains("Start job") && page.text.contains(common::MODEL),
-        "{}",
-        page.text
-    );
     let file = page
         .text
         .split("<option value=\"file-")
         .nth(1)
         .map(|rest| format!("file-{}", rest.split('"').next().unwrap()))
         .expect("the uploaded file offered");
+    (page.text, file)
+}
+
+#[tokio::test]
+async fn a_fine_tuning_job_starts_from_the_form_with_the_apis_checks() {
+    let state = common::with_model();
+    let (mut browser, csrf) = signed_in(&state, "tuner").await;
+    let (page, file) = upload_training_file(&mut browser, &csrf, "tune.jsonl").await;
+    assert!(
+        page.contains("Start job") && page.contains(common::MODEL),
+        "{page}"
+    );
     let mut fields = vec![
         ("csrf", csrf.as_str()),
         ("model", common::MODEL),
@@ -166,17 +172,7 @@ async fn a_fine_tuning_job_starts_from_the_form_with_the_apis_checks() {
 async fn the_forms_hyperparameters_reach_the_job_or_are_refused_in_plain_words() {
     let state = common::with_model();
     let (mut browser, csrf) = signed_in(&state, "tuner-hp").await;
-    let line =
-        br#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}"#;
-    let up = browser
-        .post_multipart(
-            "/console/files",
-            &[("csrf", &csrf), ("purpose", "fine-tune")],
-            ("hp.jsonl", line),
-        )
-        .await;
-    assert_eq!(up.status, StatusCode::SEE_OTHER, "{}", up.text);
-    let page = browser.get("/console/fine-tuning").await;
+    let (page, file) = upload_training_file(&mut browser, &csrf, "hp.jsonl").await;
     for field in [
         r#"<label for="ft-batch-size">Batch size</label>"#,
         r#"id="ft-learning-rate" name="learning_rate" type="number""#,
@@ -185,14 +181,8 @@ async fn the_forms_hyperparameters_reach_the_job_or_are_refused_in_plain_words()
         r#"<label for="ft-lora-r">LoRA rank</label>"#,
         r#"<option value="false">off</option>"#,
     ] {
-        assert!(page.text.contains(field), "{field}: {}", page.text);
+        assert!(page.contains(field), "{field}: {page}");
     }
-    let file = page
-        .text
-        .split("<option value=\"file-")
-        .nth(1)
-        .map(|rest| format!("file-{}", rest.split('"').next().unwrap()))
-        .unwrap();
     let base = [
         ("csrf", csrf.as_str()),
         ("model", common::MODEL),

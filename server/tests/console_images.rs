@@ -10,15 +10,13 @@ mod common;
 mod console_common;
 
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use axum::http::StatusCode;
 use base64::Engine as _;
-use common::images::{image_state, IMAGE};
+use common::images::{image_state, occupy, IMAGE};
 use common::{bare_state, send, KEY};
 use console_common::{signed_in, Page};
 use hearth_server::AppState;
-use serde_json::json;
 
 fn state() -> AppState {
     static STATE: OnceLock<AppState> = OnceLock::new();
@@ -305,25 +303,7 @@ async fn a_form_without_the_csrf_token_generates_nothing() {
 async fn a_full_queue_says_to_try_again_later() {
     // No waiting room: a generation while another runs is refused (529).
     let state = image_state(&[], 0);
-    let long = {
-        let state = state.clone();
-        tokio::spawn(async move {
-            let body = json!({"model": IMAGE, "prompt": "slow", "num_inference_steps": 60,
-                              "response_format": "b64_json"});
-            common::post(&state, "/v1/images/generations", &body.to_string()).await
-        })
-    };
-    let running = format!("hearth_image_requests_running{{model=\"{IMAGE}\"}} 1");
-    let mut seen = false;
-    for _ in 0..400 {
-        let m = send(&state, "GET", "/metrics", Some(KEY), None).await;
-        if m.text.contains(&running) {
-            seen = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(seen, "the first request never ran");
+    let long = occupy(&state).await;
     let (mut browser, csrf) = signed_in(&state, "impatient").await;
     let page = browser
         .post(

@@ -32,20 +32,23 @@ async fn settled(state: &AppState, upload_id: &str) -> Value {
     }
 }
 
+/// A temporary folder of objects holding `rows.jsonl` (`rows`): the folder,
+/// its path, and its `file://` URL prefix to allow.
+fn objects(rows: &str) -> (tempfile::TempDir, std::path::PathBuf, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let allowed = format!("file://{}/", root.display());
+    std::fs::write(root.join("rows.jsonl"), rows).unwrap();
+    (dir, root, allowed)
+}
+
 /// Imports from object storage (`file://` here; `s3://` goes through the
 /// same object_store path): only under an allowed prefix, answered with a
 /// `PENDING` upload record that ends `COMPLETED` with the dataset, or
 /// `FAILED` with what went wrong.
 #[tokio::test]
 async fn imports_read_allowed_objects_in_the_background() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    let allowed = format!("file://{}/", root.display());
-    std::fs::write(
-        root.join("rows.jsonl"),
-        "{\"q\": \"a\", \"n\": 1}\n{\"q\": \"b\", \"n\": 2}\n",
-    )
-    .unwrap();
+    let (_dir, root, allowed) = objects("{\"q\": \"a\", \"n\": 1}\n{\"q\": \"b\", \"n\": 2}\n");
     std::fs::write(root.join("rows.csv"), "q,n\nc,3\nd,x\n").unwrap();
 
     // Off by default.
@@ -165,14 +168,7 @@ async fn a_dead_nodes_import_is_taken_over_and_read_once() {
     use hearth_server::nodes::NodeIdentity;
     use hearth_store::datasets::{new_part_id, part_blob_key, ImportClaimRules};
 
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    let allowed = format!("file://{}/", root.display());
-    std::fs::write(
-        root.join("rows.jsonl"),
-        "{\"q\": \"a\"}\n{\"q\": \"b\"}\n{\"q\": \"c\"}\n",
-    )
-    .unwrap();
+    let (_dir, _, allowed) = objects("{\"q\": \"a\"}\n{\"q\": \"b\"}\n{\"q\": \"c\"}\n");
     let mut state = bare_state();
     state.datasets.import_allow = vec![allowed.clone()].into();
     state.node = NodeIdentity {

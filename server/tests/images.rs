@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use axum::body::Body;
 use axum::http::Request;
 use base64::Engine as _;
-use common::images::{image_state, IMAGE};
+use common::images::{image_state, occupy, IMAGE};
 use common::*;
 use hearth_server::AppState;
 use http_body_util::BodyExt;
@@ -224,29 +224,7 @@ async fn images_and_chat_at_the_same_time_all_finish() {
 async fn a_full_queue_answers_529() {
     // No waiting room: a second request while one runs is refused.
     let state = image_state(&[MODEL], 0);
-    let long = {
-        let state = state.clone();
-        tokio::spawn(async move {
-            generate(
-                &state,
-                json!({"model": IMAGE, "prompt": "slow", "num_inference_steps": 60,
-                       "response_format": "b64_json"}),
-            )
-            .await
-        })
-    };
-    // Wait until it runs.
-    let running = format!("hearth_image_requests_running{{model=\"{IMAGE}\"}} 1");
-    let mut seen = false;
-    for _ in 0..400 {
-        let m = send(&state, "GET", "/metrics", Some(KEY), None).await;
-        if m.text.contains(&running) {
-            seen = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert!(seen, "the first request never ran");
+    let long = occupy(&state).await;
     let refused = generate(&state, json!({"model": IMAGE, "prompt": "again"})).await;
     assert_eq!(refused.status, 529, "{}", refused.text);
     assert_eq!(long.await.unwrap().status, 200);

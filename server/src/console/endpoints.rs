@@ -16,7 +16,7 @@ use maud::html;
 use super::form::{self, Form};
 use super::layout::{self, csrf_field, render, Section};
 use super::session::Session;
-use crate::error::{ApiJson, ApiPath, ApiQuery};
+use crate::error::{ApiJson, ApiPath, ApiQuery, HttpError};
 use crate::routes::endpoints as api;
 use crate::state::AppState;
 
@@ -55,11 +55,21 @@ pub async fn create(State(state): State<AppState>, session: Session, form: Form)
         ApiJson(request),
     )
     .await;
-    layout::redirect_or(
-        created,
-        "/console/endpoints?notice=created",
-        |status, message| async move { page(&state, &session, status, None, Some(&message)).await },
-    )
+    after(created, "created", &state, &session).await
+}
+
+/// Back to the list with `notice` when the API's handler succeeded, else
+/// the list again with the API's error.
+async fn after<T>(
+    result: Result<T, HttpError>,
+    notice: &str,
+    state: &AppState,
+    session: &Session,
+) -> Response {
+    let to = format!("/console/endpoints?notice={notice}");
+    layout::redirect_or(result, &to, |status, message| async move {
+        page(state, session, status, None, Some(&message)).await
+    })
     .await
 }
 
@@ -182,12 +192,7 @@ pub async fn scale(
         ApiJson(body),
     )
     .await;
-    layout::redirect_or(
-        updated,
-        "/console/endpoints?notice=scaled",
-        |status, message| async move { page(&state, &session, status, None, Some(&message)).await },
-    )
-    .await
+    after(updated, "scaled", &state, &session).await
 }
 
 /// `POST /console/endpoints/{endpoint_id}/delete` `{csrf}`.
@@ -206,12 +211,7 @@ pub async fn delete(
         ApiPath(endpoint_id),
     )
     .await;
-    layout::redirect_or(
-        deleted,
-        "/console/endpoints?notice=deleted",
-        |status, message| async move { page(&state, &session, status, None, Some(&message)).await },
-    )
-    .await
+    after(deleted, "deleted", &state, &session).await
 }
 
 /// Every flavor name of the templates once, with its resources in words.

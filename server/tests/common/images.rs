@@ -46,3 +46,25 @@ pub fn image_state(models: &[&str], queue: usize) -> AppState {
     hearth_server::serve::build_state(&args, vec![KEY.to_string()], store, &project)
         .expect("loading the models")
 }
+
+/// Starts a 60-step generation on [`IMAGE`] and returns once it runs (as
+/// `/metrics` says), so that the model's one slot is taken; its reply.
+pub async fn occupy(state: &AppState) -> tokio::task::JoinHandle<super::Reply> {
+    let long = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let body = serde_json::json!({"model": IMAGE, "prompt": "slow",
+                "num_inference_steps": 60, "response_format": "b64_json"});
+            super::post(&state, "/v1/images/generations", &body.to_string()).await
+        })
+    };
+    let running = format!("hearth_image_requests_running{{model=\"{IMAGE}\"}} 1");
+    for _ in 0..400 {
+        let m = super::send(state, "GET", "/metrics", Some(KEY), None).await;
+        if m.text.contains(&running) {
+            return long;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the first request never ran");
+}
