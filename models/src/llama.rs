@@ -474,7 +474,7 @@ impl Llama {
         at: &StepRows,
         lora: &LoraBatch<'_>,
     ) -> Result<Tensor> {
-        let (positions, pool_rows) = (&at.positions, &at.pool_rows);
+        let positions = &at.positions;
         let a = &self.blocks[layer].attn;
         let proj =
             |lin: &Linear, t: LoraTarget, x: &Tensor| lora.apply(layer, t, x, lin.forward(x)?);
@@ -485,7 +485,7 @@ impl Llama {
         );
         let t = x.dim(0)?;
         let heads = |y: Tensor, n: usize| y.reshape((t, n, d))?.transpose(0, 1);
-        if let Some(kv) = pool.tensors() {
+        if let (Some(kv), Some(pool_rows)) = (pool.tensors(), &at.pool_rows) {
             let rope = |y: Tensor, n: usize| self.rotary.apply_at(&heads(y, n)?, positions);
             let q = rope(proj(&a.q, LoraTarget::Q, x)?, nh)?; // [nh, T, d]
             let k = rope(proj(&a.k, LoraTarget::K, x)?, nkv)?; // [nkv, T, d]
@@ -580,10 +580,10 @@ impl Llama {
     ) -> Result<Tensor> {
         let at = StepRows {
             positions: Tensor::new(positions, &self.device)?,
-            pool_rows: match pool.tensors() {
-                Some(kv) => pool_rows(views, kv.device())?,
-                None => Tensor::zeros(0, DType::U32, &self.device)?,
-            },
+            pool_rows: pool
+                .tensors()
+                .map(|kv| pool_rows(views, kv.device()))
+                .transpose()?,
         };
         for (i, block) in self.blocks.iter().enumerate() {
             let n = block.attn_norm.forward(&x)?;
@@ -610,7 +610,7 @@ impl Llama {
 /// KV pool, its row in the pool.
 struct StepRows {
     positions: Tensor,
-    pool_rows: Tensor,
+    pool_rows: Option<Tensor>,
 }
 
 /// Runs `f` on a rayon worker (the calling thread when it is one). A step

@@ -41,10 +41,18 @@ struct ModelField {
     model: Option<String>,
 }
 
-/// Whether this node answers for `model` itself.
+/// Whether this node serves `model` itself (a chat, embedding or image
+/// model, or a catalogue adapter).
 fn served_here(state: &AppState, model: &str) -> bool {
-    let here = |m: &str| state.local_models().any(|id| id == m);
-    here(model) || model.split_once(':').is_some_and(|(base, _)| here(base))
+    state.local_models().any(|id| id == model)
+}
+
+/// Whether this node serves the base before `model`'s first `:` (a
+/// fine-tuned model's, or a dedicated endpoint's).
+fn base_served_here(state: &AppState, model: &str) -> bool {
+    model
+        .split_once(':')
+        .is_some_and(|(base, _)| served_here(state, base))
 }
 
 /// The middleware of the inference routes.
@@ -78,9 +86,8 @@ pub async fn forward_remote(
     // that may run on another node) goes to a node that lists it exactly,
     // if one is alive; else it is answered here too.
     let model = model
-        .filter(|m| !state.local_models().any(|id| id == m))
-        .filter(|m| !state.endpoints.hosts_here(m))
-        .map(|m| (served_here(&state, &m), m));
+        .filter(|m| !served_here(&state, m) && !state.endpoints.hosts_here(m))
+        .map(|m| (base_served_here(&state, &m), m));
     if let Some((base_here, model)) = model {
         match remote_for(&state, &model).await {
             Remote::Alive(url) => return proxy(&state, &url, parts, bytes).await,

@@ -72,6 +72,12 @@ pub async fn reconcile_once(state: &AppState) {
             endpoints.remove(&id);
         }
     }
+    let reserved = reserved_among(state, &host, &rows, &hosts, "").await;
+    endpoints.set_room(host::Need {
+        memory: host.capacity.memory.saturating_sub(reserved.memory),
+        threads: host.capacity.threads.saturating_sub(reserved.threads),
+    });
+    let all = rows.clone();
     let mut others: Option<Vec<hearth_store::nodes::NodeRecord>> = None;
     for row in rows {
         if endpoints.is_loading(&row.id) {
@@ -108,7 +114,7 @@ pub async fn reconcile_once(state: &AppState) {
             // room): leave it (or give it back) to an alive node that serves
             // its model and reports the room. With none, this node takes it
             // and says why it cannot run.
-            let here = room_here(state, &host, &row).await;
+            let here = room_here(state, &host, &row, &all, &hosts).await;
             if !matches!(here, Here::Fits) {
                 if others.is_none() {
                     others = Some(state.store.nodes().await.unwrap_or_default());
@@ -176,11 +182,6 @@ pub async fn reconcile_once(state: &AppState) {
             state.endpoints.wake();
         });
     }
-    let reserved = reserved_by_others(state, &host, "").await;
-    endpoints.set_room(host::Need {
-        memory: host.capacity.memory.saturating_sub(reserved.memory),
-        threads: host.capacity.threads.saturating_sub(reserved.threads),
-    });
 }
 
 /// Whether a row can run on this node.
@@ -192,12 +193,18 @@ enum Here {
     NoModel,
 }
 
-async fn room_here(state: &AppState, host: &HostConfig, row: &DedicatedEndpoint) -> Here {
+async fn room_here(
+    state: &AppState,
+    host: &HostConfig,
+    row: &DedicatedEndpoint,
+    rows: &[DedicatedEndpoint],
+    hosts: &HashMap<String, EndpointHost>,
+) -> Here {
     let Ok((_, flavor)) = model_and_flavor(state, host, row).await else {
         return Here::NoModel;
     };
     let wanted = host::need(&flavor).times(row.max_replicas.max(1) as u64);
-    let others = reserved_by_others(state, host, &row.id).await;
+    let others = reserved_among(state, host, rows, hosts, &row.id).await;
     match host::shortfall(&host.capacity, others, wanted) {
         None => Here::Fits,
         Some(_) => Here::NoRoom(wanted),
@@ -364,11 +371,23 @@ async fn still_current(state: &AppState, row: &DedicatedEndpoint) -> bool {
 pub async fn reserved_by_others(state: &AppState, host: &HostConfig, except: &str) -> Need {
     let rows = state.store.all_endpoints().await.unwrap_or_default();
     let hosts = state.store.endpoint_hosts().await.unwrap_or_default();
+    let hosts = hosts.into_iter().map(|h| (h.id.clone(), h)).collect();
+    reserved_among(state, host, &rows, &hosts, except).await
+}
+
+/// [`reserved_by_others`] over rows and claims already read.
+async fn reserved_among(
+    state: &AppState,
+    host: &HostConfig,
+    rows: &[DedicatedEndpoint],
+    hosts: &HashMap<String, EndpointHost>,
+    except: &str,
+) -> Need {
     let (me, now) = (state.node.worker_id(), hearth_store::ids::now());
     let elsewhere = |id: &str| {
         hosts
-            .iter()
-            .any(|h| h.id == id && h.held_elsewhere(&me, now, state.node.timeout_secs))
+            .get(id)
+            .is_some_and(|h| h.held_elsewhere(&me, now, state.node.timeout_secs))
     };
     let mut total = Need::default();
     for row in rows {

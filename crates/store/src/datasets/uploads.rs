@@ -400,25 +400,6 @@ impl Store {
         Ok((upload, keys))
     }
 
-    /// Ends a `PENDING` upload `FAILED` with `error` (an import that could
-    /// not be read); the blob keys of its parts, for the caller to delete.
-    /// False-y (no keys, no change) when it is no longer pending.
-    pub async fn fail_upload(&self, id: &str, error: &str) -> Result<Vec<String>> {
-        let updated = sqlx::query(
-            "UPDATE dataset_uploads SET status = 'FAILED', error = $1, completed_at = $2 \
-             WHERE id = $3 AND status = 'PENDING'",
-        )
-        .bind(error)
-        .bind(now())
-        .bind(id)
-        .execute(&self.pool)
-        .await?;
-        if updated.rows_affected() == 0 {
-            return Ok(Vec::new());
-        }
-        self.drop_upload_parts(id).await
-    }
-
     /// Sets the schema of a `PENDING` upload (an import's, once inferred).
     pub async fn set_upload_schema(&self, id: &str, schema: &[Column]) -> Result<()> {
         sqlx::query("UPDATE dataset_uploads SET schema = $1 WHERE id = $2 AND status = 'PENDING'")
