@@ -29,6 +29,11 @@
 
 use std::time::Duration;
 
+/// `memory/read` on huge pages, as the server's weights are
+/// (`HEARTH_HUGE_PAGES=0`: ordinary pages).
+#[global_allocator]
+static ALLOC: hearth_kernels::HugePageAlloc = hearth_kernels::HugePageAlloc;
+
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use hearth_kernels::{Format, QuantMatrix};
 use hearth_models::{paged_attention_step, DType, KvPool, PagedSeq, BLOCK_SIZE};

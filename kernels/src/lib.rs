@@ -38,6 +38,7 @@
 mod act;
 mod bf16;
 mod formats;
+mod huge_pages;
 mod kquants;
 mod x8;
 
@@ -50,6 +51,7 @@ use act::Acts;
 pub use bf16::Bf16Matrix;
 pub use formats::{quantize_q8_0, Format};
 use formats::{with_layout, Repr, QK};
+pub use huge_pages::{HugePageAlloc, HUGE_MIN_BYTES};
 
 /// Multiply-adds below which a matmul stays on the calling thread.
 const PARALLEL_MIN_WORK: usize = 1 << 18;

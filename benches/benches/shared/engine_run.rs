@@ -11,6 +11,11 @@ use hearth_engine::load::LoadedLm;
 use hearth_engine::{EngineConfig, EngineHandle, EngineParts, TokenStream};
 use hearth_models::CausalLM;
 
+/// As the server: large blocks (weights, the KV pool) on huge pages
+/// (`HEARTH_HUGE_PAGES=0` turns that off, for comparisons).
+#[global_allocator]
+static ALLOC: hearth_kernels::HugePageAlloc = hearth_kernels::HugePageAlloc;
+
 /// An engine over `lm` (its model, or `model` in its place) with room for 64 sequences and 512-token steps
 /// (a 512-token prompt is one step, as llama-bench's pp512 is one batch).
 pub fn start(lm: LoadedLm, model: Option<Box<dyn CausalLM>>) -> EngineHandle {
