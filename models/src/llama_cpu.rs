@@ -192,12 +192,16 @@ impl CpuBlocks {
                 &s.normed,
                 t,
             );
-            for (target, y) in [
-                (LoraTarget::Q, &mut s.q),
-                (LoraTarget::K, &mut s.k),
-                (LoraTarget::V, &mut s.v),
-            ] {
-                add_lora(lora, i, target, &s.normed, y)?;
+            if !lora.is_empty() {
+                lora.apply_rows_shared(
+                    i,
+                    &s.normed,
+                    &mut [
+                        (LoraTarget::Q, &mut s.q),
+                        (LoraTarget::K, &mut s.k),
+                        (LoraTarget::V, &mut s.v),
+                    ],
+                )?;
             }
             self.rope_heads(&s.q, nh, positions, &mut s.q_heads);
             self.rope_heads(&s.k, nkv, positions, &mut s.k_heads);
@@ -220,8 +224,13 @@ impl CpuBlocks {
                 &s.normed,
                 t,
             );
-            add_lora(lora, i, LoraTarget::Gate, &s.normed, &mut s.gate)?;
-            add_lora(lora, i, LoraTarget::Up, &s.normed, &mut s.up)?;
+            if !lora.is_empty() {
+                lora.apply_rows_shared(
+                    i,
+                    &s.normed,
+                    &mut [(LoraTarget::Gate, &mut s.gate), (LoraTarget::Up, &mut s.up)],
+                )?;
+            }
             silu_mul(&mut s.gate, &s.up, ff);
             layer.down.matmul(&s.gate, t, &mut s.proj);
             add_lora(lora, i, LoraTarget::Down, &s.gate, &mut s.proj)?;

@@ -130,6 +130,48 @@ impl<'a> LoraBatch<'a> {
         x: &[f32],
         y: &mut [f32],
     ) -> Result<()> {
+        self.apply_rows_on(layer, target, x, y, true)
+    }
+
+    /// [`LoraBatch::apply_rows`] for several projections of one input (q,
+    /// k and v; gate and up). With fewer rows than [`PARALLEL_ROWS`] (a
+    /// decode step of a few streams), the first half of `outs` runs on one
+    /// thread and the rest on the other: one hand-off for the lot, where
+    /// each projection alone is too small to pay for one. Each output gets
+    /// the same bits as from [`LoraBatch::apply_rows`].
+    pub(crate) fn apply_rows_shared(
+        &self,
+        layer: usize,
+        x: &[f32],
+        outs: &mut [(LoraTarget, &mut [f32])],
+    ) -> Result<()> {
+        let rows: usize = self.groups.iter().map(|g| g.row_ids.len()).sum();
+        if outs.len() >= 2 && rows < PARALLEL_ROWS && rayon::current_num_threads() > 1 {
+            let (first, rest) = outs.split_at_mut(outs.len() / 2);
+            let each = |outs: &mut [(LoraTarget, &mut [f32])]| -> Result<()> {
+                for (target, y) in outs.iter_mut() {
+                    self.apply_rows_on(layer, *target, x, y, false)?;
+                }
+                Ok(())
+            };
+            let (a, b) = rayon::join(|| each(first), || each(rest));
+            return a.and(b);
+        }
+        for (target, y) in outs.iter_mut() {
+            self.apply_rows_on(layer, *target, x, y, true)?;
+        }
+        Ok(())
+    }
+
+    /// [`LoraBatch::apply_rows`], on this thread alone unless `parallel`.
+    fn apply_rows_on(
+        &self,
+        layer: usize,
+        target: LoraTarget,
+        x: &[f32],
+        y: &mut [f32],
+        parallel: bool,
+    ) -> Result<()> {
         for g in &self.groups {
             let Some(w) = g.adapter.layers.get(layer).and_then(|l| l.get(&target)) else {
                 continue;
@@ -153,7 +195,12 @@ impl<'a> LoraBatch<'a> {
                 a: &weights.a,
                 bt: &weights.bt,
             };
-            low_rank_rows(&s, &g.row_ids, y)?;
+            if parallel {
+                low_rank_rows(&s, &g.row_ids, y)?;
+            } else {
+                check_fits(&s, &g.row_ids, y)?;
+                both_halves(&s, &g.row_ids, y, 0);
+            }
         }
         Ok(())
     }
@@ -217,15 +264,8 @@ struct LowRank<'a> {
 /// thread (one row, or many rows shared between threads by rows), so a
 /// row's result depends only on that row, never on the rest of the batch.
 fn low_rank_rows(s: &LowRank, rows: &[usize], y: &mut [f32]) -> Result<()> {
+    check_fits(s, rows, y)?;
     let (k, n, rank) = (s.k, s.n, s.rank);
-    let fits = s.a.len() >= rank * k
-        && s.bt.len() >= n * rank
-        && rows
-            .iter()
-            .all(|&r| (r + 1) * k <= s.x.len() && (r + 1) * n <= y.len());
-    if !fits {
-        candle_core::bail!("LoRA delta: the rows do not fit the adapter's shapes");
-    }
     let sorted = rows.windows(2).all(|w| w[0] < w[1]);
     let work = rows.len() * rank * (k + n);
     if rows.len() >= PARALLEL_ROWS && sorted {
@@ -238,6 +278,20 @@ fn low_rank_rows(s: &LowRank, rows: &[usize], y: &mut [f32]) -> Result<()> {
         split_rank(s, rows, y);
     } else {
         both_halves(s, rows, y, 0);
+    }
+    Ok(())
+}
+
+/// Refuses rows of `x` or `y`, or weights, shorter than the shapes say.
+fn check_fits(s: &LowRank, rows: &[usize], y: &[f32]) -> Result<()> {
+    let (k, n, rank) = (s.k, s.n, s.rank);
+    let fits = s.a.len() >= rank * k
+        && s.bt.len() >= n * rank
+        && rows
+            .iter()
+            .all(|&r| (r + 1) * k <= s.x.len() && (r + 1) * n <= y.len());
+    if !fits {
+        candle_core::bail!("LoRA delta: the rows do not fit the adapter's shapes");
     }
     Ok(())
 }
@@ -318,11 +372,24 @@ fn half(
             half_body::<true>(s, rows, ranks, out, at)
         }
         // SAFETY: the CPU has the features `fast` is compiled for.
-        unsafe { fast(s, rows, ranks, out, at) };
+        unsafe {
+            if rows.len() <= FUSED_MAX_ROWS {
+                fused::half_fused(s, rows, ranks, out, at)
+            } else {
+                fast(s, rows, ranks, out, at)
+            }
+        };
         return;
     }
     half_body::<false>(s, rows, ranks, out, at);
 }
+
+/// Rows up to which [`half`] converts each half-precision weight in
+/// registers as it uses it, instead of widening a rank's `A` and `B^T`
+/// rows into scratch first: with one or a few rows each weight is used
+/// that many times, and the widening pass (a write and a re-read of every
+/// weight) cost more than the arithmetic.
+const FUSED_MAX_ROWS: usize = 4;
 
 /// Asks for every cache line of `v` at once: an adapter's weights are
 /// small runs that the base's weights have evicted since the last token;
@@ -364,6 +431,93 @@ fn half_body<const FMA: bool>(
             let o = at(i, r);
             for (y, &b) in out[o * n..(o + 1) * n].iter_mut().zip(&bj) {
                 *y = madd::<FMA>(b, hj, *y);
+            }
+        }
+    }
+}
+
+/// [`half_body`]`::<true>` with the weights converted in registers
+/// (`vcvtph2ps`): the same fused multiply-adds in the same order on the
+/// same (exactly widened) values, so the same bits.
+#[cfg(target_arch = "x86_64")]
+mod fused {
+    use std::arch::x86_64::*;
+
+    use super::{prefetch, LowRank};
+
+    /// Eight half-precision values at `p` as f32.
+    #[inline(always)]
+    unsafe fn load8(p: *const u16) -> __m256 {
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+
+    /// [`crate::vecmath::dot16`]`::<true>(x, widened a)`: sixteen
+    /// interleaved partial sums, then the tail in order.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn dot16_half(x: &[f32], a: &[u16]) -> f32 {
+        let n = x.len().min(a.len());
+        let n16 = n / 16 * 16;
+        let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for i in (0..n16).step_by(16) {
+            // SAFETY: `i + 16 <= n` for both slices.
+            unsafe {
+                let (xp, ap) = (x.as_ptr().add(i), a.as_ptr().add(i));
+                lo = _mm256_fmadd_ps(_mm256_loadu_ps(xp), load8(ap), lo);
+                hi = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(8)), load8(ap.add(8)), hi);
+            }
+        }
+        let mut acc = [0f32; 16];
+        // SAFETY: `acc` holds sixteen values.
+        unsafe {
+            _mm256_storeu_ps(acc.as_mut_ptr(), lo);
+            _mm256_storeu_ps(acc.as_mut_ptr().add(8), hi);
+        }
+        let tail = x[n16..n]
+            .iter()
+            .zip(&a[n16..n])
+            .fold(0.0f32, |s, (&x, &w)| {
+                x.mul_add(half::f16::from_bits(w).to_f32(), s)
+            });
+        acc.iter().sum::<f32>() + tail
+    }
+
+    /// `y += h b` (`b` half precision), fused, elementwise.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn axpy_half(y: &mut [f32], b: &[u16], h: f32) {
+        let n = y.len().min(b.len());
+        let n8 = n / 8 * 8;
+        let hv = _mm256_set1_ps(h);
+        for i in (0..n8).step_by(8) {
+            // SAFETY: `i + 8 <= n` for both slices.
+            unsafe {
+                let yp = y.as_mut_ptr().add(i);
+                let v = _mm256_fmadd_ps(load8(b.as_ptr().add(i)), hv, _mm256_loadu_ps(yp));
+                _mm256_storeu_ps(yp, v);
+            }
+        }
+        for (y, &w) in y[n8..n].iter_mut().zip(&b[n8..n]) {
+            *y = half::f16::from_bits(w).to_f32().mul_add(h, *y);
+        }
+    }
+
+    /// [`super::half_body`] for a few rows, converting in registers.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn half_fused(
+        s: &LowRank,
+        rows: &[usize],
+        ranks: std::ops::Range<usize>,
+        out: &mut [f32],
+        at: impl Fn(usize, usize) -> usize,
+    ) {
+        let (k, n) = (s.k, s.n);
+        prefetch(&s.a[ranks.start * k..ranks.end * k]);
+        prefetch(&s.bt[ranks.start * n..ranks.end * n]);
+        for j in ranks {
+            let (aj, bj) = (&s.a[j * k..(j + 1) * k], &s.bt[j * n..(j + 1) * n]);
+            for (i, &r) in rows.iter().enumerate() {
+                let hj = s.scale * dot16_half(&s.x[r * k..(r + 1) * k], aj);
+                let o = at(i, r);
+                axpy_half(&mut out[o * n..(o + 1) * n], bj, hj);
             }
         }
     }
@@ -465,6 +619,19 @@ mod tests {
             for (i, &r) in many.iter().enumerate() {
                 if rows.contains(&r) {
                     assert_eq!(&wide[i * n..(i + 1) * n], &y[r * n..(r + 1) * n]);
+                }
+            }
+            // The in-register conversion against the widening pass, one
+            // row and four: the same bits.
+            #[cfg(target_arch = "x86_64")]
+            if crate::vecmath::has_fma() {
+                for rows in [&rows[..1], &[0, 1, 2, 3][..]] {
+                    let mut widened = vec![1f32; 4 * n];
+                    let mut fused = vec![1f32; 4 * n];
+                    half_body::<true>(&shape, rows, 0..rank, &mut widened, |_, r| r);
+                    // SAFETY: the CPU has AVX2, FMA and F16C.
+                    unsafe { fused::half_fused(&shape, rows, 0..rank, &mut fused, |_, r| r) };
+                    assert_eq!(fused, widened, "{k}x{n} r{rank}, {} rows", rows.len());
                 }
             }
             let mut short = vec![0f32; n];
