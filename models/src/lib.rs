@@ -46,6 +46,7 @@ mod llama_cpu;
 pub mod lora;
 mod lora_apply;
 mod lora_merge;
+mod lora_rows;
 mod packed_attention;
 mod paged;
 mod roberta;

@@ -66,8 +66,15 @@ impl<S: Scales, const SIX: bool> Ix8<S, SIX> {
     /// If `scales` covers another number of blocks, or with `SIX` a value
     /// is out of range.
     pub(crate) fn new(qs: &[Q8], n: usize, nb: usize, scales: S) -> Self {
-        let blocks = group_blocks(n, nb).map(|rows| interleave(rows.map(|i| i.map(|i| &qs[i].0))));
-        let (mut plain, mut lo, mut hi) = (Vec::new(), Vec::new(), Vec::new());
+        let blocks = group_blocks(n, nb);
+        let (plain_len, six_len) = if SIX {
+            (0, blocks.len())
+        } else {
+            (blocks.len(), 0)
+        };
+        let mut plain = Vec::with_capacity(plain_len);
+        let (mut lo, mut hi) = (Vec::with_capacity(six_len), Vec::with_capacity(six_len));
+        let blocks = blocks.map(|rows| interleave(rows.map(|i| i.map(|i| &qs[i].0))));
         for q in blocks {
             if !SIX {
                 plain.push(Q8x8(q));

@@ -53,8 +53,14 @@ pub(crate) fn group_rows(n: usize, nb: usize, g: usize, b: usize) -> [Option<usi
 
 /// [`group_rows`] of every group block of `n` rows of `nb` blocks, in
 /// storage order (block `b` of group `g` at `g * nb + b`).
-pub(crate) fn group_blocks(n: usize, nb: usize) -> impl Iterator<Item = [Option<usize>; G]> {
-    (0..n.div_ceil(G)).flat_map(move |g| (0..nb).map(move |b| group_rows(n, nb, g, b)))
+/// Its exact length lets `collect` make each matrix's arrays in one
+/// allocation, which the allocator then puts on huge pages whole (a vector
+/// grown by doubling keeps the small pages it was first written to).
+pub(crate) fn group_blocks(
+    n: usize,
+    nb: usize,
+) -> impl ExactSizeIterator<Item = [Option<usize>; G]> {
+    (0..n.div_ceil(G) * nb).map(move |i| group_rows(n, nb, i / nb, i % nb))
 }
 
 /// Eight rows' blocks of `N` values interleaved by runs of four: value
@@ -127,9 +133,12 @@ pub(crate) fn lanes<T: Copy + Default>(v: &[T], n: usize, per_row: usize) -> Vec
 /// [`Half8::gather`] over every group block of `n` rows of `per_row`
 /// values `v` (`v[r * per_row + t]`).
 pub(crate) fn half_lanes(v: &[f32], n: usize, per_row: usize) -> Result<Vec<Half8>, Error> {
-    group_blocks(n, per_row)
-        .map(|rows| Half8::gather(rows, v))
-        .collect()
+    let blocks = group_blocks(n, per_row);
+    let mut out = Vec::with_capacity(blocks.len());
+    for rows in blocks {
+        out.push(Half8::gather(rows, v)?);
+    }
+    Ok(out)
 }
 
 /// How far ahead, in blocks, a kernel over one activation row (one

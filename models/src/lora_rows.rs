@@ -1,0 +1,409 @@
+//! The CPU row kernel of LoRA deltas: `y_r += scale * B (A x_r)` for the
+//! rows of one adapter group, each row computed in one fixed order whatever
+//! else is in the batch ([`low_rank_rows`]).
+
+use candle_core::Result;
+
+/// One adapted projection's inputs: `A` (`a`, `[rank, k]`), `B`
+/// transposed (`bt`, `[rank, n]`), both half-precision bits, the scale,
+/// and the batch's input rows `x` (rows of `k`).
+pub(crate) struct LowRank<'a> {
+    pub(crate) k: usize,
+    pub(crate) n: usize,
+    pub(crate) rank: usize,
+    pub(crate) scale: f32,
+    pub(crate) x: &'a [f32],
+    pub(crate) a: &'a [u16],
+    pub(crate) bt: &'a [u16],
+}
+
+/// `y_r += B (scale A x_r)` for each row `r` of `rows` (`x` rows of `k`,
+/// `y` rows of `n`; `bt` is `B` transposed, `[rank, n]`). Each row `j` of
+/// `A` and of `B^T` is widened from half precision once per call and used
+/// for every row of it; the `A` products are 16-way split dot products; the
+/// `B` product adds `h_j` times row `j` of `B^T` to the output (contiguous,
+/// so it vectorises, where a dot product of `rank` terms per output is a
+/// chain of dependent adds). Compiled for AVX2 + FMA where the CPU has them.
+///
+/// Every row is computed in one fixed order, whatever the call: the first
+/// half of the rank (`j < rank / 2`) is added onto `y_r`, the second half
+/// summed from zero apart, and that sum added last. The halves can then run
+/// on two threads (a few rows: a decode step's) with the same result as one
+/// thread (one row, or many rows shared between threads by rows), so a
+/// row's result depends only on that row, never on the rest of the batch.
+pub(crate) fn low_rank_rows(s: &LowRank, rows: &[usize], y: &mut [f32]) -> Result<()> {
+    check_fits(s, rows, y)?;
+    let (k, n, rank) = (s.k, s.n, s.rank);
+    let sorted = rows.windows(2).all(|w| w[0] < w[1]);
+    let work = rows.len() * rank * (k + n);
+    if rows.len() >= PARALLEL_ROWS && sorted {
+        split_rows(s, rows, y, 0);
+    } else if rows.len() >= 2
+        && work >= PARALLEL_RANK_WORK
+        && rank >= 2
+        && rayon::current_num_threads() > 1
+    {
+        split_rank(s, rows, y);
+    } else {
+        both_halves(s, rows, y, 0);
+    }
+    Ok(())
+}
+
+/// Refuses rows of `x` or `y`, or weights, shorter than the shapes say.
+pub(crate) fn check_fits(s: &LowRank, rows: &[usize], y: &[f32]) -> Result<()> {
+    let (k, n, rank) = (s.k, s.n, s.rank);
+    let fits = s.a.len() >= rank * k
+        && s.bt.len() >= n * rank
+        && rows
+            .iter()
+            .all(|&r| (r + 1) * k <= s.x.len() && (r + 1) * n <= y.len());
+    if !fits {
+        candle_core::bail!("LoRA delta: the rows do not fit the adapter's shapes");
+    }
+    Ok(())
+}
+
+/// Rows from which a call's rows are shared between two threads (below,
+/// a thread's start costs more than it saves).
+pub(crate) const PARALLEL_ROWS: usize = 8;
+
+/// Multiply-adds (`rows x rank x (k + n)`) from which two to seven rows are
+/// split by rank halves between two threads. One row is not: the hand-off
+/// costs about what the second thread would save.
+const PARALLEL_RANK_WORK: usize = 8192;
+
+/// [`low_rank_rows`] on `y` from batch row `first` on: halves of many
+/// ascending rows in parallel, each row on one thread.
+fn split_rows(s: &LowRank, rows: &[usize], y: &mut [f32], first: usize) {
+    if rows.len() >= PARALLEL_ROWS {
+        let mid = rows.len() / 2;
+        let (low, high) = y.split_at_mut((rows[mid] - first) * s.n);
+        rayon::join(
+            || split_rows(s, &rows[..mid], low, first),
+            || split_rows(s, &rows[mid..], high, rows[mid]),
+        );
+        return;
+    }
+    both_halves(s, rows, y, first);
+}
+
+/// The fixed order on this thread, `y` from batch row `first` on.
+pub(crate) fn both_halves(s: &LowRank, rows: &[usize], y: &mut [f32], first: usize) {
+    let mut tmp = vec![0f32; rows.len() * s.n];
+    half(s, rows, 0..s.rank / 2, y, |_, r| r - first);
+    half(s, rows, s.rank / 2..s.rank, &mut tmp, |i, _| i);
+    add_rows(s.n, rows, y, first, &tmp);
+}
+
+/// The fixed order for a few rows: the first rank half onto `y` on one
+/// thread, the second into a scratch buffer on the other, added after.
+fn split_rank(s: &LowRank, rows: &[usize], y: &mut [f32]) {
+    let mut tmp = vec![0f32; rows.len() * s.n];
+    rayon::join(
+        || half(s, rows, 0..s.rank / 2, y, |_, r| r),
+        || half(s, rows, s.rank / 2..s.rank, &mut tmp, |i, _| i),
+    );
+    add_rows(s.n, rows, y, 0, &tmp);
+}
+
+/// `y_r += tmp_i` for the `i`-th row `r` of `rows` (`y` from row `first`).
+fn add_rows(n: usize, rows: &[usize], y: &mut [f32], first: usize, tmp: &[f32]) {
+    for (i, &r) in rows.iter().enumerate() {
+        let yr = &mut y[(r - first) * n..(r - first + 1) * n];
+        for (y, t) in yr.iter_mut().zip(&tmp[i * n..(i + 1) * n]) {
+            *y += t;
+        }
+    }
+}
+
+/// For each row `r` (the `i`-th of `rows`), output row `at(i, r)` of `out`
+/// gets `sum over j in ranks of h_j B^T_j`, `h_j = scale A_j x_r`, in
+/// ascending `j`; fused multiply-adds where the CPU has them.
+fn half(
+    s: &LowRank,
+    rows: &[usize],
+    ranks: std::ops::Range<usize>,
+    out: &mut [f32],
+    at: impl Fn(usize, usize) -> usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::vecmath::has_fma() {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn fast(
+            s: &LowRank,
+            rows: &[usize],
+            ranks: std::ops::Range<usize>,
+            out: &mut [f32],
+            at: impl Fn(usize, usize) -> usize,
+        ) {
+            half_body::<true>(s, rows, ranks, out, at)
+        }
+        // SAFETY: the CPU has the features `fast` is compiled for.
+        unsafe {
+            if rows.len() <= FUSED_MAX_ROWS {
+                fused::half_fused(s, rows, ranks, out, at)
+            } else {
+                fast(s, rows, ranks, out, at)
+            }
+        };
+        return;
+    }
+    half_body::<false>(s, rows, ranks, out, at);
+}
+
+/// Rows up to which [`half`] converts each half-precision weight in
+/// registers as it uses it, instead of widening a rank's `A` and `B^T`
+/// rows into scratch first: with one or a few rows each weight is used
+/// that many times, and the widening pass (a write and a re-read of every
+/// weight) cost more than the arithmetic.
+const FUSED_MAX_ROWS: usize = 4;
+
+/// Asks for every cache line of `v` at once: an adapter's weights are
+/// small runs that the base's weights have evicted since the last token;
+/// read one run after another, the hardware prefetcher would fetch them a
+/// line or two at a time, each after a trip to memory (a quarter of one
+/// stream's decode time with a rank-8 adapter on every projection).
+#[inline(always)]
+fn prefetch(v: &[u16]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in v.chunks(32) {
+        // SAFETY: a prefetch of a valid address has no effect on memory.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                line.as_ptr().cast(),
+            )
+        };
+    }
+}
+
+/// [`half`]'s loops, fused multiply-adds when `FMA`.
+#[inline(always)]
+fn half_body<const FMA: bool>(
+    s: &LowRank,
+    rows: &[usize],
+    ranks: std::ops::Range<usize>,
+    out: &mut [f32],
+    at: impl Fn(usize, usize) -> usize,
+) {
+    use crate::vecmath::{dot16, f16_to_f32, madd};
+    let (k, n) = (s.k, s.n);
+    prefetch(&s.a[ranks.start * k..ranks.end * k]);
+    prefetch(&s.bt[ranks.start * n..ranks.end * n]);
+    let (mut aj, mut bj) = (vec![0f32; k], vec![0f32; n]);
+    for j in ranks {
+        f16_to_f32(&s.a[j * k..(j + 1) * k], &mut aj);
+        f16_to_f32(&s.bt[j * n..(j + 1) * n], &mut bj);
+        for (i, &r) in rows.iter().enumerate() {
+            let hj = s.scale * dot16::<FMA>(&s.x[r * k..(r + 1) * k], &aj);
+            let o = at(i, r);
+            for (y, &b) in out[o * n..(o + 1) * n].iter_mut().zip(&bj) {
+                *y = madd::<FMA>(b, hj, *y);
+            }
+        }
+    }
+}
+
+/// [`half_body`]`::<true>` with the weights converted in registers
+/// (`vcvtph2ps`): the same fused multiply-adds in the same order on the
+/// same (exactly widened) values, so the same bits.
+#[cfg(target_arch = "x86_64")]
+mod fused {
+    use std::arch::x86_64::*;
+
+    use super::{prefetch, LowRank};
+
+    /// Eight half-precision values at `p` as f32.
+    #[inline(always)]
+    unsafe fn load8(p: *const u16) -> __m256 {
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+
+    /// [`crate::vecmath::dot16`]`::<true>(x, widened a)`: sixteen
+    /// interleaved partial sums, then the tail in order.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn dot16_half(x: &[f32], a: &[u16]) -> f32 {
+        let n = x.len().min(a.len());
+        let n16 = n / 16 * 16;
+        let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for i in (0..n16).step_by(16) {
+            // SAFETY: `i + 16 <= n` for both slices.
+            unsafe {
+                let (xp, ap) = (x.as_ptr().add(i), a.as_ptr().add(i));
+                lo = _mm256_fmadd_ps(_mm256_loadu_ps(xp), load8(ap), lo);
+                hi = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(8)), load8(ap.add(8)), hi);
+            }
+        }
+        let mut acc = [0f32; 16];
+        // SAFETY: `acc` holds sixteen values.
+        unsafe {
+            _mm256_storeu_ps(acc.as_mut_ptr(), lo);
+            _mm256_storeu_ps(acc.as_mut_ptr().add(8), hi);
+        }
+        let tail = x[n16..n]
+            .iter()
+            .zip(&a[n16..n])
+            .fold(0.0f32, |s, (&x, &w)| {
+                x.mul_add(half::f16::from_bits(w).to_f32(), s)
+            });
+        acc.iter().sum::<f32>() + tail
+    }
+
+    /// `y += h b` (`b` half precision), fused, elementwise.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn axpy_half(y: &mut [f32], b: &[u16], h: f32) {
+        let n = y.len().min(b.len());
+        let n8 = n / 8 * 8;
+        let hv = _mm256_set1_ps(h);
+        for i in (0..n8).step_by(8) {
+            // SAFETY: `i + 8 <= n` for both slices.
+            unsafe {
+                let yp = y.as_mut_ptr().add(i);
+                let v = _mm256_fmadd_ps(load8(b.as_ptr().add(i)), hv, _mm256_loadu_ps(yp));
+                _mm256_storeu_ps(yp, v);
+            }
+        }
+        for (y, &w) in y[n8..n].iter_mut().zip(&b[n8..n]) {
+            *y = half::f16::from_bits(w).to_f32().mul_add(h, *y);
+        }
+    }
+
+    /// [`super::half_body`] for a few rows, converting in registers.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn half_fused(
+        s: &LowRank,
+        rows: &[usize],
+        ranks: std::ops::Range<usize>,
+        out: &mut [f32],
+        at: impl Fn(usize, usize) -> usize,
+    ) {
+        let (k, n) = (s.k, s.n);
+        prefetch(&s.a[ranks.start * k..ranks.end * k]);
+        prefetch(&s.bt[ranks.start * n..ranks.end * n]);
+        for j in ranks {
+            let (aj, bj) = (&s.a[j * k..(j + 1) * k], &s.bt[j * n..(j + 1) * n]);
+            for (i, &r) in rows.iter().enumerate() {
+                let hj = s.scale * dot16_half(&s.x[r * k..(r + 1) * k], aj);
+                let o = at(i, r);
+                axpy_half(&mut out[o * n..(o + 1) * n], bj, hj);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vecmath::{f16_to_f32, f32_to_f16};
+
+    fn to_half(v: &[f32]) -> (Vec<u16>, Vec<f32>) {
+        let mut h = vec![0u16; v.len()];
+        f32_to_f16(v, &mut h);
+        let mut back = vec![0f32; v.len()];
+        f16_to_f32(&h, &mut back);
+        (h, back)
+    }
+
+    /// The kernel against an f64 sum over the half-precision weights; its
+    /// paths (one row alone, a few rows by rank halves on two threads, many
+    /// rows shared by rows, without FMA) against each other.
+    #[test]
+    fn low_rank_rows_match_a_plain_sum() {
+        for (k, n, rank) in [(576, 576, 8), (576, 192, 16), (1536, 576, 8), (37, 21, 3)] {
+            let val = |i: usize| ((i * 7919 % 1013) as f32 / 1013.0 - 0.5) * 0.1;
+            let x: Vec<f32> = (0..4 * k).map(|i| val(i + 1)).collect();
+            let (a16, a) = to_half(&(0..rank * k).map(|i| val(i + 7)).collect::<Vec<_>>());
+            let b: Vec<f32> = (0..n * rank).map(|i| val(i + 13)).collect();
+            let bt: Vec<f32> = (0..rank * n).map(|i| b[(i % n) * rank + i / n]).collect();
+            let (bt16, bt) = to_half(&bt);
+            let rows = [0usize, 2, 3];
+            let shape = LowRank {
+                k,
+                n,
+                rank,
+                scale: 2.0,
+                x: &x,
+                a: &a16,
+                bt: &bt16,
+            };
+            let want = |r: usize, o: usize| -> f64 {
+                (0..rank)
+                    .map(|j| {
+                        let h: f64 = (0..k)
+                            .map(|i| x[r * k + i] as f64 * a[j * k + i] as f64)
+                            .sum();
+                        bt[j * n + o] as f64 * 2.0 * h
+                    })
+                    .sum()
+            };
+            let mut y = vec![1f32; 4 * n];
+            low_rank_rows(&shape, &rows, &mut y).unwrap();
+            // Without FMA, one thread, the fixed order written out.
+            let mut plain = vec![1f32; 4 * n];
+            let mut tmp = vec![0f32; 4 * n];
+            half_body::<false>(&shape, &rows, 0..rank / 2, &mut plain, |_, r| r);
+            half_body::<false>(&shape, &rows, rank / 2..rank, &mut tmp, |_, r| r);
+            for (p, t) in plain.iter_mut().zip(&tmp) {
+                *p += t;
+            }
+            // Rank halves on two threads, on one, and each row alone: the
+            // same bits.
+            let mut two = vec![1f32; 4 * n];
+            split_rank(&shape, &rows, &mut two);
+            let mut one = vec![1f32; 4 * n];
+            both_halves(&shape, &rows, &mut one, 0);
+            assert_eq!(two, one, "{k}x{n} r{rank}");
+            assert_eq!(y, one, "{k}x{n} r{rank}");
+            let mut alone = vec![1f32; 4 * n];
+            for &r in &rows {
+                low_rank_rows(&shape, &[r], &mut alone).unwrap();
+            }
+            assert_eq!(alone, one, "{k}x{n} r{rank}");
+            for r in 0..4 {
+                for o in 0..n {
+                    let expect = if rows.contains(&r) {
+                        1.0 + want(r, o)
+                    } else {
+                        1.0
+                    };
+                    for got in [y[r * n + o], plain[r * n + o]] {
+                        assert!(
+                            (got as f64 - expect).abs() < 1e-5,
+                            "{k}x{n} r{rank}: {got} vs {expect}"
+                        );
+                    }
+                }
+            }
+            // Many rows: shared between threads, each row as alone.
+            let many: Vec<usize> = (0..4).chain(0..4).chain(0..4).collect::<Vec<_>>();
+            let mut xs = Vec::new();
+            for &r in &many {
+                xs.extend_from_slice(&x[r * k..(r + 1) * k]);
+            }
+            let all: Vec<usize> = (0..many.len()).collect();
+            let mut wide = vec![1f32; many.len() * n];
+            let wide_shape = LowRank { x: &xs, ..shape };
+            low_rank_rows(&wide_shape, &all, &mut wide).unwrap();
+            for (i, &r) in many.iter().enumerate() {
+                if rows.contains(&r) {
+                    assert_eq!(&wide[i * n..(i + 1) * n], &y[r * n..(r + 1) * n]);
+                }
+            }
+            // The in-register conversion against the widening pass, one
+            // row and four: the same bits.
+            #[cfg(target_arch = "x86_64")]
+            if crate::vecmath::has_fma() {
+                for rows in [&rows[..1], &[0, 1, 2, 3][..]] {
+                    let mut widened = vec![1f32; 4 * n];
+                    let mut fused = vec![1f32; 4 * n];
+                    half_body::<true>(&shape, rows, 0..rank, &mut widened, |_, r| r);
+                    // SAFETY: the CPU has AVX2, FMA and F16C.
+                    unsafe { fused::half_fused(&shape, rows, 0..rank, &mut fused, |_, r| r) };
+                    assert_eq!(fused, widened, "{k}x{n} r{rank}, {} rows", rows.len());
+                }
+            }
+            let mut short = vec![0f32; n];
+            assert!(low_rank_rows(&shape, &[1], &mut short).is_err());
+        }
+    }
+}
