@@ -177,6 +177,13 @@ fn prefetch(v: &[u16]) {
     }
 }
 
+/// [`prefetch`] of the `A` and `B^T` rows of `ranks`.
+#[inline(always)]
+fn prefetch_ranks(s: &LowRank, ranks: &std::ops::Range<usize>) {
+    prefetch(&s.a[ranks.start * s.k..ranks.end * s.k]);
+    prefetch(&s.bt[ranks.start * s.n..ranks.end * s.n]);
+}
+
 /// [`half`]'s loops, fused multiply-adds when `FMA`.
 #[inline(always)]
 fn half_body<const FMA: bool>(
@@ -188,8 +195,7 @@ fn half_body<const FMA: bool>(
 ) {
     use crate::vecmath::{dot16, f16_to_f32, madd};
     let (k, n) = (s.k, s.n);
-    prefetch(&s.a[ranks.start * k..ranks.end * k]);
-    prefetch(&s.bt[ranks.start * n..ranks.end * n]);
+    prefetch_ranks(s, &ranks);
     let (mut aj, mut bj) = (vec![0f32; k], vec![0f32; n]);
     for j in ranks {
         f16_to_f32(&s.a[j * k..(j + 1) * k], &mut aj);
@@ -211,7 +217,7 @@ fn half_body<const FMA: bool>(
 mod fused {
     use std::arch::x86_64::*;
 
-    use super::{prefetch, LowRank};
+    use super::{prefetch_ranks, LowRank};
 
     /// Eight half-precision values at `p` as f32.
     #[inline(always)]
@@ -278,8 +284,7 @@ mod fused {
         at: impl Fn(usize, usize) -> usize,
     ) {
         let (k, n) = (s.k, s.n);
-        prefetch(&s.a[ranks.start * k..ranks.end * k]);
-        prefetch(&s.bt[ranks.start * n..ranks.end * n]);
+        prefetch_ranks(s, &ranks);
         for j in ranks {
             let (aj, bj) = (&s.a[j * k..(j + 1) * k], &s.bt[j * n..(j + 1) * n]);
             for (i, &r) in rows.iter().enumerate() {
