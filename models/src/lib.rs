@@ -24,7 +24,8 @@
 //! - [`lora`]: LoRA adapters ([`LoraAdapter`]) in PEFT's files, with the q/k
 //!   row permutation between Hugging Face and GGUF layouts; `lora_apply.rs`
 //!   applies them per sequence inside a paged batch ([`PagedSeq::lora`],
-//!   checked and prepared through [`LoraSpec`]).
+//!   checked and prepared through [`LoraSpec`]), row by row on the CPU
+//!   (`lora_rows.rs`).
 //!
 //! - [`diffusion`]: Stable Diffusion text-to-image ([`diffusion::DiffusionPipeline`])
 //!   from a diffusers folder, on candle-transformers' CLIP, UNet, VAE and
