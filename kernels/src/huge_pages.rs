@@ -25,7 +25,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Allocations of at least this many bytes are marked.
-pub const HUGE_MIN_BYTES: usize = 4 << 20;
+const HUGE_MIN_BYTES: usize = 4 << 20;
 const HUGE_PAGE: usize = 2 << 20;
 
 /// The system allocator, with large allocations marked for huge pages.
@@ -39,9 +39,8 @@ fn enabled() -> bool {
         1 => true,
         2 => false,
         _ => {
-            // `std::env::var_os` does not allocate through the global
-            // allocator re-entrantly in a way that matters: a small
-            // allocation never reaches this branch again.
+            // `var_os` allocates, but only small blocks, which return
+            // from `advise` before asking here again.
             let on = std::env::var_os("HEARTH_HUGE_PAGES").is_none_or(|v| v != "0");
             ENABLED.store(if on { 1 } else { 2 }, Ordering::Relaxed);
             on

@@ -51,7 +51,7 @@ use act::Acts;
 pub use bf16::Bf16Matrix;
 pub use formats::{quantize_q8_0, Format};
 use formats::{with_layout, Repr, QK};
-pub use huge_pages::{HugePageAlloc, HUGE_MIN_BYTES};
+pub use huge_pages::HugePageAlloc;
 
 /// Multiply-adds below which a matmul stays on the calling thread.
 const PARALLEL_MIN_WORK: usize = 1 << 18;

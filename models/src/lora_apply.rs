@@ -15,7 +15,7 @@ use candle_core::{Device, Result, Tensor};
 use std::sync::Arc;
 
 use crate::lora::{LoraAdapter, LoraTarget, RowWeights};
-use crate::lora_rows::{both_halves, check_fits, low_rank_rows, LowRank, PARALLEL_ROWS};
+use crate::lora_rows::{low_rank_rows, LowRank, PARALLEL_ROWS};
 use crate::{ModelInfo, PagedSeq};
 
 /// The shapes and layout an adapter must fit to run on a model.
@@ -74,6 +74,8 @@ struct Group<'a> {
 /// The adapter groups of one batch.
 pub(crate) struct LoraBatch<'a> {
     groups: Vec<Group<'a>>,
+    /// Rows of the batch that have an adapter (every group's).
+    rows: usize,
 }
 
 impl<'a> LoraBatch<'a> {
@@ -111,7 +113,8 @@ impl<'a> LoraBatch<'a> {
                 spread: Tensor::new(spread.as_slice(), device)?,
             });
         }
-        Ok(Self { groups })
+        let rows = groups.iter().map(|g| g.row_ids.len()).sum();
+        Ok(Self { groups, rows })
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -146,8 +149,7 @@ impl<'a> LoraBatch<'a> {
         x: &[f32],
         outs: &mut [(LoraTarget, &mut [f32])],
     ) -> Result<()> {
-        let rows: usize = self.groups.iter().map(|g| g.row_ids.len()).sum();
-        if outs.len() >= 2 && rows < PARALLEL_ROWS && rayon::current_num_threads() > 1 {
+        if outs.len() >= 2 && self.rows < PARALLEL_ROWS && rayon::current_num_threads() > 1 {
             let (first, rest) = outs.split_at_mut(outs.len() / 2);
             let each = |outs: &mut [(LoraTarget, &mut [f32])]| -> Result<()> {
                 for (target, y) in outs.iter_mut() {
@@ -196,12 +198,7 @@ impl<'a> LoraBatch<'a> {
                 a: &weights.a,
                 bt: &weights.bt,
             };
-            if parallel {
-                low_rank_rows(&s, &g.row_ids, y)?;
-            } else {
-                check_fits(&s, &g.row_ids, y)?;
-                both_halves(&s, &g.row_ids, y, 0);
-            }
+            low_rank_rows(&s, &g.row_ids, y, parallel)?;
         }
         Ok(())
     }

@@ -31,12 +31,20 @@ pub(crate) struct LowRank<'a> {
 /// on two threads (a few rows: a decode step's) with the same result as one
 /// thread (one row, or many rows shared between threads by rows), so a
 /// row's result depends only on that row, never on the rest of the batch.
-pub(crate) fn low_rank_rows(s: &LowRank, rows: &[usize], y: &mut [f32]) -> Result<()> {
+/// Without `parallel`, everything runs on the calling thread.
+pub(crate) fn low_rank_rows(
+    s: &LowRank,
+    rows: &[usize],
+    y: &mut [f32],
+    parallel: bool,
+) -> Result<()> {
     check_fits(s, rows, y)?;
     let (k, n, rank) = (s.k, s.n, s.rank);
     let sorted = rows.windows(2).all(|w| w[0] < w[1]);
     let work = rows.len() * rank * (k + n);
-    if rows.len() >= PARALLEL_ROWS && sorted {
+    if !parallel {
+        both_halves(s, rows, y, 0);
+    } else if rows.len() >= PARALLEL_ROWS && sorted {
         split_rows(s, rows, y, 0);
     } else if rows.len() >= 2
         && work >= PARALLEL_RANK_WORK
@@ -51,7 +59,7 @@ pub(crate) fn low_rank_rows(s: &LowRank, rows: &[usize], y: &mut [f32]) -> Resul
 }
 
 /// Refuses rows of `x` or `y`, or weights, shorter than the shapes say.
-pub(crate) fn check_fits(s: &LowRank, rows: &[usize], y: &[f32]) -> Result<()> {
+fn check_fits(s: &LowRank, rows: &[usize], y: &[f32]) -> Result<()> {
     let (k, n, rank) = (s.k, s.n, s.rank);
     let fits = s.a.len() >= rank * k
         && s.bt.len() >= n * rank
@@ -89,7 +97,7 @@ fn split_rows(s: &LowRank, rows: &[usize], y: &mut [f32], first: usize) {
 }
 
 /// The fixed order on this thread, `y` from batch row `first` on.
-pub(crate) fn both_halves(s: &LowRank, rows: &[usize], y: &mut [f32], first: usize) {
+fn both_halves(s: &LowRank, rows: &[usize], y: &mut [f32], first: usize) {
     let mut tmp = vec![0f32; rows.len() * s.n];
     half(s, rows, 0..s.rank / 2, y, |_, r| r - first);
     half(s, rows, s.rank / 2..s.rank, &mut tmp, |i, _| i);
@@ -342,7 +350,7 @@ mod tests {
                     .sum()
             };
             let mut y = vec![1f32; 4 * n];
-            low_rank_rows(&shape, &rows, &mut y).unwrap();
+            low_rank_rows(&shape, &rows, &mut y, true).unwrap();
             // Without FMA, one thread, the fixed order written out.
             let mut plain = vec![1f32; 4 * n];
             let mut tmp = vec![0f32; 4 * n];
@@ -361,7 +369,7 @@ mod tests {
             assert_eq!(y, one, "{k}x{n} r{rank}");
             let mut alone = vec![1f32; 4 * n];
             for &r in &rows {
-                low_rank_rows(&shape, &[r], &mut alone).unwrap();
+                low_rank_rows(&shape, &[r], &mut alone, true).unwrap();
             }
             assert_eq!(alone, one, "{k}x{n} r{rank}");
             for r in 0..4 {
@@ -388,7 +396,7 @@ mod tests {
             let all: Vec<usize> = (0..many.len()).collect();
             let mut wide = vec![1f32; many.len() * n];
             let wide_shape = LowRank { x: &xs, ..shape };
-            low_rank_rows(&wide_shape, &all, &mut wide).unwrap();
+            low_rank_rows(&wide_shape, &all, &mut wide, true).unwrap();
             for (i, &r) in many.iter().enumerate() {
                 if rows.contains(&r) {
                     assert_eq!(&wide[i * n..(i + 1) * n], &y[r * n..(r + 1) * n]);
@@ -408,7 +416,7 @@ mod tests {
                 }
             }
             let mut short = vec![0f32; n];
-            assert!(low_rank_rows(&shape, &[1], &mut short).is_err());
+            assert!(low_rank_rows(&shape, &[1], &mut short, true).is_err());
         }
     }
 }
