@@ -309,3 +309,37 @@ fn every_instruction_set_passes_the_start_up_self_check() {
         "AVX-512 without VNNI runs the AVX2 kernels"
     );
 }
+
+/// The VNNI kernels, 256-bit for one activation row and two groups per
+/// 512-bit register for more, give the AVX2 kernels' results bit for bit:
+/// both sum the blocks exactly in integers and do the same float operations
+/// in the same order. Shapes cover paired groups, a lone last group (37 and
+/// 100 rows), and tiles of 4, 2 and 1 activation rows.
+#[test]
+fn vnni_kernels_equal_avx2_bit_for_bit() {
+    if !Isa::Avx512Vnni.is_available() {
+        eprintln!("skipped: this CPU has no AVX-512 VNNI");
+        return;
+    }
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    for format in Format::ALL {
+        let k = 512;
+        for n in [16usize, 37, 100] {
+            let (bytes, _, _) = quantize(format, &rng.matrix(n * k));
+            let q = QuantMatrix::new(format, &bytes, n, k).unwrap();
+            for m in [1usize, 2, 3, 7, 16] {
+                let x: Vec<f32> = (0..m * k).map(|_| rng.next_f32()).collect();
+                let (mut avx2, mut vnni) = (vec![0f32; m * n], vec![0f32; m * n]);
+                q.matmul_with(Isa::Avx2, &x, m, &mut avx2);
+                q.matmul_with(Isa::Avx512Vnni, &x, m, &mut vnni);
+                for (e, (a, v)) in avx2.iter().zip(&vnni).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        v.to_bits(),
+                        "{format:?} m={m} n={n} at {e}: AVX2 {a} VNNI {v}"
+                    );
+                }
+            }
+        }
+    }
+}
