@@ -428,6 +428,21 @@ pub(crate) mod simd {
     /// `out`.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     pub(crate) unsafe fn run_vnni<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
+        if acts.qs.len() / acts.nb > PREFETCH_MAX_ROWS {
+            run_vnni_wide(w, acts, groups, out)
+        } else {
+            run_body::<W, true, false>(w, acts, groups, out)
+        }
+    }
+
+    /// [`run_vnni`] with the 512-bit tiles, in a function of its own so
+    /// that the one-row (decode) loop stays as it was.
+    ///
+    /// # Safety
+    /// As [`run_vnni`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[inline(never)]
+    unsafe fn run_vnni_wide<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
         run_body::<W, true, true>(w, acts, groups, out)
     }
 }
