@@ -19,9 +19,9 @@
 
 use super::scales::Scales;
 use super::u4::Nib8;
-use super::{group_blocks, interleave, Group8, G, PREFETCH_BLOCKS};
 #[cfg(target_arch = "x86_64")]
-use super::{join_ps, load_pair};
+use super::wide::{join_ps, load_pair};
+use super::{group_blocks, interleave, Group8, G, PREFETCH_BLOCKS};
 use crate::act::Acts;
 use crate::formats::Q8;
 
@@ -312,6 +312,9 @@ impl<S: Scales, const SIX: bool> Group8 for Ix8<S, SIX> {
         }
         std::array::from_fn(|j| _mm256_add_ps(acc[j], mins[j]))
     }
+
+    #[cfg(target_arch = "x86_64")]
+    const UNPACKS: bool = false;
 
     /// There is no 512-bit `vpsignb`: the activation bytes are negated
     /// under the mask of the negative weights instead, which gives the same

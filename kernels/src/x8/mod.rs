@@ -25,15 +25,15 @@
 //! never written out. Work is cut into tiles of one group x 1, 2 or 4
 //! activation rows; a chunk of groups runs every activation tile with the
 //! activation tiles outside, so the chunk's weights stay in L1. With AVX-512
-//! VNNI and more than one activation row, two groups share each 512-bit
-//! register (the same block of groups `g` and `g + 1` in its two halves,
-//! [`Group8::tile2`]), so one broadcast activation word and one `vpdpbusd`
-//! serve sixteen rows, and tiles go up to 8 activation rows; with one row
+//! VNNI and more than one activation row, [`wide`] runs two groups to each
+//! 512-bit register and tiles of up to 8 activation rows; with one row
 //! (decode, bound by memory) the 256-bit tiles run.
 
 pub(crate) mod i8;
 pub(crate) mod scales;
 pub(crate) mod u4;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod wide;
 
 use std::ops::Range;
 
@@ -231,13 +231,16 @@ pub(crate) trait Group8 {
         a: usize,
     ) -> [std::arch::x86_64::__m256; A];
 
+    /// Whether the 512-bit kernels unpack this layout's blocks ahead
+    /// ([`Group8::unpack2`]) rather than per tile ([`Group8::tile2`]).
+    #[cfg(target_arch = "x86_64")]
+    const UNPACKS: bool;
+
     /// Groups `g` and `g + 1` times activation rows `a..a + A` on 512-bit
     /// registers: lanes 0..8 of `[j]` are [`Group8::tile`]'s lanes for group
     /// `g`, lanes 8..16 those for group `g + 1`, computed with the same
-    /// operations in the same order (so the same bits). One broadcast
-    /// activation word and one `vpdpbusd` serve sixteen rows instead of
-    /// eight, which is what prefill, with many activation rows per weight,
-    /// is bound by.
+    /// operations in the same order (so the same bits). Only called without
+    /// [`Group8::UNPACKS`].
     ///
     /// # Safety
     /// AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI; both groups and the
@@ -245,44 +248,24 @@ pub(crate) trait Group8 {
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile2<const A: usize>(
         &self,
-        acts: &Acts,
-        g: usize,
-        a: usize,
-    ) -> [std::arch::x86_64::__m512; A];
-}
+        _acts: &Acts,
+        _g: usize,
+        _a: usize,
+    ) -> [std::arch::x86_64::__m512; A] {
+        unreachable!("layouts that unpack ahead have no per-tile kernel")
+    }
 
-/// Two 256-bit halves as one 512-bit register (`lo` in lanes 0..8).
-///
-/// # Safety
-/// AVX-512 F.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(crate) unsafe fn join_ps(
-    lo: std::arch::x86_64::__m256,
-    hi: std::arch::x86_64::__m256,
-) -> std::arch::x86_64::__m512 {
-    use std::arch::x86_64::*;
-    _mm512_castpd_ps(_mm512_insertf64x4::<1>(
-        _mm512_castpd256_pd512(_mm256_castps_pd(lo)),
-        _mm256_castps_pd(hi),
-    ))
-}
-
-/// 32 bytes at `lo` and 32 at `hi` as one 512-bit register.
-///
-/// # Safety
-/// AVX-512 F; both addresses are 32-byte aligned and readable.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(crate) unsafe fn load_pair(
-    lo: *const std::arch::x86_64::__m256i,
-    hi: *const std::arch::x86_64::__m256i,
-) -> std::arch::x86_64::__m512i {
-    use std::arch::x86_64::*;
-    _mm512_inserti64x4::<1>(
-        _mm512_castsi256_si512(_mm256_load_si256(lo)),
-        _mm256_load_si256(hi),
-    )
+    /// With [`Group8::UNPACKS`]: every block of groups `g` and `g + 1`
+    /// unpacked into `out` (cleared first), once for all activation tiles
+    /// ([`wide`]'s `tile_unpacked` reads them). Only called with
+    /// [`Group8::UNPACKS`].
+    ///
+    /// # Safety
+    /// As [`Group8::tile2`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn unpack2(&self, _g: usize, _out: &mut Vec<wide::Unpacked>) {
+        unreachable!("layouts that do not unpack ahead have a per-tile kernel")
+    }
 }
 
 /// Stores the rows of group `g` that exist (`t[l][j]` to `out[a + j][8 g +
@@ -330,7 +313,7 @@ pub(crate) mod simd {
 
     /// Computes and stores one tile.
     #[inline(always)]
-    unsafe fn put_tile<W: Group8, const A: usize, const VNNI: bool, const PF: bool>(
+    pub(super) unsafe fn put_tile<W: Group8, const A: usize, const VNNI: bool, const PF: bool>(
         w: &W,
         acts: &Acts,
         g: usize,
@@ -346,29 +329,8 @@ pub(crate) mod simd {
         put_group(w.rows(), g, a, t, out);
     }
 
-    /// Computes and stores the tile of groups `g` and `g + 1`.
     #[inline(always)]
-    unsafe fn put_tile2<W: Group8, const A: usize>(
-        w: &W,
-        acts: &Acts,
-        g: usize,
-        a: usize,
-        out: Out,
-    ) {
-        let v = w.tile2::<A>(acts, g, a);
-        let mut lanes = [[0f32; 2 * G]; A];
-        for (l, v) in lanes.iter_mut().zip(v) {
-            _mm512_storeu_ps(l.as_mut_ptr(), v);
-        }
-        for h in 0..2 {
-            let t: [[f32; A]; G] =
-                std::array::from_fn(|l| std::array::from_fn(|j| lanes[j][G * h + l]));
-            put_group(w.rows(), g + h, a, t, out);
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn run_body<W: Group8, const VNNI: bool, const WIDE: bool>(
+    unsafe fn run_body<W: Group8, const VNNI: bool>(
         w: &W,
         acts: &Acts,
         groups: Range<usize>,
@@ -378,25 +340,12 @@ pub(crate) mod simd {
         let mut a = 0;
         while a < m {
             let at = match m - a {
-                8.. if WIDE => 8,
                 4.. => 4,
                 2.. => 2,
                 _ => 1,
             };
-            let mut g = groups.start;
-            while g < groups.end {
-                if WIDE && m > PREFETCH_MAX_ROWS && g + 1 < groups.end {
-                    match at {
-                        8 => put_tile2::<W, 8>(w, acts, g, a, out),
-                        4 => put_tile2::<W, 4>(w, acts, g, a, out),
-                        2 => put_tile2::<W, 2>(w, acts, g, a, out),
-                        _ => put_tile2::<W, 1>(w, acts, g, a, out),
-                    }
-                    g += 2;
-                    continue;
-                }
+            for g in groups.clone() {
                 match (at, m <= PREFETCH_MAX_ROWS) {
-                    (8, _) => put_tile::<W, 8, VNNI, false>(w, acts, g, a, out),
                     (4, true) => put_tile::<W, 4, VNNI, true>(w, acts, g, a, out),
                     (4, false) => put_tile::<W, 4, VNNI, false>(w, acts, g, a, out),
                     (2, true) => put_tile::<W, 2, VNNI, true>(w, acts, g, a, out),
@@ -404,7 +353,6 @@ pub(crate) mod simd {
                     (_, true) => put_tile::<W, 1, VNNI, true>(w, acts, g, a, out),
                     (_, false) => put_tile::<W, 1, VNNI, false>(w, acts, g, a, out),
                 }
-                g += 1;
             }
             a += at;
         }
@@ -416,12 +364,12 @@ pub(crate) mod simd {
     /// AVX2, FMA and F16C; as [`super::run_scalar`] for `out`.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) unsafe fn run_avx2<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
-        run_body::<W, false, false>(w, acts, groups, out)
+        run_body::<W, false>(w, acts, groups, out)
     }
 
     /// [`run_avx2`] with `vpdpbusd` (AVX-512 VNNI): on 256-bit registers
-    /// for one activation row (decode, bound by memory), and two groups to a
-    /// 512-bit register ([`Group8::tile2`]) for more.
+    /// for one activation row (decode, bound by memory), and the 512-bit
+    /// kernels of [`super::wide`] for more.
     ///
     /// # Safety
     /// AVX2, FMA, F16C, AVX-512 F/BW/VL/VNNI; as [`super::run_scalar`] for
@@ -429,20 +377,9 @@ pub(crate) mod simd {
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     pub(crate) unsafe fn run_vnni<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
         if acts.qs.len() / acts.nb > PREFETCH_MAX_ROWS {
-            run_vnni_wide(w, acts, groups, out)
+            super::wide::run(w, acts, groups, out)
         } else {
-            run_body::<W, true, false>(w, acts, groups, out)
+            run_body::<W, true>(w, acts, groups, out)
         }
-    }
-
-    /// [`run_vnni`] with the 512-bit tiles, in a function of its own so
-    /// that the one-row (decode) loop stays as it was.
-    ///
-    /// # Safety
-    /// As [`run_vnni`].
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    #[inline(never)]
-    unsafe fn run_vnni_wide<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
-        run_body::<W, true, true>(w, acts, groups, out)
     }
 }

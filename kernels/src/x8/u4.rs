@@ -26,9 +26,9 @@
 //! lane a row's block sum (with VNNI, eight `vpdpbusd` into i32).
 
 use super::scales::Scales;
-use super::{group_blocks, interleave, Group8, G, PREFETCH_BLOCKS};
 #[cfg(target_arch = "x86_64")]
-use super::{join_ps, load_pair};
+use super::wide::{join_ps, load_pair, Unpacked};
+use super::{group_blocks, interleave, Group8, G, PREFETCH_BLOCKS};
 use crate::act::Acts;
 use crate::formats::Nib;
 
@@ -227,63 +227,66 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
     }
 
     #[cfg(target_arch = "x86_64")]
+    const UNPACKS: bool = true;
+
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn tile2<const A: usize>(
-        &self,
-        acts: &Acts,
-        g: usize,
-        a: usize,
-    ) -> [std::arch::x86_64::__m512; A] {
-        use std::arch::x86_64::*;
+    unsafe fn unpack2(&self, g: usize, out: &mut Vec<Unpacked>) {
         let nb = self.nb;
-        assert!((g + 2) * nb <= self.qs.len() && (a + A) * nb <= acts.qs.len());
-        let low4 = _mm512_set1_epi8(0x0F);
-        let mut acc = [_mm512_setzero_ps(); A];
+        assert!((g + 2) * nb <= self.qs.len());
+        out.clear();
+        // A loop, not `extend` over a closure: the closure would be
+        // compiled without the caller's AVX-512 and not inlined.
         for b in 0..nb {
-            let (i0, i1) = (g * nb + b, (g + 1) * nb + b);
-            let p0 = self.qs.as_ptr().add(i0) as *const __m256i;
-            let p1 = self.qs.as_ptr().add(i1) as *const __m256i;
-            let mut wv = [_mm512_setzero_si512(); G];
-            for k in 0..4 {
-                let raw = load_pair(p0.add(k), p1.add(k));
-                wv[k] = _mm512_and_si512(raw, low4);
-                wv[k + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), low4);
-            }
-            if FIVE {
-                // As in `tile`.
-                let h = load_pair(
-                    self.qh.as_ptr().add(i0).cast(),
-                    self.qh.as_ptr().add(i1).cast(),
-                );
-                let fifth = _mm512_set1_epi8(0x10);
-                let moved = [
-                    _mm512_slli_epi16::<4>(h),
-                    _mm512_slli_epi16::<3>(h),
-                    _mm512_slli_epi16::<2>(h),
-                    _mm512_slli_epi16::<1>(h),
-                    h,
-                    _mm512_srli_epi16::<1>(h),
-                    _mm512_srli_epi16::<2>(h),
-                    _mm512_srli_epi16::<3>(h),
-                ];
-                for (w, m) in wv.iter_mut().zip(moved) {
-                    *w = _mm512_or_si512(*w, _mm512_and_si512(m, fifth));
-                }
-            }
-            let dw = join_ps(self.scales.factors(i0)[0], self.scales.factors(i1)[0]);
-            let mw = join_ps(self.scales.offsets(i0), self.scales.offsets(i1));
-            for (j, acc) in acc.iter_mut().enumerate() {
-                let ai = (a + j) * nb + b;
-                let x = acts.qs.as_ptr().add(ai) as *const i32;
-                let mut s = _mm512_setzero_si512();
-                for (v, &wk) in wv.iter().enumerate() {
-                    s = _mm512_dpbusd_epi32(s, wk, _mm512_set1_epi32(x.add(v).read()));
-                }
-                let scale = _mm512_mul_ps(dw, _mm512_set1_ps(*acts.d.get_unchecked(ai)));
-                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, *acc);
-                *acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(*acts.s.get_unchecked(ai)), *acc);
+            out.push(self.unpack_pair(g * nb + b, (g + 1) * nb + b));
+        }
+    }
+}
+
+impl<S: Scales, const FIVE: bool> Ux8<S, FIVE> {
+    /// Blocks `i0` and `i1` (the same block of two groups) unpacked to the
+    /// halves of 512-bit registers.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW; both blocks exist.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn unpack_pair(&self, i0: usize, i1: usize) -> Unpacked {
+        use std::arch::x86_64::*;
+        let low4 = _mm512_set1_epi8(0x0F);
+        let p0 = self.qs.as_ptr().add(i0) as *const __m256i;
+        let p1 = self.qs.as_ptr().add(i1) as *const __m256i;
+        let mut wv = [_mm512_setzero_si512(); G];
+        for k in 0..4 {
+            let raw = load_pair(p0.add(k), p1.add(k));
+            wv[k] = _mm512_and_si512(raw, low4);
+            wv[k + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), low4);
+        }
+        if FIVE {
+            // As in `tile`.
+            let h = load_pair(
+                self.qh.as_ptr().add(i0).cast(),
+                self.qh.as_ptr().add(i1).cast(),
+            );
+            let fifth = _mm512_set1_epi8(0x10);
+            let moved = [
+                _mm512_slli_epi16::<4>(h),
+                _mm512_slli_epi16::<3>(h),
+                _mm512_slli_epi16::<2>(h),
+                _mm512_slli_epi16::<1>(h),
+                h,
+                _mm512_srli_epi16::<1>(h),
+                _mm512_srli_epi16::<2>(h),
+                _mm512_srli_epi16::<3>(h),
+            ];
+            for (w, m) in wv.iter_mut().zip(moved) {
+                *w = _mm512_or_si512(*w, _mm512_and_si512(m, fifth));
             }
         }
-        acc
+        Unpacked {
+            w: wv,
+            d: join_ps(self.scales.factors(i0)[0], self.scales.factors(i1)[0]),
+            m: join_ps(self.scales.offsets(i0), self.scales.offsets(i1)),
+        }
     }
 }
