@@ -128,6 +128,12 @@ fn quantize_into(x: &[f32], qs: &mut [Q8], d: &mut [f32], s: &mut [f32]) {
 }
 
 impl Acts {
+    /// Activation rows.
+    #[inline(always)]
+    pub(crate) fn rows(&self) -> usize {
+        self.qs.len() / self.nb
+    }
+
     /// `x`: rows of `k` values (`k % 32 == 0`), row major. Large inputs
     /// (prefill chunks) are split by rows across the pool.
     pub(crate) fn quantize(x: &[f32], k: usize) -> Acts {

@@ -287,12 +287,24 @@ unsafe fn put_group<const A: usize>(n: usize, g: usize, a: usize, t: [[f32; A]; 
     }
 }
 
+/// The activation rows of the next tile, at most `most` (8, 4, 2 or 1),
+/// from `left` rows.
+#[inline(always)]
+pub(crate) fn tile_rows(left: usize, most: usize) -> usize {
+    match left {
+        8.. if most >= 8 => 8,
+        4.. if most >= 4 => 4,
+        2.. if most >= 2 => 2,
+        _ => 1,
+    }
+}
+
 /// Groups `groups` times every activation row with [`Group8::dot`].
 ///
 /// # Safety
 /// As [`put_group`] for the groups' columns.
 pub(crate) unsafe fn run_scalar<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
-    let m = acts.qs.len() / acts.nb;
+    let m = acts.rows();
     for g in groups {
         for a in 0..m {
             let t = std::array::from_fn(|l| [w.dot(acts, g, l, a)]);
@@ -307,7 +319,7 @@ pub(crate) mod simd {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::{put_group, Group8, G, PREFETCH_MAX_ROWS};
+    use super::{put_group, tile_rows, Group8, G, PREFETCH_MAX_ROWS};
     use crate::act::Acts;
     use crate::Out;
 
@@ -329,6 +341,8 @@ pub(crate) mod simd {
         put_group(w.rows(), g, a, t, out);
     }
 
+    /// Groups `groups` times every activation row on 256-bit tiles of up
+    /// to 4 activation rows.
     #[inline(always)]
     unsafe fn run_body<W: Group8, const VNNI: bool>(
         w: &W,
@@ -336,14 +350,10 @@ pub(crate) mod simd {
         groups: Range<usize>,
         out: Out,
     ) {
-        let m = acts.qs.len() / acts.nb;
+        let m = acts.rows();
         let mut a = 0;
         while a < m {
-            let at = match m - a {
-                4.. => 4,
-                2.. => 2,
-                _ => 1,
-            };
+            let at = tile_rows(m - a, 4);
             for g in groups.clone() {
                 match (at, m <= PREFETCH_MAX_ROWS) {
                     (4, true) => put_tile::<W, 4, VNNI, true>(w, acts, g, a, out),
@@ -376,7 +386,7 @@ pub(crate) mod simd {
     /// `out`.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     pub(crate) unsafe fn run_vnni<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
-        if acts.qs.len() / acts.nb > PREFETCH_MAX_ROWS {
+        if acts.rows() > PREFETCH_MAX_ROWS {
             super::wide::run(w, acts, groups, out)
         } else {
             run_body::<W, true>(w, acts, groups, out)

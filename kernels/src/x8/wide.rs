@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::simd::put_tile;
-use super::{put_group, Group8, G};
+use super::{put_group, tile_rows, Group8, G};
 use crate::act::Acts;
 use crate::Out;
 
@@ -107,16 +107,6 @@ unsafe fn put_pair<const A: usize>(rows: usize, g: usize, a: usize, v: [__m512; 
     }
 }
 
-/// The activation rows of the next tile from `left` rows.
-fn tile_rows(left: usize) -> usize {
-    match left {
-        8.. => 8,
-        4.. => 4,
-        2.. => 2,
-        _ => 1,
-    }
-}
-
 /// Groups `groups` times every activation row: pairs of groups on 512-bit
 /// registers, a lone last group on the 256-bit tiles.
 ///
@@ -126,7 +116,7 @@ fn tile_rows(left: usize) -> usize {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline(never)]
 pub(crate) unsafe fn run<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
-    let m = acts.qs.len() / acts.nb;
+    let m = acts.rows();
     let rows = w.rows();
     let mut g = groups.start;
     SCRATCH.with_borrow_mut(|scratch| {
@@ -136,7 +126,7 @@ pub(crate) unsafe fn run<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, ou
             }
             let mut a = 0;
             while a < m {
-                let at = tile_rows(m - a);
+                let at = tile_rows(m - a, 8);
                 macro_rules! pair {
                     ($a:literal) => {
                         if W::UNPACKS {
@@ -160,7 +150,7 @@ pub(crate) unsafe fn run<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, ou
     if g < groups.end {
         let mut a = 0;
         while a < m {
-            let at = tile_rows(m - a);
+            let at = tile_rows(m - a, 8);
             match at {
                 8 => put_tile::<W, 8, true, false>(w, acts, g, a, out),
                 4 => put_tile::<W, 4, true, false>(w, acts, g, a, out),
