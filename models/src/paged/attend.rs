@@ -22,6 +22,18 @@ impl Task<'_> {
     /// Returns `[(r1 - r0) * n_rep, d]`, row-major by (row, head within the
     /// group), with the AVX2 + FMA body where the CPU has it.
     pub(super) fn attend(&self) -> Vec<f32> {
+        self.attend_with(true)
+    }
+
+    /// [`Task::attend`]; with `wide` false, never the 512-bit body (tests
+    /// compare the two).
+    pub(super) fn attend_with(&self, wide: bool) -> Vec<f32> {
+        #[cfg(target_arch = "x86_64")]
+        if wide && super::attend_wide::available(self.pool.head_dim) {
+            // SAFETY: `available` checked the features `run_wide` is
+            // compiled for.
+            return unsafe { self.run_wide() };
+        }
         #[cfg(target_arch = "x86_64")]
         if vecmath::has_fma() {
             #[target_feature(enable = "avx2,fma,f16c")]
@@ -43,28 +55,14 @@ impl Task<'_> {
         let Task {
             pool,
             layer,
-            q,
-            shape,
             seq,
             g,
-            r0,
             r1,
+            ..
         } = *self;
-        let (nh, t, d) = (shape.num_heads, shape.tokens, pool.head_dim);
-        let n_rep = nh / pool.num_kv_heads;
-        let nq = (r1 - r0) * n_rep;
-        let scale = 1.0 / (d as f32).sqrt();
-        let mut qs = Vec::with_capacity(nq * d);
-        for i in r0..r1 {
-            for r in 0..n_rep {
-                let h = g * n_rep + r;
-                let at = (h * t + seq.offset + i) * d;
-                qs.extend_from_slice(&q[at..at + d]);
-            }
-        }
-        round_to(pool.dtype, &mut qs);
-        qs.iter_mut().for_each(|x| *x *= scale);
-
+        let d = pool.head_dim;
+        let (qs, n_rep) = self.queries();
+        let nq = qs.len() / d;
         let mut m = vec![f32::NEG_INFINITY; nq];
         let mut l = vec![0f32; nq];
         let mut acc = vec![0f32; nq * d];
@@ -77,14 +75,10 @@ impl Task<'_> {
             pool.read_block(layer, false, block, g, &mut kt);
             pool.read_block(layer, true, block, g, &mut vb);
             let base = b * BLOCK_SIZE;
-            // Queries before this block (earlier rows of a chunk) skip it.
-            let first = (0..nq)
-                .find(|&qi| seq.pos + r0 + qi / n_rep >= base)
-                .unwrap_or(nq);
+            let first = self.first_query(base, n_rep, nq);
             block_scores::<FMA>(&qs[first * d..], &kt, d, &mut scores[first * BLOCK_SIZE..]);
             for qi in first..nq {
-                let p = seq.pos + r0 + qi / n_rep;
-                let valid = (p - base + 1).min(BLOCK_SIZE);
+                let valid = self.visible(qi, base, n_rep);
                 let s = &scores[qi * BLOCK_SIZE..(qi + 1) * BLOCK_SIZE];
                 let mx = s[..valid].iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
                 let new_m = m[qi].max(mx);
@@ -99,11 +93,64 @@ impl Task<'_> {
                 m[qi] = new_m;
             }
         }
-        for qi in 0..nq {
-            let inv = 1.0 / l[qi];
-            acc[qi * d..(qi + 1) * d].iter_mut().for_each(|x| *x *= inv);
-        }
+        normalize(&mut acc, &l);
         acc
+    }
+
+    /// The task's query rows, `[(r1 - r0) * n_rep, d]` by (row, head within
+    /// the group), rounded to the pool's precision and scaled by `1 /
+    /// sqrt(d)`; and `n_rep`.
+    pub(super) fn queries(&self) -> (Vec<f32>, usize) {
+        let Task {
+            pool,
+            q,
+            shape,
+            seq,
+            g,
+            r0,
+            r1,
+            ..
+        } = *self;
+        let (nh, t, d) = (shape.num_heads, shape.tokens, pool.head_dim);
+        let n_rep = nh / pool.num_kv_heads;
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut qs = Vec::with_capacity((r1 - r0) * n_rep * d);
+        for i in r0..r1 {
+            for r in 0..n_rep {
+                let h = g * n_rep + r;
+                let at = (h * t + seq.offset + i) * d;
+                qs.extend_from_slice(&q[at..at + d]);
+            }
+        }
+        round_to(pool.dtype, &mut qs);
+        qs.iter_mut().for_each(|x| *x *= scale);
+        (qs, n_rep)
+    }
+
+    /// The first of the `nq` queries that sees the block starting at
+    /// position `base` (queries of earlier rows of a chunk skip it), or
+    /// `nq`.
+    pub(super) fn first_query(&self, base: usize, n_rep: usize, nq: usize) -> usize {
+        (0..nq)
+            .find(|&qi| self.seq.pos + self.r0 + qi / n_rep >= base)
+            .unwrap_or(nq)
+    }
+
+    /// How many keys of the block starting at `base` query `qi` sees.
+    #[inline(always)]
+    pub(super) fn visible(&self, qi: usize, base: usize, n_rep: usize) -> usize {
+        let p = self.seq.pos + self.r0 + qi / n_rep;
+        (p - base + 1).min(BLOCK_SIZE)
+    }
+}
+
+/// Divides each query's accumulated values (`acc`, rows of `d`) by its
+/// softmax sum `l`.
+pub(super) fn normalize(acc: &mut [f32], l: &[f32]) {
+    let d = acc.len() / l.len().max(1);
+    for (row, &l) in acc.chunks_exact_mut(d.max(1)).zip(l) {
+        let inv = 1.0 / l;
+        row.iter_mut().for_each(|x| *x *= inv);
     }
 }
 

@@ -34,6 +34,8 @@ use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use rayon::prelude::*;
 
 mod attend;
+#[cfg(target_arch = "x86_64")]
+mod attend_wide;
 mod tensors;
 
 use attend::Task;

@@ -1,0 +1,326 @@
+//! A task's attention on 512-bit registers (AVX-512 F), for CPUs that
+//! have them: the same operations as the AVX2 body in `attend.rs`, lane for
+//! lane and in the same order (so the same bits), arranged so that more of
+//! them share each load.
+//!
+//! - **Scores**: a query's 16 scores against a block are one register, and
+//!   a tile of up to 8 queries shares each row of the transposed keys.
+//! - **Softmax**: the 16 exponentials at once (the polynomial of
+//!   [`vecmath::exp`], operation for operation), the invisible keys masked.
+//! - **Values**: up to 4 queries that see the same keys (the heads of one
+//!   row, or rows past the diagonal block) share each loaded value row: 4
+//!   queries x 64 dimensions are 16 accumulators.
+
+use std::arch::x86_64::*;
+
+use super::attend::{normalize, Task};
+use super::BLOCK_SIZE;
+use crate::vecmath;
+
+/// Whether this CPU runs the 512-bit body for heads of `head_dim`.
+pub(super) fn available(head_dim: usize) -> bool {
+    head_dim.is_multiple_of(16) && vecmath::has_fma() && std::is_x86_feature_detected!("avx512f")
+}
+
+impl Task<'_> {
+    /// `Task::attend` on 512-bit registers.
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C and AVX-512 F; `head_dim` a multiple of 16.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f")]
+    pub(super) unsafe fn run_wide(&self) -> Vec<f32> {
+        let Task {
+            pool,
+            layer,
+            seq,
+            g,
+            r1,
+            ..
+        } = *self;
+        let d = pool.head_dim;
+        assert!(d.is_multiple_of(16));
+        let (qs, n_rep) = self.queries();
+        let nq = qs.len() / d;
+        let mut m = vec![f32::NEG_INFINITY; nq];
+        let mut l = vec![0f32; nq];
+        let mut corr = vec![0f32; nq];
+        let mut acc = vec![0f32; nq * d];
+        let mut kt = vec![0f32; BLOCK_SIZE * d];
+        let mut vb = vec![0f32; BLOCK_SIZE * d];
+        let mut scores = vec![0f32; nq * BLOCK_SIZE];
+        let mut probs = vec![0f32; nq * BLOCK_SIZE];
+        let last = seq.pos + r1 - 1;
+        for b in 0..=last / BLOCK_SIZE {
+            let block = seq.blocks[b];
+            pool.read_block(layer, false, block, g, &mut kt);
+            pool.read_block(layer, true, block, g, &mut vb);
+            let base = b * BLOCK_SIZE;
+            let first = self.first_query(base, n_rep, nq);
+            block_scores(&qs[first * d..], &kt, d, &mut scores[first * BLOCK_SIZE..]);
+            for qi in first..nq {
+                let valid = self.visible(qi, base, n_rep);
+                let row = qi * BLOCK_SIZE..(qi + 1) * BLOCK_SIZE;
+                let s = _mm512_loadu_ps(scores[row.clone()].as_ptr());
+                let keep = ((1u32 << valid) - 1) as __mmask16;
+                let mx = _mm512_mask_reduce_max_ps(keep, s);
+                let new_m = m[qi].max(mx);
+                corr[qi] = vecmath::exp(m[qi] - new_m);
+                let e = _mm512_maskz_mov_ps(keep, exp16(_mm512_sub_ps(s, _mm512_set1_ps(new_m))));
+                let mut p = [0f32; BLOCK_SIZE];
+                _mm512_storeu_ps(p.as_mut_ptr(), e);
+                l[qi] = l[qi] * corr[qi] + p.iter().sum::<f32>();
+                probs[row].copy_from_slice(&p);
+                m[qi] = new_m;
+            }
+            // Runs of up to 4 queries that see the same keys.
+            let mut qi = first;
+            while qi < nq {
+                let valid = self.visible(qi, base, n_rep);
+                let mut end = qi + 1;
+                while end < nq && end - qi < 4 && self.visible(end, base, n_rep) == valid {
+                    end += 1;
+                }
+                let run = Run {
+                    acc: acc[qi * d..end * d].as_mut_ptr(),
+                    corr: &corr[qi..end],
+                    probs: probs[qi * BLOCK_SIZE..].as_ptr(),
+                    valid,
+                    vb: vb.as_ptr(),
+                    d,
+                };
+                match end - qi {
+                    4 => run.add::<4>(),
+                    3 => run.add::<3>(),
+                    2 => run.add::<2>(),
+                    _ => run.add::<1>(),
+                }
+                qi = end;
+            }
+        }
+        normalize(&mut acc, &l);
+        acc
+    }
+}
+
+/// `e^x` on 16 lanes: [`vecmath::exp`]'s operations (unfused multiplies
+/// and adds, the same constants, in the same order), so the same bits for
+/// finite `x`.
+#[inline(always)]
+unsafe fn exp16(x: __m512) -> __m512 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const C1: f32 = 0.693_359_4;
+    const C2: f32 = -2.121_944_4e-4;
+    const MAGIC: f32 = 12_582_912.0;
+    let set = _mm512_set1_ps;
+    let madd = |a: __m512, b: __m512, c: __m512| _mm512_add_ps(_mm512_mul_ps(a, b), c);
+    let x = _mm512_min_ps(_mm512_max_ps(x, set(-87.0)), set(88.0));
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(madd(
+        x,
+        set(LOG2E),
+        set(0.5),
+    ));
+    let neg_n = _mm512_castsi512_ps(_mm512_xor_si512(
+        _mm512_castps_si512(n),
+        _mm512_set1_epi32(i32::MIN),
+    ));
+    let r = madd(neg_n, set(C2), madd(neg_n, set(C1), x));
+    let mut p = set(1.987_569_1e-4);
+    for c in [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        0.5,
+    ] {
+        p = madd(p, r, set(c));
+    }
+    let e_r = _mm512_add_ps(madd(_mm512_mul_ps(p, r), r, r), set(1.0));
+    let two_n = _mm512_slli_epi32::<23>(_mm512_castps_si512(_mm512_add_ps(n, set(127.0 + MAGIC))));
+    _mm512_mul_ps(e_r, _mm512_castsi512_ps(two_n))
+}
+
+/// `out[i * 16 + j] = q_i . key_j` for the queries `qs` (`[n, d]`) and one
+/// block's keys transposed (`kt`, `[d, 16]`), in tiles of up to 8 queries.
+#[inline(always)]
+unsafe fn block_scores(qs: &[f32], kt: &[f32], d: usize, out: &mut [f32]) {
+    let n = qs.len() / d;
+    assert!(kt.len() == d * BLOCK_SIZE && out.len() >= n * BLOCK_SIZE);
+    let (q, kt, out) = (qs.as_ptr(), kt.as_ptr(), out.as_mut_ptr());
+    let mut i = 0;
+    while i < n {
+        let (q, out) = (q.add(i * d), out.add(i * BLOCK_SIZE));
+        i += match n - i {
+            8.. => scores_tile::<8>(q, kt, d, out),
+            4.. => scores_tile::<4>(q, kt, d, out),
+            2.. => scores_tile::<2>(q, kt, d, out),
+            _ => scores_tile::<1>(q, kt, d, out),
+        };
+    }
+}
+
+/// `Q` queries against the 16 keys, one accumulator each. Returns `Q`.
+#[inline(always)]
+unsafe fn scores_tile<const Q: usize>(
+    q: *const f32,
+    kt: *const f32,
+    d: usize,
+    out: *mut f32,
+) -> usize {
+    let mut s = [_mm512_setzero_ps(); Q];
+    for c in 0..d {
+        let k = _mm512_loadu_ps(kt.add(c * BLOCK_SIZE));
+        for (i, s) in s.iter_mut().enumerate() {
+            *s = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(i * d + c)), k, *s);
+        }
+    }
+    for (i, s) in s.iter().enumerate() {
+        _mm512_storeu_ps(out.add(i * BLOCK_SIZE), *s);
+    }
+    Q
+}
+
+/// Consecutive queries that see the first `valid` keys of a block: their
+/// accumulators (`acc`, rows of `d`), rescaled by `corr` and added the
+/// probabilities (`probs`, rows of 16) times the value rows (`vb`, `[16,
+/// d]`).
+struct Run<'a> {
+    acc: *mut f32,
+    corr: &'a [f32],
+    probs: *const f32,
+    valid: usize,
+    vb: *const f32,
+    d: usize,
+}
+
+impl Run<'_> {
+    /// For `Q` queries: 64 dimensions at a time (16 accumulators), then 16.
+    #[inline(always)]
+    unsafe fn add<const Q: usize>(&self) {
+        let mut c0 = 0;
+        while c0 + 64 <= self.d {
+            self.add_columns::<Q, 4>(c0);
+            c0 += 64;
+        }
+        while c0 < self.d {
+            self.add_columns::<Q, 1>(c0);
+            c0 += 16;
+        }
+    }
+
+    /// Dimensions `c0..c0 + 16 R` of `Q` queries: `acc = acc * corr + sum_j
+    /// p_j v_j`, `j` in order.
+    #[inline(always)]
+    unsafe fn add_columns<const Q: usize, const R: usize>(&self, c0: usize) {
+        let (a, d) = (self.acc, self.d);
+        let mut r: [[__m512; R]; Q] = std::array::from_fn(|i| {
+            let c = _mm512_set1_ps(self.corr[i]);
+            std::array::from_fn(|k| _mm512_mul_ps(c, _mm512_loadu_ps(a.add(i * d + c0 + 16 * k))))
+        });
+        for j in 0..self.valid {
+            let v: [__m512; R] =
+                std::array::from_fn(|k| _mm512_loadu_ps(self.vb.add(j * d + c0 + 16 * k)));
+            for (i, r) in r.iter_mut().enumerate() {
+                let w = _mm512_set1_ps(*self.probs.add(i * BLOCK_SIZE + j));
+                for (r, &v) in r.iter_mut().zip(&v) {
+                    *r = _mm512_fmadd_ps(w, v, *r);
+                }
+            }
+        }
+        for (i, r) in r.iter().enumerate() {
+            for (k, r) in r.iter().enumerate() {
+                _mm512_storeu_ps(a.add(i * d + c0 + 16 * k), *r);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::DType;
+
+    use super::super::{AttnShape, KvPool, SeqView};
+    use super::*;
+
+    /// Deterministic values in about -2..2.
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % 4001) as f32 / 1000.0 - 2.0
+            })
+            .collect()
+    }
+
+    /// Every task of a chunk (rows crossing blocks, a diagonal block partly
+    /// visible, and a decode row) gives the same bits as the AVX2 body, for
+    /// head sizes with and without a 64-wide part and for 1, 3 and 4 query
+    /// heads per KV head.
+    #[test]
+    fn wide_attention_equals_avx2_bit_for_bit() {
+        if !available(64) {
+            eprintln!("skipped: this CPU has no AVX-512 F");
+            return;
+        }
+        let blocks: Vec<u32> = vec![5, 1, 7, 3, 0, 6, 2, 4];
+        for (d, n_rep, dtype) in [
+            (64, 3, DType::F16),
+            (64, 4, DType::F32),
+            (128, 1, DType::BF16),
+            (80, 4, DType::F16),
+            (16, 3, DType::F32),
+        ] {
+            let nkv = 2;
+            let nh = nkv * n_rep;
+            for (pos, len) in [(0, 45), (21, 40), (70, 1), (16, 16)] {
+                let mut pool = KvPool::new(1, nkv, d, blocks.len(), dtype).unwrap();
+                let total = pos + len;
+                let view = SeqView {
+                    blocks: &blocks,
+                    pos: 0,
+                    offset: 0,
+                    len: total,
+                };
+                let k = values(nkv * total * d, 1 + d as u64);
+                let v = values(nkv * total * d, 2 + pos as u64);
+                pool.write(0, &view, &k, &v, total);
+                let q = values(nh * len * d, 3 + len as u64);
+                let seq = SeqView {
+                    blocks: &blocks,
+                    pos,
+                    offset: 0,
+                    len,
+                };
+                let shape = AttnShape {
+                    num_heads: nh,
+                    tokens: len,
+                };
+                for g in 0..nkv {
+                    for r0 in (0..len).step_by(32) {
+                        let task = Task {
+                            pool: &pool,
+                            layer: 0,
+                            q: &q,
+                            shape,
+                            seq: &seq,
+                            g,
+                            r0,
+                            r1: (r0 + 32).min(len),
+                        };
+                        let (wide, narrow) = (task.attend_with(true), task.attend_with(false));
+                        let same = wide
+                            .iter()
+                            .zip(&narrow)
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(
+                            same && wide.len() == narrow.len(),
+                            "d={d} n_rep={n_rep} {dtype:?} pos={pos} len={len} g={g} r0={r0}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
