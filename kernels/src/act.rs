@@ -21,29 +21,77 @@ use half::f16;
 use crate::formats::{Q8, QK};
 
 /// `m` activation rows of `nb` blocks; block `b` of row `i` at `i * nb + b`,
-/// with its `d` and `s`.
+/// with its `d`, `s` and [`Bias`].
 pub(crate) struct Acts {
     pub nb: usize,
     pub qs: Vec<Q8>,
     pub d: Vec<f32>,
     pub s: Vec<f32>,
+    pub bias: Vec<Bias>,
+}
+
+/// The integer corrections of one block for weights stored with a bias
+/// (the 512-bit kernels keep signed values as unsigned bytes, `q + 32` or
+/// `q + 128`, so that a sum starting here is `sum(q x)`): `-32` times the
+/// sum of the block's quantized values 0..16 and 16..32, and `-128` times
+/// the sum of all 32.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C, align(16))]
+pub(crate) struct Bias {
+    pub halves32: [i32; 2],
+    pub all128: i32,
+    _pad: i32,
+}
+
+impl Bias {
+    #[inline(always)]
+    fn new(h0: i32, h1: i32) -> Self {
+        Bias {
+            halves32: [-32 * h0, -32 * h1],
+            all128: -128 * (h0 + h1),
+            _pad: 0,
+        }
+    }
 }
 
 /// Values from which [`Acts::quantize`] splits the rows across the pool.
 const PARALLEL_MIN_VALUES: usize = 1 << 15;
 
-/// Quantizes whole blocks `x` into `qs`, `d` and `s` (one entry per block).
+/// The per-block outputs of a quantization, one entry per block.
+struct Blocks<'a> {
+    qs: &'a mut [Q8],
+    d: &'a mut [f32],
+    s: &'a mut [f32],
+    bias: &'a mut [Bias],
+}
+
+impl Blocks<'_> {
+    /// Block `i`'s fields.
+    #[inline(always)]
+    fn at(&mut self, i: usize) -> (&mut Q8, &mut f32, &mut f32, &mut Bias) {
+        (
+            &mut self.qs[i],
+            &mut self.d[i],
+            &mut self.s[i],
+            &mut self.bias[i],
+        )
+    }
+}
+
+/// Quantizes whole blocks `x` into `out`.
 #[inline(always)]
-fn quantize_blocks(x: &[f32], qs: &mut [Q8], d: &mut [f32], s: &mut [f32]) {
-    for (((block, q), d), s) in x.chunks_exact(QK).zip(qs).zip(d).zip(s) {
+fn quantize_blocks(x: &[f32], mut out: Blocks<'_>) {
+    for (i, block) in x.chunks_exact(QK).enumerate() {
+        let (q, d, s, bias) = out.at(i);
         let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
         let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
-        let mut sum = 0i32;
-        for (q, &v) in q.0.iter_mut().zip(block) {
+        let mut half = [0i32; 2];
+        for (j, (q, &v)) in q.0.iter_mut().zip(block).enumerate() {
             *q = (v * id).round_ties_even().clamp(-127.0, 127.0) as i8;
-            sum += *q as i32;
+            half[j / (QK / 2)] += *q as i32;
         }
-        (*d, *s) = scales(amax, sum);
+        (*d, *s) = scales(amax, half[0] + half[1]);
+        *bias = Bias::new(half[0], half[1]);
     }
 }
 
@@ -65,13 +113,14 @@ fn scales(amax: f32, sum: i32) -> (f32, f32) {
 /// The CPU has AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn quantize_blocks_avx2(x: &[f32], qs: &mut [Q8], d: &mut [f32], s: &mut [f32]) {
+unsafe fn quantize_blocks_avx2(x: &[f32], mut out: Blocks<'_>) {
     use std::arch::x86_64::*;
     let sign = _mm256_set1_ps(-0.0);
     let (lo, hi) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0));
     // `packs` interleaves its inputs per 128-bit lane; this restores order.
     let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    for (((block, q), d), s) in x.chunks_exact(QK).zip(qs).zip(d).zip(s) {
+    for (i, block) in x.chunks_exact(QK).enumerate() {
+        let (q, d, s, bias) = out.at(i);
         let p = block.as_ptr();
         // SAFETY: `block` holds 32 values; `q` 32 bytes.
         unsafe {
@@ -88,43 +137,52 @@ unsafe fn quantize_blocks_avx2(x: &[f32], qs: &mut [Q8], d: &mut [f32], s: &mut 
                 );
                 _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi))
             });
-            let sum4 = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
-            let sum4 = _mm_add_epi32(
-                _mm256_castsi256_si128(sum4),
-                _mm256_extracti128_si256::<1>(sum4),
+            // Values 0..16 and 16..32: pairwise sums of both halves
+            // side by side, then the 128-bit lanes added.
+            let halves = _mm256_hadd_epi32(
+                _mm256_add_epi32(i[0], i[1]),
+                _mm256_add_epi32(i[2], i[3]),
             );
-            let sum2 = _mm_add_epi32(sum4, _mm_unpackhi_epi64(sum4, sum4));
-            let sum = _mm_cvtsi128_si32(_mm_add_epi32(sum2, _mm_shuffle_epi32::<1>(sum2)));
+            let halves = _mm256_hadd_epi32(halves, halves);
+            let halves = _mm_add_epi32(
+                _mm256_castsi256_si128(halves),
+                _mm256_extracti128_si256::<1>(halves),
+            );
+            let (h0, h1) = (
+                _mm_cvtsi128_si32(halves),
+                _mm_extract_epi32::<1>(halves),
+            );
             let b = _mm256_packs_epi16(
                 _mm256_packs_epi32(i[0], i[1]),
                 _mm256_packs_epi32(i[2], i[3]),
             );
             let b = _mm256_permutevar8x32_epi32(b, order);
             _mm256_storeu_si256(q.0.as_mut_ptr().cast(), b);
-            (*d, *s) = scales(amax, sum);
+            (*d, *s) = scales(amax, h0 + h1);
+            *bias = Bias::new(h0, h1);
         }
     }
 }
 
 /// Per-32 quantization of whole blocks, with AVX2 where present.
-fn quantize_into(x: &[f32], qs: &mut [Q8], d: &mut [f32], s: &mut [f32]) {
+fn quantize_into(x: &[f32], out: Blocks<'_>) {
     #[cfg(target_arch = "x86_64")]
     if crate::Isa::Avx2.is_available() {
         // SAFETY: `Isa::Avx2` is AVX2 + FMA + F16C, the features the
         // function is compiled for.
-        return unsafe { quantize_blocks_avx2(x, qs, d, s) };
+        return unsafe { quantize_blocks_avx2(x, out) };
     }
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("sse4.1") {
         /// With SSE4.1, whose `roundps` replaces a libm call per value.
         #[target_feature(enable = "sse4.1")]
-        fn sse41(x: &[f32], qs: &mut [Q8], d: &mut [f32], s: &mut [f32]) {
-            quantize_blocks(x, qs, d, s)
+        fn sse41(x: &[f32], out: Blocks<'_>) {
+            quantize_blocks(x, out)
         }
         // SAFETY: the CPU supports the feature the function is compiled for.
-        return unsafe { sse41(x, qs, d, s) };
+        return unsafe { sse41(x, out) };
     }
-    quantize_blocks(x, qs, d, s)
+    quantize_blocks(x, out)
 }
 
 impl Acts {
@@ -145,6 +203,7 @@ impl Acts {
             qs: vec![Q8([0; QK]); blocks],
             d: vec![0.0; blocks],
             s: vec![0.0; blocks],
+            bias: vec![Bias::default(); blocks],
         };
         let rows = blocks / nb.max(1);
         if x.len() >= PARALLEL_MIN_VALUES && rows > 1 && rayon::current_num_threads() > 1 {
@@ -154,9 +213,18 @@ impl Acts {
                 .zip(a.qs.par_chunks_mut(per))
                 .zip(a.d.par_chunks_mut(per))
                 .zip(a.s.par_chunks_mut(per))
-                .for_each(|(((x, qs), d), s)| quantize_into(x, qs, d, s));
+                .zip(a.bias.par_chunks_mut(per))
+                .for_each(|((((x, qs), d), s), bias)| {
+                    quantize_into(x, Blocks { qs, d, s, bias })
+                });
         } else {
-            quantize_into(x, &mut a.qs, &mut a.d, &mut a.s);
+            let out = Blocks {
+                qs: &mut a.qs,
+                d: &mut a.d,
+                s: &mut a.s,
+                bias: &mut a.bias,
+            };
+            quantize_into(x, out);
         }
         a
     }
@@ -166,9 +234,33 @@ impl Acts {
 mod tests {
     use super::*;
 
-    fn blocks(x: &[f32]) -> (Vec<Q8>, Vec<f32>, Vec<f32>) {
+    /// Outputs for the blocks of `x`.
+    #[derive(Debug, PartialEq)]
+    struct Owned {
+        qs: Vec<[i8; QK]>,
+        d: Vec<f32>,
+        s: Vec<f32>,
+        bias: Vec<Bias>,
+    }
+
+    /// `x` quantized by `f`.
+    fn quantized(x: &[f32], f: impl FnOnce(&[f32], Blocks<'_>)) -> Owned {
         let n = x.len() / QK;
-        (vec![Q8([0; QK]); n], vec![0.0; n], vec![0.0; n])
+        let mut qs = vec![Q8([0; QK]); n];
+        let (mut d, mut s, mut bias) = (vec![0.0; n], vec![0.0; n], vec![Bias::default(); n]);
+        let out = Blocks {
+            qs: &mut qs,
+            d: &mut d,
+            s: &mut s,
+            bias: &mut bias,
+        };
+        f(x, out);
+        Owned {
+            qs: qs.iter().map(|q| q.0).collect(),
+            d,
+            s,
+            bias,
+        }
     }
 
     #[test]
@@ -189,24 +281,24 @@ mod tests {
             *t = (j as f32 - 16.0) + 0.5;
         }
         x.extend(ties);
-        let (mut q1, mut d1, mut s1) = blocks(&x);
-        quantize_blocks(&x, &mut q1, &mut d1, &mut s1);
-        let last = q1.last().unwrap().0;
+        let plain = quantized(&x, quantize_blocks);
+        let last = plain.qs.last().unwrap();
         assert_eq!(
             (last[1], last[2], last[14]),
             (-14, -14, -2),
             "ties go to even"
         );
+        for (q, bias) in plain.qs.iter().zip(&plain.bias) {
+            let half = |r: std::ops::Range<usize>| q[r].iter().map(|&v| v as i32).sum::<i32>();
+            let (h0, h1) = (half(0..16), half(16..32));
+            assert_eq!(bias.halves32, [-32 * h0, -32 * h1]);
+            assert_eq!(bias.all128, -128 * (h0 + h1));
+        }
         #[cfg(target_arch = "x86_64")]
         if crate::Isa::Avx2.is_available() {
-            let (mut q2, mut d2, mut s2) = blocks(&x);
             // SAFETY: the features were checked just above.
-            unsafe { quantize_blocks_avx2(&x, &mut q2, &mut d2, &mut s2) };
-            for (b, (a, c)) in q1.iter().zip(&q2).enumerate() {
-                assert_eq!(a.0, c.0, "block {b}");
-            }
-            assert_eq!(d1, d2);
-            assert_eq!(s1, s2);
+            let simd = quantized(&x, |x, out| unsafe { quantize_blocks_avx2(x, out) });
+            assert_eq!(plain, simd);
         }
     }
 
@@ -222,10 +314,14 @@ mod tests {
             .build()
             .unwrap()
             .install(|| Acts::quantize(&x, k));
-        let (mut q, mut d, mut s) = blocks(&x);
-        quantize_blocks(&x, &mut q, &mut d, &mut s);
+        let serial = quantized(&x, quantize_blocks);
         assert_eq!(a.nb, k / QK);
-        assert!(a.qs.iter().zip(&q).all(|(a, b)| a.0 == b.0));
-        assert_eq!((a.d, a.s), (d, s));
+        let parallel = Owned {
+            qs: a.qs.iter().map(|q| q.0).collect(),
+            d: a.d,
+            s: a.s,
+            bias: a.bias,
+        };
+        assert_eq!(parallel, serial);
     }
 }

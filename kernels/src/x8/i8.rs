@@ -20,7 +20,7 @@
 use super::scales::Scales;
 use super::u4::Nib8;
 #[cfg(target_arch = "x86_64")]
-use super::wide::{join_ps, load_pair};
+use super::wide::{join_ps, load_pair, Sums, Unpacked};
 use super::{group_blocks, interleave, Group8, G, PREFETCH_BLOCKS};
 use crate::act::Acts;
 use crate::formats::Q8;
@@ -162,19 +162,23 @@ impl<S: Scales, const SIX: bool> Ix8<S, SIX> {
         })
     }
 
-    /// [`Ix8::load`] of blocks `i0` and `i1` as the halves of 512-bit
-    /// registers.
+    /// Blocks `i0` and `i1` as [`Ix8::load`] has them, as the halves of
+    /// 512-bit registers, with the bias of [`Group8::SUMS`]: the values
+    /// plus 128 (8-bit) or 32 (6-bit), unsigned bytes.
     ///
     /// # Safety
     /// AVX-512 F/BW; both blocks exist.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn load2(&self, i0: usize, i1: usize) -> [std::arch::x86_64::__m512i; G] {
+    unsafe fn load2_biased(&self, i0: usize, i1: usize) -> [std::arch::x86_64::__m512i; G] {
         use std::arch::x86_64::*;
         if !SIX {
             let p0 = self.qs.as_ptr().add(i0) as *const __m256i;
             let p1 = self.qs.as_ptr().add(i1) as *const __m256i;
-            return std::array::from_fn(|v| load_pair(p0.add(v), p1.add(v)));
+            let flip = _mm512_set1_epi8(i8::MIN);
+            return std::array::from_fn(|v| {
+                _mm512_xor_si512(load_pair(p0.add(v), p1.add(v)), flip)
+            });
         }
         let low4 = _mm512_set1_epi8(0x0F);
         let top2 = _mm512_set1_epi8(0x30);
@@ -194,7 +198,6 @@ impl<S: Scales, const SIX: bool> Ix8<S, SIX> {
             b,
             _mm512_srli_epi16::<2>(b),
         ];
-        let thirty_two = _mm512_set1_epi8(32);
         let raw: [__m512i; 4] = std::array::from_fn(|k| load_pair(p0.add(k), p1.add(k)));
         std::array::from_fn(|v| {
             let low = if v < 4 {
@@ -202,8 +205,7 @@ impl<S: Scales, const SIX: bool> Ix8<S, SIX> {
             } else {
                 _mm512_and_si512(_mm512_srli_epi16::<4>(raw[v % 4]), low4)
             };
-            let u = _mm512_or_si512(low, _mm512_and_si512(top[v], top2));
-            _mm512_sub_epi8(u, thirty_two)
+            _mm512_or_si512(low, _mm512_and_si512(top[v], top2))
         })
     }
 }
@@ -314,61 +316,29 @@ impl<S: Scales, const SIX: bool> Group8 for Ix8<S, SIX> {
     }
 
     #[cfg(target_arch = "x86_64")]
-    const UNPACKS: bool = false;
+    const SUMS: Sums = match (SIX, S::HALVES) {
+        (true, true) => Sums::Halves32,
+        (false, false) => Sums::All128,
+        _ => panic!("6-bit values come with a factor per half block, 8-bit with one"),
+    };
 
-    /// There is no 512-bit `vpsignb`: the activation bytes are negated
-    /// under the mask of the negative weights instead, which gives the same
-    /// products with `|w|` (where `w` is 0, `|w|` is too).
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn tile2<const A: usize>(
-        &self,
-        acts: &Acts,
-        g: usize,
-        a: usize,
-    ) -> [std::arch::x86_64::__m512; A] {
-        use std::arch::x86_64::*;
+    unsafe fn unpack2(&self, g: usize, out: &mut Vec<Unpacked>) {
         let nb = self.nb;
         let blocks = if SIX { self.lo.len() } else { self.qs.len() };
-        assert!((g + 2) * nb <= blocks && (a + A) * nb <= acts.qs.len());
-        let offsets = self.scales.has_offset();
-        let zero = _mm512_setzero_si512();
-        let mut acc = [_mm512_setzero_ps(); A];
-        let mut mins = [_mm512_setzero_ps(); A];
+        assert!((g + 2) * nb <= blocks);
+        out.clear();
+        // A loop, as in the 4-bit layouts' `unpack2`.
         for b in 0..nb {
             let (i0, i1) = (g * nb + b, (g + 1) * nb + b);
-            let w = self.load2(i0, i1);
-            let wabs = w.map(|w| _mm512_abs_epi8(w));
-            let neg = w.map(|w| _mm512_movepi8_mask(w));
             let [d00, d01] = self.scales.factors(i0);
             let [d10, d11] = self.scales.factors(i1);
-            let (d0, d1) = (join_ps(d00, d10), join_ps(d01, d11));
-            for (j, acc) in acc.iter_mut().enumerate() {
-                let ai = (a + j) * nb + b;
-                let x = acts.qs.as_ptr().add(ai) as *const i32;
-                let mut s = [_mm512_setzero_si512(); 2];
-                for (k, (&wa, &neg)) in wabs.iter().zip(&neg).enumerate() {
-                    let xv = _mm512_set1_epi32(x.add(k).read());
-                    let signed = _mm512_mask_sub_epi8(xv, neg, zero, xv);
-                    s[k / 4] = _mm512_dpbusd_epi32(s[k / 4], wa, signed);
-                }
-                let dx = _mm512_set1_ps(*acts.d.get_unchecked(ai));
-                if S::HALVES {
-                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0]), _mm512_mul_ps(d0, dx), *acc);
-                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1]), _mm512_mul_ps(d1, dx), *acc);
-                } else {
-                    let s = _mm512_add_epi32(s[0], s[1]);
-                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d0, dx), *acc);
-                }
-            }
-            if offsets {
-                let mw = join_ps(self.scales.offsets(i0), self.scales.offsets(i1));
-                for (j, mins) in mins.iter_mut().enumerate() {
-                    let s = *acts.s.get_unchecked((a + j) * nb + b);
-                    *mins = _mm512_fmadd_ps(mw, _mm512_set1_ps(s), *mins);
-                }
-            }
+            out.push(Unpacked {
+                w: self.load2_biased(i0, i1),
+                d: join_ps(d00, d10),
+                m: join_ps(d01, d11),
+            });
         }
-        std::array::from_fn(|j| _mm512_add_ps(acc[j], mins[j]))
     }
 }

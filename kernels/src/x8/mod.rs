@@ -231,41 +231,18 @@ pub(crate) trait Group8 {
         a: usize,
     ) -> [std::arch::x86_64::__m256; A];
 
-    /// Whether the 512-bit kernels unpack this layout's blocks ahead
-    /// ([`Group8::unpack2`]) rather than per tile ([`Group8::tile2`]).
+    /// How the 512-bit kernels sum this layout's unpacked blocks.
     #[cfg(target_arch = "x86_64")]
-    const UNPACKS: bool;
+    const SUMS: wide::Sums;
 
-    /// Groups `g` and `g + 1` times activation rows `a..a + A` on 512-bit
-    /// registers: lanes 0..8 of `[j]` are [`Group8::tile`]'s lanes for group
-    /// `g`, lanes 8..16 those for group `g + 1`, computed with the same
-    /// operations in the same order (so the same bits). Only called without
-    /// [`Group8::UNPACKS`].
+    /// Every block of groups `g` and `g + 1` unpacked into `out` (cleared
+    /// first) for the 512-bit kernels, once for all activation tiles
+    /// ([`wide`]).
     ///
     /// # Safety
-    /// AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI; both groups and the
-    /// activation rows exist.
+    /// AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI; both groups exist.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn tile2<const A: usize>(
-        &self,
-        _acts: &Acts,
-        _g: usize,
-        _a: usize,
-    ) -> [std::arch::x86_64::__m512; A] {
-        unreachable!("layouts that unpack ahead have no per-tile kernel")
-    }
-
-    /// With [`Group8::UNPACKS`]: every block of groups `g` and `g + 1`
-    /// unpacked into `out` (cleared first), once for all activation tiles
-    /// ([`wide`]'s `tile_unpacked` reads them). Only called with
-    /// [`Group8::UNPACKS`].
-    ///
-    /// # Safety
-    /// As [`Group8::tile2`].
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn unpack2(&self, _g: usize, _out: &mut Vec<wide::Unpacked>) {
-        unreachable!("layouts that do not unpack ahead have a per-tile kernel")
-    }
+    unsafe fn unpack2(&self, g: usize, out: &mut Vec<wide::Unpacked>);
 }
 
 /// Stores the rows of group `g` that exist (`t[l][j]` to `out[a + j][8 g +

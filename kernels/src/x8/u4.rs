@@ -27,7 +27,7 @@
 
 use super::scales::Scales;
 #[cfg(target_arch = "x86_64")]
-use super::wide::{join_ps, load_pair, Unpacked};
+use super::wide::{join_ps, load_pair, Sums, Unpacked};
 use super::{group_blocks, interleave, Group8, G, PREFETCH_BLOCKS};
 use crate::act::Acts;
 use crate::formats::Nib;
@@ -227,7 +227,7 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
     }
 
     #[cfg(target_arch = "x86_64")]
-    const UNPACKS: bool = true;
+    const SUMS: Sums = Sums::Offsets;
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]

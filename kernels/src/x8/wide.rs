@@ -5,13 +5,20 @@
 //! Two groups share each register: the same block of groups `g` and `g + 1`
 //! in its two halves (lanes 0..8 and 8..16), so one broadcast activation
 //! word and one `vpdpbusd` serve sixteen weight rows. Tiles are two groups x
-//! up to 8 activation rows. The 4- and 5-bit layouts unpack a chunk's
-//! blocks once into a per-thread scratch ([`Unpacked`]: the values as
-//! bytes, the factors and offsets as f32 lanes) that every activation tile
-//! then reads ([`tile_unpacked`]; 1B Q4_K_M prefill about 7% faster than
-//! unpacking in registers per tile); the signed layouts unpack per tile
-//! ([`Group8::tile2`]). Either way each lane does the 256-bit tile's
-//! operations in the same order, so the results are the same bits.
+//! up to 8 activation rows. Every layout unpacks a chunk's blocks once into
+//! a per-thread scratch ([`Unpacked`]: the values as unsigned bytes, the
+//! factors and offsets as f32 lanes) that every activation tile then reads
+//! ([`tile_unpacked`]; 1B Q4_K_M prefill about 7% faster than unpacking in
+//! registers per tile).
+//!
+//! `vpdpbusd` multiplies unsigned weight bytes by signed activation bytes,
+//! and AVX-512 has no `vpsignb` for the 256-bit kernels' sign trick, so the
+//! signed layouts are unpacked with a bias, `q + 128` (Q8_0) or `q + 32`
+//! (Q6_K), and each sum starts from the activation block's correction
+//! instead of zero ([`crate::act::Bias`]: `-128 sum(x)`, or `-32` times
+//! each half block's sum), which leaves exactly `sum(q x)`. Each lane thus
+//! does the 256-bit tile's integer sums and float operations in the same
+//! order, so the results are the same bits.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -47,8 +54,10 @@ pub(crate) unsafe fn load_pair(lo: *const __m256i, hi: *const __m256i) -> __m512
 }
 
 /// One block of two groups, unpacked: register `v` of `w` holds values `4
-/// v..4 v + 4` of the sixteen rows as unsigned bytes, `d` their factors and
-/// `m` their offsets (`w = d q + m`).
+/// v..4 v + 4` of the sixteen rows as unsigned bytes (biased as
+/// [`Group8::SUMS`] says), `d` their factors and `m` their offsets (`w = d q
+/// + m`), or with [`Sums::Halves32`] the factors of values 16..32 (`d`
+/// those of 0..16).
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub(crate) struct Unpacked {
@@ -57,20 +66,38 @@ pub(crate) struct Unpacked {
     pub m: __m512,
 }
 
+/// How [`tile_unpacked`] sums a layout's blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sums {
+    /// 4- and 5-bit values: `d_x d isum + m s_x` per block.
+    Offsets,
+    /// Q6_K's `q + 32`: two half-block sums, each from `-32 sum(x)`, each
+    /// with its factor.
+    Halves32,
+    /// Q8_0's `q + 128`: one sum from `-128 sum(x)`.
+    All128,
+}
+
 thread_local! {
     /// A chunk's unpacked blocks (one per block of its rows: 40 KiB for
     /// rows of 2048 values).
     static SCRATCH: RefCell<Vec<Unpacked>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Blocks `blocks` (one group pair's, in order) times activation rows
-/// `a..a + A`; as [`Group8::tile2`].
+/// Blocks `blocks` (one group pair's, in order) of a `W` times activation
+/// rows `a..a + A`: lanes 0..8 of `[j]` are [`Group8::tile`]'s lanes for
+/// the first group, lanes 8..16 those for the second, with the same integer
+/// sums and float operations in the same order (so the same bits).
 ///
 /// # Safety
 /// AVX-512 F/VNNI; the activation rows exist and have `blocks.len()`
 /// blocks.
 #[inline(always)]
-unsafe fn tile_unpacked<const A: usize>(blocks: &[Unpacked], acts: &Acts, a: usize) -> [__m512; A] {
+unsafe fn tile_unpacked<W: Group8, const A: usize>(
+    blocks: &[Unpacked],
+    acts: &Acts,
+    a: usize,
+) -> [__m512; A] {
     let nb = acts.nb;
     assert!(blocks.len() == nb && (a + A) * nb <= acts.qs.len());
     let mut acc = [_mm512_setzero_ps(); A];
@@ -78,19 +105,43 @@ unsafe fn tile_unpacked<const A: usize>(blocks: &[Unpacked], acts: &Acts, a: usi
         for (j, acc) in acc.iter_mut().enumerate() {
             let ai = (a + j) * nb + b;
             let x = acts.qs.as_ptr().add(ai) as *const i32;
-            let mut s = _mm512_setzero_si512();
-            for (v, &wk) in u.w.iter().enumerate() {
-                s = _mm512_dpbusd_epi32(s, wk, _mm512_set1_epi32(x.add(v).read()));
+            let bias = &*acts.bias.as_ptr().add(ai);
+            let sum = |start: i32, vs: std::ops::Range<usize>| {
+                let mut s = _mm512_set1_epi32(start);
+                for v in vs {
+                    s = _mm512_dpbusd_epi32(s, u.w[v], _mm512_set1_epi32(x.add(v).read()));
+                }
+                s
+            };
+            let dx = _mm512_set1_ps(*acts.d.get_unchecked(ai));
+            match W::SUMS {
+                Sums::Offsets => {
+                    let s = sum(0, 0..G);
+                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(u.d, dx), *acc);
+                    let sx = _mm512_set1_ps(*acts.s.get_unchecked(ai));
+                    *acc = _mm512_fmadd_ps(u.m, sx, *acc);
+                }
+                Sums::Halves32 => {
+                    let s0 = sum(bias.halves32[0], 0..G / 2);
+                    let s1 = sum(bias.halves32[1], G / 2..G);
+                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(u.d, dx), *acc);
+                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(u.m, dx), *acc);
+                }
+                Sums::All128 => {
+                    let s = sum(bias.all128, 0..G);
+                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(u.d, dx), *acc);
+                }
             }
-            let scale = _mm512_mul_ps(u.d, _mm512_set1_ps(*acts.d.get_unchecked(ai)));
-            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, *acc);
-            *acc = _mm512_fmadd_ps(u.m, _mm512_set1_ps(*acts.s.get_unchecked(ai)), *acc);
         }
+    }
+    if W::SUMS != Sums::Offsets {
+        // The 256-bit signed tiles add their (zero) offsets' sums last.
+        acc = acc.map(|acc| _mm512_add_ps(acc, _mm512_setzero_ps()));
     }
     acc
 }
 
-/// Stores a tile of groups `g` and `g + 1` (lanes as [`Group8::tile2`]).
+/// Stores a tile of groups `g` and `g + 1` (lanes as [`tile_unpacked`]).
 ///
 /// # Safety
 /// As [`put_group`] for both groups' columns.
@@ -121,19 +172,13 @@ pub(crate) unsafe fn run<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, ou
     let mut g = groups.start;
     SCRATCH.with_borrow_mut(|scratch| {
         while g + 1 < groups.end {
-            if W::UNPACKS {
-                w.unpack2(g, scratch);
-            }
+            w.unpack2(g, scratch);
             let mut a = 0;
             while a < m {
                 let at = tile_rows(m - a, 8);
                 macro_rules! pair {
                     ($a:literal) => {
-                        if W::UNPACKS {
-                            put_pair(rows, g, a, tile_unpacked::<$a>(scratch, acts, a), out)
-                        } else {
-                            put_pair(rows, g, a, w.tile2::<$a>(acts, g, a), out)
-                        }
+                        put_pair(rows, g, a, tile_unpacked::<W, $a>(scratch, acts, a), out)
                     };
                 }
                 match at {
