@@ -139,19 +139,14 @@ unsafe fn quantize_blocks_avx2(x: &[f32], mut out: Blocks<'_>) {
             });
             // Values 0..16 and 16..32: pairwise sums of both halves
             // side by side, then the 128-bit lanes added.
-            let halves = _mm256_hadd_epi32(
-                _mm256_add_epi32(i[0], i[1]),
-                _mm256_add_epi32(i[2], i[3]),
-            );
+            let halves =
+                _mm256_hadd_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
             let halves = _mm256_hadd_epi32(halves, halves);
             let halves = _mm_add_epi32(
                 _mm256_castsi256_si128(halves),
                 _mm256_extracti128_si256::<1>(halves),
             );
-            let (h0, h1) = (
-                _mm_cvtsi128_si32(halves),
-                _mm_extract_epi32::<1>(halves),
-            );
+            let (h0, h1) = (_mm_cvtsi128_si32(halves), _mm_extract_epi32::<1>(halves));
             let b = _mm256_packs_epi16(
                 _mm256_packs_epi32(i[0], i[1]),
                 _mm256_packs_epi32(i[2], i[3]),
@@ -214,9 +209,7 @@ impl Acts {
                 .zip(a.d.par_chunks_mut(per))
                 .zip(a.s.par_chunks_mut(per))
                 .zip(a.bias.par_chunks_mut(per))
-                .for_each(|((((x, qs), d), s), bias)| {
-                    quantize_into(x, Blocks { qs, d, s, bias })
-                });
+                .for_each(|((((x, qs), d), s), bias)| quantize_into(x, Blocks { qs, d, s, bias }));
         } else {
             let out = Blocks {
                 qs: &mut a.qs,

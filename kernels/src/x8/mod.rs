@@ -310,6 +310,19 @@ pub(crate) mod simd {
         out: Out,
     ) {
         let v = w.tile::<A, VNNI, PF>(acts, g, a);
+        let r = G * g;
+        if r + G <= w.rows() {
+            // A whole group: each activation row's eight columns at once.
+            assert!(
+                w.rows() == out.n && a + A <= out.m,
+                "tile outside the output"
+            );
+            for (j, v) in v.iter().enumerate() {
+                // SAFETY: in bounds (asserted); the columns are the caller's.
+                _mm256_storeu_ps(out.ptr.add((a + j) * out.n + r), *v);
+            }
+            return;
+        }
         let mut lanes = [[0f32; G]; A];
         for (l, v) in lanes.iter_mut().zip(v) {
             _mm256_storeu_ps(l.as_mut_ptr(), v);

@@ -147,6 +147,16 @@ unsafe fn tile_unpacked<W: Group8, const A: usize>(
 /// As [`put_group`] for both groups' columns.
 #[inline(always)]
 unsafe fn put_pair<const A: usize>(rows: usize, g: usize, a: usize, v: [__m512; A], out: Out) {
+    let r = G * g;
+    if r + 2 * G <= rows {
+        // Both groups whole: each activation row's sixteen columns at once.
+        assert!(rows == out.n && a + A <= out.m, "tile outside the output");
+        for (j, v) in v.iter().enumerate() {
+            // SAFETY: in bounds (asserted); the columns are the caller's.
+            _mm512_storeu_ps(out.ptr.add((a + j) * out.n + r), *v);
+        }
+        return;
+    }
     let mut lanes = [[0f32; 2 * G]; A];
     for (l, v) in lanes.iter_mut().zip(v) {
         _mm512_storeu_ps(l.as_mut_ptr(), v);
