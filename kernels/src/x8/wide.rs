@@ -55,9 +55,9 @@ pub(crate) unsafe fn load_pair(lo: *const __m256i, hi: *const __m256i) -> __m512
 
 /// One block of two groups, unpacked: register `v` of `w` holds values `4
 /// v..4 v + 4` of the sixteen rows as unsigned bytes (biased as
-/// [`Group8::SUMS`] says), `d` their factors and `m` their offsets (`w = d q
-/// + m`), or with [`Sums::Halves32`] the factors of values 16..32 (`d`
-/// those of 0..16).
+/// [`Group8::SUMS`] says), `d` their factors and `m` their offsets
+/// (`w = d q + m`), or with [`Sums::Halves32`] the factors of values 16..32
+/// (`d` those of 0..16).
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub(crate) struct Unpacked {
