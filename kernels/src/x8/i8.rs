@@ -15,7 +15,9 @@
 //! (`vpsignb`); a pair sum reaches `2 * 127 * 127`, so each product goes
 //! to i32 at once (`vpmaddwd`) before the eight are added (with VNNI, eight
 //! `vpdpbusd`), as two sums of four (values 0..16 and 16..32) for Q6_K's
-//! two factors per block.
+//! two factors per block. The 512-bit kernels (`wide.rs`, no `vpsignb`)
+//! unpack the values with a bias instead, `q + 128` or `q + 32` as unsigned
+//! bytes, and start each sum from the activations' correction.
 
 use super::scales::Scales;
 use super::u4::Nib8;

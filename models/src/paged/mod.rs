@@ -26,7 +26,9 @@
 //! where the CPU has them (`attend.rs`, `vecmath.rs`): a query's 16 scores
 //! against a block are two 8-wide accumulators over the head dimension (the
 //! keys are stored transposed), and the exponentials are a polynomial, not
-//! a library call per score.
+//! a library call per score. On AVX-512 CPUs the same operations run on
+//! 512-bit registers (`attend_wide.rs`: tiles of 8 queries for the scores,
+//! up to 4 queries sharing each loaded value row), with the same bits.
 
 use candle_core::{DType, Result};
 use half::bf16;
