@@ -37,20 +37,12 @@ pub(crate) fn exp(x: f32) -> f32 {
 /// of those choices are close enough for a last bit to flip them.
 #[inline(always)]
 pub fn exp_with<const FMA: bool>(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const C1: f32 = 0.693_359_4;
-    const C2: f32 = -2.121_944_4e-4;
+    use exp_consts::*;
     let x = x.clamp(-87.0, 88.0);
     let n = (madd::<FMA>(x, LOG2E, 0.5)).floor();
     let r = madd::<FMA>(-n, C2, madd::<FMA>(-n, C1, x));
-    let mut p = 1.987_569_1e-4;
-    for c in [
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        1.666_666_5e-1,
-        0.5,
-    ] {
+    let mut p = P0;
+    for c in P {
         p = madd::<FMA>(p, r, c);
     }
     let e_r = madd::<FMA>(p * r, r, r) + 1.0;
@@ -59,8 +51,25 @@ pub fn exp_with<const FMA: bool>(x: f32) -> f32 {
     // it in the low mantissa bits exactly, and the shift drops the rest:
     // the same bits as `(n as i32 + 127) << 23`, without the saturating
     // float-to-int conversion, which the compiler does not vectorise.
-    const MAGIC: f32 = 12_582_912.0;
     e_r * f32::from_bits((n + (127.0 + MAGIC)).to_bits() << 23)
+}
+
+/// The constants of [`exp_with`] (also the 512-bit attention's `exp16`):
+/// `ln 2` split in two (`C1 - C2`), the polynomial's coefficients from the
+/// highest, and the exponent field's rounding constant.
+pub(crate) mod exp_consts {
+    pub(crate) const LOG2E: f32 = std::f32::consts::LOG2_E;
+    pub(crate) const C1: f32 = 0.693_359_4;
+    pub(crate) const C2: f32 = -2.121_944_4e-4;
+    pub(crate) const P0: f32 = 1.987_569_1e-4;
+    pub(crate) const P: [f32; 5] = [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        0.5,
+    ];
+    pub(crate) const MAGIC: f32 = 12_582_912.0;
 }
 
 /// Folds `x` into 16 interleaved accumulators (`step`), then merges them

@@ -107,10 +107,7 @@ impl Task<'_> {
 /// finite `x`.
 #[inline(always)]
 unsafe fn exp16(x: __m512) -> __m512 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const C1: f32 = 0.693_359_4;
-    const C2: f32 = -2.121_944_4e-4;
-    const MAGIC: f32 = 12_582_912.0;
+    use vecmath::exp_consts::*;
     let set = _mm512_set1_ps;
     let madd = |a: __m512, b: __m512, c: __m512| _mm512_add_ps(_mm512_mul_ps(a, b), c);
     let x = _mm512_min_ps(_mm512_max_ps(x, set(-87.0)), set(88.0));
@@ -124,14 +121,8 @@ unsafe fn exp16(x: __m512) -> __m512 {
         _mm512_set1_epi32(i32::MIN),
     ));
     let r = madd(neg_n, set(C2), madd(neg_n, set(C1), x));
-    let mut p = set(1.987_569_1e-4);
-    for c in [
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        1.666_666_5e-1,
-        0.5,
-    ] {
+    let mut p = set(P0);
+    for c in P {
         p = madd(p, r, set(c));
     }
     let e_r = _mm512_add_ps(madd(_mm512_mul_ps(p, r), r, r), set(1.0));
