@@ -3,7 +3,7 @@
 //! 8B decode of 128 tokens takes half a minute on two cores).
 //!
 //! ```sh
-//! cargo run --release -p hearth-benches --example engine_rounds -- FILE.gguf [REPS]
+//! cargo run --release -p hearth-benches --example engine_rounds -- FILE.gguf [REPS [DEPTH]]
 //! ```
 //!
 //! Prints `tg128` and `pp512` in tokens per second, mean and standard
@@ -11,7 +11,9 @@
 //! (which pages the weights in). `tg128` is a 1-token prompt and 128
 //! decoded tokens, timed from the first token to the last, as the criterion
 //! `decode/B1x128` figure; `pp512` one 512-token prompt, submit to its first
-//! token, as `prefill/512`. `HEARTH_BENCH_DEVICE=cuda` runs it on a GPU
+//! token, as `prefill/512`. With DEPTH, the decode follows a DEPTH-token
+//! prompt instead (`tg128 @ dDEPTH`, as llama-bench's `-d`: the cost of
+//! attention over a long context), and `pp512` is skipped. `HEARTH_BENCH_DEVICE=cuda` runs it on a GPU
 //! (build with `--features cuda`).
 
 #[path = "../benches/shared/engine_run.rs"]
@@ -38,6 +40,7 @@ fn main() -> anyhow::Result<()> {
             .context("usage: engine_rounds FILE.gguf [REPS]")?,
     );
     let reps: usize = args.next().map_or(Ok(3), |s| s.parse())?;
+    let depth: usize = args.next().map_or(Ok(0), |s| s.parse())?;
     let lm = load_gguf(&path, &engine_run::bench_device()).context("loading the GGUF")?;
     let engine = engine_run::start(lm, None);
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -45,15 +48,27 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     decode_round(&rt, &engine, 1, 1, 8);
     let tg: Vec<f64> = (0..reps)
-        .map(|_| 128.0 / decode_round(&rt, &engine, 1, 1, 128).as_secs_f64())
+        .map(|_| 128.0 / decode_round(&rt, &engine, 1, depth.max(1), 128).as_secs_f64())
         .collect();
-    let pp: Vec<f64> = (1..=reps)
-        .map(|seq| 512.0 / prefill_once(&rt, &engine, seq, 512).as_secs_f64())
-        .collect();
+    let pp: Vec<f64> = if depth > 0 {
+        Vec::new()
+    } else {
+        (1..=reps)
+            .map(|seq| 512.0 / prefill_once(&rt, &engine, seq, 512).as_secs_f64())
+            .collect()
+    };
     let name = path
         .file_name()
         .map_or(String::new(), |n| n.to_string_lossy().into_owned());
-    for (test, xs) in [("tg128", &tg), ("pp512", &pp)] {
+    let tg_name = if depth > 0 {
+        format!("tg128 @ d{depth}")
+    } else {
+        "tg128".into()
+    };
+    for (test, xs) in [(tg_name.as_str(), &tg), ("pp512", &pp)] {
+        if xs.is_empty() {
+            continue;
+        }
         let (mean, sd) = mean_sd(xs);
         println!("{name} | {test} | {mean:.2} ± {sd:.2} tok/s");
     }

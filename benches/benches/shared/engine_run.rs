@@ -24,7 +24,7 @@ pub fn start(lm: LoadedLm, model: Option<Box<dyn CausalLM>>) -> EngineHandle {
             model: model.unwrap_or(lm.model),
             tokenizer: Arc::new(lm.tokenizer),
             eos_ids: lm.eos_ids,
-            context_length: 2048,
+            context_length: 8192,
         },
         EngineConfig {
             max_waiting: 256,

@@ -10,6 +10,10 @@
 //! - **Values**: up to 4 queries that see the same keys (the heads of one
 //!   row, or rows past the diagonal block) share each loaded value row: 4
 //!   queries x 64 dimensions are 16 accumulators.
+//! - **Decode** (at most 8 queries, one score tile): an f16 pool's keys and
+//!   values are widened as they are loaded (`vcvtph2ps`, exact), without
+//!   converting each block into scratch first; with more queries each block
+//!   is converted once and read by every tile.
 
 use std::arch::x86_64::*;
 
@@ -50,13 +54,28 @@ impl Task<'_> {
         let mut scores = vec![0f32; nq * BLOCK_SIZE];
         let mut probs = vec![0f32; nq * BLOCK_SIZE];
         let last = seq.pos + r1 - 1;
+        let direct = nq <= 8;
         for b in 0..=last / BLOCK_SIZE {
             let block = seq.blocks[b];
-            pool.read_block(layer, false, block, g, &mut kt);
-            pool.read_block(layer, true, block, g, &mut vb);
+            let half = match (
+                direct,
+                pool.block_f16(layer, false, block, g),
+                pool.block_f16(layer, true, block, g),
+            ) {
+                (true, Some(k), Some(v)) => Some((Half(k.as_ptr()), Half(v.as_ptr()))),
+                _ => {
+                    pool.read_block(layer, false, block, g, &mut kt);
+                    pool.read_block(layer, true, block, g, &mut vb);
+                    None
+                }
+            };
             let base = b * BLOCK_SIZE;
             let first = self.first_query(base, n_rep, nq);
-            block_scores(&qs[first * d..], &kt, d, &mut scores[first * BLOCK_SIZE..]);
+            let s_out = &mut scores[first * BLOCK_SIZE..];
+            match half {
+                Some((k, _)) => block_scores(&qs[first * d..], k, d, s_out),
+                None => block_scores(&qs[first * d..], kt.as_ptr(), d, s_out),
+            }
             for qi in first..nq {
                 let valid = self.visible(qi, base, n_rep);
                 let row = qi * BLOCK_SIZE..(qi + 1) * BLOCK_SIZE;
@@ -80,19 +99,27 @@ impl Task<'_> {
                 while end < nq && end - qi < 4 && self.visible(end, base, n_rep) == valid {
                     end += 1;
                 }
-                let run = Run {
-                    acc: acc[qi * d..end * d].as_mut_ptr(),
-                    corr: &corr[qi..end],
-                    probs: probs[qi * BLOCK_SIZE..].as_ptr(),
-                    valid,
-                    vb: vb.as_ptr(),
-                    d,
-                };
-                match end - qi {
-                    4 => run.add::<4>(),
-                    3 => run.add::<3>(),
-                    2 => run.add::<2>(),
-                    _ => run.add::<1>(),
+                let (acc, corr) = (acc[qi * d..end * d].as_mut_ptr(), &corr[qi..end]);
+                let probs = probs[qi * BLOCK_SIZE..].as_ptr();
+                match half {
+                    Some((_, v)) => Run {
+                        acc,
+                        corr,
+                        probs,
+                        valid,
+                        vb: v,
+                        d,
+                    }
+                    .add(end - qi),
+                    None => Run {
+                        acc,
+                        corr,
+                        probs,
+                        valid,
+                        vb: vb.as_ptr(),
+                        d,
+                    }
+                    .add(end - qi),
                 }
                 qi = end;
             }
@@ -130,36 +157,63 @@ unsafe fn exp16(x: __m512) -> __m512 {
     _mm512_mul_ps(e_r, _mm512_castsi512_ps(two_n))
 }
 
+/// A block's keys (transposed, `[d, 16]`) or values (`[16, d]`): f32
+/// scratch, or the pool's f16 bits ([`Half`]).
+trait Rows: Copy {
+    /// The 16 values from element `at` on, as f32.
+    unsafe fn load16(self, at: usize) -> __m512;
+}
+
+impl Rows for *const f32 {
+    #[inline(always)]
+    unsafe fn load16(self, at: usize) -> __m512 {
+        _mm512_loadu_ps(self.add(at))
+    }
+}
+
+/// f16 bits, widened as they are loaded (exactly, as the scratch's
+/// conversion does).
+#[derive(Clone, Copy)]
+struct Half(*const u16);
+
+impl Rows for Half {
+    #[inline(always)]
+    unsafe fn load16(self, at: usize) -> __m512 {
+        _mm512_cvtph_ps(_mm256_loadu_si256(self.0.add(at).cast()))
+    }
+}
+
 /// `out[i * 16 + j] = q_i . key_j` for the queries `qs` (`[n, d]`) and one
-/// block's keys transposed (`kt`, `[d, 16]`), in tiles of up to 8 queries.
+/// block's keys transposed (`kt`, `[d, 16]`, `d * 16` values), in tiles of
+/// up to 8 queries.
 #[inline(always)]
-unsafe fn block_scores(qs: &[f32], kt: &[f32], d: usize, out: &mut [f32]) {
+unsafe fn block_scores<R: Rows>(qs: &[f32], kt: R, d: usize, out: &mut [f32]) {
     let n = qs.len() / d;
-    assert!(kt.len() == d * BLOCK_SIZE && out.len() >= n * BLOCK_SIZE);
-    let (q, kt, out) = (qs.as_ptr(), kt.as_ptr(), out.as_mut_ptr());
+    assert!(out.len() >= n * BLOCK_SIZE);
+    let (q, out) = (qs.as_ptr(), out.as_mut_ptr());
     let mut i = 0;
     while i < n {
         let (q, out) = (q.add(i * d), out.add(i * BLOCK_SIZE));
         i += match n - i {
-            8.. => scores_tile::<8>(q, kt, d, out),
-            4.. => scores_tile::<4>(q, kt, d, out),
-            2.. => scores_tile::<2>(q, kt, d, out),
-            _ => scores_tile::<1>(q, kt, d, out),
+            8.. => scores_tile::<8, R>(q, kt, d, out),
+            4.. => scores_tile::<4, R>(q, kt, d, out),
+            2.. => scores_tile::<2, R>(q, kt, d, out),
+            _ => scores_tile::<1, R>(q, kt, d, out),
         };
     }
 }
 
 /// `Q` queries against the 16 keys, one accumulator each. Returns `Q`.
 #[inline(always)]
-unsafe fn scores_tile<const Q: usize>(
+unsafe fn scores_tile<const Q: usize, R: Rows>(
     q: *const f32,
-    kt: *const f32,
+    kt: R,
     d: usize,
     out: *mut f32,
 ) -> usize {
     let mut s = [_mm512_setzero_ps(); Q];
     for c in 0..d {
-        let k = _mm512_loadu_ps(kt.add(c * BLOCK_SIZE));
+        let k = kt.load16(c * BLOCK_SIZE);
         for (i, s) in s.iter_mut().enumerate() {
             *s = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(i * d + c)), k, *s);
         }
@@ -174,19 +228,30 @@ unsafe fn scores_tile<const Q: usize>(
 /// accumulators (`acc`, rows of `d`), rescaled by `corr` and added the
 /// probabilities (`probs`, rows of 16) times the value rows (`vb`, `[16,
 /// d]`).
-struct Run<'a> {
+struct Run<'a, V> {
     acc: *mut f32,
     corr: &'a [f32],
     probs: *const f32,
     valid: usize,
-    vb: *const f32,
+    vb: V,
     d: usize,
 }
 
-impl Run<'_> {
+impl<V: Rows> Run<'_, V> {
+    /// For `queries` (1 to 4) queries.
+    #[inline(always)]
+    unsafe fn add(&self, queries: usize) {
+        match queries {
+            4 => self.add_queries::<4>(),
+            3 => self.add_queries::<3>(),
+            2 => self.add_queries::<2>(),
+            _ => self.add_queries::<1>(),
+        }
+    }
+
     /// For `Q` queries: 64 dimensions at a time (16 accumulators), then 16.
     #[inline(always)]
-    unsafe fn add<const Q: usize>(&self) {
+    unsafe fn add_queries<const Q: usize>(&self) {
         let mut c0 = 0;
         while c0 + 64 <= self.d {
             self.add_columns::<Q, 4>(c0);
@@ -208,8 +273,7 @@ impl Run<'_> {
             std::array::from_fn(|k| _mm512_mul_ps(c, _mm512_loadu_ps(a.add(i * d + c0 + 16 * k))))
         });
         for j in 0..self.valid {
-            let v: [__m512; R] =
-                std::array::from_fn(|k| _mm512_loadu_ps(self.vb.add(j * d + c0 + 16 * k)));
+            let v: [__m512; R] = std::array::from_fn(|k| self.vb.load16(j * d + c0 + 16 * k));
             for (i, r) in r.iter_mut().enumerate() {
                 let w = _mm512_set1_ps(*self.probs.add(i * BLOCK_SIZE + j));
                 for (r, &v) in r.iter_mut().zip(&v) {

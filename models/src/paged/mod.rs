@@ -322,6 +322,21 @@ impl KvPool {
         };
         store.read(self.offset(block, head, 0), dst);
     }
+
+    /// The f16 bits of one KV head's block (as [`KvPool::read_block`]
+    /// reads it), where the pool stores f16; `None` otherwise.
+    fn block_f16(&self, layer: usize, values: bool, block: u32, head: usize) -> Option<&[u16]> {
+        let store = if values {
+            &self.values[layer]
+        } else {
+            &self.keys[layer]
+        };
+        let at = self.offset(block, head, 0);
+        match store {
+            Store::F16(v) => Some(&v[at..at + BLOCK_SIZE * self.head_dim]),
+            _ => None,
+        }
+    }
 }
 
 /// One sequence's slice of a flattened batch: rows `offset..offset+len` of
