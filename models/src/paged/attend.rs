@@ -61,14 +61,17 @@ impl Task<'_> {
             ..
         } = *self;
         let d = pool.head_dim;
-        let (qs, n_rep) = self.queries();
-        let nq = qs.len() / d;
-        let mut m = vec![f32::NEG_INFINITY; nq];
-        let mut l = vec![0f32; nq];
-        let mut acc = vec![0f32; nq * d];
-        let mut kt = vec![0f32; BLOCK_SIZE * d];
-        let mut vb = vec![0f32; BLOCK_SIZE * d];
-        let mut scores = vec![0f32; nq * BLOCK_SIZE];
+        let State {
+            qs,
+            n_rep,
+            nq,
+            mut m,
+            mut l,
+            mut acc,
+            mut kt,
+            mut vb,
+            mut scores,
+        } = self.state();
         let last = seq.pos + r1 - 1;
         for b in 0..=last / BLOCK_SIZE {
             let block = seq.blocks[b];
@@ -95,6 +98,24 @@ impl Task<'_> {
         }
         normalize(&mut acc, &l);
         acc
+    }
+
+    /// The task's queries and a fresh online softmax over them.
+    pub(super) fn state(&self) -> State {
+        let d = self.pool.head_dim;
+        let (qs, n_rep) = self.queries();
+        let nq = qs.len() / d;
+        State {
+            qs,
+            n_rep,
+            nq,
+            m: vec![f32::NEG_INFINITY; nq],
+            l: vec![0f32; nq],
+            acc: vec![0f32; nq * d],
+            kt: vec![0f32; BLOCK_SIZE * d],
+            vb: vec![0f32; BLOCK_SIZE * d],
+            scores: vec![0f32; nq * BLOCK_SIZE],
+        }
     }
 
     /// The task's query rows, `[(r1 - r0) * n_rep, d]` by (row, head within
@@ -142,6 +163,22 @@ impl Task<'_> {
         let p = self.seq.pos + self.r0 + qi / n_rep;
         (p - base + 1).min(BLOCK_SIZE)
     }
+}
+
+/// One task's queries (`qs`, `nq` rows of `d`; `n_rep` query heads per KV
+/// head), its online softmax (running maximum `m`, sum `l`, accumulated
+/// values `acc`), and scratch for a block's keys (`kt`), values (`vb`) and
+/// scores.
+pub(super) struct State {
+    pub(super) qs: Vec<f32>,
+    pub(super) n_rep: usize,
+    pub(super) nq: usize,
+    pub(super) m: Vec<f32>,
+    pub(super) l: Vec<f32>,
+    pub(super) acc: Vec<f32>,
+    pub(super) kt: Vec<f32>,
+    pub(super) vb: Vec<f32>,
+    pub(super) scores: Vec<f32>,
 }
 
 /// Divides each query's accumulated values (`acc`, rows of `d`) by its

@@ -17,7 +17,7 @@
 
 use std::arch::x86_64::*;
 
-use super::attend::{normalize, Task};
+use super::attend::{normalize, State, Task};
 use super::BLOCK_SIZE;
 use crate::vecmath;
 
@@ -43,15 +43,18 @@ impl Task<'_> {
         } = *self;
         let d = pool.head_dim;
         assert!(d.is_multiple_of(16));
-        let (qs, n_rep) = self.queries();
-        let nq = qs.len() / d;
-        let mut m = vec![f32::NEG_INFINITY; nq];
-        let mut l = vec![0f32; nq];
+        let State {
+            qs,
+            n_rep,
+            nq,
+            mut m,
+            mut l,
+            mut acc,
+            mut kt,
+            mut vb,
+            mut scores,
+        } = self.state();
         let mut corr = vec![0f32; nq];
-        let mut acc = vec![0f32; nq * d];
-        let mut kt = vec![0f32; BLOCK_SIZE * d];
-        let mut vb = vec![0f32; BLOCK_SIZE * d];
-        let mut scores = vec![0f32; nq * BLOCK_SIZE];
         let mut probs = vec![0f32; nq * BLOCK_SIZE];
         let last = seq.pos + r1 - 1;
         let direct = nq <= 8;
