@@ -58,6 +58,9 @@ impl Task<'_> {
         let mut probs = vec![0f32; nq * BLOCK_SIZE];
         let last = seq.pos + r1 - 1;
         let direct = nq <= 8;
+        // With f16 read directly: the scores of the next `AHEAD` blocks.
+        let mut ahead = vec![0f32; if direct { AHEAD * nq * BLOCK_SIZE } else { 0 }];
+        let mut ahead_blocks = 0..0;
         for b in 0..=last / BLOCK_SIZE {
             let block = seq.blocks[b];
             let half = match (
@@ -74,15 +77,33 @@ impl Task<'_> {
             };
             let base = b * BLOCK_SIZE;
             let first = self.first_query(base, n_rep, nq);
-            let s_out = &mut scores[first * BLOCK_SIZE..];
-            match half {
-                Some((k, _)) => block_scores(&qs[first * d..], k, d, s_out),
-                None => block_scores(&qs[first * d..], kt.as_ptr(), d, s_out),
-            }
+            let sc: &[f32] = match half {
+                Some((k, _)) => {
+                    if !ahead_blocks.contains(&b) {
+                        // This block and up to 3 more: 4 blocks' chains
+                        // of fused multiply-adds run side by side.
+                        let n = (last / BLOCK_SIZE + 1 - b).min(AHEAD);
+                        let keys: [Half; AHEAD] = std::array::from_fn(|i| {
+                            let more = (i < n)
+                                .then(|| pool.block_f16(layer, false, seq.blocks[b + i], g))
+                                .flatten();
+                            more.map_or(k, |h| Half(h.as_ptr()))
+                        });
+                        scores_ahead(&qs, keys, d, &mut ahead);
+                        ahead_blocks = b..b + n;
+                    }
+                    &ahead[(b - ahead_blocks.start) * nq * BLOCK_SIZE..]
+                }
+                None => {
+                    let s_out = &mut scores[first * BLOCK_SIZE..];
+                    block_scores(&qs[first * d..], kt.as_ptr(), d, s_out);
+                    &scores
+                }
+            };
             for qi in first..nq {
                 let valid = self.visible(qi, base, n_rep);
                 let row = qi * BLOCK_SIZE..(qi + 1) * BLOCK_SIZE;
-                let s = _mm512_loadu_ps(scores[row.clone()].as_ptr());
+                let s = _mm512_loadu_ps(sc[row.clone()].as_ptr());
                 let keep = ((1u32 << valid) - 1) as __mmask16;
                 let mx = _mm512_mask_reduce_max_ps(keep, s);
                 let new_m = m[qi].max(mx);
@@ -204,6 +225,59 @@ unsafe fn block_scores<R: Rows>(qs: &[f32], kt: R, d: usize, out: &mut [f32]) {
             _ => scores_tile::<1, R>(q, kt, d, out),
         };
     }
+}
+
+/// Key blocks whose scores a decode task computes together.
+const AHEAD: usize = 4;
+
+/// The scores of every query of `qs` (at most 8, rows of `d`) against the
+/// keys of `AHEAD` blocks: block `i`'s at `out[i * nq * 16..]`, as
+/// [`block_scores`] lays them out. Each score is the same chain of fused
+/// multiply-adds as there; 4 blocks x up to 4 queries are 16 independent
+/// chains, where one block of a decode task's few queries is latency bound.
+#[inline(always)]
+unsafe fn scores_ahead(qs: &[f32], keys: [Half; AHEAD], d: usize, out: &mut [f32]) {
+    let nq = qs.len() / d;
+    assert!(nq <= 8 && out.len() >= AHEAD * nq * BLOCK_SIZE);
+    let stride = nq * BLOCK_SIZE;
+    let mut i = 0;
+    while i < nq {
+        let (q, o) = (qs.as_ptr().add(i * d), out.as_mut_ptr().add(i * BLOCK_SIZE));
+        i += match nq - i {
+            4.. => ahead_tile::<4>(q, keys, d, o, stride),
+            3 => ahead_tile::<3>(q, keys, d, o, stride),
+            2 => ahead_tile::<2>(q, keys, d, o, stride),
+            _ => ahead_tile::<1>(q, keys, d, o, stride),
+        };
+    }
+}
+
+/// `Q` queries against the keys of [`AHEAD`] blocks (block `i`'s scores at
+/// `out + i * stride`). Returns `Q`.
+#[inline(always)]
+unsafe fn ahead_tile<const Q: usize>(
+    q: *const f32,
+    keys: [Half; AHEAD],
+    d: usize,
+    out: *mut f32,
+    stride: usize,
+) -> usize {
+    let mut s = [[_mm512_setzero_ps(); Q]; AHEAD];
+    for c in 0..d {
+        let qv: [__m512; Q] = std::array::from_fn(|i| _mm512_set1_ps(*q.add(i * d + c)));
+        for (s, kt) in s.iter_mut().zip(keys) {
+            let k = kt.load16(c * BLOCK_SIZE);
+            for (s, &x) in s.iter_mut().zip(&qv) {
+                *s = _mm512_fmadd_ps(x, k, *s);
+            }
+        }
+    }
+    for (b, s) in s.iter().enumerate() {
+        for (i, s) in s.iter().enumerate() {
+            _mm512_storeu_ps(out.add(b * stride + i * BLOCK_SIZE), *s);
+        }
+    }
+    Q
 }
 
 /// `Q` queries against the 16 keys, one accumulator each. Returns `Q`.
