@@ -412,6 +412,16 @@ unsafe impl Send for Out {}
 unsafe impl Sync for Out {}
 
 impl Out {
+    /// Where columns `r..r + cols` of output row `a` start.
+    ///
+    /// # Panics
+    /// If they are outside the output.
+    fn row(&self, r: usize, a: usize, cols: usize) -> *mut f32 {
+        assert!(r + cols <= self.n && a < self.m, "tile outside the output");
+        // SAFETY: in bounds (asserted).
+        unsafe { self.ptr.add(a * self.n + r) }
+    }
+
     /// Stores a tile: `t[i][j]` goes to `out[a + j][r + i]`.
     ///
     /// # Safety

@@ -313,13 +313,9 @@ pub(crate) mod simd {
         let r = G * g;
         if r + G <= w.rows() {
             // A whole group: each activation row's eight columns at once.
-            assert!(
-                w.rows() == out.n && a + A <= out.m,
-                "tile outside the output"
-            );
             for (j, v) in v.iter().enumerate() {
-                // SAFETY: in bounds (asserted); the columns are the caller's.
-                _mm256_storeu_ps(out.ptr.add((a + j) * out.n + r), *v);
+                // SAFETY: `row` checks the bounds; the columns are the caller's.
+                _mm256_storeu_ps(out.row(r, a + j, G), *v);
             }
             return;
         }

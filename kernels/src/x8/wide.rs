@@ -150,10 +150,9 @@ unsafe fn put_pair<const A: usize>(rows: usize, g: usize, a: usize, v: [__m512; 
     let r = G * g;
     if r + 2 * G <= rows {
         // Both groups whole: each activation row's sixteen columns at once.
-        assert!(rows == out.n && a + A <= out.m, "tile outside the output");
         for (j, v) in v.iter().enumerate() {
-            // SAFETY: in bounds (asserted); the columns are the caller's.
-            _mm512_storeu_ps(out.ptr.add((a + j) * out.n + r), *v);
+            // SAFETY: `row` checks the bounds; the columns are the caller's.
+            _mm512_storeu_ps(out.row(r, a + j, 2 * G), *v);
         }
         return;
     }

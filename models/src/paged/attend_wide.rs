@@ -96,7 +96,7 @@ impl Task<'_> {
                 }
                 None => {
                     let s_out = &mut scores[first * BLOCK_SIZE..];
-                    block_scores(&qs[first * d..], kt.as_ptr(), d, s_out);
+                    block_scores(&qs[first * d..], &kt, d, s_out);
                     &scores
                 }
             };
@@ -208,21 +208,20 @@ impl Rows for Half {
 }
 
 /// `out[i * 16 + j] = q_i . key_j` for the queries `qs` (`[n, d]`) and one
-/// block's keys transposed (`kt`, `[d, 16]`, `d * 16` values), in tiles of
-/// up to 8 queries.
+/// block's keys transposed (`kt`, `[d, 16]`), in tiles of up to 8 queries.
 #[inline(always)]
-unsafe fn block_scores<R: Rows>(qs: &[f32], kt: R, d: usize, out: &mut [f32]) {
+unsafe fn block_scores(qs: &[f32], kt: &[f32], d: usize, out: &mut [f32]) {
     let n = qs.len() / d;
-    assert!(out.len() >= n * BLOCK_SIZE);
-    let (q, out) = (qs.as_ptr(), out.as_mut_ptr());
+    assert!(kt.len() == d * BLOCK_SIZE && out.len() >= n * BLOCK_SIZE);
+    let (q, kt, out) = (qs.as_ptr(), kt.as_ptr(), out.as_mut_ptr());
     let mut i = 0;
     while i < n {
         let (q, out) = (q.add(i * d), out.add(i * BLOCK_SIZE));
         i += match n - i {
-            8.. => scores_tile::<8, R>(q, kt, d, out),
-            4.. => scores_tile::<4, R>(q, kt, d, out),
-            2.. => scores_tile::<2, R>(q, kt, d, out),
-            _ => scores_tile::<1, R>(q, kt, d, out),
+            8.. => scores_tile::<8>(q, kt, d, out),
+            4.. => scores_tile::<4>(q, kt, d, out),
+            2.. => scores_tile::<2>(q, kt, d, out),
+            _ => scores_tile::<1>(q, kt, d, out),
         };
     }
 }
@@ -282,15 +281,15 @@ unsafe fn ahead_tile<const Q: usize>(
 
 /// `Q` queries against the 16 keys, one accumulator each. Returns `Q`.
 #[inline(always)]
-unsafe fn scores_tile<const Q: usize, R: Rows>(
+unsafe fn scores_tile<const Q: usize>(
     q: *const f32,
-    kt: R,
+    kt: *const f32,
     d: usize,
     out: *mut f32,
 ) -> usize {
     let mut s = [_mm512_setzero_ps(); Q];
     for c in 0..d {
-        let k = kt.load16(c * BLOCK_SIZE);
+        let k = _mm512_loadu_ps(kt.add(c * BLOCK_SIZE));
         for (i, s) in s.iter_mut().enumerate() {
             *s = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(i * d + c)), k, *s);
         }

@@ -315,24 +315,24 @@ impl KvPool {
     /// Reads the keys (`[d, 16]`, transposed) or values (`[16, d]`) of one
     /// head in one block as f32.
     fn read_block(&self, layer: usize, values: bool, block: u32, head: usize, dst: &mut [f32]) {
-        let store = if values {
+        self.store(layer, values)
+            .read(self.offset(block, head, 0), dst);
+    }
+
+    /// `layer`'s values, or its keys.
+    fn store(&self, layer: usize, values: bool) -> &Store {
+        if values {
             &self.values[layer]
         } else {
             &self.keys[layer]
-        };
-        store.read(self.offset(block, head, 0), dst);
+        }
     }
 
     /// The f16 bits of one KV head's block (as [`KvPool::read_block`]
     /// reads it), where the pool stores f16; `None` otherwise.
     fn block_f16(&self, layer: usize, values: bool, block: u32, head: usize) -> Option<&[u16]> {
-        let store = if values {
-            &self.values[layer]
-        } else {
-            &self.keys[layer]
-        };
         let at = self.offset(block, head, 0);
-        match store {
+        match self.store(layer, values) {
             Store::F16(v) => Some(&v[at..at + BLOCK_SIZE * self.head_dim]),
             _ => None,
         }
