@@ -6,7 +6,9 @@
 //! in lockstep (one `forward_paged` per step) for STEPS steps, in four
 //! setups: all on the base; half of them with one adapter; half with four
 //! different adapters (one each); all eight with one adapter; then one
-//! sequence alone, on the base and with an adapter. The adapters
+//! sequence alone, on the base and with an adapter. The setups take their
+//! steps in turn (one step of each, then the next), so that the host's
+//! changes of speed fall on all of them alike. The adapters
 //! are random, rank RANK, on all seven projections of every layer (the
 //! costliest case). Reported: aggregate decode tokens per second from the
 //! median step time, and its ratio to the base.
@@ -16,9 +18,13 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use hearth_models::{
-    gguf_file, CausalLM, Device, Llama, LoraAdapter, LoraConfig, LoraSpec, LoraTarget, LoraWeights,
-    PagedSeq, Tensor, BLOCK_SIZE,
+    gguf_file, CausalLM, Device, KvPool, Llama, LoraAdapter, LoraConfig, LoraSpec, LoraTarget,
+    LoraWeights, PagedSeq, Tensor, BLOCK_SIZE,
 };
+
+// As the server: weights (and adapters packed whole) on huge pages.
+#[global_allocator]
+static ALLOC: hearth_kernels::HugePageAlloc = hearth_kernels::HugePageAlloc;
 
 const B: usize = 8;
 const PROMPT_LEN: usize = 20;
@@ -72,45 +78,65 @@ fn adapter(spec: &LoraSpec, r: usize, seed: u64) -> Result<LoraAdapter> {
     Ok(spec.prepare(&a)?)
 }
 
-/// Median decode step time (seconds) of one sequence per entry of
-/// `adapters`.
-fn run(model: &Llama, adapters: &[Option<&LoraAdapter>], steps: usize) -> Result<f64> {
-    let b = adapters.len();
-    let vocab = model.info().vocab_size;
-    let per_seq = (PROMPT_LEN + steps + 1).div_ceil(BLOCK_SIZE);
-    let mut pool = model.new_pool(b * per_seq)?;
-    let tables: Vec<Vec<u32>> = (0..b)
-        .map(|s| ((s * per_seq) as u32..((s + 1) * per_seq) as u32).collect())
-        .collect();
-    let mut chunks: Vec<Vec<u32>> = (0..b)
-        .map(|s| {
-            (0..PROMPT_LEN)
-                .map(|j| ((s * 7919 + j * 104_729 + 17) % (vocab - 1)) as u32)
-                .collect()
+/// One setup's decode state: a sequence per entry of `adapters`.
+struct Run<'a> {
+    adapters: Vec<Option<&'a LoraAdapter>>,
+    pool: KvPool,
+    tables: Vec<Vec<u32>>,
+    chunks: Vec<Vec<u32>>,
+    pos: Vec<usize>,
+    times: Vec<f64>,
+}
+
+impl<'a> Run<'a> {
+    fn new(model: &Llama, adapters: Vec<Option<&'a LoraAdapter>>, steps: usize) -> Result<Self> {
+        let b = adapters.len();
+        let vocab = model.info().vocab_size;
+        let per_seq = (PROMPT_LEN + steps + 1).div_ceil(BLOCK_SIZE);
+        Ok(Self {
+            pool: model.new_pool(b * per_seq)?,
+            tables: (0..b)
+                .map(|s| ((s * per_seq) as u32..((s + 1) * per_seq) as u32).collect())
+                .collect(),
+            chunks: (0..b)
+                .map(|s| {
+                    (0..PROMPT_LEN)
+                        .map(|j| ((s * 7919 + j * 104_729 + 17) % (vocab - 1)) as u32)
+                        .collect()
+                })
+                .collect(),
+            pos: vec![0; b],
+            times: Vec::new(),
+            adapters,
         })
-        .collect();
-    let mut pos = vec![0usize; b];
-    let mut times = Vec::new();
-    for step in 0..=steps {
-        let seqs: Vec<PagedSeq<'_>> = (0..b)
+    }
+
+    /// One forward pass (the prefill first, untimed, then a decode step).
+    fn step(&mut self, model: &Llama) -> Result<()> {
+        let seqs: Vec<PagedSeq<'_>> = (0..self.adapters.len())
             .map(|s| PagedSeq {
-                lora: adapters[s],
-                ..PagedSeq::new(&chunks[s], pos[s], &tables[s])
+                lora: self.adapters[s],
+                ..PagedSeq::new(&self.chunks[s], self.pos[s], &self.tables[s])
             })
             .collect();
         let t = Instant::now();
-        let logits = model.forward_paged(&seqs, &mut pool)?;
+        let logits = model.forward_paged(&seqs, &mut self.pool)?;
         let next = logits.argmax(1)?.to_vec1::<u32>()?;
-        if step > 0 {
-            times.push(t.elapsed().as_secs_f64());
+        if self.pos[0] > 0 {
+            self.times.push(t.elapsed().as_secs_f64());
         }
-        for s in 0..b {
-            pos[s] += chunks[s].len();
-            chunks[s] = vec![next[s]];
+        for (s, &n) in next.iter().enumerate() {
+            self.pos[s] += self.chunks[s].len();
+            self.chunks[s] = vec![n];
         }
+        Ok(())
     }
-    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    Ok(times[times.len() / 2])
+
+    /// Median decode step time, seconds.
+    fn median(&mut self) -> f64 {
+        self.times.sort_by(|a, b| a.total_cmp(b));
+        self.times[self.times.len() / 2]
+    }
 }
 
 fn main() -> Result<()> {
@@ -142,11 +168,21 @@ fn main() -> Result<()> {
         ("one stream, base", vec![None]),
         ("one stream, adapter", vec![x]),
     ];
-    run(&model, &setups[0].1, 4)?; // warm up
+    // Every setup takes its steps in turn, so that a change in the host's
+    // speed during the run falls on all of them alike.
+    let mut runs: Vec<Run> = setups
+        .iter()
+        .map(|(_, a)| Run::new(&model, a.clone(), steps))
+        .collect::<Result<_>>()?;
+    for _ in 0..=steps {
+        for r in runs.iter_mut() {
+            r.step(&model)?;
+        }
+    }
     let mut base = 0.0;
     println!("{B} streams, rank {rank} on all 7 projections, {steps} decode steps");
-    for (name, adapters) in &setups {
-        let t = run(&model, adapters, steps)?;
+    for ((name, adapters), r) in setups.iter().zip(runs.iter_mut()) {
+        let t = r.median();
         let tps = adapters.len() as f64 / t;
         if base == 0.0 || adapters.iter().all(Option::is_none) {
             base = tps;

@@ -13,9 +13,9 @@
 //! (prefill) to pay for it.
 //!
 //! LoRA adapters add their low-rank deltas to the projections' outputs on
-//! their own sequences' rows, one row at a time (`LoraBatch::apply_rows`):
-//! every row, with or without an adapter, comes out the same whatever else
-//! is in the batch.
+//! their own sequences' rows, one row at a time, computed while the base
+//! products run (`LoraBatch::project`): every row, with or without an
+//! adapter, comes out the same whatever else is in the batch.
 
 use std::sync::Arc;
 
@@ -102,6 +102,8 @@ struct Scratch {
     proj: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
+    /// LoRA deltas of the projections being computed.
+    deltas: Vec<f32>,
 }
 
 impl CpuBlocks {
@@ -180,29 +182,21 @@ impl CpuBlocks {
             proj: vec![0.0; x.len()],
             gate: vec![0.0; t * ff],
             up: vec![0.0; t * ff],
+            deltas: Vec::new(),
         };
         for (i, layer) in self.layers.iter().enumerate() {
             layer.attn_norm.apply(x, &mut s.normed);
-            QuantMatrix::matmul_many(
-                &mut [
-                    (&layer.q, &mut s.q),
-                    (&layer.k, &mut s.k),
-                    (&layer.v, &mut s.v),
-                ],
+            lora.project(
+                i,
                 &s.normed,
                 t,
-            );
-            if !lora.is_empty() {
-                lora.apply_rows_shared(
-                    i,
-                    &s.normed,
-                    &mut [
-                        (LoraTarget::Q, &mut s.q),
-                        (LoraTarget::K, &mut s.k),
-                        (LoraTarget::V, &mut s.v),
-                    ],
-                )?;
-            }
+                &mut [
+                    (&layer.q, LoraTarget::Q, &mut s.q),
+                    (&layer.k, LoraTarget::K, &mut s.k),
+                    (&layer.v, LoraTarget::V, &mut s.v),
+                ],
+                &mut s.deltas,
+            )?;
             self.rope_heads(&s.q, nh, positions, &mut s.q_heads);
             self.rope_heads(&s.k, nkv, positions, &mut s.k_heads);
             to_heads(&s.v, nkv, d, &mut s.v_heads);
@@ -214,26 +208,24 @@ impl CpuBlocks {
                 tokens: t,
             };
             let y = paged_attention(pool, i, &s.q_heads, shape, seqs);
-            layer.o.matmul(&y, t, &mut s.proj);
-            add_lora(lora, i, LoraTarget::O, &y, &mut s.proj)?;
+            let o = &mut [(&*layer.o, LoraTarget::O, &mut s.proj[..])];
+            lora.project(i, &y, t, o, &mut s.deltas)?;
             add_into(x, &s.proj);
 
             layer.ffn_norm.apply(x, &mut s.normed);
-            QuantMatrix::matmul_many(
-                &mut [(&layer.gate, &mut s.gate), (&layer.up, &mut s.up)],
+            lora.project(
+                i,
                 &s.normed,
                 t,
-            );
-            if !lora.is_empty() {
-                lora.apply_rows_shared(
-                    i,
-                    &s.normed,
-                    &mut [(LoraTarget::Gate, &mut s.gate), (LoraTarget::Up, &mut s.up)],
-                )?;
-            }
+                &mut [
+                    (&layer.gate, LoraTarget::Gate, &mut s.gate),
+                    (&layer.up, LoraTarget::Up, &mut s.up),
+                ],
+                &mut s.deltas,
+            )?;
             silu_mul(&mut s.gate, &s.up, ff);
-            layer.down.matmul(&s.gate, t, &mut s.proj);
-            add_lora(lora, i, LoraTarget::Down, &s.gate, &mut s.proj)?;
+            let down = &mut [(&*layer.down, LoraTarget::Down, &mut s.proj[..])];
+            lora.project(i, &s.gate, t, down, &mut s.deltas)?;
             add_into(x, &s.proj);
         }
         Ok(())
@@ -272,22 +264,6 @@ impl CpuBlocks {
             }
         }
     }
-}
-
-/// `y += ` the LoRA deltas of `lora`'s sequences for `target` of `layer`,
-/// `x` (`[tokens, in]`) being the projection's input and `y` `[tokens,
-/// out]`.
-fn add_lora(
-    lora: &LoraBatch<'_>,
-    layer: usize,
-    target: LoraTarget,
-    x: &[f32],
-    y: &mut [f32],
-) -> Result<()> {
-    if lora.is_empty() {
-        return Ok(());
-    }
-    lora.apply_rows(layer, target, x, y)
 }
 
 /// `[tokens, heads * d]` to `[heads, tokens, d]`.

@@ -11,11 +11,12 @@
 //! permuted order (then the adapter's q/k `B` rows are permuted to match).
 
 use candle_core::{Device, Result, Tensor};
+use hearth_kernels::QuantMatrix;
 
 use std::sync::Arc;
 
 use crate::lora::{LoraAdapter, LoraTarget, RowWeights};
-use crate::lora_rows::{low_rank_rows, LowRank, PARALLEL_ROWS};
+use crate::lora_rows::{low_rank_rows, LowRank};
 use crate::{ModelInfo, PagedSeq};
 
 /// The shapes and layout an adapter must fit to run on a model.
@@ -74,8 +75,6 @@ struct Group<'a> {
 /// The adapter groups of one batch.
 pub(crate) struct LoraBatch<'a> {
     groups: Vec<Group<'a>>,
-    /// Rows of the batch that have an adapter (every group's).
-    rows: usize,
 }
 
 impl<'a> LoraBatch<'a> {
@@ -113,67 +112,92 @@ impl<'a> LoraBatch<'a> {
                 spread: Tensor::new(spread.as_slice(), device)?,
             });
         }
-        let rows = groups.iter().map(|g| g.row_ids.len()).sum();
-        Ok(Self { groups, rows })
+        Ok(Self { groups })
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         self.groups.is_empty()
     }
 
-    /// [`LoraBatch::apply`] on CPU slices, one row at a time: `x` is
-    /// `[tokens, in]` and `y` `[tokens, out]`, to which each group's rows get
-    /// `scale * B (A x)`. A row's delta is then the same whatever else is in
-    /// the batch, where a matrix product's summation order (candle's) changes
+    /// `out_i = x W_i^T` plus each group's `scale * B (A x)` on its rows,
+    /// for projections of one input (q, k and v; gate and up; or one), on
+    /// CPU slices: `x` is `[tokens, in]`, each `out_i` `[tokens, n_i]`.
+    ///
+    /// The deltas are computed one row at a time, into `deltas` (scratch)
+    /// from zero, while the base matrices run (`rayon::join`: a decode
+    /// step's few rows of low-rank work fill the pool's idle time in the
+    /// base products instead of following them on one thread), then added
+    /// to their rows. A row's delta is the same whatever else is in the
+    /// batch, where a matrix product's summation order (candle's) changes
     /// with its row count, so a sequence recomputed in one chunk after
-    /// preemption would drift from the one-token steps it first ran as.
-    pub(crate) fn apply_rows(
-        &self,
-        layer: usize,
-        target: LoraTarget,
-        x: &[f32],
-        y: &mut [f32],
-    ) -> Result<()> {
-        self.apply_rows_on(layer, target, x, y, true)
-    }
-
-    /// [`LoraBatch::apply_rows`] for several projections of one input (q,
-    /// k and v; gate and up). With fewer rows than [`PARALLEL_ROWS`] (a
-    /// decode step of a few streams), the first half of `outs` runs on one
-    /// thread and the rest on the other: one hand-off for the lot, where
-    /// each projection alone is too small to pay for one. Each output gets
-    /// the same bits as from [`LoraBatch::apply_rows`].
-    pub(crate) fn apply_rows_shared(
+    /// preemption would not drift from the one-token steps it first ran as.
+    pub(crate) fn project(
         &self,
         layer: usize,
         x: &[f32],
-        outs: &mut [(LoraTarget, &mut [f32])],
+        tokens: usize,
+        outs: &mut [(&QuantMatrix, LoraTarget, &mut [f32])],
+        deltas: &mut Vec<f32>,
     ) -> Result<()> {
-        if outs.len() >= 2 && self.rows < PARALLEL_ROWS && rayon::current_num_threads() > 1 {
-            let (first, rest) = outs.split_at_mut(outs.len() / 2);
-            let each = |outs: &mut [(LoraTarget, &mut [f32])]| -> Result<()> {
-                for (target, y) in outs.iter_mut() {
-                    self.apply_rows_on(layer, *target, x, y, false)?;
+        let targets: Vec<LoraTarget> = outs.iter().map(|(_, t, _)| *t).collect();
+        let mut mats: Vec<(&QuantMatrix, &mut [f32])> =
+            outs.iter_mut().map(|(w, _, y)| (*w, &mut **y)).collect();
+        if self.is_empty() {
+            QuantMatrix::matmul_many(&mut mats, x, tokens);
+            return Ok(());
+        }
+        let lens: Vec<usize> = mats.iter().map(|(_, y)| y.len()).collect();
+        deltas.clear();
+        deltas.resize(lens.iter().sum(), 0.0);
+        let mut parts = Vec::with_capacity(lens.len());
+        let mut rest = deltas.as_mut_slice();
+        for &len in &lens {
+            let (part, tail) = rest.split_at_mut(len);
+            parts.push(part);
+            rest = tail;
+        }
+        let ((), done) = rayon::join(
+            || QuantMatrix::matmul_many(&mut mats, x, tokens),
+            || -> Result<()> {
+                for (&target, part) in targets.iter().zip(parts.iter_mut()) {
+                    self.apply_rows_on(layer, target, x, part)?;
                 }
                 Ok(())
-            };
-            let (a, b) = rayon::join(|| each(first), || each(rest));
-            return a.and(b);
-        }
-        for (target, y) in outs.iter_mut() {
-            self.apply_rows_on(layer, *target, x, y, true)?;
+            },
+        );
+        done?;
+        let mut at = 0;
+        for (((_, y), target), len) in mats.iter_mut().zip(&targets).zip(&lens) {
+            let delta = &deltas[at..at + len];
+            at += len;
+            let n = len / tokens.max(1);
+            for g in &self.groups {
+                if g.adapter
+                    .layers
+                    .get(layer)
+                    .and_then(|l| l.get(target))
+                    .is_none()
+                {
+                    continue;
+                }
+                for &r in &g.row_ids {
+                    let rows = r * n..(r + 1) * n;
+                    for (y, d) in y[rows.clone()].iter_mut().zip(&delta[rows]) {
+                        *y += d;
+                    }
+                }
+            }
         }
         Ok(())
     }
 
-    /// [`LoraBatch::apply_rows`], on this thread alone unless `parallel`.
+    /// Each group's `scale * B (A x)` added to its rows of `y`.
     fn apply_rows_on(
         &self,
         layer: usize,
         target: LoraTarget,
         x: &[f32],
         y: &mut [f32],
-        parallel: bool,
     ) -> Result<()> {
         for g in &self.groups {
             let Some(w) = g.adapter.layers.get(layer).and_then(|l| l.get(&target)) else {
@@ -198,7 +222,7 @@ impl<'a> LoraBatch<'a> {
                 a: &weights.a,
                 bt: &weights.bt,
             };
-            low_rank_rows(&s, &g.row_ids, y, parallel)?;
+            low_rank_rows(&s, &g.row_ids, y)?;
         }
         Ok(())
     }

@@ -31,20 +31,12 @@ pub(crate) struct LowRank<'a> {
 /// on two threads (a few rows: a decode step's) with the same result as one
 /// thread (one row, or many rows shared between threads by rows), so a
 /// row's result depends only on that row, never on the rest of the batch.
-/// Without `parallel`, everything runs on the calling thread.
-pub(crate) fn low_rank_rows(
-    s: &LowRank,
-    rows: &[usize],
-    y: &mut [f32],
-    parallel: bool,
-) -> Result<()> {
+pub(crate) fn low_rank_rows(s: &LowRank, rows: &[usize], y: &mut [f32]) -> Result<()> {
     check_fits(s, rows, y)?;
     let (k, n, rank) = (s.k, s.n, s.rank);
     let sorted = rows.windows(2).all(|w| w[0] < w[1]);
     let work = rows.len() * rank * (k + n);
-    if !parallel {
-        both_halves(s, rows, y, 0);
-    } else if rows.len() >= PARALLEL_ROWS && sorted {
+    if rows.len() >= PARALLEL_ROWS && sorted {
         split_rows(s, rows, y, 0);
     } else if rows.len() >= 2
         && work >= PARALLEL_RANK_WORK
@@ -74,7 +66,7 @@ fn check_fits(s: &LowRank, rows: &[usize], y: &[f32]) -> Result<()> {
 
 /// Rows from which a call's rows are shared between two threads (below,
 /// a thread's start costs more than it saves).
-pub(crate) const PARALLEL_ROWS: usize = 8;
+const PARALLEL_ROWS: usize = 8;
 
 /// Multiply-adds (`rows x rank x (k + n)`) from which two to seven rows are
 /// split by rank halves between two threads. One row is not: the hand-off
@@ -350,7 +342,7 @@ mod tests {
                     .sum()
             };
             let mut y = vec![1f32; 4 * n];
-            low_rank_rows(&shape, &rows, &mut y, true).unwrap();
+            low_rank_rows(&shape, &rows, &mut y).unwrap();
             // Without FMA, one thread, the fixed order written out.
             let mut plain = vec![1f32; 4 * n];
             let mut tmp = vec![0f32; 4 * n];
@@ -369,7 +361,7 @@ mod tests {
             assert_eq!(y, one, "{k}x{n} r{rank}");
             let mut alone = vec![1f32; 4 * n];
             for &r in &rows {
-                low_rank_rows(&shape, &[r], &mut alone, true).unwrap();
+                low_rank_rows(&shape, &[r], &mut alone).unwrap();
             }
             assert_eq!(alone, one, "{k}x{n} r{rank}");
             for r in 0..4 {
@@ -396,7 +388,7 @@ mod tests {
             let all: Vec<usize> = (0..many.len()).collect();
             let mut wide = vec![1f32; many.len() * n];
             let wide_shape = LowRank { x: &xs, ..shape };
-            low_rank_rows(&wide_shape, &all, &mut wide, true).unwrap();
+            low_rank_rows(&wide_shape, &all, &mut wide).unwrap();
             for (i, &r) in many.iter().enumerate() {
                 if rows.contains(&r) {
                     assert_eq!(&wide[i * n..(i + 1) * n], &y[r * n..(r + 1) * n]);
@@ -416,7 +408,7 @@ mod tests {
                 }
             }
             let mut short = vec![0f32; n];
-            assert!(low_rank_rows(&shape, &[1], &mut short, true).is_err());
+            assert!(low_rank_rows(&shape, &[1], &mut short).is_err());
         }
     }
 }
