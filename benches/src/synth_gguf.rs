@@ -6,7 +6,7 @@
 //! (the default chat model's), padded with reserved control tokens up to the
 //! shape's vocabulary, and random weights (uniform, standard deviation 0.02;
 //! norms 1) quantized the way llama.cpp's `llama-quantize` types a
-//! [`Quant::Q4KM`] or [`Quant::Q8_0`] file. Tensors are generated, quantized
+//! [`Quant::Q4KM`], [`Quant::Q3KM`] or [`Quant::Q8_0`] file. Tensors are generated, quantized
 //! and written one row chunk at a time, so an 8B file needs a few hundred
 //! megabytes of memory, not its size.
 //!
@@ -129,6 +129,11 @@ pub enum Quant {
     /// tied token table) and for `attn_v` and `ffn_down` in the layers where
     /// llama.cpp's `use_more_bits` says so.
     Q4KM,
+    /// llama.cpp's `Q3_K_M`: Q3_K, with Q6_K for the output head (or the
+    /// tied token table), Q4_K for `attn_output`, and for `attn_v` Q5_K in
+    /// the first two layers and Q4_K after, for `ffn_down` Q5_K in the
+    /// first sixteenth of the layers and Q4_K after.
+    Q3KM,
 }
 
 impl Quant {
@@ -136,7 +141,8 @@ impl Quant {
         match s.to_ascii_lowercase().as_str() {
             "q8_0" => Ok(Quant::Q8_0),
             "q4_k_m" => Ok(Quant::Q4KM),
-            other => bail!("unknown quantization `{other}` (q8_0 or q4_k_m)"),
+            "q3_k_m" => Ok(Quant::Q3KM),
+            other => bail!("unknown quantization `{other}` (q8_0, q4_k_m or q3_k_m)"),
         }
     }
 
@@ -145,6 +151,7 @@ impl Quant {
         match self {
             Quant::Q8_0 => 7,
             Quant::Q4KM => 15,
+            Quant::Q3KM => 12,
         }
     }
 }
@@ -171,6 +178,29 @@ pub fn tensor_type(name: &str, layer: Option<usize>, shape: &Shape, quant: Quant
                 GgmlDType::Q6K
             } else {
                 GgmlDType::Q4K
+            }
+        }
+        Quant::Q3KM => {
+            let head = name == "output.weight" || (shape.tied && name == "token_embd.weight");
+            let l = layer.unwrap_or(0);
+            if head {
+                GgmlDType::Q6K
+            } else if name.ends_with("attn_v.weight") {
+                if l < 2 {
+                    GgmlDType::Q5K
+                } else {
+                    GgmlDType::Q4K
+                }
+            } else if name.ends_with("ffn_down.weight") {
+                if l < shape.layers / 16 {
+                    GgmlDType::Q5K
+                } else {
+                    GgmlDType::Q4K
+                }
+            } else if name.ends_with("attn_output.weight") {
+                GgmlDType::Q4K
+            } else {
+                GgmlDType::Q3K
             }
         }
     }
@@ -303,7 +333,9 @@ fn ggml_type_code(dtype: GgmlDType) -> anyhow::Result<u32> {
     Ok(match dtype {
         GgmlDType::F32 => 0,
         GgmlDType::Q8_0 => 8,
+        GgmlDType::Q3K => 11,
         GgmlDType::Q4K => 12,
+        GgmlDType::Q5K => 13,
         GgmlDType::Q6K => 14,
         other => bail!("{other:?} is not written by this tool"),
     })
@@ -470,6 +502,28 @@ mod tests {
         assert_eq!(
             tensor_type("token_embd.weight", None, &tied, Quant::Q8_0),
             GgmlDType::Q8_0
+        );
+    }
+
+    #[test]
+    fn q3_k_m_types_follow_llama_cpp() {
+        let s = Shape::llama_3_1_8b();
+        let t = |n: &str, l| tensor_type(n, l, &s, Quant::Q3KM);
+        assert_eq!(t("blk.0.attn_q.weight", Some(0)), GgmlDType::Q3K);
+        assert_eq!(t("blk.9.ffn_gate.weight", Some(9)), GgmlDType::Q3K);
+        assert_eq!(t("blk.9.ffn_up.weight", Some(9)), GgmlDType::Q3K);
+        assert_eq!(t("blk.1.attn_v.weight", Some(1)), GgmlDType::Q5K);
+        assert_eq!(t("blk.2.attn_v.weight", Some(2)), GgmlDType::Q4K);
+        // 32 layers: the first two get Q5_K for ffn_down.
+        assert_eq!(t("blk.1.ffn_down.weight", Some(1)), GgmlDType::Q5K);
+        assert_eq!(t("blk.2.ffn_down.weight", Some(2)), GgmlDType::Q4K);
+        assert_eq!(t("blk.5.attn_output.weight", Some(5)), GgmlDType::Q4K);
+        assert_eq!(t("output.weight", None), GgmlDType::Q6K);
+        assert_eq!(t("token_embd.weight", None), GgmlDType::Q3K);
+        let tied = Shape::llama_3_2_1b();
+        assert_eq!(
+            tensor_type("token_embd.weight", None, &tied, Quant::Q3KM),
+            GgmlDType::Q6K
         );
     }
 

@@ -131,6 +131,30 @@ fn q4_k_m_file_has_llama_cpps_mix_and_runs() {
 }
 
 #[test]
+fn q3_k_m_file_has_llama_cpps_mix_and_runs() {
+    let content = check(&small(false, 16), Quant::Q3KM);
+    let dtype = |n: &str| content.tensor_infos[n].ggml_dtype;
+    for l in 0..16 {
+        let v = if l < 2 {
+            GgmlDType::Q5K
+        } else {
+            GgmlDType::Q4K
+        };
+        assert_eq!(dtype(&format!("blk.{l}.attn_v.weight")), v, "layer {l}");
+        let down = if l < 1 {
+            GgmlDType::Q5K
+        } else {
+            GgmlDType::Q4K
+        };
+        assert_eq!(dtype(&format!("blk.{l}.ffn_down.weight")), down);
+        assert_eq!(dtype(&format!("blk.{l}.attn_q.weight")), GgmlDType::Q3K);
+        assert_eq!(dtype(&format!("blk.{l}.ffn_up.weight")), GgmlDType::Q3K);
+    }
+    assert_eq!(dtype("output.weight"), GgmlDType::Q6K);
+    assert_eq!(dtype("token_embd.weight"), GgmlDType::Q3K);
+}
+
+#[test]
 fn q8_0_file_with_a_tied_head_runs() {
     let content = check(&small(true, 2), Quant::Q8_0);
     assert_eq!(

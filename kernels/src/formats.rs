@@ -12,7 +12,8 @@
 //!   = -dmin mn`;
 //! - the same with a fifth bit per value: Q5_0 (`m = -16 d`), Q5_1, Q5_K;
 //! - signed bytes `q` with a scale `d`: Q8_0, and Q6_K (`q - 32`, kept as
-//!   packed 6-bit values) with a scale per 16 values.
+//!   packed 6-bit values) with a scale per 16 values; Q3_K's 3-bit values
+//!   (`q - 4`) and 6-bit scales per 16 values are stored as Q6_K's.
 //!
 //! Every weight is reproduced exactly, in as many bytes as the GGUF blocks
 //! (scales and offsets stay f16; Q4_0's and Q5_0's offsets `-8 d` and `-16
@@ -24,7 +25,7 @@ use std::ops::Range;
 
 use half::f16;
 
-use crate::kquants::{unpack_q45k, unpack_q6k};
+use crate::kquants::{unpack_q3k, unpack_q45k, unpack_q6k};
 use crate::x8::i8::{I6x8, I8x8};
 use crate::x8::scales::{Flat, SuperK4, SuperK6};
 use crate::x8::u4::{U4x8, U5x8};
@@ -39,6 +40,7 @@ pub enum Format {
     Q5_0,
     Q5_1,
     Q8_0,
+    Q3K,
     Q4K,
     Q5K,
     Q6K,
@@ -46,12 +48,13 @@ pub enum Format {
 
 impl Format {
     /// All formats, for tests and tools.
-    pub const ALL: [Format; 8] = [
+    pub const ALL: [Format; 9] = [
         Format::Q4_0,
         Format::Q4_1,
         Format::Q5_0,
         Format::Q5_1,
         Format::Q8_0,
+        Format::Q3K,
         Format::Q4K,
         Format::Q5K,
         Format::Q6K,
@@ -60,7 +63,7 @@ impl Format {
     /// Values per block (the row length must be a multiple of it).
     pub fn block_values(self) -> usize {
         match self {
-            Format::Q4K | Format::Q5K | Format::Q6K => 256,
+            Format::Q3K | Format::Q4K | Format::Q5K | Format::Q6K => 256,
             _ => 32,
         }
     }
@@ -73,6 +76,7 @@ impl Format {
             Format::Q5_0 => 22,
             Format::Q5_1 => 24,
             Format::Q8_0 => 34,
+            Format::Q3K => 110,
             Format::Q4K => 144,
             Format::Q5K => 176,
             Format::Q6K => 210,
@@ -165,6 +169,7 @@ pub(crate) fn unpack(format: Format, data: &[u8], n: usize, k: usize) -> Result<
     Ok(match format {
         Format::Q4K => Repr::K4(unpack_q45k(chunks, n, k)?),
         Format::Q5K => Repr::K5(unpack_q45k(chunks, n, k)?),
+        Format::Q3K => Repr::K6(unpack_q3k(chunks, n, k)?),
         Format::Q6K => Repr::K6(unpack_q6k(chunks, n, k)?),
         Format::Q4_0 | Format::Q4_1 | Format::Q5_0 | Format::Q5_1 => {
             let five = matches!(format, Format::Q5_0 | Format::Q5_1);

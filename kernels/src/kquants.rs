@@ -1,4 +1,4 @@
-//! Q4_K, Q5_K and Q6_K unpacked into the interleaved layouts of the 32-value
+//! Q3_K, Q4_K, Q5_K and Q6_K unpacked into the interleaved layouts of the 32-value
 //! formats (`x8/`).
 //!
 //! A K-quant super-block of 256 values is eight blocks of 32 here, each with
@@ -11,7 +11,13 @@
 //!   bits) with Q4_K's factor and offset;
 //! - Q6_K: `w = d sc_g (q - 32)` (`q` 6-bit, `sc` signed 8-bit per 16
 //!   values): a signed block of `q - 32` (stored as packed 6-bit `q`) with
-//!   one factor per half.
+//!   one factor per half;
+//! - Q3_K: `w = d (sc_g - 32) q` (`q` in -4..4 from two low bits and a high
+//!   bit, `sc` 6-bit per 16 values): exactly a Q6_K block whose values and
+//!   signed scales are small, so it is stored as one and runs on Q6_K's
+//!   kernels. That takes Q6_K's 210 bytes per 256 values, where Q3_K's
+//!   blocks take 110: decoding, bound by memory, reads about twice the
+//!   bytes a 3-bit kernel would.
 //!
 //! The activations are quantized per 32 values like those of every other
 //! format (llama.cpp quantizes them per 256 for the K-quants; per 32 is
@@ -121,6 +127,58 @@ pub(crate) fn unpack_q45k<'a, const FIVE: bool>(
     Ok(Ux8::new(&qs, high, n, k / QK, scales.lanes(n, k)?))
 }
 
+/// The 6-bit scale of sub-block `s` (16 values) of a Q3_K super-block from
+/// its 12 packed bytes: the low four bits in the nibbles of bytes 0..8
+/// (sub-blocks 0..8 in the low nibbles, 8..16 in the high), the top two in
+/// bits `2 (s / 4)` of byte `8 + s % 4`.
+fn q3k_scale(s: &[u8], i: usize) -> u8 {
+    let low = if i < 8 { s[i] & 0xF } else { s[i - 8] >> 4 };
+    low | (((s[8 + i % 4] >> (2 * (i / 4))) & 3) << 4)
+}
+
+/// `n` rows of Q3_K super-blocks (`blocks`: 110 bytes each, row major) in
+/// Q6_K's layout (see the module docs).
+pub(crate) fn unpack_q3k<'a>(
+    blocks: impl ExactSizeIterator<Item = &'a [u8]>,
+    n: usize,
+    k: usize,
+) -> Result<I6x8<SuperK6>, Error> {
+    let (nb, ns, total) = (k / QK, k / QKK, blocks.len());
+    let mut qs = Vec::with_capacity(total * G);
+    let mut sc = Vec::with_capacity(total * G);
+    let mut d = Vec::with_capacity(total);
+    for b in blocks {
+        // hmask[32] high bits, qs[64] low two bits, 12 bytes of scales, d.
+        let (hmask, low, scales) = (&b[0..32], &b[32..96], &b[96..108]);
+        d.push(h(b, 108));
+        // Value `128 half + 32 j + t`: bits `2 j..2 j + 2` of byte `32 half
+        // + t` of `low`, high bit `4 half + j` of `hmask[t]` (set: +0,
+        // clear: -4), scale `8 half + 2 j + t / 16`.
+        for s in 0..G {
+            let (half, j) = (s / 4, s % 4);
+            qs.push(Q8(std::array::from_fn(|t| {
+                let q = (low[32 * half + t] >> (2 * j)) & 3;
+                let high = (hmask[t] >> (4 * half + j)) & 1;
+                q as i8 - if high == 1 { 0 } else { 4 }
+            })));
+            sc.push([0, 1].map(|i| q3k_scale(scales, 2 * s + i) as i8 - 32));
+        }
+    }
+    Ok(I6x8::new(&qs, n, nb, k6_scales(&d, &sc, n, nb, ns)?))
+}
+
+/// Q6_K's scales (`d` per super-block, two signed scales per block) of `n`
+/// rows of `nb` blocks (`ns` super-blocks), interleaved.
+fn k6_scales(d: &[f32], sc: &[[i8; 2]], n: usize, nb: usize, ns: usize) -> Result<SuperK6, Error> {
+    Ok(SuperK6 {
+        d: half_lanes(d, n, ns)?,
+        sc: lanes(sc, n, nb)
+            .iter()
+            .map(|l| [l.map(|s| s[0]), l.map(|s| s[1])])
+            .collect(),
+    })
+}
+
 /// `n` rows of Q6_K super-blocks (`blocks`: 210 bytes each, row major).
 pub(crate) fn unpack_q6k<'a>(
     blocks: impl ExactSizeIterator<Item = &'a [u8]>,
@@ -153,13 +211,5 @@ pub(crate) fn unpack_q6k<'a>(
             sc.push([scales[2 * s] as i8, scales[2 * s + 1] as i8]);
         }
     }
-    let halves = lanes(&sc, n, nb);
-    let scales = SuperK6 {
-        d: half_lanes(&d, n, ns)?,
-        sc: halves
-            .iter()
-            .map(|l| [l.map(|s| s[0]), l.map(|s| s[1])])
-            .collect(),
-    };
-    Ok(I6x8::new(&qs, n, nb, scales))
+    Ok(I6x8::new(&qs, n, nb, k6_scales(&d, &sc, n, nb, ns)?))
 }

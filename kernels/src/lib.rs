@@ -181,6 +181,7 @@ impl Isa {
             let f16s: &[(usize, f32)] = match format {
                 Format::Q4_1 | Format::Q5_1 => &[(0, 1e-3), (2, -1e-2)],
                 Format::Q4K | Format::Q5K => &[(0, 1e-4), (2, 1e-4)],
+                Format::Q3K => &[(108, 1e-4)],
                 Format::Q6K => &[(208, 1e-5)],
                 _ => &[(0, 1e-3)],
             };

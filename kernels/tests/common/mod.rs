@@ -136,6 +136,7 @@ pub fn quantize(format: Format, w: &[f32]) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
             }
             Format::Q4K => quantize_q4k(b, &mut out, &mut deq, &mut offsets),
             Format::Q5K => quantize_q5k(b, &mut out, &mut deq, &mut offsets),
+            Format::Q3K => quantize_q3k(b, &mut out, &mut deq),
             Format::Q6K => quantize_q6k(b, &mut out, &mut deq),
         }
         offsets.resize((before + b.len()) / 32, 0.0);
@@ -221,6 +222,49 @@ fn quantize_q5k(b: &[f32], out: &mut Vec<u8>, deq: &mut Vec<f32>, offsets: &mut 
             out.push((q[64 * c + l] & 0xF) | ((q[64 * c + 32 + l] & 0xF) << 4));
         }
     }
+}
+
+/// One Q3_K super-block, as ggml lays it out: `hmask[32]`, `qs[64]`, 12
+/// bytes of 6-bit scales, `d` (f16). Value `i` = `d (sc_g - 32) (q - 4)`
+/// for its 16-value group `g` and `q` in 0..8, `128 h + 32 j + t` (`h` in
+/// 0..2, `j` in 0..4, `t` in 0..32) keeping its low two bits at bits `2 j`
+/// of `qs[32 h + t]` and its high bit at bit `4 h + j` of `hmask[t]`.
+/// Scale `g`'s low four bits are the low (`g < 8`) or high nibble of byte
+/// `g % 8`, its top two bits `2 (g / 4)` of byte `8 + g % 4`.
+fn quantize_q3k(b: &[f32], out: &mut Vec<u8>, deq: &mut Vec<f32>) {
+    // The group's largest magnitude lands on -4 (the scale takes its
+    // sign), the one end of -4..4 that is exact.
+    let gscale: [f32; 16] = std::array::from_fn(|g| {
+        let far = b[16 * g..16 * g + 16]
+            .iter()
+            .fold(0f32, |a, &v| if v.abs() > a.abs() { v } else { a });
+        -far / 4.0
+    });
+    let d = f16r(gscale.iter().fold(0f32, |a, &v| a.max(v.abs())) / 31.0);
+    // Signed scales in -32..32, stored with 32 added.
+    let sc: [i32; 16] =
+        std::array::from_fn(|g| (gscale[g] * inv(d)).round().clamp(-32.0, 31.0) as i32);
+    let mut q = [0u8; 256];
+    for (i, &v) in b.iter().enumerate() {
+        let ds = d * sc[i / 16] as f32;
+        q[i] = qround(v * inv(ds) + 4.0, 0.0, 7.0);
+        deq.push(ds * (q[i] as f32 - 4.0));
+    }
+    let (mut hmask, mut qs, mut scales) = ([0u8; 32], [0u8; 64], [0u8; 12]);
+    for (i, &v) in q.iter().enumerate() {
+        let (h, j, t) = (i / 128, (i % 128) / 32, i % 32);
+        qs[32 * h + t] |= (v & 3) << (2 * j);
+        hmask[t] |= (v >> 2) << (4 * h + j);
+    }
+    for (g, &s) in sc.iter().enumerate() {
+        let u = (s + 32) as u8;
+        scales[g % 8] |= (u & 0xF) << (4 * (g / 8));
+        scales[8 + g % 4] |= (u >> 4) << (2 * (g / 4));
+    }
+    out.extend_from_slice(&hmask);
+    out.extend_from_slice(&qs);
+    out.extend_from_slice(&scales);
+    out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
 }
 
 /// One Q6_K super-block: `ql[128]` (low 4 bits), `qh[64]` (high 2 bits),
