@@ -12,8 +12,8 @@
 //!   = -dmin mn`;
 //! - the same with a fifth bit per value: Q5_0 (`m = -16 d`), Q5_1, Q5_K;
 //! - signed bytes `q` with a scale `d`: Q8_0, and Q6_K (`q - 32`, kept as
-//!   packed 6-bit values) with a scale per 16 values; Q3_K's 3-bit values
-//!   (`q - 4`) and 6-bit scales per 16 values are stored as Q6_K's.
+//!   packed 6-bit values) with a scale per 16 values, and Q3_K (`q - 4`,
+//!   packed 3-bit values) with Q6_K's scales.
 //!
 //! Every weight is reproduced exactly, in as many bytes as the GGUF blocks
 //! (scales and offsets stay f16; Q4_0's and Q5_0's offsets `-8 d` and `-16
@@ -26,7 +26,7 @@ use std::ops::Range;
 use half::f16;
 
 use crate::kquants::{unpack_q3k, unpack_q45k, unpack_q6k};
-use crate::x8::i8::{I6x8, I8x8};
+use crate::x8::i8::{I3x8, I6x8, I8x8};
 use crate::x8::scales::{Flat, SuperK4, SuperK6};
 use crate::x8::u4::{U4x8, U5x8};
 use crate::x8::{half_lanes, Group8};
@@ -118,6 +118,7 @@ macro_rules! with_layout {
             Repr::K4($w) => $body,
             Repr::K5($w) => $body,
             Repr::K6($w) => $body,
+            Repr::K3($w) => $body,
         }
     };
 }
@@ -131,6 +132,7 @@ pub(crate) enum Repr {
     K4(U4x8<SuperK4>),
     K5(U5x8<SuperK4>),
     K6(I6x8<SuperK6>),
+    K3(I3x8<SuperK6>),
 }
 
 /// The f16 at byte `at` of a block.
@@ -169,7 +171,7 @@ pub(crate) fn unpack(format: Format, data: &[u8], n: usize, k: usize) -> Result<
     Ok(match format {
         Format::Q4K => Repr::K4(unpack_q45k(chunks, n, k)?),
         Format::Q5K => Repr::K5(unpack_q45k(chunks, n, k)?),
-        Format::Q3K => Repr::K6(unpack_q3k(chunks, n, k)?),
+        Format::Q3K => Repr::K3(unpack_q3k(chunks, n, k)?),
         Format::Q6K => Repr::K6(unpack_q6k(chunks, n, k)?),
         Format::Q4_0 | Format::Q4_1 | Format::Q5_0 | Format::Q5_1 => {
             let five = matches!(format, Format::Q5_0 | Format::Q5_1);

@@ -13,19 +13,18 @@
 //!   values): a signed block of `q - 32` (stored as packed 6-bit `q`) with
 //!   one factor per half;
 //! - Q3_K: `w = d (sc_g - 32) q` (`q` in -4..4 from two low bits and a high
-//!   bit, `sc` 6-bit per 16 values): exactly a Q6_K block whose values and
-//!   signed scales are small, so it is stored as one and runs on Q6_K's
-//!   kernels. That takes Q6_K's 210 bytes per 256 values, where Q3_K's
-//!   blocks take 110: decoding, bound by memory, reads about twice the
-//!   bytes a 3-bit kernel would.
+//!   bit, `sc` 6-bit per 16 values): Q6_K's arithmetic on smaller values,
+//!   so it keeps Q6_K's scales (`sc - 32` as signed bytes) and runs on its
+//!   kernels, with the values packed to 3 bits.
 //!
 //! The activations are quantized per 32 values like those of every other
 //! format (llama.cpp quantizes them per 256 for the K-quants; per 32 is
-//! the finer of the two). Stored sizes per 256 values and row: Q4_K 148
-//! bytes (the GGUF block: 144), Q5_K 180 (176) and Q6_K 210 (210).
+//! the finer of the two). Stored sizes per 256 values and row: Q3_K 114
+//! bytes (the GGUF block: 110), Q4_K 148 (144), Q5_K 180 (176) and Q6_K
+//! 210 (210).
 
 use crate::formats::{h, pack_nibbles, Q8, QK};
-use crate::x8::i8::I6x8;
+use crate::x8::i8::{I3x8, I6x8};
 use crate::x8::scales::{SuperK4, SuperK6};
 use crate::x8::u4::Ux8;
 use crate::x8::{half_lanes, lanes, G};
@@ -136,13 +135,12 @@ fn q3k_scale(s: &[u8], i: usize) -> u8 {
     low | (((s[8 + i % 4] >> (2 * (i / 4))) & 3) << 4)
 }
 
-/// `n` rows of Q3_K super-blocks (`blocks`: 110 bytes each, row major) in
-/// Q6_K's layout (see the module docs).
+/// `n` rows of Q3_K super-blocks (`blocks`: 110 bytes each, row major).
 pub(crate) fn unpack_q3k<'a>(
     blocks: impl ExactSizeIterator<Item = &'a [u8]>,
     n: usize,
     k: usize,
-) -> Result<I6x8<SuperK6>, Error> {
+) -> Result<I3x8<SuperK6>, Error> {
     let (nb, ns, total) = (k / QK, k / QKK, blocks.len());
     let mut qs = Vec::with_capacity(total * G);
     let mut sc = Vec::with_capacity(total * G);
@@ -164,7 +162,7 @@ pub(crate) fn unpack_q3k<'a>(
             sc.push([0, 1].map(|i| q3k_scale(scales, 2 * s + i) as i8 - 32));
         }
     }
-    Ok(I6x8::new(&qs, n, nb, k6_scales(&d, &sc, n, nb, ns)?))
+    Ok(I3x8::new(&qs, n, nb, k6_scales(&d, &sc, n, nb, ns)?))
 }
 
 /// Q6_K's scales (`d` per super-block, two signed scales per block) of `n`

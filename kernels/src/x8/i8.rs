@@ -1,12 +1,14 @@
-//! The signed formats (Q8_0; Q6_K) with eight weight rows interleaved (see
-//! the parent module).
+//! The signed formats (Q8_0; Q6_K, Q3_K) with eight weight rows interleaved
+//! (see the parent module).
 //!
 //! [`I8x8`] keeps signed 8-bit values (`w = f q`, `q` in -127..=127) with a
 //! group's block in 256 bytes: byte `32 k + 4 l + t` (`k` in 0..8, `l` in
 //! 0..8, `t` in 0..4) is value `4 k + t` of row `l`. [`I6x8`] keeps Q6_K's
 //! `q - 32` as 6-bit `q` packed in 192 bytes (the low four bits as the
-//! 4-bit layout's nibbles, the top two in a 64-byte plane), unpacked to
-//! the same registers by the kernel. The factors `f` are kept as the
+//! 4-bit layout's nibbles, the top two in a 64-byte plane), and [`I3x8`]
+//! Q3_K's `q - 4` as 3-bit `q` in 96 bytes (the low two bits in such a
+//! plane, the third as the 5-bit layout's fifth bits), unpacked to the
+//! same registers by the kernel. The factors `f` are kept as the
 //! format has them ([`Scales`]: eight f16 scales per group's block; Q6_K's
 //! signed 8-bit scales per 16 values under an f16 per 256).
 //!
@@ -20,7 +22,7 @@
 //! bytes, and start each sum from the activations' correction.
 
 use super::scales::Scales;
-use super::u4::Nib8;
+use super::u4::{Bits8, Nib8};
 #[cfg(target_arch = "x86_64")]
 use super::wide::{join_ps, load_pair, Sums, Unpacked};
 use super::{group_blocks, interleave, Group8, G, PREFETCH_BLOCKS};
@@ -32,93 +34,119 @@ use crate::formats::Q8;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Q8x8(pub [i8; 256]);
 
-/// Bits 4 and 5 of the 6-bit values of one block of a group: bits `2 (v %
-/// 4)` and `2 (v % 4) + 1` of byte `32 (v / 4) + 4 l + t` are bits 4 and 5
-/// of value `4 v + t` of row `l`.
+/// Two bits of each value of one block of a group (bits 4 and 5 of 6-bit
+/// values, bits 0 and 1 of 3-bit ones): bits `2 (v % 4)` and `2 (v % 4) +
+/// 1` of byte `32 (v / 4) + 4 l + t` are those of value `4 v + t` of row
+/// `l`.
 #[repr(C, align(32))]
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Crumbs8(pub [u8; 64]);
 
-/// An 8-bit matrix with its rows interleaved by eight; block `b` of group
-/// `g` at `g * nb + b`. With `SIX` the values are 6-bit (`q + 32` in 0..64
-/// for `q` in -32..32, Q6_K), stored packed: their low four bits as in the
-/// 4-bit layout ([`Nib8`]) and the top two in [`Crumbs8`].
+/// A signed matrix of `BITS`-bit values (8, 6 or 3) with its rows
+/// interleaved by eight; block `b` of group `g` at `g * nb + b`. 6-bit
+/// values (`q + 32` in 0..64 for `q` in -32..32, Q6_K) are stored packed:
+/// their low four bits as in the 4-bit layout ([`Nib8`]) and the top two in
+/// [`Crumbs8`]; 3-bit values (`q + 4` in 0..8 for `q` in -4..4, Q3_K) their
+/// low two bits in [`Crumbs8`] and the third in [`Bits8`].
 #[derive(Debug)]
-pub(crate) struct Ix8<S, const SIX: bool> {
+pub(crate) struct Ix8<S, const BITS: u32> {
     /// Real rows (the last group may be partly padding).
     pub n: usize,
     pub nb: usize,
-    /// The values, without `SIX` (else empty).
+    /// 8-bit values (else empty).
     pub qs: Vec<Q8x8>,
-    /// With `SIX`, the low and high bits of `q + 32` (else empty).
+    /// The low four bits of 6-bit values (else empty).
     pub lo: Vec<Nib8>,
+    /// Bits 4 and 5 of 6-bit values, bits 0 and 1 of 3-bit ones.
     pub hi: Vec<Crumbs8>,
+    /// Bit 2 of 3-bit values (else empty).
+    pub top: Vec<Bits8>,
     pub scales: S,
 }
 
 /// Bytes.
-pub(crate) type I8x8<S> = Ix8<S, false>;
+pub(crate) type I8x8<S> = Ix8<S, 8>;
 /// Packed 6-bit values.
-pub(crate) type I6x8<S> = Ix8<S, true>;
+pub(crate) type I6x8<S> = Ix8<S, 6>;
+/// Packed 3-bit values.
+pub(crate) type I3x8<S> = Ix8<S, 3>;
 
-impl<S: Scales, const SIX: bool> Ix8<S, SIX> {
+impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
+    /// What `q` is stored with (unsigned: `q + BIAS`).
+    const BIAS: i8 = match BITS {
+        8 => 0,
+        6 => 32,
+        3 => 4,
+        _ => panic!("8-, 6- or 3-bit values"),
+    };
+
     /// Interleaves `n` rows of `nb` blocks (`qs`: block `b` of row `r` at
-    /// `r * nb + b`; with `SIX` every value in -32..32) whose scales, already
-    /// interleaved, are `scales`.
+    /// `r * nb + b`; every value in `-BIAS..BIAS` for 6 and 3 bits) whose
+    /// scales, already interleaved, are `scales`.
     ///
     /// # Panics
-    /// If `scales` covers another number of blocks, or with `SIX` a value
-    /// is out of range.
+    /// If `scales` covers another number of blocks, or a packed value is
+    /// out of range.
     pub(crate) fn new(qs: &[Q8], n: usize, nb: usize, scales: S) -> Self {
         let blocks = group_blocks(n, nb);
-        let (plain_len, six_len) = if SIX {
-            (0, blocks.len())
-        } else {
-            (blocks.len(), 0)
+        let count = blocks.len();
+        let want = |bits: &[u32]| if bits.contains(&BITS) { count } else { 0 };
+        let mut this = Self {
+            n,
+            nb,
+            qs: Vec::with_capacity(want(&[8])),
+            lo: Vec::with_capacity(want(&[6])),
+            hi: Vec::with_capacity(want(&[6, 3])),
+            top: Vec::with_capacity(want(&[3])),
+            scales,
         };
-        let mut plain = Vec::with_capacity(plain_len);
-        let (mut lo, mut hi) = (Vec::with_capacity(six_len), Vec::with_capacity(six_len));
         let blocks = blocks.map(|rows| interleave(rows.map(|i| i.map(|i| &qs[i].0))));
         for q in blocks {
-            if !SIX {
-                plain.push(Q8x8(q));
+            if BITS == 8 {
+                this.qs.push(Q8x8(q));
                 continue;
             }
             let u: [u8; 256] = std::array::from_fn(|e| {
+                let range = -Self::BIAS..Self::BIAS;
                 assert!(
-                    (-32..32).contains(&q[e]),
-                    "6-bit value {} out of range",
+                    range.contains(&q[e]),
+                    "{BITS}-bit value {} out of range",
                     q[e]
                 );
-                (q[e] + 32) as u8
+                (q[e] + Self::BIAS) as u8
             });
             // Byte `32 v + 4 l + t` of `u` is value `4 v + t` of row `l`.
-            let mut nib = [0u8; 128];
-            let mut crumbs = [0u8; 64];
+            let (mut nib, mut crumbs, mut bits) = ([0u8; 128], [0u8; 64], [0u8; 32]);
             for v in 0..G {
                 for e in 0..32 {
                     let x = u[32 * v + e];
-                    nib[32 * (v % 4) + e] |= (x & 0xF) << (4 * (v / 4));
-                    crumbs[32 * (v / 4) + e] |= (x >> 4) << (2 * (v % 4));
+                    if BITS == 6 {
+                        nib[32 * (v % 4) + e] |= (x & 0xF) << (4 * (v / 4));
+                        crumbs[32 * (v / 4) + e] |= (x >> 4) << (2 * (v % 4));
+                    } else {
+                        crumbs[32 * (v / 4) + e] |= (x & 3) << (2 * (v % 4));
+                        bits[e] |= (x >> 2) << v;
+                    }
                 }
             }
-            lo.push(Nib8(nib));
-            hi.push(Crumbs8(crumbs));
+            this.hi.push(Crumbs8(crumbs));
+            if BITS == 6 {
+                this.lo.push(Nib8(nib));
+            } else {
+                this.top.push(Bits8(bits));
+            }
         }
-        let this = Self {
-            n,
-            nb,
-            qs: plain,
-            lo,
-            hi,
-            scales,
-        };
-        assert_eq!(
-            this.scales.blocks(),
-            this.qs.len().max(this.lo.len()),
-            "scales of another matrix"
-        );
+        assert_eq!(this.scales.blocks(), count, "scales of another matrix");
         this
+    }
+
+    /// Group blocks stored.
+    fn stored(&self) -> usize {
+        if BITS == 8 {
+            self.qs.len()
+        } else {
+            self.hi.len()
+        }
     }
 
     /// The eight registers of group block `i`: register `v` holds values
@@ -130,15 +158,48 @@ impl<S: Scales, const SIX: bool> Ix8<S, SIX> {
     #[inline(always)]
     unsafe fn load(&self, i: usize) -> [std::arch::x86_64::__m256i; G] {
         use std::arch::x86_64::*;
-        if !SIX {
+        if BITS == 8 {
             let p = self.qs.as_ptr().add(i) as *const __m256i;
             return std::array::from_fn(|v| _mm256_load_si256(p.add(v)));
+        }
+        let bias = _mm256_set1_epi8(Self::BIAS);
+        let h = self.hi.as_ptr().add(i) as *const __m256i;
+        let (a, b) = (_mm256_load_si256(h), _mm256_load_si256(h.add(1)));
+        if BITS == 3 {
+            let low2 = _mm256_set1_epi8(3);
+            let bit2 = _mm256_set1_epi8(4);
+            let t = _mm256_load_si256(self.top.as_ptr().add(i) as *const __m256i);
+            // Bit `v` of `t`'s bytes to bit 2: a 16-bit shift moves only
+            // the neighbouring byte's other bits across, and the mask drops
+            // them; likewise bits `2 (v % 4)..` of the crumbs to bits 0, 1.
+            let third = [
+                _mm256_slli_epi16::<2>(t),
+                _mm256_slli_epi16::<1>(t),
+                t,
+                _mm256_srli_epi16::<1>(t),
+                _mm256_srli_epi16::<2>(t),
+                _mm256_srli_epi16::<3>(t),
+                _mm256_srli_epi16::<4>(t),
+                _mm256_srli_epi16::<5>(t),
+            ];
+            return std::array::from_fn(|v| {
+                let c = if v < 4 { a } else { b };
+                let low = match v % 4 {
+                    0 => c,
+                    1 => _mm256_srli_epi16::<2>(c),
+                    2 => _mm256_srli_epi16::<4>(c),
+                    _ => _mm256_srli_epi16::<6>(c),
+                };
+                let u = _mm256_or_si256(
+                    _mm256_and_si256(low, low2),
+                    _mm256_and_si256(third[v], bit2),
+                );
+                _mm256_sub_epi8(u, bias)
+            });
         }
         let low4 = _mm256_set1_epi8(0x0F);
         let top2 = _mm256_set1_epi8(0x30);
         let p = self.lo.as_ptr().add(i) as *const __m256i;
-        let h = self.hi.as_ptr().add(i) as *const __m256i;
-        let (a, b) = (_mm256_load_si256(h), _mm256_load_si256(h.add(1)));
         // Bits `2 (v % 4)..` of each byte to bits 4 and 5: 16-bit shifts
         // move only the neighbouring byte's bits 0-3 or 6-7 across.
         let top = [
@@ -151,7 +212,6 @@ impl<S: Scales, const SIX: bool> Ix8<S, SIX> {
             b,
             _mm256_srli_epi16::<2>(b),
         ];
-        let thirty_two = _mm256_set1_epi8(32);
         std::array::from_fn(|v| {
             let raw = _mm256_load_si256(p.add(v % 4));
             let low = if v < 4 {
@@ -160,13 +220,13 @@ impl<S: Scales, const SIX: bool> Ix8<S, SIX> {
                 _mm256_and_si256(_mm256_srli_epi16::<4>(raw), low4)
             };
             let u = _mm256_or_si256(low, _mm256_and_si256(top[v], top2));
-            _mm256_sub_epi8(u, thirty_two)
+            _mm256_sub_epi8(u, bias)
         })
     }
 
     /// Blocks `i0` and `i1` as [`Ix8::load`] has them, as the halves of
     /// 512-bit registers, with the bias of [`Group8::SUMS`]: the values
-    /// plus 128 (8-bit) or 32 (6-bit), unsigned bytes.
+    /// plus 128 (8-bit) or 32 (6- and 3-bit), unsigned bytes.
     ///
     /// # Safety
     /// AVX-512 F/BW; both blocks exist.
@@ -174,7 +234,7 @@ impl<S: Scales, const SIX: bool> Ix8<S, SIX> {
     #[inline(always)]
     unsafe fn load2_biased(&self, i0: usize, i1: usize) -> [std::arch::x86_64::__m512i; G] {
         use std::arch::x86_64::*;
-        if !SIX {
+        if BITS == 8 {
             let p0 = self.qs.as_ptr().add(i0) as *const __m256i;
             let p1 = self.qs.as_ptr().add(i1) as *const __m256i;
             let flip = _mm512_set1_epi8(i8::MIN);
@@ -182,13 +242,47 @@ impl<S: Scales, const SIX: bool> Ix8<S, SIX> {
                 _mm512_xor_si512(load_pair(p0.add(v), p1.add(v)), flip)
             });
         }
+        let h0 = self.hi.as_ptr().add(i0) as *const __m256i;
+        let h1 = self.hi.as_ptr().add(i1) as *const __m256i;
+        let (a, b) = (load_pair(h0, h1), load_pair(h0.add(1), h1.add(1)));
+        if BITS == 3 {
+            // As in `load`; `q + 4` plus 28 is `q + 32`.
+            let low2 = _mm512_set1_epi8(3);
+            let bit2 = _mm512_set1_epi8(4);
+            let to32 = _mm512_set1_epi8(28);
+            let t = load_pair(
+                self.top.as_ptr().add(i0) as *const __m256i,
+                self.top.as_ptr().add(i1) as *const __m256i,
+            );
+            let third = [
+                _mm512_slli_epi16::<2>(t),
+                _mm512_slli_epi16::<1>(t),
+                t,
+                _mm512_srli_epi16::<1>(t),
+                _mm512_srli_epi16::<2>(t),
+                _mm512_srli_epi16::<3>(t),
+                _mm512_srli_epi16::<4>(t),
+                _mm512_srli_epi16::<5>(t),
+            ];
+            return std::array::from_fn(|v| {
+                let c = if v < 4 { a } else { b };
+                let low = match v % 4 {
+                    0 => c,
+                    1 => _mm512_srli_epi16::<2>(c),
+                    2 => _mm512_srli_epi16::<4>(c),
+                    _ => _mm512_srli_epi16::<6>(c),
+                };
+                let u = _mm512_or_si512(
+                    _mm512_and_si512(low, low2),
+                    _mm512_and_si512(third[v], bit2),
+                );
+                _mm512_add_epi8(u, to32)
+            });
+        }
         let low4 = _mm512_set1_epi8(0x0F);
         let top2 = _mm512_set1_epi8(0x30);
         let p0 = self.lo.as_ptr().add(i0) as *const __m256i;
         let p1 = self.lo.as_ptr().add(i1) as *const __m256i;
-        let h0 = self.hi.as_ptr().add(i0) as *const __m256i;
-        let h1 = self.hi.as_ptr().add(i1) as *const __m256i;
-        let (a, b) = (load_pair(h0, h1), load_pair(h0.add(1), h1.add(1)));
         // As in `load`.
         let top = [
             _mm512_slli_epi16::<4>(a),
@@ -212,7 +306,7 @@ impl<S: Scales, const SIX: bool> Ix8<S, SIX> {
     }
 }
 
-impl<S: Scales, const SIX: bool> Group8 for Ix8<S, SIX> {
+impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
     const HALVES: bool = S::HALVES;
 
     fn rows(&self) -> usize {
@@ -225,12 +319,17 @@ impl<S: Scales, const SIX: bool> Group8 for Ix8<S, SIX> {
 
     fn q(&self, i: usize, l: usize, j: usize) -> i32 {
         let (v, e) = (j / 4, 4 * l + j % 4);
-        if SIX {
-            let low = (self.lo[i].0[32 * (v % 4) + e] >> (4 * (v / 4))) & 0xF;
-            let top = (self.hi[i].0[32 * (v / 4) + e] >> (2 * (v % 4))) & 3;
-            (low | (top << 4)) as i32 - 32
-        } else {
-            self.qs[i].0[32 * v + e] as i32
+        let crumb = || (self.hi[i].0[32 * (v / 4) + e] >> (2 * (v % 4))) & 3;
+        match BITS {
+            8 => self.qs[i].0[32 * v + e] as i32,
+            6 => {
+                let low = (self.lo[i].0[32 * (v % 4) + e] >> (4 * (v / 4))) & 0xF;
+                (low | (crumb() << 4)) as i32 - 32
+            }
+            _ => {
+                let third = (self.top[i].0[e] >> v) & 1;
+                (crumb() | (third << 2)) as i32 - 4
+            }
         }
     }
 
@@ -251,8 +350,7 @@ impl<S: Scales, const SIX: bool> Group8 for Ix8<S, SIX> {
     ) -> [std::arch::x86_64::__m256; A] {
         use std::arch::x86_64::*;
         let nb = self.nb;
-        let blocks = if SIX { self.lo.len() } else { self.qs.len() };
-        assert!((g + 1) * nb <= blocks && (a + A) * nb <= acts.qs.len());
+        assert!((g + 1) * nb <= self.stored() && (a + A) * nb <= acts.qs.len());
         let ones = _mm256_set1_epi16(1);
         let offsets = self.scales.has_offset();
         let mut acc = [_mm256_setzero_ps(); A];
@@ -263,11 +361,14 @@ impl<S: Scales, const SIX: bool> Group8 for Ix8<S, SIX> {
                 // Past the matrix's end these are hints about addresses
                 // that are never read, which do not fault.
                 let ahead = i + PREFETCH_BLOCKS;
-                if SIX {
+                if BITS == 6 {
                     let lo = self.lo.as_ptr().wrapping_add(ahead).cast::<i8>();
                     _mm_prefetch::<_MM_HINT_T0>(lo);
                     _mm_prefetch::<_MM_HINT_T0>(lo.wrapping_add(64));
                     _mm_prefetch::<_MM_HINT_T0>(self.hi.as_ptr().wrapping_add(ahead).cast());
+                } else if BITS == 3 {
+                    _mm_prefetch::<_MM_HINT_T0>(self.hi.as_ptr().wrapping_add(ahead).cast());
+                    _mm_prefetch::<_MM_HINT_T0>(self.top.as_ptr().wrapping_add(ahead).cast());
                 } else {
                     let q = self.qs.as_ptr().wrapping_add(ahead).cast::<i8>();
                     for line in 0..4 {
@@ -318,18 +419,17 @@ impl<S: Scales, const SIX: bool> Group8 for Ix8<S, SIX> {
     }
 
     #[cfg(target_arch = "x86_64")]
-    const SUMS: Sums = match (SIX, S::HALVES) {
-        (true, true) => Sums::Halves32,
-        (false, false) => Sums::All128,
-        _ => panic!("6-bit values come with a factor per half block, 8-bit with one"),
+    const SUMS: Sums = match (BITS, S::HALVES) {
+        (6 | 3, true) => Sums::Halves32,
+        (8, false) => Sums::All128,
+        _ => panic!("6- and 3-bit values come with a factor per half block, 8-bit with one"),
     };
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn unpack2(&self, g: usize, out: &mut Vec<Unpacked>) {
         let nb = self.nb;
-        let blocks = if SIX { self.lo.len() } else { self.qs.len() };
-        assert!((g + 2) * nb <= blocks);
+        assert!((g + 2) * nb <= self.stored());
         out.clear();
         // A loop, as in the 4-bit layouts' `unpack2`.
         for b in 0..nb {

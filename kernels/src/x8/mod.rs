@@ -15,8 +15,8 @@
 //!
 //! - [`u4`]: Q4_0, Q4_1, Q4_K (4-bit values, `w = f q + m`) and Q5_0,
 //!   Q5_1, Q5_K (5-bit);
-//! - [`i8`]: Q8_0 (signed 8-bit values, `w = f q`) and Q6_K (signed 6-bit,
-//!   one factor per 16 values);
+//! - [`i8`]: Q8_0 (signed 8-bit values, `w = f q`), Q6_K (signed 6-bit,
+//!   one factor per 16 values) and Q3_K (signed 3-bit, Q6_K's factors);
 //! - [`scales`]: the factors `f` and offsets `m` as each format keeps them
 //!   (the K-quants' 256-value super-blocks are eight 32-value blocks here,
 //!   whose factors come from the integer sub-block scales).
