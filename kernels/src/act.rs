@@ -31,16 +31,16 @@ pub(crate) struct Acts {
 }
 
 /// The integer corrections of one block for weights stored with a bias
-/// (the 512-bit kernels keep signed values as unsigned bytes, `q + 32` or
-/// `q + 128`, so that a sum starting here is `sum(q x)`): `-32` times the
-/// sum of the block's quantized values 0..16 and 16..32, and `-128` times
-/// the sum of all 32.
+/// (the 512-bit kernels keep signed values as unsigned bytes, `q + 32`,
+/// `q + 128` or `q + 127`, so that a sum starting here is `sum(q x)`):
+/// `-32` times the sum of the block's quantized values 0..16 and 16..32,
+/// and `-128` and `-127` times the sum of all 32.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[repr(C, align(16))]
 pub(crate) struct Bias {
     pub halves32: [i32; 2],
     pub all128: i32,
-    _pad: i32,
+    pub all127: i32,
 }
 
 impl Bias {
@@ -49,7 +49,7 @@ impl Bias {
         Bias {
             halves32: [-32 * h0, -32 * h1],
             all128: -128 * (h0 + h1),
-            _pad: 0,
+            all127: -127 * (h0 + h1),
         }
     }
 }
@@ -286,6 +286,7 @@ mod tests {
             let (h0, h1) = (half(0..16), half(16..32));
             assert_eq!(bias.halves32, [-32 * h0, -32 * h1]);
             assert_eq!(bias.all128, -128 * (h0 + h1));
+            assert_eq!(bias.all127, -127 * (h0 + h1));
         }
         #[cfg(target_arch = "x86_64")]
         if crate::Isa::Avx2.is_available() {

@@ -27,7 +27,7 @@ use half::f16;
 
 use crate::kquants::{unpack_q3k, unpack_q45k, unpack_q6k};
 use crate::x8::i8::{I3x8, I6x8, I8x8};
-use crate::x8::scales::{Flat, SuperK4, SuperK6};
+use crate::x8::scales::{Flat, SuperK3, SuperK4, SuperK6};
 use crate::x8::u4::{U4x8, U5x8};
 use crate::x8::{half_lanes, Group8};
 use crate::Error;
@@ -132,7 +132,7 @@ pub(crate) enum Repr {
     K4(U4x8<SuperK4>),
     K5(U5x8<SuperK4>),
     K6(I6x8<SuperK6>),
-    K3(I3x8<SuperK6>),
+    K3(I3x8<SuperK3>),
 }
 
 /// The f16 at byte `at` of a block.

@@ -13,9 +13,9 @@
 //!   values): a signed block of `q - 32` (stored as packed 6-bit `q`) with
 //!   one factor per half;
 //! - Q3_K: `w = d (sc_g - 32) q` (`q` in -4..4 from two low bits and a high
-//!   bit, `sc` 6-bit per 16 values): Q6_K's arithmetic on smaller values,
-//!   so it keeps Q6_K's scales (`sc - 32` as signed bytes) and runs on its
-//!   kernels, with the values packed to 3 bits.
+//!   bit, `sc` 6-bit per 16 values): packed 3-bit values, which the kernels
+//!   multiply by their (small, integer) 16-value scales, `p = (sc - 32) q`
+//!   in -124..=128, before summing; one factor `d` per block.
 //!
 //! The activations are quantized per 32 values like those of every other
 //! format (llama.cpp quantizes them per 256 for the K-quants; per 32 is
@@ -25,9 +25,9 @@
 
 use crate::formats::{h, pack_nibbles, Q8, QK};
 use crate::x8::i8::{I3x8, I6x8};
-use crate::x8::scales::{SuperK4, SuperK6};
+use crate::x8::scales::{SuperK3, SuperK4, SuperK6};
 use crate::x8::u4::Ux8;
-use crate::x8::{half_lanes, lanes, G};
+use crate::x8::{half_lanes, lanes, Half8, G};
 use crate::Error;
 
 /// Values per super-block.
@@ -140,7 +140,7 @@ pub(crate) fn unpack_q3k<'a>(
     blocks: impl ExactSizeIterator<Item = &'a [u8]>,
     n: usize,
     k: usize,
-) -> Result<I3x8<SuperK6>, Error> {
+) -> Result<I3x8<SuperK3>, Error> {
     let (nb, ns, total) = (k / QK, k / QKK, blocks.len());
     let mut qs = Vec::with_capacity(total * G);
     let mut sc = Vec::with_capacity(total * G);
@@ -162,19 +162,27 @@ pub(crate) fn unpack_q3k<'a>(
             sc.push([0, 1].map(|i| q3k_scale(scales, 2 * s + i) as i8 - 32));
         }
     }
-    Ok(I3x8::new(&qs, n, nb, k6_scales(&d, &sc, n, nb, ns)?))
+    let (d, sc) = k6_scales(&d, &sc, n, nb, ns)?;
+    Ok(I3x8::new(&qs, n, nb, SuperK3 { d, sc }))
 }
 
-/// Q6_K's scales (`d` per super-block, two signed scales per block) of `n`
-/// rows of `nb` blocks (`ns` super-blocks), interleaved.
-fn k6_scales(d: &[f32], sc: &[[i8; 2]], n: usize, nb: usize, ns: usize) -> Result<SuperK6, Error> {
-    Ok(SuperK6 {
-        d: half_lanes(d, n, ns)?,
-        sc: lanes(sc, n, nb)
+/// Q6_K's and Q3_K's scales (`d` per super-block, two signed scales per
+/// block) of `n` rows of `nb` blocks (`ns` super-blocks), interleaved.
+#[allow(clippy::type_complexity)]
+fn k6_scales(
+    d: &[f32],
+    sc: &[[i8; 2]],
+    n: usize,
+    nb: usize,
+    ns: usize,
+) -> Result<(Vec<Half8>, Vec<[[i8; G]; 2]>), Error> {
+    Ok((
+        half_lanes(d, n, ns)?,
+        lanes(sc, n, nb)
             .iter()
             .map(|l| [l.map(|s| s[0]), l.map(|s| s[1])])
             .collect(),
-    })
+    ))
 }
 
 /// `n` rows of Q6_K super-blocks (`blocks`: 210 bytes each, row major).
@@ -209,5 +217,6 @@ pub(crate) fn unpack_q6k<'a>(
             sc.push([scales[2 * s] as i8, scales[2 * s + 1] as i8]);
         }
     }
-    Ok(I6x8::new(&qs, n, nb, k6_scales(&d, &sc, n, nb, ns)?))
+    let (d, sc) = k6_scales(&d, &sc, n, nb, ns)?;
+    Ok(I6x8::new(&qs, n, nb, SuperK6 { d, sc }))
 }

@@ -10,16 +10,21 @@
 //! plane, the third as the 5-bit layout's fifth bits), unpacked to the
 //! same registers by the kernel. The factors `f` are kept as the
 //! format has them ([`Scales`]: eight f16 scales per group's block; Q6_K's
-//! signed 8-bit scales per 16 values under an f16 per 256).
+//! signed 8-bit scales per 16 values under an f16 per 256). Q3_K's 16-value
+//! scales are small integers, so its values are summed multiplied by them
+//! (`p = sc q` in -124..=128) under one factor `d` per block.
 //!
 //! `vpmaddubsw` wants an unsigned first operand, so the SIMD kernel
 //! multiplies `|w|` by the activation bytes carrying the sign of `w`
 //! (`vpsignb`); a pair sum reaches `2 * 127 * 127`, so each product goes
 //! to i32 at once (`vpmaddwd`) before the eight are added (with VNNI, eight
 //! `vpdpbusd`), as two sums of four (values 0..16 and 16..32) for Q6_K's
-//! two factors per block. The 512-bit kernels (`wide.rs`, no `vpsignb`)
-//! unpack the values with a bias instead, `q + 128` or `q + 32` as unsigned
-//! bytes, and start each sum from the activations' correction.
+//! two factors per block (for Q3_K, each half's sum times its integer
+//! scale, `vpmulld`: exactly the sum of the `p x`). The 512-bit kernels
+//! (`wide.rs`, no `vpsignb`) unpack the values with a bias instead, `q +
+//! 128`, `q + 32` or (Q3_K, multiplied by their scales at unpacking) `p +
+//! 127` as unsigned bytes, and start each sum from the activations'
+//! correction, so both give the same integer sums and the same bits.
 
 use super::scales::Scales;
 use super::u4::{Bits8, Nib8};
@@ -225,8 +230,9 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
     }
 
     /// Blocks `i0` and `i1` as [`Ix8::load`] has them, as the halves of
-    /// 512-bit registers, with the bias of [`Group8::SUMS`]: the values
-    /// plus 128 (8-bit) or 32 (6- and 3-bit), unsigned bytes.
+    /// 512-bit registers, with the bias of [`Group8::SUMS`], unsigned
+    /// bytes: the values plus 128 (8-bit) or 32 (6-bit); 3-bit values times
+    /// their 16-value scales, plus 127.
     ///
     /// # Safety
     /// AVX-512 F/BW; both blocks exist.
@@ -246,10 +252,31 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
         let h1 = self.hi.as_ptr().add(i1) as *const __m256i;
         let (a, b) = (load_pair(h0, h1), load_pair(h0.add(1), h1.add(1)));
         if BITS == 3 {
-            // As in `load`; `q + 4` plus 28 is `q + 32`.
+            // As in `load`, then `p = sc q` (`q = u - 4`) for each row's
+            // 16-value scale `sc`, in 16-bit lanes (even and odd bytes
+            // apart), stored as `p + 127` (in 3..=255; `p = 128` wraps to
+            // the byte -128 and back to 255).
             let low2 = _mm512_set1_epi8(3);
             let bit2 = _mm512_set1_epi8(4);
-            let to32 = _mm512_set1_epi8(28);
+            let four = _mm512_set1_epi8(4);
+            let bias = _mm512_set1_epi8(127);
+            let low_bytes = _mm512_set1_epi16(0xFF);
+            // Each row's scale in both 16-bit halves of its 32-bit lane.
+            // (Loops, not closures: a closure would not inherit the
+            // caller's target features, and its intrinsics would be calls.)
+            let (s0, s1) = (self.scales.sub_scales(i0), self.scales.sub_scales(i1));
+            let mut scale = [_mm512_setzero_si512(); 2];
+            for (h, scale) in scale.iter_mut().enumerate() {
+                let (c0, c1) = (s0.map_or([1; G], |s| s[h]), s1.map_or([1; G], |s| s[h]));
+                let v = _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                        c0.as_ptr().cast(),
+                    ))),
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(c1.as_ptr().cast())),
+                );
+                let low = _mm512_and_si512(v, _mm512_set1_epi32(0xFFFF));
+                *scale = _mm512_or_si512(low, _mm512_slli_epi32::<16>(v));
+            }
             let t = load_pair(
                 self.top.as_ptr().add(i0) as *const __m256i,
                 self.top.as_ptr().add(i1) as *const __m256i,
@@ -264,7 +291,8 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
                 _mm512_srli_epi16::<4>(t),
                 _mm512_srli_epi16::<5>(t),
             ];
-            return std::array::from_fn(|v| {
+            let mut out = [_mm512_setzero_si512(); G];
+            for (v, out) in out.iter_mut().enumerate() {
                 let c = if v < 4 { a } else { b };
                 let low = match v % 4 {
                     0 => c,
@@ -276,8 +304,17 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
                     _mm512_and_si512(low, low2),
                     _mm512_and_si512(third[v], bit2),
                 );
-                _mm512_add_epi8(u, to32)
-            });
+                let q = _mm512_sub_epi8(u, four);
+                let even = _mm512_srai_epi16::<8>(_mm512_slli_epi16::<8>(q));
+                let odd = _mm512_srai_epi16::<8>(q);
+                let sc = scale[v / 4];
+                let p = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_mullo_epi16(even, sc), low_bytes),
+                    _mm512_slli_epi16::<8>(_mm512_mullo_epi16(odd, sc)),
+                );
+                *out = _mm512_add_epi8(p, bias);
+            }
+            return out;
         }
         let low4 = _mm512_set1_epi8(0x0F);
         let top2 = _mm512_set1_epi8(0x30);
@@ -327,8 +364,10 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
                 (low | (crumb() << 4)) as i32 - 32
             }
             _ => {
+                // Times the value's 16-value scale (see `Scales::sub_scales`).
                 let third = (self.top[i].0[e] >> v) & 1;
-                (crumb() | (third << 2)) as i32 - 4
+                let sc = self.scales.sub_scales(i).map_or(1, |sc| sc[j / 16][l]);
+                ((crumb() | (third << 2)) as i32 - 4) * sc as i32
             }
         }
     }
@@ -380,6 +419,16 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
             let w = self.load(i);
             let wabs = w.map(|w| _mm256_abs_epi8(w));
             let [d0, d1] = self.scales.factors(i);
+            // Not `Option::map`: a closure would not inherit the target
+            // features, and its intrinsics would be calls.
+            #[allow(clippy::manual_map)]
+            let sub = match self.scales.sub_scales(i) {
+                Some([c0, c1]) => Some([
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(c0.as_ptr().cast())),
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(c1.as_ptr().cast())),
+                ]),
+                None => None,
+            };
             for (j, acc) in acc.iter_mut().enumerate() {
                 let ai = (a + j) * nb + b;
                 let x = acts.qs.as_ptr().add(ai) as *const i32;
@@ -403,7 +452,15 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
                     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(d0, dx), *acc);
                     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), _mm256_mul_ps(d1, dx), *acc);
                 } else {
-                    let s = _mm256_add_epi32(s[0], s[1]);
+                    let s = match sub {
+                        // Each half's sum times its integer scale: exactly
+                        // the sum of the scaled values.
+                        Some([c0, c1]) => _mm256_add_epi32(
+                            _mm256_mullo_epi32(s[0], c0),
+                            _mm256_mullo_epi32(s[1], c1),
+                        ),
+                        None => _mm256_add_epi32(s[0], s[1]),
+                    };
                     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d0, dx), *acc);
                 }
             }
@@ -420,9 +477,10 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
 
     #[cfg(target_arch = "x86_64")]
     const SUMS: Sums = match (BITS, S::HALVES) {
-        (6 | 3, true) => Sums::Halves32,
+        (6, true) => Sums::Halves32,
         (8, false) => Sums::All128,
-        _ => panic!("6- and 3-bit values come with a factor per half block, 8-bit with one"),
+        (3, false) => Sums::All127,
+        _ => panic!("6-bit values come with a factor per half block, 8- and 3-bit with one"),
     };
 
     #[cfg(target_arch = "x86_64")]

@@ -11,7 +11,10 @@
 //!   32 a 6-bit scale `sc` and min `mn`: factor `d sc`, offset `-dmin mn`;
 //! - [`SuperK6`] (Q6_K): per 256 an f16 `d` per row, per 16 a signed 8-bit
 //!   scale: factor `d sc` for values 0..16 and another for 16..32 of each
-//!   block ([`Scales::HALVES`]), no offset.
+//!   block ([`Scales::HALVES`]), no offset;
+//! - [`SuperK3`] (Q3_K): the same numbers, but the layout multiplies its
+//!   values by the 16-value scales (integers, [`Scales::sub_scales`]), so
+//!   the factor is `d` alone.
 //!
 //! Every factor is exact in f32 (an f16 times at most 8 bits), so the
 //! kernels reproduce the GGUF weights exactly.
@@ -52,6 +55,12 @@ pub(crate) trait Scales: Send + Sync + std::fmt::Debug {
     /// Asks for block `i`'s scales ahead of use (a hint; any `i`).
     #[cfg(target_arch = "x86_64")]
     fn prefetch(&self, i: usize);
+
+    /// The integer scales by which the layout multiplies the values of
+    /// block `i`, per row for values 0..16 and 16..32, if any.
+    fn sub_scales(&self, _i: usize) -> Option<&[[i8; G]; 2]> {
+        None
+    }
 }
 
 /// An f16 scale and optional offset per row and block.
@@ -241,5 +250,56 @@ impl Scales for SuperK6 {
         use std::arch::x86_64::*;
         // SAFETY: a prefetch hint never faults, whatever the address.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(self.sc.as_ptr().wrapping_add(i).cast()) };
+    }
+}
+
+/// Q3_K: `d` per row and super-block (block `i`'s at `i / 8`), and the
+/// signed 16-value scales (`sc - 32`) that the layout multiplies its values
+/// by: `sc[i][h]` for half `h` of block `i`.
+#[derive(Debug, Default)]
+pub(crate) struct SuperK3 {
+    pub d: Vec<Half8>,
+    pub sc: Vec<[[i8; G]; 2]>,
+}
+
+impl Scales for SuperK3 {
+    const HALVES: bool = false;
+
+    fn blocks(&self) -> usize {
+        self.sc.len()
+    }
+
+    fn has_offset(&self) -> bool {
+        false
+    }
+
+    fn get(&self, i: usize, l: usize, _j: usize) -> (f32, f32) {
+        (self.d[i / G].get(l), 0.0)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn factors(&self, i: usize) -> [std::arch::x86_64::__m256; 2] {
+        let d = self.d.get_unchecked(i / G).load();
+        [d, d]
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn offsets(&self, _i: usize) -> std::arch::x86_64::__m256 {
+        std::arch::x86_64::_mm256_setzero_ps()
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn prefetch(&self, i: usize) {
+        use std::arch::x86_64::*;
+        // SAFETY: a prefetch hint never faults, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(self.sc.as_ptr().wrapping_add(i).cast()) };
+    }
+
+    #[inline(always)]
+    fn sub_scales(&self, i: usize) -> Option<&[[i8; G]; 2]> {
+        self.sc.get(i)
     }
 }

@@ -76,6 +76,9 @@ pub(crate) enum Sums {
     Halves32,
     /// Q8_0's `q + 128`: one sum from `-128 sum(x)`.
     All128,
+    /// Q3_K's values times their sub-block scales, `p + 127` (`p` in
+    /// -124..=128): one sum from `-127 sum(x)`.
+    All127,
 }
 
 thread_local! {
@@ -127,8 +130,13 @@ unsafe fn tile_unpacked<W: Group8, const A: usize>(
                     *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(u.d, dx), *acc);
                     *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(u.m, dx), *acc);
                 }
-                Sums::All128 => {
-                    let s = sum(bias.all128, 0..G);
+                Sums::All128 | Sums::All127 => {
+                    let start = if W::SUMS == Sums::All128 {
+                        bias.all128
+                    } else {
+                        bias.all127
+                    };
+                    let s = sum(start, 0..G);
                     *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(u.d, dx), *acc);
                 }
             }
