@@ -14,7 +14,7 @@
 //!   block ([`Scales::HALVES`]), no offset;
 //! - [`SuperK3`] (Q3_K): the same numbers, but the layout multiplies its
 //!   values by the 16-value scales (integers, [`Scales::sub_scales`]), so
-//!   the factor is `d` alone.
+//!   the factor is `d` alone (both are [`Super16`]).
 //!
 //! Every factor is exact in f32 (an f16 times at most 8 bits), so the
 //! kernels reproduce the GGUF weights exactly.
@@ -203,16 +203,24 @@ impl Scales for SuperK4 {
     }
 }
 
-/// Q6_K: `d` per row and super-block (block `i`'s at `i / 8`), a signed
-/// scale per row and 16 values: `sc[i][h]` for half `h` of block `i`.
+/// Q6_K and Q3_K: `d` per row and super-block (block `i`'s at `i / 8`),
+/// a signed scale per row and 16 values: `sc[i][h]` for half `h` of block
+/// `i`. Without `INTEGER` (Q6_K) the factors are `d sc`, one per half
+/// ([`Scales::HALVES`]); with it (Q3_K) the layout multiplies its values
+/// by the `sc` ([`Scales::sub_scales`]) and the factor is `d`.
 #[derive(Debug, Default)]
-pub(crate) struct SuperK6 {
+pub(crate) struct Super16<const INTEGER: bool> {
     pub d: Vec<Half8>,
     pub sc: Vec<[[i8; G]; 2]>,
 }
 
-impl Scales for SuperK6 {
-    const HALVES: bool = true;
+/// Q6_K's scales.
+pub(crate) type SuperK6 = Super16<false>;
+/// Q3_K's scales.
+pub(crate) type SuperK3 = Super16<true>;
+
+impl<const INTEGER: bool> Scales for Super16<INTEGER> {
+    const HALVES: bool = !INTEGER;
 
     fn blocks(&self) -> usize {
         self.sc.len()
@@ -223,7 +231,12 @@ impl Scales for SuperK6 {
     }
 
     fn get(&self, i: usize, l: usize, j: usize) -> (f32, f32) {
-        (self.d[i / G].get(l) * self.sc[i][j / 16][l] as f32, 0.0)
+        let d = self.d[i / G].get(l);
+        if INTEGER {
+            (d, 0.0)
+        } else {
+            (d * self.sc[i][j / 16][l] as f32, 0.0)
+        }
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -231,6 +244,9 @@ impl Scales for SuperK6 {
     unsafe fn factors(&self, i: usize) -> [std::arch::x86_64::__m256; 2] {
         use std::arch::x86_64::*;
         let d = self.d.get_unchecked(i / G).load();
+        if INTEGER {
+            return [d, d];
+        }
         let sc = self.sc.get_unchecked(i);
         [
             _mm256_mul_ps(d, i8_lanes(&sc[0])),
@@ -251,55 +267,13 @@ impl Scales for SuperK6 {
         // SAFETY: a prefetch hint never faults, whatever the address.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(self.sc.as_ptr().wrapping_add(i).cast()) };
     }
-}
-
-/// Q3_K: `d` per row and super-block (block `i`'s at `i / 8`), and the
-/// signed 16-value scales (`sc - 32`) that the layout multiplies its values
-/// by: `sc[i][h]` for half `h` of block `i`.
-#[derive(Debug, Default)]
-pub(crate) struct SuperK3 {
-    pub d: Vec<Half8>,
-    pub sc: Vec<[[i8; G]; 2]>,
-}
-
-impl Scales for SuperK3 {
-    const HALVES: bool = false;
-
-    fn blocks(&self) -> usize {
-        self.sc.len()
-    }
-
-    fn has_offset(&self) -> bool {
-        false
-    }
-
-    fn get(&self, i: usize, l: usize, _j: usize) -> (f32, f32) {
-        (self.d[i / G].get(l), 0.0)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn factors(&self, i: usize) -> [std::arch::x86_64::__m256; 2] {
-        let d = self.d.get_unchecked(i / G).load();
-        [d, d]
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn offsets(&self, _i: usize) -> std::arch::x86_64::__m256 {
-        std::arch::x86_64::_mm256_setzero_ps()
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    fn prefetch(&self, i: usize) {
-        use std::arch::x86_64::*;
-        // SAFETY: a prefetch hint never faults, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(self.sc.as_ptr().wrapping_add(i).cast()) };
-    }
 
     #[inline(always)]
     fn sub_scales(&self, i: usize) -> Option<&[[i8; G]; 2]> {
-        self.sc.get(i)
+        if INTEGER {
+            self.sc.get(i)
+        } else {
+            None
+        }
     }
 }
