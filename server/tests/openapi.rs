@@ -185,6 +185,40 @@ fn every_route_of_app_rs_is_documented_and_nothing_else() {
     assert!(extra.is_empty(), "documented but not in app.rs: {extra:?}");
 }
 
+/// The routes that name a model (app.rs's inference router, which may
+/// send a request on to another node) document `x-hearth-node` on every
+/// answer; no other operation does.
+#[test]
+fn forwarded_routes_document_the_node_header() {
+    let doc = hearth_server::openapi::document();
+    let forwarded = [
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/v1/embeddings",
+        "/v1/rerank",
+        "/v1/images/generations",
+    ];
+    let paths = doc["paths"].as_object().expect("paths");
+    for (path, item) in paths {
+        for (method, op) in item.as_object().expect("a path item") {
+            let responses = op["responses"].as_object().expect("responses");
+            assert!(!responses.is_empty(), "{method} {path}: no responses");
+            for (status, response) in responses {
+                let header = &response["headers"]["x-hearth-node"];
+                if method == "post" && forwarded.contains(&path.as_str()) {
+                    assert_eq!(header["schema"]["type"], "string", "{path} {status}");
+                } else {
+                    assert!(
+                        header.is_null(),
+                        "{method} {path} {status} has x-hearth-node"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn every_reference_resolves_and_schema_names_are_final() {
     fn walk(value: &Value, refs: &mut Vec<String>) {

@@ -173,6 +173,12 @@ pub async fn reconcile_once(state: &AppState) {
             continue;
         }
         *live.generation.lock().unwrap() = row.generation;
+        if !matches!(row.status.as_str(), "provisioning" | "updating") {
+            // A restart: the row says how it ran before. It says loading
+            // before this pass returns, so that nobody reads the last run's
+            // `running` while no replica serves yet.
+            set_status(state, &row, "provisioning", None).await;
+        }
         let state = state.clone();
         let host = host.clone();
         tokio::spawn(async move {
@@ -283,10 +289,6 @@ async fn set_status(state: &AppState, row: &DedicatedEndpoint, status: &str, rea
 
 /// Loads the row's replicas and records how that went.
 async fn provision(state: &AppState, host: &HostConfig, live: Arc<Live>, row: DedicatedEndpoint) {
-    if !matches!(row.status.as_str(), "provisioning" | "updating") {
-        // A restart: the row says how it ran before.
-        set_status(state, &row, "provisioning", None).await;
-    }
     tracing::info!(endpoint = %row.id, model = %row.model_name, flavor = %row.flavor_name,
         replicas = row.min_replicas, "provisioning dedicated endpoint");
     match load_replicas(state, host, &live, &row).await {

@@ -88,6 +88,20 @@ const METERED: &[(&str, bool)] = &[
     ("createFineTuningJob", false),
 ];
 
+/// The operations of app.rs's inference router, behind
+/// `forward::forward_remote`: every answer names the node that made it.
+const FORWARDED: &[&str] = &[
+    "createCompletion",
+    "createChatCompletion",
+    "createResponse",
+    "createEmbedding",
+    "createRerank",
+    "createImage",
+];
+
+const NODE_HEADER: &str = "The id of the node that made this answer (`GET /v1/admin/nodes`): \
+    this one, or the node of the store that serves the model, to which the request was sent on.";
+
 const BUDGET_SPENT: &str = "The project's spending budget is exhausted: add funds (an admin \
     raises it with PUT /v1/admin/projects/{project_id}/budget).";
 const QUOTA_EXCEEDED: &str = "The project's token quota for the model cannot hold the request \
@@ -134,6 +148,10 @@ pub fn finish(doc: Value, version: &str) -> Value {
                     .and_then(Value::as_str)
                     .and_then(|id| METERED.iter().find(|(m, _)| *m == id))
                     .map(|(_, quota)| *quota);
+                let forwarded = op
+                    .get("operationId")
+                    .and_then(Value::as_str)
+                    .is_some_and(|id| FORWARDED.contains(&id));
                 let responses = op
                     .as_object_mut()
                     .expect("an operation is an object")
@@ -149,10 +167,30 @@ pub fn finish(doc: Value, version: &str) -> Value {
                 for (status, shape, description) in shared.iter().chain(EVERY) {
                     add_response(responses, *status, shape, description);
                 }
+                if forwarded {
+                    add_node_header(responses);
+                }
             }
         }
     }
     doc
+}
+
+/// Documents `x-hearth-node` on every response of an operation.
+fn add_node_header(responses: &mut Value) {
+    let responses = responses.as_object_mut().expect("responses is an object");
+    for response in responses.values_mut() {
+        let response = response.as_object_mut().expect("a response is an object");
+        let headers = response
+            .entry("headers")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .expect("headers is an object");
+        headers.insert(
+            crate::forward::NODE.into(),
+            json!({ "description": NODE_HEADER, "schema": { "type": "string" } }),
+        );
+    }
 }
 
 /// Whether a `security` list requires a key (it has a non-empty requirement).
