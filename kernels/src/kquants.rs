@@ -25,9 +25,9 @@
 
 use crate::formats::{h, pack_nibbles, Q8, QK};
 use crate::x8::i8::{I3x8, I6x8};
-use crate::x8::scales::{SuperK3, SuperK4, SuperK6};
+use crate::x8::scales::{Super16, SuperK3, SuperK4, SuperK6};
 use crate::x8::u4::Ux8;
-use crate::x8::{half_lanes, lanes, Half8, G};
+use crate::x8::{half_lanes, lanes, G};
 use crate::Error;
 
 /// Values per super-block.
@@ -162,27 +162,25 @@ pub(crate) fn unpack_q3k<'a>(
             sc.push([0, 1].map(|i| q3k_scale(scales, 2 * s + i) as i8 - 32));
         }
     }
-    let (d, sc) = k6_scales(&d, &sc, n, nb, ns)?;
-    Ok(I3x8::new(&qs, n, nb, SuperK3 { d, sc }))
+    Ok(I3x8::new(&qs, n, nb, super16(&d, &sc, n, nb, ns)?))
 }
 
 /// Q6_K's and Q3_K's scales (`d` per super-block, two signed scales per
 /// block) of `n` rows of `nb` blocks (`ns` super-blocks), interleaved.
-#[allow(clippy::type_complexity)]
-fn k6_scales(
+fn super16<const INTEGER: bool>(
     d: &[f32],
     sc: &[[i8; 2]],
     n: usize,
     nb: usize,
     ns: usize,
-) -> Result<(Vec<Half8>, Vec<[[i8; G]; 2]>), Error> {
-    Ok((
-        half_lanes(d, n, ns)?,
-        lanes(sc, n, nb)
+) -> Result<Super16<INTEGER>, Error> {
+    Ok(Super16 {
+        d: half_lanes(d, n, ns)?,
+        sc: lanes(sc, n, nb)
             .iter()
             .map(|l| [l.map(|s| s[0]), l.map(|s| s[1])])
             .collect(),
-    ))
+    })
 }
 
 /// `n` rows of Q6_K super-blocks (`blocks`: 210 bytes each, row major).
@@ -217,6 +215,5 @@ pub(crate) fn unpack_q6k<'a>(
             sc.push([scales[2 * s] as i8, scales[2 * s + 1] as i8]);
         }
     }
-    let (d, sc) = k6_scales(&d, &sc, n, nb, ns)?;
-    Ok(I6x8::new(&qs, n, nb, SuperK6 { d, sc }))
+    Ok(I6x8::new(&qs, n, nb, super16(&d, &sc, n, nb, ns)?))
 }

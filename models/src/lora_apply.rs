@@ -15,7 +15,7 @@ use hearth_kernels::QuantMatrix;
 
 use std::sync::Arc;
 
-use crate::lora::{LoraAdapter, LoraTarget, RowWeights};
+use crate::lora::{LoraAdapter, LoraTarget, LoraWeights, RowWeights};
 use crate::lora_rows::{low_rank_rows, LowRank};
 use crate::{ModelInfo, PagedSeq};
 
@@ -70,6 +70,13 @@ struct Group<'a> {
     /// delta is spread over the batch with one `index_select` (much faster
     /// than candle's `index_add` on the CPU).
     spread: Tensor,
+}
+
+impl Group<'_> {
+    /// The group's adapter on `target` of `layer`, if it adapts it.
+    fn weights(&self, layer: usize, target: LoraTarget) -> Option<&LoraWeights> {
+        self.adapter.layers.get(layer).and_then(|l| l.get(&target))
+    }
 }
 
 /// The adapter groups of one batch.
@@ -149,40 +156,32 @@ impl<'a> LoraBatch<'a> {
         let lens: Vec<usize> = mats.iter().map(|(_, y)| y.len()).collect();
         deltas.clear();
         deltas.resize(lens.iter().sum(), 0.0);
-        let mut parts = Vec::with_capacity(lens.len());
-        let mut rest = deltas.as_mut_slice();
-        for &len in &lens {
-            let (part, tail) = rest.split_at_mut(len);
-            parts.push(part);
-            rest = tail;
-        }
         let ((), done) = rayon::join(
             || QuantMatrix::matmul_many(&mut mats, x, tokens),
             || -> Result<()> {
-                for (&target, part) in targets.iter().zip(parts.iter_mut()) {
+                let mut rest = deltas.as_mut_slice();
+                for (&target, &len) in targets.iter().zip(&lens) {
+                    let (part, tail) = rest.split_at_mut(len);
                     self.apply_rows_on(layer, target, x, part)?;
+                    rest = tail;
                 }
                 Ok(())
             },
         );
         done?;
-        let mut at = 0;
-        for (((_, y), target), len) in mats.iter_mut().zip(&targets).zip(&lens) {
-            let delta = &deltas[at..at + len];
-            at += len;
+        let mut delta = deltas.as_slice();
+        for (((_, y), &target), &len) in mats.iter_mut().zip(&targets).zip(&lens) {
+            let (part, tail) = delta.split_at(len);
+            delta = tail;
             let n = len / tokens.max(1);
-            for g in &self.groups {
-                if g.adapter
-                    .layers
-                    .get(layer)
-                    .and_then(|l| l.get(target))
-                    .is_none()
-                {
-                    continue;
-                }
+            for g in self
+                .groups
+                .iter()
+                .filter(|g| g.weights(layer, target).is_some())
+            {
                 for &r in &g.row_ids {
                     let rows = r * n..(r + 1) * n;
-                    for (y, d) in y[rows.clone()].iter_mut().zip(&delta[rows]) {
+                    for (y, d) in y[rows.clone()].iter_mut().zip(&part[rows]) {
                         *y += d;
                     }
                 }
@@ -200,7 +199,7 @@ impl<'a> LoraBatch<'a> {
         y: &mut [f32],
     ) -> Result<()> {
         for g in &self.groups {
-            let Some(w) = g.adapter.layers.get(layer).and_then(|l| l.get(&target)) else {
+            let Some(w) = g.weights(layer, target) else {
                 continue;
             };
             let (rank, k) = w.a.dims2()?;
@@ -237,7 +236,7 @@ impl<'a> LoraBatch<'a> {
         mut y: Tensor,
     ) -> Result<Tensor> {
         for g in &self.groups {
-            let Some(w) = g.adapter.layers.get(layer).and_then(|l| l.get(&target)) else {
+            let Some(w) = g.weights(layer, target) else {
                 continue;
             };
             let xs = match g.range {
