@@ -73,6 +73,7 @@ fn random_blocks(format: Format, blocks: usize) -> Vec<u8> {
     let fields: &[usize] = match format {
         Format::Q4_0 | Format::Q5_0 | Format::Q8_0 => &[0],
         Format::Q4_1 | Format::Q5_1 | Format::Q4K | Format::Q5K => &[0, 2],
+        Format::Q2K => &[80, 82],
         Format::Q3K => &[108],
         Format::Q6K => &[208],
     };

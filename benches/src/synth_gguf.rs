@@ -6,7 +6,7 @@
 //! (the default chat model's), padded with reserved control tokens up to the
 //! shape's vocabulary, and random weights (uniform, standard deviation 0.02;
 //! norms 1) quantized the way llama.cpp's `llama-quantize` types a
-//! [`Quant::Q4KM`], [`Quant::Q3KM`] or [`Quant::Q8_0`] file. Tensors are generated, quantized
+//! [`Quant::Q4KM`], [`Quant::Q3KM`], [`Quant::Q2K`] or [`Quant::Q8_0`] file. Tensors are generated, quantized
 //! and written one row chunk at a time, so an 8B file needs a few hundred
 //! megabytes of memory, not its size.
 //!
@@ -134,6 +134,11 @@ pub enum Quant {
     /// the first two layers and Q4_K after, for `ffn_down` Q5_K in the
     /// first sixteenth of the layers and Q4_K after.
     Q3KM,
+    /// llama.cpp's `Q2_K`: Q2_K, with Q6_K for the output head (or the tied
+    /// token table), Q3_K for `attn_output` and `ffn_down`, and for
+    /// `attn_v` Q4_K where four or more query heads share a KV head (Q3_K
+    /// otherwise).
+    Q2K,
 }
 
 impl Quant {
@@ -142,7 +147,8 @@ impl Quant {
             "q8_0" => Ok(Quant::Q8_0),
             "q4_k_m" => Ok(Quant::Q4KM),
             "q3_k_m" => Ok(Quant::Q3KM),
-            other => bail!("unknown quantization `{other}` (q8_0, q4_k_m or q3_k_m)"),
+            "q2_k" => Ok(Quant::Q2K),
+            other => bail!("unknown quantization `{other}` (q8_0, q4_k_m, q3_k_m or q2_k)"),
         }
     }
 
@@ -152,6 +158,7 @@ impl Quant {
             Quant::Q8_0 => 7,
             Quant::Q4KM => 15,
             Quant::Q3KM => 12,
+            Quant::Q2K => 10,
         }
     }
 }
@@ -201,6 +208,22 @@ pub fn tensor_type(name: &str, layer: Option<usize>, shape: &Shape, quant: Quant
                 GgmlDType::Q4K
             } else {
                 GgmlDType::Q3K
+            }
+        }
+        Quant::Q2K => {
+            let head = name == "output.weight" || (shape.tied && name == "token_embd.weight");
+            if head {
+                GgmlDType::Q6K
+            } else if name.ends_with("attn_v.weight") {
+                if shape.heads >= 4 * shape.kv_heads {
+                    GgmlDType::Q4K
+                } else {
+                    GgmlDType::Q3K
+                }
+            } else if name.ends_with("ffn_down.weight") || name.ends_with("attn_output.weight") {
+                GgmlDType::Q3K
+            } else {
+                GgmlDType::Q2K
             }
         }
     }
@@ -333,6 +356,7 @@ fn ggml_type_code(dtype: GgmlDType) -> anyhow::Result<u32> {
     Ok(match dtype {
         GgmlDType::F32 => 0,
         GgmlDType::Q8_0 => 8,
+        GgmlDType::Q2K => 10,
         GgmlDType::Q3K => 11,
         GgmlDType::Q4K => 12,
         GgmlDType::Q5K => 13,
@@ -523,6 +547,34 @@ mod tests {
         let tied = Shape::llama_3_2_1b();
         assert_eq!(
             tensor_type("token_embd.weight", None, &tied, Quant::Q3KM),
+            GgmlDType::Q6K
+        );
+    }
+
+    #[test]
+    fn q2_k_types_follow_llama_cpp() {
+        let s = Shape::llama_3_1_8b();
+        let t = |n: &str, l| tensor_type(n, l, &s, Quant::Q2K);
+        assert_eq!(t("blk.0.attn_q.weight", Some(0)), GgmlDType::Q2K);
+        assert_eq!(t("blk.0.attn_k.weight", Some(0)), GgmlDType::Q2K);
+        assert_eq!(t("blk.9.ffn_gate.weight", Some(9)), GgmlDType::Q2K);
+        assert_eq!(t("blk.9.ffn_up.weight", Some(9)), GgmlDType::Q2K);
+        // 32 query heads on 8 KV heads.
+        assert_eq!(t("blk.1.attn_v.weight", Some(1)), GgmlDType::Q4K);
+        assert_eq!(t("blk.1.ffn_down.weight", Some(1)), GgmlDType::Q3K);
+        assert_eq!(t("blk.5.attn_output.weight", Some(5)), GgmlDType::Q3K);
+        assert_eq!(t("output.weight", None), GgmlDType::Q6K);
+        assert_eq!(t("token_embd.weight", None), GgmlDType::Q2K);
+        let narrow = Shape {
+            kv_heads: 16,
+            ..Shape::llama_3_2_1b()
+        };
+        assert_eq!(
+            tensor_type("blk.0.attn_v.weight", Some(0), &narrow, Quant::Q2K),
+            GgmlDType::Q3K
+        );
+        assert_eq!(
+            tensor_type("token_embd.weight", None, &narrow, Quant::Q2K),
             GgmlDType::Q6K
         );
     }

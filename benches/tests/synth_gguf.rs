@@ -155,6 +155,25 @@ fn q3_k_m_file_has_llama_cpps_mix_and_runs() {
 }
 
 #[test]
+fn q2_k_file_has_llama_cpps_mix_and_runs() {
+    let content = check(&small(false, 4), Quant::Q2K);
+    let dtype = |n: &str| content.tensor_infos[n].ggml_dtype;
+    for l in 0..4 {
+        // 4 query heads on 2 KV heads: attn_v stays at Q3_K.
+        assert_eq!(dtype(&format!("blk.{l}.attn_v.weight")), GgmlDType::Q3K);
+        assert_eq!(dtype(&format!("blk.{l}.ffn_down.weight")), GgmlDType::Q3K);
+        assert_eq!(
+            dtype(&format!("blk.{l}.attn_output.weight")),
+            GgmlDType::Q3K
+        );
+        assert_eq!(dtype(&format!("blk.{l}.attn_q.weight")), GgmlDType::Q2K);
+        assert_eq!(dtype(&format!("blk.{l}.ffn_up.weight")), GgmlDType::Q2K);
+    }
+    assert_eq!(dtype("output.weight"), GgmlDType::Q6K);
+    assert_eq!(dtype("token_embd.weight"), GgmlDType::Q2K);
+}
+
+#[test]
 fn q8_0_file_with_a_tied_head_runs() {
     let content = check(&small(true, 2), Quant::Q8_0);
     assert_eq!(

@@ -34,13 +34,17 @@ pub(crate) struct Acts {
 /// (the 512-bit kernels keep signed values as unsigned bytes, `q + 32`,
 /// `q + 128` or `q + 127`, so that a sum starting here is `sum(q x)`):
 /// `-32` times the sum of the block's quantized values 0..16 and 16..32,
-/// and `-128` and `-127` times the sum of all 32.
+/// and `-128` and `-127` times the sum of all 32; and the two half sums
+/// themselves as 16-bit integers in one word (values 0..16 in the low
+/// half; each at most `16 * 127` in magnitude), which Q2_K's 16-value
+/// mins multiply (`vpmaddwd`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[repr(C, align(16))]
+#[repr(C)]
 pub(crate) struct Bias {
     pub halves32: [i32; 2],
     pub all128: i32,
     pub all127: i32,
+    pub halves: i32,
 }
 
 impl Bias {
@@ -50,6 +54,7 @@ impl Bias {
             halves32: [-32 * h0, -32 * h1],
             all128: -128 * (h0 + h1),
             all127: -127 * (h0 + h1),
+            halves: (h0 as i16 as u16 as u32 | ((h1 as i16 as u16 as u32) << 16)) as i32,
         }
     }
 }

@@ -13,7 +13,9 @@
 //! - the same with a fifth bit per value: Q5_0 (`m = -16 d`), Q5_1, Q5_K;
 //! - signed bytes `q` with a scale `d`: Q8_0, and Q6_K (`q - 32`, kept as
 //!   packed 6-bit values) with a scale per 16 values, and Q3_K (`q - 4`,
-//!   packed 3-bit values) with Q6_K's scales.
+//!   packed 3-bit values) with Q6_K's scales;
+//! - 2-bit values with a 4-bit scale and min per 16 values under f16
+//!   super-block factors: Q2_K (`x8/k2.rs`).
 //!
 //! Every weight is reproduced exactly, in as many bytes as the GGUF blocks
 //! (scales and offsets stay f16; Q4_0's and Q5_0's offsets `-8 d` and `-16
@@ -25,8 +27,9 @@ use std::ops::Range;
 
 use half::f16;
 
-use crate::kquants::{unpack_q3k, unpack_q45k, unpack_q6k};
+use crate::kquants::{unpack_q2k, unpack_q3k, unpack_q45k, unpack_q6k};
 use crate::x8::i8::{I3x8, I6x8, I8x8};
+use crate::x8::k2::K2x8;
 use crate::x8::scales::{Flat, SuperK3, SuperK4, SuperK6};
 use crate::x8::u4::{U4x8, U5x8};
 use crate::x8::{half_lanes, Group8};
@@ -40,6 +43,7 @@ pub enum Format {
     Q5_0,
     Q5_1,
     Q8_0,
+    Q2K,
     Q3K,
     Q4K,
     Q5K,
@@ -48,12 +52,13 @@ pub enum Format {
 
 impl Format {
     /// All formats, for tests and tools.
-    pub const ALL: [Format; 9] = [
+    pub const ALL: [Format; 10] = [
         Format::Q4_0,
         Format::Q4_1,
         Format::Q5_0,
         Format::Q5_1,
         Format::Q8_0,
+        Format::Q2K,
         Format::Q3K,
         Format::Q4K,
         Format::Q5K,
@@ -63,7 +68,7 @@ impl Format {
     /// Values per block (the row length must be a multiple of it).
     pub fn block_values(self) -> usize {
         match self {
-            Format::Q3K | Format::Q4K | Format::Q5K | Format::Q6K => 256,
+            Format::Q2K | Format::Q3K | Format::Q4K | Format::Q5K | Format::Q6K => 256,
             _ => 32,
         }
     }
@@ -76,6 +81,7 @@ impl Format {
             Format::Q5_0 => 22,
             Format::Q5_1 => 24,
             Format::Q8_0 => 34,
+            Format::Q2K => 84,
             Format::Q3K => 110,
             Format::Q4K => 144,
             Format::Q5K => 176,
@@ -119,6 +125,7 @@ macro_rules! with_layout {
             Repr::K5($w) => $body,
             Repr::K6($w) => $body,
             Repr::K3($w) => $body,
+            Repr::K2($w) => $body,
         }
     };
 }
@@ -133,6 +140,7 @@ pub(crate) enum Repr {
     K5(U5x8<SuperK4>),
     K6(I6x8<SuperK6>),
     K3(I3x8<SuperK3>),
+    K2(K2x8),
 }
 
 /// The f16 at byte `at` of a block.
@@ -171,6 +179,7 @@ pub(crate) fn unpack(format: Format, data: &[u8], n: usize, k: usize) -> Result<
     Ok(match format {
         Format::Q4K => Repr::K4(unpack_q45k(chunks, n, k)?),
         Format::Q5K => Repr::K5(unpack_q45k(chunks, n, k)?),
+        Format::Q2K => Repr::K2(unpack_q2k(chunks, n, k)?),
         Format::Q3K => Repr::K3(unpack_q3k(chunks, n, k)?),
         Format::Q6K => Repr::K6(unpack_q6k(chunks, n, k)?),
         Format::Q4_0 | Format::Q4_1 | Format::Q5_0 | Format::Q5_1 => {

@@ -1,5 +1,5 @@
-//! Q3_K, Q4_K, Q5_K and Q6_K unpacked into the interleaved layouts of the 32-value
-//! formats (`x8/`).
+//! Q2_K, Q3_K, Q4_K, Q5_K and Q6_K unpacked into the interleaved layouts of
+//! the 32-value formats (`x8/`).
 //!
 //! A K-quant super-block of 256 values is eight blocks of 32 here, each with
 //! its own integer sub-block scales under the super-block's f16 scales
@@ -15,16 +15,21 @@
 //! - Q3_K: `w = d (sc_g - 32) q` (`q` in -4..4 from two low bits and a high
 //!   bit, `sc` 6-bit per 16 values): packed 3-bit values, which the kernels
 //!   multiply by their (small, integer) 16-value scales, `p = (sc - 32) q`
-//!   in -124..=128, before summing; one factor `d` per block.
+//!   in -124..=128, before summing; one factor `d` per block;
+//! - Q2_K: `w = d sc_g q - dmin mn_g` (`q` 2-bit, `sc`, `mn` 4-bit per 16
+//!   values): a layout of its own (`x8/k2.rs`), whose kernels sum the
+//!   values times their scales and the mins times the activations' half
+//!   sums in integers, under the factors `d` and `-dmin`.
 //!
 //! The activations are quantized per 32 values like those of every other
 //! format (llama.cpp quantizes them per 256 for the K-quants; per 32 is
-//! the finer of the two). Stored sizes per 256 values and row: Q3_K 114
-//! bytes (the GGUF block: 110), Q4_K 148 (144), Q5_K 180 (176) and Q6_K
+//! the finer of the two). Stored sizes per 256 values and row: Q2_K 84
+//! bytes (the GGUF block: 84), Q3_K 114 (110), Q4_K 148 (144), Q5_K 180 (176) and Q6_K
 //! 210 (210).
 
 use crate::formats::{h, pack_nibbles, Q8, QK};
 use crate::x8::i8::{I3x8, I6x8};
+use crate::x8::k2::K2x8;
 use crate::x8::scales::{Super16, SuperK3, SuperK4, SuperK6};
 use crate::x8::u4::Ux8;
 use crate::x8::{half_lanes, lanes, G};
@@ -163,6 +168,42 @@ pub(crate) fn unpack_q3k<'a>(
         }
     }
     Ok(I3x8::new(&qs, n, nb, super16(&d, &sc, n, nb, ns)?))
+}
+
+/// `n` rows of Q2_K super-blocks (`blocks`: 84 bytes each, row major).
+pub(crate) fn unpack_q2k<'a>(
+    blocks: impl ExactSizeIterator<Item = &'a [u8]>,
+    n: usize,
+    k: usize,
+) -> Result<K2x8, Error> {
+    let (nb, ns, total) = (k / QK, k / QKK, blocks.len());
+    let mut qs = Vec::with_capacity(total * G);
+    let mut sm = Vec::with_capacity(total * G);
+    let (mut d, mut dmin) = (Vec::with_capacity(total), Vec::with_capacity(total));
+    for b in blocks {
+        // 16 bytes `sc | mn << 4` (one per 16 values), qs[64] two bits per
+        // value, d, dmin.
+        let (scales, low) = (&b[0..16], &b[16..80]);
+        d.push(h(b, 80));
+        dmin.push(h(b, 82));
+        // Value `128 half + 32 j + t`: bits `2 j..2 j + 2` of byte `32 half
+        // + t`, as Q3_K's low bits; scale and min `8 half + 2 j + t / 16`.
+        for s in 0..G {
+            let (half, j) = (s / 4, s % 4);
+            qs.push(Q8(std::array::from_fn(|t| {
+                ((low[32 * half + t] >> (2 * j)) & 3) as i8
+            })));
+            sm.push([scales[2 * s], scales[2 * s + 1]]);
+        }
+    }
+    Ok(K2x8::new(
+        &qs,
+        &sm,
+        n,
+        nb,
+        half_lanes(&d, n, ns)?,
+        half_lanes(&dmin, n, ns)?,
+    ))
 }
 
 /// Q6_K's and Q3_K's scales (`d` per super-block, two signed scales per

@@ -10,8 +10,10 @@
 //!   Q4_1, Q5_0, Q5_1), or 8-bit values with an f16 scale per 32 (Q8_0);
 //!   the K-quants' 256-value super-blocks as eight such blocks whose
 //!   factors come from their integer sub-block scales (Q4_K as 4-bit, Q5_K
-//!   as 5-bit, Q6_K as signed 6-bit, `kquants.rs`); the weights are
-//!   reproduced exactly, in about the GGUF's bytes;
+//!   as 5-bit, Q6_K as signed 6-bit, Q3_K as signed 3-bit, `kquants.rs`),
+//!   and Q2_K in a 2-bit layout of its own with a scale and a min per 16
+//!   values (`x8/k2.rs`); the weights are reproduced exactly, in about the
+//!   GGUF's bytes;
 //! - the activations are quantized to 8 bits per 32 values as llama.cpp's
 //!   Q8_0/Q8_1 (`act.rs`, which states the error bounds);
 //! - each 32-value block pair contributes `f_w d_x sum(q_w q_x) + m_w s_x`
@@ -181,6 +183,7 @@ impl Isa {
             let f16s: &[(usize, f32)] = match format {
                 Format::Q4_1 | Format::Q5_1 => &[(0, 1e-3), (2, -1e-2)],
                 Format::Q4K | Format::Q5K => &[(0, 1e-4), (2, 1e-4)],
+                Format::Q2K => &[(80, 1e-4), (82, 1e-4)],
                 Format::Q3K => &[(108, 1e-4)],
                 Format::Q6K => &[(208, 1e-5)],
                 _ => &[(0, 1e-3)],

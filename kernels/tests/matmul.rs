@@ -37,12 +37,18 @@ fn blocks_decode_as_the_reference_quantizer_says() {
         assert_eq!(q.dequantize(), want, "{format:?}");
         // The quantizer is sane: every weight within a step of its original
         // (Q3_K's step is a quarter of its 16 values' largest magnitude, up
-        // to 40 here: half a step is 5).
+        // to 40 here: half a step is 5; Q2_K's a third of their range, up to
+        // 80: half a step 13.3, and up to 1.5 scale units more where the
+        // rounded scale clamps the top value, and half a min unit).
         let err = w
             .iter()
             .zip(&want)
             .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
-        let most = if format == Format::Q3K { 5.01 } else { 3.0 };
+        let most = match format {
+            Format::Q3K => 5.01,
+            Format::Q2K => 18.0,
+            _ => 3.0,
+        };
         assert!(err < most, "{format:?}: quantization error {err}");
     }
 }
@@ -205,6 +211,11 @@ fn q5_1() {
 #[test]
 fn q8_0() {
     check_format(Format::Q8_0, &[32, 96, 576, 1536]);
+}
+
+#[test]
+fn q2_k() {
+    check_format(Format::Q2K, &[256, 512, 1536]);
 }
 
 #[test]

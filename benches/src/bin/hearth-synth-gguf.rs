@@ -22,7 +22,7 @@ struct Args {
     /// `llama-3.2-1b` or `llama-3.1-8b`.
     #[arg(long)]
     shape: String,
-    /// `q4_k_m`, `q3_k_m` or `q8_0`.
+    /// `q4_k_m`, `q3_k_m`, `q2_k` or `q8_0`.
     #[arg(long)]
     quant: String,
     /// The GGUF to write.

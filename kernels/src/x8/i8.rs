@@ -47,6 +47,84 @@ pub(crate) struct Q8x8(pub [i8; 256]);
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Crumbs8(pub [u8; 64]);
 
+impl Crumbs8 {
+    /// The low two bits of an interleaved block's values (byte `32 v + 4 l
+    /// + t` of `u` is value `4 v + t` of row `l`).
+    pub(crate) fn pack(u: &[u8; 256]) -> Self {
+        let mut crumbs = [0u8; 64];
+        for v in 0..G {
+            for e in 0..32 {
+                crumbs[32 * (v / 4) + e] |= (u[32 * v + e] & 3) << (2 * (v % 4));
+            }
+        }
+        Crumbs8(crumbs)
+    }
+
+    /// The two bits of value `j` (0..32) of row `l`.
+    pub(crate) fn get(&self, l: usize, j: usize) -> u8 {
+        let v = j / 4;
+        (self.0[32 * (v / 4) + 4 * l + j % 4] >> (2 * (v % 4))) & 3
+    }
+
+    /// A block's crumbs, loaded as two registers `a` (values `0..16` of
+    /// every row) and `b`, into the eight registers of the kernels:
+    /// register `v` holds values `4 v..4 v + 4` of every row, in 0..4 (a
+    /// 16-bit shift moves only the neighbouring byte's other bits across,
+    /// and the mask drops them). A loop, not a closure: a closure would not
+    /// inherit the caller's target features, and its intrinsics would be
+    /// calls.
+    ///
+    /// # Safety
+    /// AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub(crate) unsafe fn regs256(
+        a: std::arch::x86_64::__m256i,
+        b: std::arch::x86_64::__m256i,
+    ) -> [std::arch::x86_64::__m256i; G] {
+        use std::arch::x86_64::*;
+        let low2 = _mm256_set1_epi8(3);
+        let mut out = [_mm256_setzero_si256(); G];
+        for (v, out) in out.iter_mut().enumerate() {
+            let c = if v < 4 { a } else { b };
+            let low = match v % 4 {
+                0 => c,
+                1 => _mm256_srli_epi16::<2>(c),
+                2 => _mm256_srli_epi16::<4>(c),
+                _ => _mm256_srli_epi16::<6>(c),
+            };
+            *out = _mm256_and_si256(low, low2);
+        }
+        out
+    }
+
+    /// [`Crumbs8::regs256`] on 512-bit registers (two blocks).
+    ///
+    /// # Safety
+    /// AVX-512 F/BW.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub(crate) unsafe fn regs512(
+        a: std::arch::x86_64::__m512i,
+        b: std::arch::x86_64::__m512i,
+    ) -> [std::arch::x86_64::__m512i; G] {
+        use std::arch::x86_64::*;
+        let low2 = _mm512_set1_epi8(3);
+        let mut out = [_mm512_setzero_si512(); G];
+        for (v, out) in out.iter_mut().enumerate() {
+            let c = if v < 4 { a } else { b };
+            let low = match v % 4 {
+                0 => c,
+                1 => _mm512_srli_epi16::<2>(c),
+                2 => _mm512_srli_epi16::<4>(c),
+                _ => _mm512_srli_epi16::<6>(c),
+            };
+            *out = _mm512_and_si512(low, low2);
+        }
+        out
+    }
+}
+
 /// A signed matrix of `BITS`-bit values (8, 6 or 3) with its rows
 /// interleaved by eight; block `b` of group `g` at `g * nb + b`. 6-bit
 /// values (`q + 32` in 0..64 for `q` in -32..32, Q6_K) are stored packed:
@@ -121,20 +199,19 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
                 (q[e] + Self::BIAS) as u8
             });
             // Byte `32 v + 4 l + t` of `u` is value `4 v + t` of row `l`.
-            let (mut nib, mut crumbs, mut bits) = ([0u8; 128], [0u8; 64], [0u8; 32]);
+            let (mut nib, mut bits) = ([0u8; 128], [0u8; 32]);
             for v in 0..G {
                 for e in 0..32 {
                     let x = u[32 * v + e];
                     if BITS == 6 {
                         nib[32 * (v % 4) + e] |= (x & 0xF) << (4 * (v / 4));
-                        crumbs[32 * (v / 4) + e] |= (x >> 4) << (2 * (v % 4));
                     } else {
-                        crumbs[32 * (v / 4) + e] |= (x & 3) << (2 * (v % 4));
                         bits[e] |= (x >> 2) << v;
                     }
                 }
             }
-            this.hi.push(Crumbs8(crumbs));
+            let shift = if BITS == 6 { 4 } else { 0 };
+            this.hi.push(Crumbs8::pack(&u.map(|x| x >> shift)));
             if BITS == 6 {
                 this.lo.push(Nib8(nib));
             } else {
@@ -171,12 +248,12 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
         let h = self.hi.as_ptr().add(i) as *const __m256i;
         let (a, b) = (_mm256_load_si256(h), _mm256_load_si256(h.add(1)));
         if BITS == 3 {
-            let low2 = _mm256_set1_epi8(3);
             let bit2 = _mm256_set1_epi8(4);
             let t = _mm256_load_si256(self.top.as_ptr().add(i) as *const __m256i);
             // Bit `v` of `t`'s bytes to bit 2: a 16-bit shift moves only
             // the neighbouring byte's other bits across, and the mask drops
-            // them; likewise bits `2 (v % 4)..` of the crumbs to bits 0, 1.
+            // them (as for the crumbs).
+            let low = Crumbs8::regs256(a, b);
             let third = [
                 _mm256_slli_epi16::<2>(t),
                 _mm256_slli_epi16::<1>(t),
@@ -188,17 +265,7 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
                 _mm256_srli_epi16::<5>(t),
             ];
             return std::array::from_fn(|v| {
-                let c = if v < 4 { a } else { b };
-                let low = match v % 4 {
-                    0 => c,
-                    1 => _mm256_srli_epi16::<2>(c),
-                    2 => _mm256_srli_epi16::<4>(c),
-                    _ => _mm256_srli_epi16::<6>(c),
-                };
-                let u = _mm256_or_si256(
-                    _mm256_and_si256(low, low2),
-                    _mm256_and_si256(third[v], bit2),
-                );
+                let u = _mm256_or_si256(low[v], _mm256_and_si256(third[v], bit2));
                 _mm256_sub_epi8(u, bias)
             });
         }
@@ -256,7 +323,6 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
             // 16-value scale `sc`, in 16-bit lanes (even and odd bytes
             // apart), stored as `p + 127` (in 3..=255; `p = 128` wraps to
             // the byte -128 and back to 255).
-            let low2 = _mm512_set1_epi8(3);
             let bit2 = _mm512_set1_epi8(4);
             let four = _mm512_set1_epi8(4);
             let bias = _mm512_set1_epi8(127);
@@ -291,19 +357,10 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
                 _mm512_srli_epi16::<4>(t),
                 _mm512_srli_epi16::<5>(t),
             ];
+            let low = Crumbs8::regs512(a, b);
             let mut out = [_mm512_setzero_si512(); G];
             for (v, out) in out.iter_mut().enumerate() {
-                let c = if v < 4 { a } else { b };
-                let low = match v % 4 {
-                    0 => c,
-                    1 => _mm512_srli_epi16::<2>(c),
-                    2 => _mm512_srli_epi16::<4>(c),
-                    _ => _mm512_srli_epi16::<6>(c),
-                };
-                let u = _mm512_or_si512(
-                    _mm512_and_si512(low, low2),
-                    _mm512_and_si512(third[v], bit2),
-                );
+                let u = _mm512_or_si512(low[v], _mm512_and_si512(third[v], bit2));
                 let q = _mm512_sub_epi8(u, four);
                 let even = _mm512_srai_epi16::<8>(_mm512_slli_epi16::<8>(q));
                 let odd = _mm512_srai_epi16::<8>(q);
@@ -356,7 +413,7 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
 
     fn q(&self, i: usize, l: usize, j: usize) -> i32 {
         let (v, e) = (j / 4, 4 * l + j % 4);
-        let crumb = || (self.hi[i].0[32 * (v / 4) + e] >> (2 * (v % 4))) & 3;
+        let crumb = || self.hi[i].get(l, j);
         match BITS {
             8 => self.qs[i].0[32 * v + e] as i32,
             6 => {

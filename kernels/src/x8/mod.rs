@@ -17,6 +17,7 @@
 //!   Q5_1, Q5_K (5-bit);
 //! - [`i8`]: Q8_0 (signed 8-bit values, `w = f q`), Q6_K (signed 6-bit,
 //!   one factor per 16 values) and Q3_K (signed 3-bit, Q6_K's factors);
+//! - [`k2`]: Q2_K (2-bit values with a scale and a min per 16 values);
 //! - [`scales`]: the factors `f` and offsets `m` as each format keeps them
 //!   (the K-quants' 256-value super-blocks are eight 32-value blocks here,
 //!   whose factors come from the integer sub-block scales).
@@ -30,6 +31,7 @@
 //! (decode, bound by memory) the 256-bit tiles run.
 
 pub(crate) mod i8;
+pub(crate) mod k2;
 pub(crate) mod scales;
 pub(crate) mod u4;
 #[cfg(target_arch = "x86_64")]
@@ -243,6 +245,18 @@ pub(crate) trait Group8 {
     /// AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI; both groups exist.
     #[cfg(target_arch = "x86_64")]
     unsafe fn unpack2(&self, g: usize, out: &mut Vec<wide::Unpacked>);
+
+    /// With [`wide::Sums::Mins16`], the 16-value integer mins of blocks
+    /// `i0` and `i1` (the same block of two groups) as 16-bit pairs, one
+    /// pair per row lane; the other layouts have none (zero).
+    ///
+    /// # Safety
+    /// AVX-512 F/BW; both blocks exist.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn mins2(&self, _i0: usize, _i1: usize) -> std::arch::x86_64::__m512i {
+        std::arch::x86_64::_mm512_setzero_si512()
+    }
 }
 
 /// Stores the rows of group `g` that exist (`t[l][j]` to `out[a + j][8 g +

@@ -57,7 +57,7 @@ pub(crate) unsafe fn load_pair(lo: *const __m256i, hi: *const __m256i) -> __m512
 /// v..4 v + 4` of the sixteen rows as unsigned bytes (biased as
 /// [`Group8::SUMS`] says), `d` their factors and `m` their offsets
 /// (`w = d q + m`), or with [`Sums::Halves32`] the factors of values 16..32
-/// (`d` those of 0..16).
+/// (`d` those of 0..16), or with [`Sums::Mins16`] those of the mins.
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub(crate) struct Unpacked {
@@ -79,6 +79,11 @@ pub(crate) enum Sums {
     /// Q3_K's values times their sub-block scales, `p + 127` (`p` in
     /// -124..=128): one sum from `-127 sum(x)`.
     All127,
+    /// Q2_K's values times their sub-block scales (unsigned): one sum from
+    /// zero with factor `d` (`Unpacked::d`), and the integer mins
+    /// ([`Group8::mins2`]) times the activations' half sums with factor
+    /// `-dmin` (`Unpacked::m`).
+    Mins16,
 }
 
 thread_local! {
@@ -97,6 +102,8 @@ thread_local! {
 /// blocks.
 #[inline(always)]
 unsafe fn tile_unpacked<W: Group8, const A: usize>(
+    w: &W,
+    g: usize,
     blocks: &[Unpacked],
     acts: &Acts,
     a: usize,
@@ -105,6 +112,11 @@ unsafe fn tile_unpacked<W: Group8, const A: usize>(
     assert!(blocks.len() == nb && (a + A) * nb <= acts.qs.len());
     let mut acc = [_mm512_setzero_ps(); A];
     for (b, u) in blocks.iter().enumerate() {
+        let mins = if W::SUMS == Sums::Mins16 {
+            w.mins2(g * nb + b, (g + 1) * nb + b)
+        } else {
+            _mm512_setzero_si512()
+        };
         for (j, acc) in acc.iter_mut().enumerate() {
             let ai = (a + j) * nb + b;
             let x = acts.qs.as_ptr().add(ai) as *const i32;
@@ -139,10 +151,16 @@ unsafe fn tile_unpacked<W: Group8, const A: usize>(
                     let s = sum(start, 0..G);
                     *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(u.d, dx), *acc);
                 }
+                Sums::Mins16 => {
+                    let s = sum(0, 0..G);
+                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(u.d, dx), *acc);
+                    let s2 = _mm512_madd_epi16(mins, _mm512_set1_epi32(bias.halves));
+                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_mul_ps(u.m, dx), *acc);
+                }
             }
         }
     }
-    if W::SUMS != Sums::Offsets {
+    if !matches!(W::SUMS, Sums::Offsets | Sums::Mins16) {
         // The 256-bit signed tiles add their (zero) offsets' sums last.
         acc = acc.map(|acc| _mm512_add_ps(acc, _mm512_setzero_ps()));
     }
@@ -195,7 +213,13 @@ pub(crate) unsafe fn run<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, ou
                 let at = tile_rows(m - a, 8);
                 macro_rules! pair {
                     ($a:literal) => {
-                        put_pair(rows, g, a, tile_unpacked::<W, $a>(scratch, acts, a), out)
+                        put_pair(
+                            rows,
+                            g,
+                            a,
+                            tile_unpacked::<W, $a>(w, g, scratch, acts, a),
+                            out,
+                        )
                     };
                 }
                 match at {

@@ -70,8 +70,9 @@ fn nibbles(q: &[u8]) -> [u8; 16] {
 /// Quantizes `w` (length a multiple of the block size) to `format`; returns
 /// the bytes, the decoded values, and the offset `m` of each 32 values in
 /// `w = d q + m` where the kernels use one (Q4_0's `-8 d`, Q5_0's `-16 d`,
-/// Q4_1, Q5_1, Q4_K's and Q5_K's `-dmin mn`; 0 for Q8_0 and Q6_K, whose
-/// offsets live in `q`).
+/// Q4_1, Q5_1, Q4_K's and Q5_K's `-dmin mn`; 0 for Q8_0, Q6_K and Q3_K,
+/// whose offsets live in `q`, and for Q2_K, whose 16-value mins the
+/// kernels multiply by the activations' exact integer sums).
 pub fn quantize(format: Format, w: &[f32]) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
     let (mut out, mut deq) = (Vec::new(), Vec::with_capacity(w.len()));
     let mut offsets = Vec::new();
@@ -136,6 +137,7 @@ pub fn quantize(format: Format, w: &[f32]) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
             }
             Format::Q4K => quantize_q4k(b, &mut out, &mut deq, &mut offsets),
             Format::Q5K => quantize_q5k(b, &mut out, &mut deq, &mut offsets),
+            Format::Q2K => quantize_q2k(b, &mut out, &mut deq),
             Format::Q3K => quantize_q3k(b, &mut out, &mut deq),
             Format::Q6K => quantize_q6k(b, &mut out, &mut deq),
         }
@@ -222,6 +224,39 @@ fn quantize_q5k(b: &[f32], out: &mut Vec<u8>, deq: &mut Vec<f32>, offsets: &mut 
             out.push((q[64 * c + l] & 0xF) | ((q[64 * c + 32 + l] & 0xF) << 4));
         }
     }
+}
+
+/// One Q2_K super-block, as ggml lays it out: 16 bytes of 4-bit scales
+/// (low nibble) and mins (high nibble), one per 16 values, `qs[64]`, `d`
+/// and `dmin` (f16). Value `i` = `d sc_g q - dmin mn_g` for its 16-value
+/// group `g` and `q` in 0..4, `128 h + 32 j + t` (`h` in 0..2, `j` in 0..4,
+/// `t` in 0..32) keeping its two bits at bits `2 j` of `qs[32 h + t]`.
+fn quantize_q2k(b: &[f32], out: &mut Vec<u8>, deq: &mut Vec<f32>) {
+    let (mut scale, mut minv) = ([0f32; 16], [0f32; 16]);
+    for g in 0..16 {
+        let sb = &b[16 * g..16 * g + 16];
+        let lo = sb.iter().fold(0f32, |a, &v| a.min(v)); // <= 0
+        let hi = sb.iter().fold(f32::MIN, |a, &v| a.max(v));
+        scale[g] = (hi - lo) / 3.0;
+        minv[g] = -lo;
+    }
+    let d = f16r(scale.iter().fold(0f32, |a, &v| a.max(v)) / 15.0);
+    let dmin = f16r(minv.iter().fold(0f32, |a, &v| a.max(v)) / 15.0);
+    let sc: [u8; 16] = std::array::from_fn(|g| qround(scale[g] * inv(d), 0.0, 15.0));
+    let mn: [u8; 16] = std::array::from_fn(|g| qround(minv[g] * inv(dmin), 0.0, 15.0));
+    let mut qs = [0u8; 64];
+    for (i, &v) in b.iter().enumerate() {
+        let g = i / 16;
+        let (ds, ms) = (d * sc[g] as f32, dmin * mn[g] as f32);
+        let q = qround((v + ms) * inv(ds), 0.0, 3.0);
+        deq.push(ds * q as f32 + -ms);
+        let (h, j, t) = (i / 128, (i % 128) / 32, i % 32);
+        qs[32 * h + t] |= q << (2 * j);
+    }
+    out.extend((0..16).map(|g| sc[g] | (mn[g] << 4)));
+    out.extend_from_slice(&qs);
+    out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+    out.extend_from_slice(&f16::from_f32(dmin).to_le_bytes());
 }
 
 /// One Q3_K super-block, as ggml lays it out: `hmask[32]`, `qs[64]`, 12
