@@ -184,7 +184,7 @@ impl Group8 for K2x8 {
             }
             let dx = acts.d[ai];
             let (d, dmin) = (self.d[i / G].get(l), self.dmin[i / G].get(l));
-            acc += s1 as f32 * (d * dx) + s2 as f32 * (-dmin * dx);
+            acc += (d * s1 as f32 + -dmin * s2 as f32) * dx;
         }
         acc
     }
@@ -240,11 +240,20 @@ impl Group8 for K2x8 {
                 // The half sums as 16-bit pairs, times the scale pairs.
                 let pairs = _mm256_blend_epi16::<0b1010_1010>(s[0], _mm256_slli_epi32::<16>(s[1]));
                 let s1 = _mm256_madd_epi16(pairs, sc);
-                let halves = (*acts.bias.as_ptr().add(ai)).halves;
-                let s2 = _mm256_madd_epi16(mn, _mm256_set1_epi32(halves));
+                let halves = _mm256_set1_epi32((*acts.bias.as_ptr().add(ai)).halves);
+                let s2 = if VNNI {
+                    _mm256_dpwssd_epi32(_mm256_setzero_si256(), mn, halves)
+                } else {
+                    _mm256_madd_epi16(mn, halves)
+                };
+                // `(d S1 - dmin S2) d_x`.
+                let t = _mm256_fmadd_ps(
+                    nd,
+                    _mm256_cvtepi32_ps(s2),
+                    _mm256_mul_ps(d, _mm256_cvtepi32_ps(s1)),
+                );
                 let dx = _mm256_set1_ps(*acts.d.get_unchecked(ai));
-                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(d, dx), *acc);
-                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2), _mm256_mul_ps(nd, dx), *acc);
+                *acc = _mm256_fmadd_ps(t, dx, *acc);
             }
         }
         acc

@@ -153,9 +153,15 @@ unsafe fn tile_unpacked<W: Group8, const A: usize>(
                 }
                 Sums::Mins16 => {
                     let s = sum(0, 0..G);
-                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(u.d, dx), *acc);
-                    let s2 = _mm512_madd_epi16(mins, _mm512_set1_epi32(bias.halves));
-                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_mul_ps(u.m, dx), *acc);
+                    let halves = _mm512_set1_epi32(bias.halves);
+                    let s2 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mins, halves);
+                    // As the 256-bit tile: `(d S1 - dmin S2) d_x`.
+                    let t = _mm512_fmadd_ps(
+                        u.m,
+                        _mm512_cvtepi32_ps(s2),
+                        _mm512_mul_ps(u.d, _mm512_cvtepi32_ps(s)),
+                    );
+                    *acc = _mm512_fmadd_ps(t, dx, *acc);
                 }
             }
         }
