@@ -19,7 +19,8 @@
 //!   `vpdpbusd`, or `vpmaddubsw` without VNNI), pack the two half sums (at
 //!   most `16 * 3 * 127` in magnitude) into 16-bit pairs and multiply them
 //!   by the pairs of scales (`vpmaddwd`); `S2` is one `vpmaddwd` of the
-//!   pairs of mins and of activation half sums.
+//!   pairs of mins and of activation half sums; then `(d S1 - dmin S2)
+//!   d_x` in three float operations.
 //! - The 512-bit kernels multiply the values by their scales as they unpack
 //!   them (`p = sc q` in 0..=45, unsigned bytes: one `vpmullw` per register,
 //!   as the two bytes of a 16-bit lane never carry into each other), sum
@@ -241,11 +242,7 @@ impl Group8 for K2x8 {
                 let pairs = _mm256_blend_epi16::<0b1010_1010>(s[0], _mm256_slli_epi32::<16>(s[1]));
                 let s1 = _mm256_madd_epi16(pairs, sc);
                 let halves = _mm256_set1_epi32((*acts.bias.as_ptr().add(ai)).halves);
-                let s2 = if VNNI {
-                    _mm256_dpwssd_epi32(_mm256_setzero_si256(), mn, halves)
-                } else {
-                    _mm256_madd_epi16(mn, halves)
-                };
+                let s2 = _mm256_madd_epi16(mn, halves);
                 // `(d S1 - dmin S2) d_x`.
                 let t = _mm256_fmadd_ps(
                     nd,

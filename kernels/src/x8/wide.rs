@@ -92,6 +92,65 @@ thread_local! {
     static SCRATCH: RefCell<Vec<Unpacked>> = const { RefCell::new(Vec::new()) };
 }
 
+/// One activation block `ai` times an unpacked block `u` (with `mins`, see
+/// [`Sums::Mins16`]), added to `acc` as [`tile_unpacked`] says.
+///
+/// # Safety
+/// AVX-512 F/VNNI; the activation block exists.
+#[inline(always)]
+unsafe fn row<W: Group8>(
+    u: &Unpacked,
+    mins: __m512i,
+    acts: &Acts,
+    ai: usize,
+    mut acc: __m512,
+) -> __m512 {
+    let x = acts.qs.as_ptr().add(ai) as *const i32;
+    let bias = &*acts.bias.as_ptr().add(ai);
+    let sum = |start: i32, vs: std::ops::Range<usize>| {
+        let mut s = _mm512_set1_epi32(start);
+        for v in vs {
+            s = _mm512_dpbusd_epi32(s, u.w[v], _mm512_set1_epi32(x.add(v).read()));
+        }
+        s
+    };
+    let dx = _mm512_set1_ps(*acts.d.get_unchecked(ai));
+    match W::SUMS {
+        Sums::Offsets => {
+            let s = sum(0, 0..G);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(u.d, dx), acc);
+            let sx = _mm512_set1_ps(*acts.s.get_unchecked(ai));
+            _mm512_fmadd_ps(u.m, sx, acc)
+        }
+        Sums::Halves32 => {
+            let s0 = sum(bias.halves32[0], 0..G / 2);
+            let s1 = sum(bias.halves32[1], G / 2..G);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(u.d, dx), acc);
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(u.m, dx), acc)
+        }
+        Sums::All128 | Sums::All127 => {
+            let start = if W::SUMS == Sums::All128 {
+                bias.all128
+            } else {
+                bias.all127
+            };
+            let s = sum(start, 0..G);
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(u.d, dx), acc)
+        }
+        Sums::Mins16 => {
+            let s = sum(0, 0..G);
+            let s2 = _mm512_madd_epi16(mins, _mm512_set1_epi32(bias.halves));
+            // As the 256-bit tile: `(d S1 - dmin S2) d_x`.
+            let t = _mm512_fmadd_ps(
+                u.m,
+                _mm512_cvtepi32_ps(s2),
+                _mm512_mul_ps(u.d, _mm512_cvtepi32_ps(s)),
+            );
+            _mm512_fmadd_ps(t, dx, acc)
+        }
+    }
+}
+
 /// Blocks `blocks` (one group pair's, in order) of a `W` times activation
 /// rows `a..a + A`: lanes 0..8 of `[j]` are [`Group8::tile`]'s lanes for
 /// the first group, lanes 8..16 those for the second, with the same integer
@@ -117,54 +176,16 @@ unsafe fn tile_unpacked<W: Group8, const A: usize>(
         } else {
             _mm512_setzero_si512()
         };
-        for (j, acc) in acc.iter_mut().enumerate() {
-            let ai = (a + j) * nb + b;
-            let x = acts.qs.as_ptr().add(ai) as *const i32;
-            let bias = &*acts.bias.as_ptr().add(ai);
-            let sum = |start: i32, vs: std::ops::Range<usize>| {
-                let mut s = _mm512_set1_epi32(start);
-                for v in vs {
-                    s = _mm512_dpbusd_epi32(s, u.w[v], _mm512_set1_epi32(x.add(v).read()));
+        // Unrolled, so that the accumulators stay in registers (a loop over
+        // `j` was kept as a loop, with them on the stack).
+        macro_rules! rows {
+            ($($j:literal)*) => {$(
+                if $j < A {
+                    acc[$j] = row::<W>(u, mins, acts, (a + $j) * nb + b, acc[$j]);
                 }
-                s
-            };
-            let dx = _mm512_set1_ps(*acts.d.get_unchecked(ai));
-            match W::SUMS {
-                Sums::Offsets => {
-                    let s = sum(0, 0..G);
-                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(u.d, dx), *acc);
-                    let sx = _mm512_set1_ps(*acts.s.get_unchecked(ai));
-                    *acc = _mm512_fmadd_ps(u.m, sx, *acc);
-                }
-                Sums::Halves32 => {
-                    let s0 = sum(bias.halves32[0], 0..G / 2);
-                    let s1 = sum(bias.halves32[1], G / 2..G);
-                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(u.d, dx), *acc);
-                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(u.m, dx), *acc);
-                }
-                Sums::All128 | Sums::All127 => {
-                    let start = if W::SUMS == Sums::All128 {
-                        bias.all128
-                    } else {
-                        bias.all127
-                    };
-                    let s = sum(start, 0..G);
-                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(u.d, dx), *acc);
-                }
-                Sums::Mins16 => {
-                    let s = sum(0, 0..G);
-                    let halves = _mm512_set1_epi32(bias.halves);
-                    let s2 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mins, halves);
-                    // As the 256-bit tile: `(d S1 - dmin S2) d_x`.
-                    let t = _mm512_fmadd_ps(
-                        u.m,
-                        _mm512_cvtepi32_ps(s2),
-                        _mm512_mul_ps(u.d, _mm512_cvtepi32_ps(s)),
-                    );
-                    *acc = _mm512_fmadd_ps(t, dx, *acc);
-                }
-            }
+            )*};
         }
+        rows!(0 1 2 3 4 5 6 7);
     }
     if !matches!(W::SUMS, Sums::Offsets | Sums::Mins16) {
         // The 256-bit signed tiles add their (zero) offsets' sums last.
