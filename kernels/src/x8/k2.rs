@@ -223,17 +223,18 @@ impl Group8 for K2x8 {
                 // Each half's sum of `q x`: four products of at most 2 * 3
                 // * 127 add up in i16 without VNNI.
                 let mut s = [_mm256_setzero_si256(); 2];
-                for (h, s) in s.iter_mut().enumerate() {
+                for (h, (s, w)) in s.iter_mut().zip(w.chunks_exact(4)).enumerate() {
+                    let x = x.add(4 * h);
                     if VNNI {
-                        for v in 4 * h..4 * h + 4 {
+                        for (v, &w) in w.iter().enumerate() {
                             let xv = _mm256_set1_epi32(x.add(v).read());
-                            *s = _mm256_dpbusd_epi32(*s, w[v], xv);
+                            *s = _mm256_dpbusd_epi32(*s, w, xv);
                         }
                     } else {
                         let mut s16 = _mm256_setzero_si256();
-                        for v in 4 * h..4 * h + 4 {
+                        for (v, &w) in w.iter().enumerate() {
                             let xv = _mm256_set1_epi32(x.add(v).read());
-                            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[v], xv));
+                            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w, xv));
                         }
                         *s = _mm256_madd_epi16(s16, ones);
                     }
