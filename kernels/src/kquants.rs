@@ -24,8 +24,8 @@
 //! The activations are quantized per 32 values like those of every other
 //! format (llama.cpp quantizes them per 256 for the K-quants; per 32 is
 //! the finer of the two). Stored sizes per 256 values and row: Q2_K 84
-//! bytes (the GGUF block: 84), Q3_K 114 (110), Q4_K 148 (144), Q5_K 180 (176) and Q6_K
-//! 210 (210).
+//! bytes (the GGUF block: 84), Q3_K 114 (110), Q4_K 148 (144), Q5_K 180
+//! (176) and Q6_K 210 (210).
 
 use crate::formats::{h, pack_nibbles, Q8, QK};
 use crate::x8::i8::{I3x8, I6x8};

@@ -16,7 +16,8 @@
 //! - [`u4`]: Q4_0, Q4_1, Q4_K (4-bit values, `w = f q + m`) and Q5_0,
 //!   Q5_1, Q5_K (5-bit);
 //! - [`i8`]: Q8_0 (signed 8-bit values, `w = f q`), Q6_K (signed 6-bit,
-//!   one factor per 16 values) and Q3_K (signed 3-bit, Q6_K's factors);
+//!   one factor per 16 values) and Q3_K (signed 3-bit, its integer
+//!   16-value scales applied to the values, one factor per block);
 //! - [`k2`]: Q2_K (2-bit values with a scale and a min per 16 values);
 //! - [`scales`]: the factors `f` and offsets `m` as each format keeps them
 //!   (the K-quants' 256-value super-blocks are eight 32-value blocks here,

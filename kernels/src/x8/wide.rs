@@ -13,12 +13,15 @@
 //!
 //! `vpdpbusd` multiplies unsigned weight bytes by signed activation bytes,
 //! and AVX-512 has no `vpsignb` for the 256-bit kernels' sign trick, so the
-//! signed layouts are unpacked with a bias, `q + 128` (Q8_0) or `q + 32`
-//! (Q6_K), and each sum starts from the activation block's correction
-//! instead of zero ([`crate::act::Bias`]: `-128 sum(x)`, or `-32` times
-//! each half block's sum), which leaves exactly `sum(q x)`. Each lane thus
-//! does the 256-bit tile's integer sums and float operations in the same
-//! order, so the results are the same bits.
+//! signed layouts are unpacked with a bias, `q + 128` (Q8_0), `q + 32`
+//! (Q6_K) or, for Q3_K's values times their 16-value scales, `p + 127`,
+//! and each sum starts from the activation block's correction instead of
+//! zero ([`crate::act::Bias`]: `-128 sum(x)`, `-127 sum(x)`, or `-32` times
+//! each half block's sum), which leaves exactly `sum(q x)`. Q2_K's values
+//! are unsigned already (times their scales at unpacking); its mins meet
+//! the activations' half sums ([`Sums::Mins16`]). Each lane thus does the
+//! 256-bit tile's integer sums and float operations in the same order, so
+//! the results are the same bits.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
