@@ -13,8 +13,11 @@
 //! `decode/B1x128` figure; `pp512` one 512-token prompt, submit to its first
 //! token, as `prefill/512`. With DEPTH, the decode follows a DEPTH-token
 //! prompt instead (`tg128 @ dDEPTH`, as llama-bench's `-d`: the cost of
-//! attention over a long context), and `pp512` is skipped. `HEARTH_BENCH_DEVICE=cuda` runs it on a GPU
-//! (build with `--features cuda`).
+//! attention over a long context), and `pp512` is skipped.
+//! `HEARTH_BENCH_BATCHES=1,16,64` also times decoding with that many
+//! sequences at once (`tg128 B16`: tokens per second over all of them;
+//! default `1`). `HEARTH_BENCH_DEVICE=cuda` runs it on a GPU (build with
+//! `--features cuda`).
 
 #[path = "../benches/shared/engine_run.rs"]
 mod engine_run;
@@ -46,10 +49,25 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let batches: Vec<usize> = std::env::var("HEARTH_BENCH_BATCHES")
+        .unwrap_or_else(|_| "1".into())
+        .split(',')
+        .map(|b| {
+            b.trim()
+                .parse()
+                .context("HEARTH_BENCH_BATCHES: comma-separated sizes")
+        })
+        .collect::<anyhow::Result<_>>()?;
     decode_round(&rt, &engine, 1, 1, 8);
-    let tg: Vec<f64> = (0..reps)
-        .map(|_| 128.0 / decode_round(&rt, &engine, 1, depth.max(1), 128).as_secs_f64())
-        .collect();
+    let decode = |b: usize| -> Vec<f64> {
+        (0..reps)
+            .map(|_| {
+                let t = decode_round(&rt, &engine, b, depth.max(1), 128);
+                (b * 128) as f64 / t.as_secs_f64()
+            })
+            .collect()
+    };
+    let tg: Vec<(usize, Vec<f64>)> = batches.iter().map(|&b| (b, decode(b))).collect();
     let pp: Vec<f64> = if depth > 0 {
         Vec::new()
     } else {
@@ -60,12 +78,21 @@ fn main() -> anyhow::Result<()> {
     let name = path
         .file_name()
         .map_or(String::new(), |n| n.to_string_lossy().into_owned());
-    let tg_name = if depth > 0 {
-        format!("tg128 @ d{depth}")
-    } else {
-        "tg128".into()
-    };
-    for (test, xs) in [(tg_name.as_str(), &tg), ("pp512", &pp)] {
+    let mut rows: Vec<(String, &Vec<f64>)> = tg
+        .iter()
+        .map(|(b, xs)| {
+            let mut test = "tg128".to_string();
+            if *b != 1 {
+                test += &format!(" B{b}");
+            }
+            if depth > 0 {
+                test += &format!(" @ d{depth}");
+            }
+            (test, xs)
+        })
+        .collect();
+    rows.push(("pp512".into(), &pp));
+    for (test, xs) in rows {
         if xs.is_empty() {
             continue;
         }

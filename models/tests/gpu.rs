@@ -232,3 +232,48 @@ fn sixty_four_streams_in_one_batch_match_each_alone() -> Result<()> {
     }
     Ok(())
 }
+
+/// Greedy tokens of `prompt` through the paged pool: `steps` tokens, or
+/// fewer where the two best logits come within `tie` of each other (a
+/// rounding difference could then pick either).
+fn greedy(model: &Llama, prompt: &[u32], steps: usize, tie: f32) -> Result<Vec<u32>> {
+    let table: Vec<u32> = (0..(CONTEXT / BLOCK_SIZE) as u32).collect();
+    let mut pool = model.new_pool(table.len())?;
+    let mut out = Vec::new();
+    let mut next = prompt.to_vec();
+    let mut pos = 0;
+    for _ in 0..steps {
+        let seqs = [PagedSeq::new(&next, pos, &table)];
+        let logits = model.forward_paged(&seqs, &mut pool)?;
+        let row = logits.to_device(&Device::Cpu)?.to_vec2::<f32>()?.remove(0);
+        pos += next.len();
+        let mut order: Vec<usize> = (0..row.len()).collect();
+        order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+        if row[order[0]] - row[order[1]] < tie {
+            break;
+        }
+        out.push(order[0] as u32);
+        next = vec![order[0] as u32];
+    }
+    Ok(out)
+}
+
+/// Greedy decoding on the GPU (its matmuls, its KV pool and the fused
+/// paged-attention kernel) picks the CPU's tokens.
+#[test]
+fn greedy_tokens_on_the_gpu_equal_the_cpus() -> Result<()> {
+    let Some(gpu) = cuda() else { return Ok(()) };
+    let w = weights()?;
+    let cpu = safetensors_model(&w, DType::F32, &Device::Cpu)?.with_kv_dtype(DType::F32)?;
+    let gm = safetensors_model(&w, DType::F32, &gpu)?.with_kv_dtype(DType::F32)?;
+    let mut compared = 0;
+    for prompt in [&[1u32, 2, 3][..], &[50, 7, 7, 7, 99, 0, 13], &[42]] {
+        let want = greedy(&cpu, prompt, 40, 1e-3)?;
+        let got = greedy(&gm, prompt, want.len(), 0.0)?;
+        assert_eq!(got, want, "prompt {prompt:?}");
+        compared += want.len();
+    }
+    assert!(compared >= 30, "only {compared} tokens without near ties");
+    eprintln!("{compared} greedy tokens equal");
+    Ok(())
+}

@@ -38,6 +38,7 @@ use rayon::prelude::*;
 mod attend;
 #[cfg(target_arch = "x86_64")]
 mod attend_wide;
+mod fused;
 mod tensors;
 
 use attend::Task;

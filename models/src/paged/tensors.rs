@@ -21,6 +21,7 @@
 
 use candle_core::{DType, Device, Result, Tensor};
 
+use super::fused::{self, PagedDecode};
 use super::{SeqView, BLOCK_SIZE};
 
 /// Keys and values of every layer, on one device.
@@ -30,6 +31,9 @@ pub(crate) struct TensorKv {
     head_dim: usize,
     dtype: DType,
     device: Device,
+    /// Decoding rows through the fused op ([`super::fused`]) rather than
+    /// gathered copies: on CUDA, where the kernel has the head size.
+    fused: bool,
     /// Per layer: `(keys, values)`, each `[rows, num_kv_heads * head_dim]`.
     layers: Vec<(Tensor, Tensor)>,
 }
@@ -48,6 +52,7 @@ impl TensorKv {
             head_dim,
             dtype,
             device: device.clone(),
+            fused: device.is_cuda() && fused::kernel_supports(head_dim),
             layers: Vec::with_capacity(num_layers),
         };
         for _ in 0..num_layers {
@@ -183,6 +188,14 @@ impl TensorKv {
     fn attend_decode(&self, layer: usize, q: &Tensor, seqs: &[&SeqView<'_>]) -> Result<Tensor> {
         let (keys, values) = &self.layers[layer];
         let (nh, _, d) = q.dims3()?;
+        let at: Vec<u32> = seqs.iter().map(|s| s.offset as u32).collect();
+        let at = Tensor::new(at.as_slice(), &self.device)?;
+        if self.fused {
+            // [nh, t, d] -> [b, nh, d]
+            let qs = q.index_select(&at, 1)?.transpose(0, 1)?.contiguous()?;
+            let op = PagedDecode::new(seqs, nh, self.num_kv_heads, d);
+            return fused::paged_decode(&qs, keys, values, op);
+        }
         let nkv = self.num_kv_heads;
         let n_rep = nh / nkv;
         let b = seqs.len();
@@ -206,10 +219,9 @@ impl TensorKv {
                 .contiguous()
         };
         let (k, v) = (gather(keys)?, gather(values)?);
-        let at: Vec<u32> = seqs.iter().map(|s| s.offset as u32).collect();
         // [nh, b, d] -> [b, nkv, n_rep, d]
         let qs = q
-            .index_select(&Tensor::new(at.as_slice(), &self.device)?, 1)?
+            .index_select(&at, 1)?
             .transpose(0, 1)?
             .reshape((b, nkv, n_rep, d))?
             .contiguous()?;
@@ -275,26 +287,53 @@ mod tests {
             .collect()
     }
 
-    /// Runs the same steps (sequences at scattered blocks, prefill then
-    /// decode) through the CPU pool and op and through the tensor pool, and
-    /// returns the largest difference of the outputs.
-    fn compare(dtype: DType, nh: usize, nkv: usize, d: usize) -> Result<f32> {
-        let dev = Device::Cpu;
+    /// Sequences' block tables and each step's new rows per sequence:
+    /// blocks scattered over the pool, a prefill, decode steps, a chunk
+    /// beside decoding rows (either order).
+    struct Case {
+        tables: [Vec<u32>; 3],
+        steps: Vec<[usize; 3]>,
+    }
+
+    fn short_case() -> Case {
+        Case {
+            tables: [vec![7, 2, 9], vec![0], vec![11, 4, 5, 1]],
+            steps: vec![[20, 5, 40], [1, 1, 1], [1, 9, 1], [3, 1, 1]],
+        }
+    }
+
+    /// Contexts of hundreds of positions (every warp of the CUDA kernel
+    /// takes many keys), tables in reverse pool order.
+    fn long_case() -> Case {
+        let table = |from: u32| (0..24).map(|b| from + 23 - b).collect();
+        Case {
+            tables: [table(0), table(24), table(48)],
+            steps: vec![[300, 17, 129], [1, 1, 1], [1, 40, 1], [1, 1, 1]],
+        }
+    }
+
+    /// Runs the same steps through the CPU pool and op and through the
+    /// tensor pool on `dev` (decoding rows through the fused op or not),
+    /// and returns the largest difference of the outputs.
+    fn compare(
+        dev: &Device,
+        fused: bool,
+        case: &Case,
+        (dtype, nh, nkv, d): (DType, usize, usize, usize),
+    ) -> Result<f32> {
         let layers = 2;
-        let mut cpu = KvPool::new(layers, nkv, d, 12, dtype)?;
-        let gpu = KvPool::on_device(layers, nkv, d, 12, dtype, &dev)?;
-        let kv = gpu.tensors().expect("a tensor pool");
-        let tables: [&[u32]; 3] = [&[7, 2, 9], &[0], &[11, 4, 5, 1]];
-        // Prefill, a decode step, decode beside a chunk (either order).
-        let steps: [[usize; 3]; 4] = [[20, 5, 40], [1, 1, 1], [1, 9, 1], [3, 1, 1]];
+        let blocks = 1 + *case.tables.iter().flatten().max().expect("blocks") as usize;
+        let mut cpu = KvPool::new(layers, nkv, d, blocks, dtype)?;
+        let mut kv = TensorKv::new(layers, nkv, d, blocks, dtype, dev)?;
+        kv.fused = fused;
         let mut pos = [0usize; 3];
         let mut worst = 0f32;
-        for (step, lens) in steps.iter().enumerate() {
+        for (step, lens) in case.steps.iter().enumerate() {
             let mut views = Vec::new();
             let mut offset = 0;
             for s in 0..3 {
                 views.push(SeqView {
-                    blocks: tables[s],
+                    blocks: &case.tables[s],
                     pos: pos[s],
                     offset,
                     len: lens[s],
@@ -315,11 +354,11 @@ mod tests {
                     tokens: t,
                 };
                 let want = paged_attention(&cpu, layer, &q, shape, &views);
-                let rows = pool_rows(&views, &dev)?;
-                let tk = Tensor::from_vec(k, (nkv, t, d), &dev)?;
-                let tv = Tensor::from_vec(v, (nkv, t, d), &dev)?;
+                let rows = pool_rows(&views, dev)?;
+                let tk = Tensor::from_vec(k, (nkv, t, d), dev)?;
+                let tv = Tensor::from_vec(v, (nkv, t, d), dev)?;
                 kv.write(layer, &rows, &tk, &tv)?;
-                let tq = Tensor::from_vec(q, (nh, t, d), &dev)?;
+                let tq = Tensor::from_vec(q, (nh, t, d), dev)?;
                 let got = kv.attend(layer, &tq, &views)?;
                 assert_eq!(got.dims2()?, (t, nh * d));
                 let got = got.flatten_all()?.to_vec1::<f32>()?;
@@ -334,16 +373,56 @@ mod tests {
         Ok(worst)
     }
 
+    const SHAPES: [(DType, usize, usize, usize); 4] = [
+        (DType::F32, 4, 2, 8),
+        (DType::F16, 4, 2, 8),
+        (DType::BF16, 6, 3, 16),
+        (DType::F16, 4, 4, 64),
+    ];
+
     #[test]
     fn tensor_pool_attention_matches_the_cpu_op() -> Result<()> {
-        for (dtype, nh, nkv, d) in [
-            (DType::F32, 4, 2, 8),
-            (DType::F16, 4, 2, 8),
-            (DType::BF16, 6, 3, 16),
-            (DType::F16, 4, 4, 64),
-        ] {
-            let diff = compare(dtype, nh, nkv, d)?;
-            assert!(diff < 1e-5, "{dtype:?} nh {nh} nkv {nkv} d {d}: {diff}");
+        for fused in [false, true] {
+            for shape in SHAPES {
+                let diff = compare(&Device::Cpu, fused, &short_case(), shape)?;
+                assert!(diff < 1e-5, "{shape:?} fused {fused}: {diff}");
+            }
+        }
+        let shape = (DType::BF16, 8, 2, 32);
+        let diff = compare(&Device::Cpu, true, &long_case(), shape)?;
+        assert!(diff < 1e-5, "long {shape:?}: {diff}");
+        Ok(())
+    }
+
+    /// The CUDA kernel (and the gathered path on the GPU) against the CPU
+    /// op, for every head size the kernel is built for.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_paged_decode_kernel_matches_the_cpu_op() -> Result<()> {
+        let dev = match Device::new_cuda(0) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("skipped: no CUDA device ({e})");
+                return Ok(());
+            }
+        };
+        let shapes = [
+            (DType::F32, 4, 2, 32),
+            (DType::F16, 32, 8, 64),
+            (DType::BF16, 32, 8, 64),
+            (DType::F16, 6, 2, 96),
+            (DType::BF16, 32, 8, 128),
+            (DType::F32, 8, 8, 128),
+            (DType::F16, 4, 1, 256),
+        ];
+        for shape in shapes {
+            assert!(fused::kernel_supports(shape.3));
+            for case in [short_case(), long_case()] {
+                for fused in [true, false] {
+                    let diff = compare(&dev, fused, &case, shape)?;
+                    assert!(diff < 1e-4, "cuda {shape:?} fused {fused}: {diff}");
+                }
+            }
         }
         Ok(())
     }
