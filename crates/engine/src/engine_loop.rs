@@ -465,8 +465,17 @@ impl EngineLoop {
             }
         }
         let sampling = row_of.iter().flatten().count();
-        let sample =
-            |(seq, row): (&mut Sequence, &Option<usize>)| row.map(|r| seq.sample(&rows[r]));
+        let sample = |(seq, row): (&mut Sequence, &Option<usize>)| {
+            row.map(|r| match &rows {
+                StepLogits::Rows(rows) => seq.sample(&rows[r]),
+                // Picked on the device: only argmax-only sequences ran.
+                StepLogits::Argmax(ids) => Sampled {
+                    id: ids[r],
+                    logprob: None,
+                    top: Vec::new(),
+                },
+            })
+        };
         let samples: Vec<Option<Sampled>> = if sampling > 1 {
             self.active
                 .par_iter_mut()
@@ -489,8 +498,12 @@ impl EngineLoop {
         }
     }
 
-    /// One forward over the planned chunks; logits per planned row.
-    fn forward(&mut self, plan: &[(usize, usize)]) -> Result<Vec<Vec<f32>>, String> {
+    /// One forward over the planned chunks; logits per planned row, or
+    /// only each row's argmax where the model runs on a GPU and every
+    /// planned sequence wants nothing else (the logits then stay there).
+    fn forward(&mut self, plan: &[(usize, usize)]) -> Result<StepLogits, String> {
+        let on_device = !self.parts.model.device().is_cpu()
+            && plan.iter().all(|&(i, _)| self.active[i].argmax_only());
         let seqs: Vec<PagedSeq<'_>> = plan
             .iter()
             .map(|&(i, n)| {
@@ -505,10 +518,14 @@ impl EngineLoop {
             .collect();
         let model = &self.parts.model;
         let pool = &mut self.pool;
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            model
-                .forward_paged(&seqs, pool)
-                .and_then(|t| t.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>())
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| -> candle_core::Result<_> {
+            let logits = model.forward_paged(&seqs, pool)?;
+            if on_device {
+                let ids = logits.argmax(candle_core::D::Minus1)?.to_vec1::<u32>()?;
+                return Ok(StepLogits::Argmax(ids));
+            }
+            let rows = logits.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
+            Ok(StepLogits::Rows(rows))
         }));
         match result {
             Ok(Ok(rows)) => Ok(rows),
@@ -516,6 +533,14 @@ impl EngineLoop {
             Err(panic) => Err(format!("engine panic: {}", panic_message(&panic))),
         }
     }
+}
+
+/// What a step's forward gives the samplers.
+enum StepLogits {
+    /// Each planned row's logits, on the host.
+    Rows(Vec<Vec<f32>>),
+    /// Each planned row's argmax, picked on the device.
+    Argmax(Vec<u32>),
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

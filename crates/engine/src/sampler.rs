@@ -112,6 +112,20 @@ impl Sampler {
         t.is_nan() || t < GREEDY_TEMPERATURE
     }
 
+    /// True when the token is the logits' argmax and nothing else is asked
+    /// of them (greedy, no bias, no penalties, no log-probabilities): the
+    /// engine can then pick it where the logits are (on a GPU) instead of
+    /// reading them back.
+    pub fn argmax_only(&self) -> bool {
+        let p = &self.params;
+        self.is_greedy()
+            && p.logit_bias.is_empty()
+            && p.logprobs.is_none()
+            && p.repetition_penalty == 1.0
+            && p.presence_penalty == 0.0
+            && p.frequency_penalty == 0.0
+    }
+
     /// Picks the next token. `prompt` and `generated` feed the penalties.
     pub fn sample(&mut self, logits: &[f32], prompt: &[u32], generated: &[u32]) -> Sampled {
         assert!(!logits.is_empty(), "sample: empty logits");
@@ -328,6 +342,34 @@ mod tests {
 
     fn freq(ids: &[u32], id: u32) -> f64 {
         ids.iter().filter(|&&i| i == id).count() as f64 / ids.len() as f64
+    }
+
+    /// Exactly the parameters under which the token is the raw argmax
+    /// and nothing else is read from the logits.
+    #[test]
+    fn argmax_only_means_greedy_with_nothing_else_asked() {
+        let greedy = |f: fn(&mut SamplingParams)| {
+            params(|p| {
+                *p = SamplingParams::greedy();
+                f(p)
+            })
+        };
+        let only = |p: &SamplingParams| Sampler::new(p).argmax_only();
+        assert!(only(&greedy(|_| {})));
+        assert!(only(&greedy(|p| p.top_k = 5)), "top-k changes no argmax");
+        for (what, p) in [
+            ("temperature", params(|p| p.temperature = 0.7)),
+            ("logprobs", greedy(|p| p.logprobs = Some(0))),
+            ("logit_bias", greedy(|p| p.logit_bias = vec![(1, 5.0)])),
+            ("repetition", greedy(|p| p.repetition_penalty = 1.2)),
+            ("presence", greedy(|p| p.presence_penalty = 0.5)),
+            ("frequency", greedy(|p| p.frequency_penalty = 0.5)),
+        ] {
+            assert!(!only(&p), "{what}");
+        }
+        // Where it holds, sampling is the argmax.
+        let p = greedy(|_| {});
+        assert_eq!(Sampler::new(&p).sample(&logits(), &[], &[]).id, 3);
     }
 
     #[test]

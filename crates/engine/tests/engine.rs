@@ -12,8 +12,13 @@ use hearth_engine::load::load_gguf;
 use hearth_engine::{EngineConfig, EngineHandle, EngineParts};
 use serde_json::Value;
 
-fn start(config: EngineConfig) -> EngineHandle {
-    let lm = load_gguf(&common::smollm_gguf(), &Device::Cpu).unwrap();
+fn start(mut config: EngineConfig) -> EngineHandle {
+    let device = common::test_device();
+    if !device.is_cpu() {
+        // Not 90% of the GPU per engine: the tests start several.
+        config.kv_cache_bytes.get_or_insert(256 << 20);
+    }
+    let lm = load_gguf(&common::smollm_gguf(), &device).unwrap();
     EngineHandle::start(
         EngineParts {
             model: lm.model,

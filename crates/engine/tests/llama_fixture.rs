@@ -6,7 +6,6 @@
 
 mod common;
 
-use candle_core::Device;
 use hearth_engine::load::load_gguf;
 use serde_json::Value;
 
@@ -40,7 +39,7 @@ fn argmax(v: &[f32]) -> u32 {
 
 #[test]
 fn teacher_forced_logprobs_match_llama_cpp() {
-    let lm = load_gguf(&common::smollm_gguf(), &Device::Cpu).unwrap();
+    let lm = load_gguf(&common::smollm_gguf(), &common::test_device()).unwrap();
     let fixture = common::fixture("smollm2_greedy.json");
     for case in fixture["cases"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();

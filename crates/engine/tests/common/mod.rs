@@ -65,3 +65,15 @@ pub fn minilm_dir() -> PathBuf {
     DIR.get_or_init(|| pulled("sentence-transformers/all-MiniLM-L6-v2").0)
         .clone()
 }
+
+/// Where the model tests run: `$HEARTH_TEST_DEVICE` (`cpu`, `cuda`,
+/// `cuda:N`...; default `cpu`), so that the same fixture checks run on a
+/// GPU in a binary built with `--features cuda`.
+pub fn test_device() -> candle_core::Device {
+    let spec: hearth_engine::DeviceSpec = std::env::var("HEARTH_TEST_DEVICE")
+        .unwrap_or_else(|_| "cpu".into())
+        .parse()
+        .unwrap_or_else(|e| panic!("HEARTH_TEST_DEVICE: {e}"));
+    spec.open()
+        .unwrap_or_else(|e| panic!("HEARTH_TEST_DEVICE: {e:#}"))
+}
