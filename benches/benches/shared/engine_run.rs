@@ -18,7 +18,11 @@ static ALLOC: hearth_kernels::HugePageAlloc = hearth_kernels::HugePageAlloc;
 
 /// An engine over `lm` (its model, or `model` in its place) with room for 64 sequences and 512-token steps
 /// (a 512-token prompt is one step, as llama-bench's pp512 is one batch).
+/// `HEARTH_BENCH_KV_MB` sizes the KV pool (default: the engine's).
 pub fn start(lm: LoadedLm, model: Option<Box<dyn CausalLM>>) -> EngineHandle {
+    let kv_cache_bytes = std::env::var("HEARTH_BENCH_KV_MB")
+        .ok()
+        .map(|mb| mb.parse::<usize>().expect("HEARTH_BENCH_KV_MB: MiB") << 20);
     EngineHandle::start(
         EngineParts {
             model: model.unwrap_or(lm.model),
@@ -30,6 +34,7 @@ pub fn start(lm: LoadedLm, model: Option<Box<dyn CausalLM>>) -> EngineHandle {
             max_waiting: 256,
             max_active: 64,
             max_batch_tokens: 512,
+            kv_cache_bytes,
             ..EngineConfig::default()
         },
     )

@@ -141,7 +141,13 @@ fn metal(_: usize) -> anyhow::Result<Device> {
 pub fn memory_info(device: &Device) -> Option<(usize, usize)> {
     #[cfg(feature = "cuda")]
     if let Ok(cuda) = device.as_cuda_device() {
-        return cuda.cuda_stream().context().mem_get_info().ok();
+        return match cuda.cuda_stream().context().mem_get_info() {
+            Ok(info) => Some(info),
+            Err(e) => {
+                tracing::warn!("cannot read the GPU's free memory: {e}");
+                None
+            }
+        };
     }
     let _ = device;
     None

@@ -116,6 +116,13 @@ fn greedy_generation_matches_llama_cpp_up_to_the_strict_prefix() {
 
 #[test]
 fn eight_prompts_joining_at_different_steps_match_one_at_a_time() {
+    if !common::test_device().is_cpu() {
+        // Bit-for-bit equality across batch shapes is a property of the CPU
+        // kernels; candle's CUDA matmuls pick other kernels (other roundings)
+        // by row count. models/tests/gpu.rs checks GPU batching with limits.
+        eprintln!("skipped on a GPU: batch-shape rounding differs there");
+        return;
+    }
     let engine = start(EngineConfig {
         max_active: 8,
         max_batch_tokens: 64,
