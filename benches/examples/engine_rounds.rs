@@ -58,49 +58,39 @@ fn main() -> anyhow::Result<()> {
                 .context("HEARTH_BENCH_BATCHES: comma-separated sizes")
         })
         .collect::<anyhow::Result<_>>()?;
+    let name = path
+        .file_name()
+        .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    // Each figure is printed as soon as it is measured.
+    let report = |test: String, xs: &[f64]| {
+        let (mean, sd) = mean_sd(xs);
+        println!("{name} | {test} | {mean:.2} ± {sd:.2} tok/s");
+    };
     decode_round(&rt, &engine, 1, 1, 8);
-    let decode = |b: usize| -> Vec<f64> {
+    for &b in &batches {
         // Unmeasured: a GPU compiles each kernel (per batch shape) once.
         decode_round(&rt, &engine, b, depth.max(1), 2);
-        (0..reps)
+        let xs: Vec<f64> = (0..reps)
             .map(|_| {
                 let t = decode_round(&rt, &engine, b, depth.max(1), 128);
                 (b * 128) as f64 / t.as_secs_f64()
             })
-            .collect()
-    };
-    let tg: Vec<(usize, Vec<f64>)> = batches.iter().map(|&b| (b, decode(b))).collect();
-    let pp: Vec<f64> = if depth > 0 {
-        Vec::new()
-    } else {
-        prefill_once(&rt, &engine, reps + 1, 512);
-        (1..=reps)
-            .map(|seq| 512.0 / prefill_once(&rt, &engine, seq, 512).as_secs_f64())
-            .collect()
-    };
-    let name = path
-        .file_name()
-        .map_or(String::new(), |n| n.to_string_lossy().into_owned());
-    let mut rows: Vec<(String, &Vec<f64>)> = tg
-        .iter()
-        .map(|(b, xs)| {
-            let mut test = "tg128".to_string();
-            if *b != 1 {
-                test += &format!(" B{b}");
-            }
-            if depth > 0 {
-                test += &format!(" @ d{depth}");
-            }
-            (test, xs)
-        })
-        .collect();
-    rows.push(("pp512".into(), &pp));
-    for (test, xs) in rows {
-        if xs.is_empty() {
-            continue;
+            .collect();
+        let mut test = "tg128".to_string();
+        if b != 1 {
+            test += &format!(" B{b}");
         }
-        let (mean, sd) = mean_sd(xs);
-        println!("{name} | {test} | {mean:.2} ± {sd:.2} tok/s");
+        if depth > 0 {
+            test += &format!(" @ d{depth}");
+        }
+        report(test, &xs);
+    }
+    if depth == 0 {
+        prefill_once(&rt, &engine, reps + 1, 512);
+        let xs: Vec<f64> = (1..=reps)
+            .map(|seq| 512.0 / prefill_once(&rt, &engine, seq, 512).as_secs_f64())
+            .collect();
+        report("pp512".into(), &xs);
     }
     Ok(())
 }
