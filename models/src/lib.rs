@@ -37,6 +37,7 @@
 
 mod bert;
 mod bert_cpu;
+mod device_sync;
 pub mod diffusion;
 mod encoder;
 mod gguf;
@@ -59,6 +60,7 @@ pub use bert::{l2_normalize, pool, Bert, BertConfig, CrossEncoder, EncoderInput,
 pub use bert_cpu::EncoderPrecision;
 pub use candle_core::quantized::gguf_file;
 pub use candle_core::{DType, Device, Tensor};
+pub use device_sync::settle;
 pub use encoder::EncoderConfig;
 pub use gguf::lora_spec_from_gguf;
 pub use kv_cache::KvCache;

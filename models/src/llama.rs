@@ -278,6 +278,8 @@ impl Llama {
             )
         }
         let device = embed.device();
+        // The weights were uploaded by this thread; the model runs on others.
+        crate::settle(&device)?;
         let cpu_blocks = if device.is_cpu() {
             CpuBlocks::new(&blocks, &rotary, i.num_heads, i.num_kv_heads, i.head_dim)?
         } else {
@@ -520,6 +522,12 @@ impl Llama {
     /// already validated: logits `[batch, vocab]` of each sequence's last
     /// token.
     fn run_paged(&self, seqs: &[PagedSeq<'_>], pool: &mut KvPool) -> Result<Tensor> {
+        if !self.device.is_cpu() {
+            // On the GPU the whole pass stays on the calling thread: it
+            // queues on that thread's stream, where the caller reads the
+            // result (`device_sync.rs`).
+            return self.run_paged_here(seqs, pool);
+        }
         on_rayon_worker(|| self.run_paged_here(seqs, pool))
     }
 

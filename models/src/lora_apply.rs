@@ -51,6 +51,8 @@ impl LoraSpec {
                 };
             }
         }
+        // Uploaded by this (loader) thread, used by the engine's.
+        crate::settle(&self.device)?;
         Ok(out)
     }
 }

@@ -73,6 +73,7 @@ pub fn load_cross_encoder(
 ) -> anyhow::Result<LoadedCrossEncoder> {
     let (config, vb) = crate::embed::read_encoder_folder(dir, device)?;
     let model = config.load_cross_encoder(vb)?;
+    hearth_models::settle(device)?;
     let max_tokens = max_tokens.min(model.encoder().max_positions()).max(4);
     let mut tokenizer = crate::embed::load_tokenizer(&dir.join("tokenizer.json"))?;
     tokenizer

@@ -192,6 +192,8 @@ pub fn load_sentence_encoder(dir: &Path, device: &Device) -> anyhow::Result<Load
     let st = read_sentence_config(dir)?;
     let tokenizer = load_tokenizer(&dir.join("tokenizer.json"))?;
     let bert = config.load_encoder(vb)?;
+    // Uploaded here, run on the batcher's thread.
+    hearth_models::settle(device)?;
     let max_tokens = st
         .max_seq_length
         .unwrap_or(bert.max_positions())

@@ -131,6 +131,7 @@ impl ImageModel {
             DType::F16
         };
         let pipeline = DiffusionPipeline::load(&entry.dir(models_dir), device, dtype)?;
+        hearth_models::settle(device)?;
         Ok(Self::from_pipeline(entry.clone(), pipeline, config))
     }
 

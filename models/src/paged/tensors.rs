@@ -59,6 +59,8 @@ impl TensorKv {
             kv.layers
                 .push((kv.zeros(num_blocks)?, kv.zeros(num_blocks)?));
         }
+        // Zeroed by this thread; written and read by the engine's.
+        crate::settle(device)?;
         Ok(kv)
     }
 
@@ -85,7 +87,7 @@ impl TensorKv {
             *k = Tensor::cat(&[&*k, &extra], 0)?;
             *v = Tensor::cat(&[&*v, &extra], 0)?;
         }
-        Ok(())
+        crate::settle(&self.device)
     }
 
     /// Writes the new rows' keys and values of `layer`: `k` and `v` are
