@@ -169,7 +169,9 @@ impl ChatModel {
         if let Some(adapter) = adapter {
             lm.model.merge_lora(adapter)?;
         }
-        if config.kv_cache_bytes.is_none() {
+        if config.kv_cache_bytes.is_none() && device.is_cpu() {
+            // On a GPU the engine sizes the pool from the device's free
+            // memory (`gpu_memory_fraction`) instead.
             let weights = dir_bytes(&entry.dir(models_dir));
             config.kv_cache_bytes = Some(crate::engine::default_kv_cache_bytes(weights));
         }
