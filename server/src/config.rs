@@ -385,6 +385,11 @@ pub struct EndpointArgs {
     /// with 503).
     #[arg(long, env = "HEARTH_ENDPOINT_DRAIN_SECS", default_value_t = 30)]
     pub endpoint_drain_secs: u64,
+    /// Devices endpoint replicas may run on, comma-separated (`cuda:1,cuda:2`);
+    /// each new replica goes to the one with the most free memory. Default:
+    /// every GPU when models run on a GPU, else the `--device`.
+    #[arg(long, env = "HEARTH_ENDPOINT_DEVICES", value_delimiter = ',')]
+    pub endpoint_devices: Vec<hearth_engine::DeviceSpec>,
 }
 
 impl Default for EndpointArgs {
@@ -393,6 +398,7 @@ impl Default for EndpointArgs {
             endpoint_memory_mb: None,
             endpoint_threads: None,
             endpoint_scale_down_secs: 60,
+            endpoint_devices: Vec::new(),
             endpoint_drain_secs: 30,
         }
     }
@@ -593,5 +599,32 @@ fn parse_fraction(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
         _ => Err(format!("`{s}` is not a fraction in (0, 1]")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use hearth_engine::DeviceSpec;
+
+    #[derive(Parser)]
+    struct Endpoints {
+        #[command(flatten)]
+        args: super::EndpointArgs,
+    }
+
+    #[test]
+    fn endpoint_devices_are_a_comma_separated_list() {
+        let parse = |args: &[&str]| Endpoints::try_parse_from(args).map(|e| e.args);
+        let e = parse(&["t", "--endpoint-devices", "cuda:1,cuda:2"]).unwrap();
+        assert_eq!(
+            e.endpoint_devices,
+            [DeviceSpec::Cuda(1), DeviceSpec::Cuda(2)]
+        );
+        assert!(parse(&["t"]).unwrap().endpoint_devices.is_empty());
+        let err = parse(&["t", "--endpoint-devices", "cuda:1,tpu"])
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("unknown device `tpu`"), "{err}");
     }
 }

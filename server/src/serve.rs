@@ -131,13 +131,15 @@ pub fn build_state(
         let model = load_adapter_entry(entry, &models_dir, &chat, started_at)?;
         adapters.insert(entry.id.clone(), model);
     }
+    let endpoint_devices =
+        hearth_engine::device::endpoint_devices(&device, &args.endpoints.endpoint_devices)?;
     let endpoints = crate::endpoints::Endpoints::new(crate::endpoints::HostConfig {
         models_dir: models_dir.clone(),
         engine: config.clone(),
         encoder: encoder_config.clone(),
         encoder_precision: args.encoder_precision,
-        capacity: crate::endpoints::Capacity::from_args(&args.endpoints, &device),
-        device: device.clone(),
+        capacity: crate::endpoints::Capacity::from_args(&args.endpoints, &endpoint_devices),
+        devices: endpoint_devices,
         scale_down_after: std::time::Duration::from_secs(args.endpoints.endpoint_scale_down_secs),
         drain_deadline: std::time::Duration::from_secs(args.endpoints.endpoint_drain_secs),
     });

@@ -136,6 +136,78 @@ fn metal(_: usize) -> anyhow::Result<Device> {
     anyhow::bail!("this binary was built without Metal; build it on macOS with `--features metal`")
 }
 
+/// The devices dedicated-endpoint replicas may run on: those `listed`
+/// (`--endpoint-devices`), or else every GPU of the server's kind (each
+/// CUDA device the driver reports), or the server's device alone (the CPU,
+/// Metal). The server's own device is reused, not opened again. A list
+/// must not mix the CPU with GPUs: flavors are either CPU or GPU flavors.
+pub fn endpoint_devices(server: &Device, listed: &[DeviceSpec]) -> anyhow::Result<Vec<Device>> {
+    let devices: Vec<Device> = if listed.is_empty() {
+        match server.location() {
+            candle_core::DeviceLocation::Cuda { gpu_id } => (0..cuda_device_count())
+                .map(|n| {
+                    if n == gpu_id {
+                        Ok(server.clone())
+                    } else {
+                        cuda(n)
+                    }
+                })
+                .collect::<anyhow::Result<_>>()?,
+            _ => vec![server.clone()],
+        }
+    } else {
+        listed
+            .iter()
+            .map(|spec| match spec {
+                DeviceSpec::Auto => Ok(server.clone()),
+                s if s.names(server) => Ok(server.clone()),
+                s => s.open(),
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    if devices.is_empty() {
+        return Ok(vec![server.clone()]);
+    }
+    if devices.iter().any(Device::is_cpu) && devices.iter().any(|d| !d.is_cpu()) {
+        anyhow::bail!("--endpoint-devices mixes the CPU with GPUs; list one kind");
+    }
+    Ok(devices)
+}
+
+impl DeviceSpec {
+    /// True when this names `device` (same backend and ordinal).
+    fn names(self, device: &Device) -> bool {
+        use candle_core::DeviceLocation as L;
+        match (self, device.location()) {
+            (Self::Cpu, L::Cpu) => true,
+            (Self::Cuda(n), L::Cuda { gpu_id }) | (Self::Metal(n), L::Metal { gpu_id }) => {
+                n == gpu_id
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Where the next replica goes: the device with the most free memory
+/// (the first of equals, and the first where none reports its memory).
+pub fn most_free(devices: &[Device]) -> Device {
+    let free: Vec<Option<usize>> = devices
+        .iter()
+        .map(|d| memory_info(d).map(|(free, _)| free))
+        .collect();
+    devices[index_of_most_free(&free)].clone()
+}
+
+fn index_of_most_free(free: &[Option<usize>]) -> usize {
+    let mut best = 0;
+    for (i, f) in free.iter().enumerate() {
+        if f.unwrap_or(0) > free[best].unwrap_or(0) {
+            best = i;
+        }
+    }
+    best
+}
+
 /// Free and total memory of `device` in bytes, where the backend reports
 /// them (CUDA); `None` on the CPU and Metal.
 pub fn memory_info(device: &Device) -> Option<(usize, usize)> {
@@ -196,6 +268,32 @@ fn kv_budget(free: usize, total: usize, fraction: f64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_replica_goes_where_most_memory_is_free() {
+        assert_eq!(index_of_most_free(&[Some(5), Some(9), Some(9)]), 1);
+        assert_eq!(index_of_most_free(&[Some(5), None, Some(2)]), 0);
+        assert_eq!(index_of_most_free(&[None, None]), 0);
+        assert_eq!(index_of_most_free(&[None, Some(1)]), 1);
+    }
+
+    #[test]
+    fn endpoint_devices_default_to_the_servers_and_refuse_mixes() {
+        let cpu = Device::Cpu;
+        let all = endpoint_devices(&cpu, &[]).unwrap();
+        assert_eq!(all.len(), 1);
+        assert!(all[0].is_cpu());
+        let listed = endpoint_devices(&cpu, &[DeviceSpec::Cpu, DeviceSpec::Auto]).unwrap();
+        assert!(listed.iter().all(Device::is_cpu));
+        assert!(DeviceSpec::Cpu.names(&cpu));
+        assert!(!DeviceSpec::Cuda(0).names(&cpu));
+        // Without a GPU (or without the feature) a listed GPU cannot open.
+        if cuda_device_count() == 0 {
+            let e = endpoint_devices(&cpu, &[DeviceSpec::Cuda(0)]).unwrap_err();
+            assert!(e.to_string().contains("CUDA"), "{e}");
+        }
+        assert_eq!(most_free(&all).location(), cpu.location());
+    }
 
     #[test]
     fn parses_every_form() {

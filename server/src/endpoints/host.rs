@@ -41,10 +41,15 @@ pub struct Capacity {
 
 impl Capacity {
     /// From the flags, defaulting to 80% of the memory available now (the
-    /// GPU's on a GPU) and every core.
-    pub fn from_args(args: &EndpointArgs, device: &hearth_engine::Device) -> Self {
+    /// GPUs' together, on GPUs) and every core. `devices` are where
+    /// replicas may run (all of one kind).
+    pub fn from_args(args: &EndpointArgs, devices: &[hearth_engine::Device]) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let gpu_memory = hearth_engine::device::memory_info(device).map(|(free, _)| free as u64);
+        let gpu_memory = devices
+            .iter()
+            .map(|d| hearth_engine::device::memory_info(d).map(|(free, _)| free as u64))
+            .sum::<Option<u64>>();
+        let device = &devices[0];
         let gpu = (!device.is_cpu()).then(|| {
             gpu_type(
                 &hearth_engine::device::product_name(device)

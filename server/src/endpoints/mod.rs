@@ -38,8 +38,9 @@ pub struct HostConfig {
     /// threads and queue.
     pub encoder: BatcherConfig,
     pub encoder_precision: EncoderPrecision,
-    /// Where replicas run.
-    pub device: hearth_engine::Device,
+    /// Where replicas may run (each new one on the device with the most
+    /// free memory; all of one kind, `--endpoint-devices`).
+    pub devices: Vec<hearth_engine::Device>,
     /// How long an endpoint above `min_replicas` must be idle before it
     /// drops a replica.
     pub scale_down_after: std::time::Duration,

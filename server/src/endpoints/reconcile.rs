@@ -417,7 +417,12 @@ async fn start_replica(
     let r = &flavor.resources;
     let entry = model.base.entry().clone();
     let dir = host.models_dir.clone();
-    let device = host.device.clone();
+    let device = hearth_engine::device::most_free(&host.devices);
+    tracing::info!(
+        model = %model.name,
+        device = %hearth_engine::device::describe(&device),
+        "starting a replica"
+    );
     if let Base::Embed(_) = model.base {
         let config = BatcherConfig {
             max_waiting: r.max_active as usize,
