@@ -174,6 +174,7 @@ fn quantized_gguf_on_the_gpu_matches_the_cpu() -> Result<()> {
     for dtype in [
         GgmlDType::Q8_0,
         GgmlDType::Q4_0,
+        GgmlDType::Q4_1,
         GgmlDType::Q4K,
         GgmlDType::Q6K,
     ] {
@@ -275,5 +276,78 @@ fn greedy_tokens_on_the_gpu_equal_the_cpus() -> Result<()> {
     }
     assert!(compared >= 30, "only {compared} tokens without near ties");
     eprintln!("{compared} greedy tokens equal");
+    Ok(())
+}
+
+/// Root-mean-square difference of `got` from the f64 `exact`.
+fn rms_error(got: &[f32], exact: &[f64]) -> f64 {
+    let sum: f64 = got
+        .iter()
+        .zip(exact)
+        .map(|(&g, &e)| (g as f64 - e).powi(2))
+        .sum();
+    (sum / exact.len() as f64).sqrt()
+}
+
+/// One quantized matmul on the GPU (candle's CUDA kernels) and on the CPU
+/// (Hearth's), each against f64 products of the dequantized weights, for
+/// the default model's Q4_1 and Q8_0 (576 x 1536 and back, its FFN shapes)
+/// and two K-quants, at the row counts that pick different GPU kernels.
+/// Both sides round the activations to 8 bits per 32 values, so the GPU's
+/// error should be of the CPU's size: at most twice it, in RMS.
+#[test]
+fn quantized_matmul_errors_on_the_gpu_are_of_the_cpus_size() -> Result<()> {
+    use candle_core::quantized::{QStorage, QTensor};
+    use candle_core::Module;
+    use hearth_models::Linear;
+    let Some(gpu) = cuda() else { return Ok(()) };
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    for (dtype, n, k) in [
+        (GgmlDType::Q4_1, 1536, 576),
+        (GgmlDType::Q4_1, 576, 1536),
+        (GgmlDType::Q8_0, 1536, 576),
+        (GgmlDType::Q4K, 576, 1536),
+        (GgmlDType::Q6K, 576, 1536),
+    ] {
+        let w = common::seeded_uniform(&mut state, n * k, 0.0, 1.0 / (k as f32).sqrt());
+        let q = QTensor::quantize(&Tensor::from_vec(w, (n, k), &Device::Cpu)?, dtype)?;
+        let deq = q
+            .dequantize(&Device::Cpu)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        let bytes = q.data()?;
+        let on_gpu = QTensor::new(QStorage::from_data(bytes.clone(), &gpu, dtype)?, (n, k))?;
+        let gpu_linear = Linear::from_qtensor(on_gpu)?;
+        let cpu_linear = Linear::from_qtensor(QTensor::new(
+            QStorage::from_data(bytes, &Device::Cpu, dtype)?,
+            (n, k),
+        )?)?;
+        for rows in [1, 7, 16, 64] {
+            let x = common::seeded_uniform(&mut state, rows * k, 0.0, 1.0);
+            let exact: Vec<f64> = (0..rows)
+                .flat_map(|r| {
+                    let (x, deq) = (&x, &deq);
+                    (0..n).map(move |i| {
+                        (0..k)
+                            .map(|j| deq[i * k + j] as f64 * x[r * k + j] as f64)
+                            .sum::<f64>()
+                    })
+                })
+                .collect();
+            let xt = Tensor::from_vec(x, (rows, k), &Device::Cpu)?;
+            let on_cpu = cpu_linear.forward(&xt)?.flatten_all()?.to_vec1::<f32>()?;
+            let on_gpu = gpu_linear
+                .forward(&xt.to_device(&gpu)?)?
+                .to_device(&Device::Cpu)?
+                .flatten_all()?
+                .to_vec1::<f32>()?;
+            let (e_cpu, e_gpu) = (rms_error(&on_cpu, &exact), rms_error(&on_gpu, &exact));
+            eprintln!("{dtype:?} {n}x{k}, {rows} rows: RMS error cpu {e_cpu:.2e}, gpu {e_gpu:.2e}");
+            assert!(
+                e_gpu <= 2.0 * e_cpu + 1e-6,
+                "{dtype:?} {n}x{k}, {rows} rows: gpu {e_gpu:.2e} against cpu {e_cpu:.2e}"
+            );
+        }
+    }
     Ok(())
 }
