@@ -117,13 +117,16 @@ impl Sampler {
     /// engine can then pick it where the logits are (on a GPU) instead of
     /// reading them back.
     pub fn argmax_only(&self) -> bool {
+        self.picks_raw_argmax() && self.params.logprobs.is_none()
+    }
+
+    /// Greedy with nothing that changes the logits (bias, penalties): the
+    /// token is the raw logits' argmax.
+    fn picks_raw_argmax(&self) -> bool {
         let p = &self.params;
-        self.is_greedy()
-            && p.logit_bias.is_empty()
-            && p.logprobs.is_none()
-            && p.repetition_penalty == 1.0
-            && p.presence_penalty == 0.0
-            && p.frequency_penalty == 0.0
+        let penalized =
+            p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
+        self.is_greedy() && p.logit_bias.is_empty() && !penalized
     }
 
     /// Picks the next token. `prompt` and `generated` feed the penalties.
@@ -167,13 +170,11 @@ impl Sampler {
     }
 
     fn choose(&mut self, logits: &[f32], prompt: &[u32], generated: &[u32]) -> u32 {
-        let n = logits.len();
-        let p = &self.params;
-        let penalized =
-            p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
-        if self.is_greedy() && p.logit_bias.is_empty() && !penalized {
+        if self.picks_raw_argmax() {
             return argmax(logits) as u32; // nothing changes the logits
         }
+        let n = logits.len();
+        let p = &self.params;
         let mut work = std::mem::take(&mut self.work);
         work.clear();
         work.extend(logits.iter().map(|&v| key(v)));

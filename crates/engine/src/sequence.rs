@@ -157,15 +157,15 @@ impl Sequence {
         }
     }
 
-    /// Samples the next token from `logits` (the sequence is unchanged
-    /// until [`Sequence::emit`]); sequences sample independently, so a batch
-    /// samples in parallel.
     /// True when this sequence's next token is the logits' argmax alone
     /// (see [`crate::sampler::Sampler::argmax_only`]; no grammar).
     pub(crate) fn argmax_only(&self) -> bool {
         self.constraint.is_none() && self.sampler.argmax_only()
     }
 
+    /// Samples the next token from `logits` (the sequence is unchanged
+    /// until [`Sequence::emit`]); sequences sample independently, so a batch
+    /// samples in parallel.
     pub(crate) fn sample(&mut self, logits: &[f32]) -> Sampled {
         let (prompt, generated) = self.tokens.split_at(self.prompt_len);
         let Some(constraint) = self.constraint.as_mut() else {
