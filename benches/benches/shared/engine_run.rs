@@ -44,12 +44,7 @@ pub fn start(lm: LoadedLm, model: Option<Box<dyn CausalLM>>) -> EngineHandle {
 /// The device named by `HEARTH_BENCH_DEVICE` (`cpu`, `cuda`, `cuda:N`...;
 /// default `cpu`).
 pub fn bench_device() -> hearth_engine::Device {
-    let spec: hearth_engine::DeviceSpec = std::env::var("HEARTH_BENCH_DEVICE")
-        .unwrap_or_else(|_| "cpu".into())
-        .parse()
-        .unwrap_or_else(|e| panic!("HEARTH_BENCH_DEVICE: {e}"));
-    spec.open()
-        .unwrap_or_else(|e| panic!("HEARTH_BENCH_DEVICE: {e:#}"))
+    hearth_engine::DeviceSpec::open_from_env("HEARTH_BENCH_DEVICE")
 }
 
 /// Varied in-vocabulary token ids, different per sequence.

@@ -60,6 +60,17 @@ impl fmt::Display for DeviceSpec {
 }
 
 impl DeviceSpec {
+    /// The device named by environment variable `var` (`cpu` when unset),
+    /// opened; panics with the variable's name on a bad value (for tests
+    /// and benches).
+    pub fn open_from_env(var: &str) -> Device {
+        let spec: Self = std::env::var(var)
+            .unwrap_or_else(|_| "cpu".into())
+            .parse()
+            .unwrap_or_else(|e| panic!("{var}: {e}"));
+        spec.open().unwrap_or_else(|e| panic!("{var}: {e:#}"))
+    }
+
     /// Opens the device.
     pub fn open(self) -> anyhow::Result<Device> {
         match self {

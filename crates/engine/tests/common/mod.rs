@@ -70,10 +70,5 @@ pub fn minilm_dir() -> PathBuf {
 /// `cuda:N`...; default `cpu`), so that the same fixture checks run on a
 /// GPU in a binary built with `--features cuda`.
 pub fn test_device() -> candle_core::Device {
-    let spec: hearth_engine::DeviceSpec = std::env::var("HEARTH_TEST_DEVICE")
-        .unwrap_or_else(|_| "cpu".into())
-        .parse()
-        .unwrap_or_else(|e| panic!("HEARTH_TEST_DEVICE: {e}"));
-    spec.open()
-        .unwrap_or_else(|e| panic!("HEARTH_TEST_DEVICE: {e:#}"))
+    hearth_engine::DeviceSpec::open_from_env("HEARTH_TEST_DEVICE")
 }
