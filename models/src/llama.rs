@@ -36,8 +36,8 @@ use crate::linear::Linear;
 use crate::llama_cpu::CpuBlocks;
 use crate::lora::LoraTarget;
 use crate::lora_apply::{LoraBatch, LoraSpec};
-use crate::paged::{paged_attention, pool_rows, AttnShape, KvPool, SeqView};
-use crate::rotary::{inv_freq, inv_freq_llama3, RopeLayout, Rotary};
+use crate::paged::{paged_attention, AttnShape, KvPool, SeqView, StepPlan};
+use crate::rotary::{inv_freq, inv_freq_llama3, RopeLayout, RopeRows, Rotary};
 use crate::token_embedding::TokenEmbedding;
 use crate::{validate_paged, CausalLM, ModelInfo, PagedSeq};
 
@@ -487,13 +487,14 @@ impl Llama {
         );
         let t = x.dim(0)?;
         let heads = |y: Tensor, n: usize| y.reshape((t, n, d))?.transpose(0, 1);
-        if let (Some(kv), Some(pool_rows)) = (pool.tensors(), &at.pool_rows) {
-            let rope = |y: Tensor, n: usize| self.rotary.apply_at(&heads(y, n)?, positions);
-            let q = rope(proj(&a.q, LoraTarget::Q, x)?, nh)?; // [nh, T, d]
-            let k = rope(proj(&a.k, LoraTarget::K, x)?, nkv)?; // [nkv, T, d]
-            let v = heads(proj(&a.v, LoraTarget::V, x)?, nkv)?;
-            kv.write(layer, pool_rows, &k, &v)?;
-            let y = kv.attend(layer, &q, seqs)?;
+        if let (Some(kv), Some((rope, plan))) = (pool.tensors(), &at.tensor_kv) {
+            // Token-major throughout: no transposed copies.
+            let rope = |y: Tensor, n: usize| self.rotary.apply_rows(&y.reshape((t, n, d))?, rope);
+            let q = rope(proj(&a.q, LoraTarget::Q, x)?, nh)?; // [T, nh, d]
+            let k = rope(proj(&a.k, LoraTarget::K, x)?, nkv)?.reshape((t, nkv * d))?;
+            let v = proj(&a.v, LoraTarget::V, x)?; // [T, nkv * d]
+            kv.write(layer, plan, &k, &v)?;
+            let y = kv.attend(layer, &q, plan)?;
             return proj(&a.o, LoraTarget::O, &y);
         }
         let flat = |y: Tensor| -> Result<Vec<f32>> { y.flatten_all()?.to_vec1::<f32>() };
@@ -586,12 +587,17 @@ impl Llama {
         positions: &[u32],
         pool: &mut KvPool,
     ) -> Result<Tensor> {
+        let positions = Tensor::new(positions, &self.device)?;
+        let tensor_kv = match pool.tensors() {
+            Some(kv) => Some((
+                self.rotary.rows(&positions)?,
+                kv.plan(views, self.info.num_heads)?,
+            )),
+            None => None,
+        };
         let at = StepRows {
-            positions: Tensor::new(positions, &self.device)?,
-            pool_rows: pool
-                .tensors()
-                .map(|kv| pool_rows(views, kv.device()))
-                .transpose()?,
+            positions,
+            tensor_kv,
         };
         for (i, block) in self.blocks.iter().enumerate() {
             let n = block.attn_norm.forward(&x)?;
@@ -615,10 +621,11 @@ impl Llama {
 }
 
 /// Where a step's rows go: each row's position (RoPE) and, with a tensor
-/// KV pool, its row in the pool.
+/// KV pool, their RoPE rows and the pool's plan for the step (both built
+/// once per step, used by every layer).
 struct StepRows {
     positions: Tensor,
-    pool_rows: Option<Tensor>,
+    tensor_kv: Option<(RopeRows, StepPlan)>,
 }
 
 /// Runs `f` on a rayon worker (the calling thread when it is one). A step

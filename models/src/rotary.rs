@@ -68,6 +68,13 @@ pub(crate) fn inv_freq_llama3(
         .collect()
 }
 
+/// A step's cos and sin rows, `[tokens, 1, head_dim / 2]` each
+/// ([`Rotary::rows`]).
+pub(crate) struct RopeRows {
+    cos: Tensor,
+    sin: Tensor,
+}
+
 impl Rotary {
     /// Tables for positions `0..max_len` from `head_dim / 2` inverse
     /// frequencies.
@@ -131,6 +138,32 @@ impl Rotary {
         y.squeeze(0)
     }
 
+    /// The cos and sin rows of a step's tokens (`positions`, u32 `[tokens]`),
+    /// gathered once for every layer's [`Rotary::apply_rows`].
+    pub(crate) fn rows(&self, positions: &Tensor) -> Result<RopeRows> {
+        let t = positions.dim(0)?;
+        let half = self.cos.dim(1)?;
+        let gather = |table: &Tensor| table.index_select(positions, 0)?.reshape((t, 1, half));
+        Ok(RopeRows {
+            cos: gather(&self.cos)?,
+            sin: gather(&self.sin)?,
+        })
+    }
+
+    /// Rotates `x` of shape `[tokens, heads, head_dim]` (token-major, as a
+    /// projection's output reshapes to, without a copy), token `t` by row
+    /// `t` of `rows`: each token is a batch of its own in candle's rope op,
+    /// with its own cos and sin row.
+    pub(crate) fn apply_rows(&self, x: &Tensor, rows: &RopeRows) -> Result<Tensor> {
+        let (t, h, d) = x.dims3()?;
+        let x = x.contiguous()?.reshape((t, h, 1, d))?;
+        let y = match self.layout {
+            RopeLayout::Interleaved => candle_nn::rotary_emb::rope_i(&x, &rows.cos, &rows.sin)?,
+            RopeLayout::Halves => candle_nn::rotary_emb::rope(&x, &rows.cos, &rows.sin)?,
+        };
+        y.reshape((t, h, d))
+    }
+
     /// The cos and sin tables as `[max_len, head_dim / 2]` f32.
     pub(crate) fn tables(&self) -> Result<(Vec<f32>, Vec<f32>)> {
         Ok((
@@ -177,6 +210,37 @@ mod tests {
                 }
             }
             assert!(r.apply(&x, 7).is_err());
+        }
+        Ok(())
+    }
+
+    /// Token-major rotation with per-token rows gives the same bits as the
+    /// head-major one at the same positions, in both layouts.
+    #[test]
+    fn rows_rotate_tokens_as_apply_at_does() -> Result<()> {
+        let dev = Device::Cpu;
+        let freqs = inv_freq(8, 10000.0);
+        let (t, h, d) = (5, 3, 8);
+        let x: Vec<f32> = (0..t * h * d)
+            .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
+            .collect();
+        let x = Tensor::from_vec(x, (t, h, d), &dev)?;
+        let positions = Tensor::new(&[9u32, 0, 3, 17, 4], &dev)?;
+        for layout in [RopeLayout::Interleaved, RopeLayout::Halves] {
+            let r = Rotary::new(&freqs, 32, layout, &dev)?;
+            let want = r
+                .apply_at(&x.transpose(0, 1)?, &positions)?
+                .transpose(0, 1)?;
+            let got = r.apply_rows(&x, &r.rows(&positions)?)?;
+            assert_eq!(got.dims3()?, (t, h, d));
+            let (got, want) = (
+                got.flatten_all()?.to_vec1::<f32>()?,
+                want.flatten_all()?.to_vec1::<f32>()?,
+            );
+            assert_eq!(got, want, "{layout:?}");
+            // A different position changes the rotation.
+            let other = r.apply_rows(&x, &r.rows(&Tensor::new(&[9u32, 1, 3, 17, 4], &dev)?)?)?;
+            assert_ne!(other.flatten_all()?.to_vec1::<f32>()?, want);
         }
         Ok(())
     }

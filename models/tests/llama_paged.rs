@@ -213,12 +213,17 @@ fn bad_input_in_one_sequence_fails_the_batch() -> Result<()> {
 }
 
 /// The KV pool kept as candle tensors (as on a GPU), attention through
-/// candle operations: the same logits as the CPU pool and op, for a
-/// batched prefill, a mixed step and a single sequence whose cache grows.
+/// candle operations (and decoding rows through the fused op's CPU
+/// version, as CUDA runs its kernel): the same logits as the CPU pool and
+/// op, for a batched prefill, a mixed step (decoding rows on both sides of
+/// a chunk) and a single sequence whose cache grows.
 #[test]
 fn tensor_kv_pool_matches_the_cpu_pool() -> Result<()> {
-    let run = |model: &hearth_models::Llama| -> Result<[Tensor; 3]> {
+    let run = |model: &hearth_models::Llama, fused: bool| -> Result<[Tensor; 3]> {
         let mut pool = model.new_pool(6)?;
+        if fused {
+            pool.fuse_decoding_rows();
+        }
         let a = model.forward_paged(&seqs(&PREFIXES, &[0, 0, 0]), &mut pool)?;
         let pos: Vec<usize> = PREFIXES.iter().map(|p| p.len()).collect();
         let b = model.forward_paged(&seqs(&CHUNKS, &pos), &mut pool)?;
@@ -231,25 +236,28 @@ fn tensor_kv_pool_matches_the_cpu_pool() -> Result<()> {
         } else {
             tiny_model(tie)?
         };
-        let want = run(&model)?;
+        let want = run(&model, false)?;
         let model = model.with_tensor_kv();
         assert!(!model.runs_slice_path());
-        let got = run(&model)?;
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(g.dims(), w.dims());
-            // The two ops sum in different orders and take exponentials
-            // differently (the CPU op's is a polynomial) over the same
-            // f16-rounded keys, values and queries: relative to the
-            // logits' spread (about 8 in this random net) they agree to
-            // a few 1e-5; a wrong row, position or mask is off by units.
-            let spread = (w.max_all()?.to_scalar::<f32>()? - w.min_all()?.to_scalar::<f32>()?)
+        for fused in [false, true] {
+            let got = run(&model, fused)?;
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.dims(), w.dims());
+                // The two ops sum in different orders and take exponentials
+                // differently (the CPU op's is a polynomial) over the same
+                // f16-rounded keys, values and queries: relative to the
+                // logits' spread (about 8 in this random net) they agree to
+                // a few 1e-5; a wrong row, position or mask is off by units.
+                let spread = (w.max_all()?.to_scalar::<f32>()?
+                    - w.min_all()?.to_scalar::<f32>()?)
                 .abs()
                 .max(1.0);
-            let d = max_diff(g, w);
-            assert!(
-                d < 1e-4 * spread,
-                "tie {tie}, f16 {f16}, call {i}: differs by {d} (spread {spread})"
-            );
+                let d = max_diff(g, w);
+                assert!(
+                    d < 1e-4 * spread,
+                    "tie {tie}, f16 {f16}, fused {fused}, call {i}: differs by {d} (spread {spread})"
+                );
+            }
         }
     }
     Ok(())

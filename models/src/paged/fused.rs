@@ -1,6 +1,10 @@
 //! Paged attention of decoding rows as one fused op over the tensor pool
 //! ([`super::TensorKv`]): every sequence's single new query row against its
-//! keys and values, read in place through its block table.
+//! keys and values, read in place through its block table. The queries
+//! are read in place too, from the step's `[tokens, num_heads, head_dim]`
+//! rows, and rounded to the pool's dtype as they are loaded; the block
+//! tables go to the device once per step ([`PagedDecode::new`]), not once
+//! per layer.
 //!
 //! On CUDA this is the kernel in `paged_decode.cu` (compiled to PTX by the
 //! crate's build script): one thread block per query head and sequence,
@@ -12,7 +16,7 @@
 //! (`tensors::tests`, with the `cuda` feature).
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, WithDType};
+use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Tensor, WithDType};
 
 use super::{SeqView, BLOCK_SIZE};
 
@@ -22,50 +26,65 @@ pub(crate) fn kernel_supports(head_dim: usize) -> bool {
     matches!(head_dim, 32 | 64 | 96 | 128 | 256)
 }
 
-/// The op: `apply_op3(q, keys, values)` with `q` `[seqs, num_heads,
-/// head_dim]` in f32, `keys` and `values` the pool's `[rows, num_kv_heads *
-/// head_dim]`; gives `[seqs, num_heads * head_dim]` in f32.
+/// The op: `apply_op3(q, keys, values)` with `q` the step's `[tokens,
+/// num_heads, head_dim]` in f32, `keys` and `values` the pool's `[rows,
+/// num_kv_heads * head_dim]`; gives `[seqs, num_heads * head_dim]` in f32,
+/// one row per decoding sequence in the order given to [`PagedDecode::new`].
 pub(crate) struct PagedDecode {
     num_heads: usize,
     num_kv_heads: usize,
     head_dim: usize,
     seqs: usize,
-    /// `[seqs]` context lengths, `[seqs]` offsets of each block table in
-    /// what follows, then the tables (the kernel's `meta` argument).
+    /// `[seqs]` context lengths, `[seqs]` query rows, `[seqs]` offsets of
+    /// each block table in what follows, then the tables.
     meta: Vec<u32>,
+    /// The same on the pool's device (the kernel's `meta` argument; only
+    /// the CUDA launch reads it).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    meta_on_device: Tensor,
 }
 
 impl PagedDecode {
+    /// The op for one step's decoding rows (each `len == 1`; its query is
+    /// row `offset` of the step), with its tables uploaded to `device`.
     pub(crate) fn new(
         seqs: &[&SeqView<'_>],
         num_heads: usize,
         num_kv_heads: usize,
         head_dim: usize,
-    ) -> Self {
+        device: &Device,
+    ) -> Result<Self> {
         let n = seqs.len();
-        let mut meta = vec![0u32; 2 * n];
+        let mut meta = vec![0u32; 3 * n];
         for (i, s) in seqs.iter().enumerate() {
             let ctx = s.pos + 1;
             meta[i] = ctx as u32;
-            meta[n + i] = (meta.len() - 2 * n) as u32;
+            meta[n + i] = s.offset as u32;
+            meta[2 * n + i] = (meta.len() - 3 * n) as u32;
             meta.extend_from_slice(&s.blocks[..ctx.div_ceil(BLOCK_SIZE)]);
         }
-        Self {
+        Ok(Self {
             num_heads,
             num_kv_heads,
             head_dim,
             seqs: n,
+            meta_on_device: Tensor::new(meta.as_slice(), device)?,
             meta,
-        }
+        })
     }
 
     fn ctx(&self, s: usize) -> usize {
         self.meta[s] as usize
     }
 
+    /// The row of sequence `s`'s query in the step's `q`.
+    fn q_row(&self, s: usize) -> usize {
+        self.meta[self.seqs + s] as usize
+    }
+
     /// The pool row of position `p` of sequence `s`.
     fn row(&self, s: usize, p: usize) -> usize {
-        let table = 2 * self.seqs + self.meta[self.seqs + s] as usize;
+        let table = 3 * self.seqs + self.meta[2 * self.seqs + s] as usize;
         self.meta[table + p / BLOCK_SIZE] as usize * BLOCK_SIZE + p % BLOCK_SIZE
     }
 
@@ -79,11 +98,12 @@ impl PagedDecode {
 
     fn check(&self, q: &Layout, k: &Layout, v: &Layout) -> Result<()> {
         let (d, nh, nkv) = (self.head_dim, self.num_heads, self.num_kv_heads);
-        if q.dims() != [self.seqs, nh, d] || !q.is_contiguous() {
+        let rows = (0..self.seqs).map(|s| self.q_row(s) + 1).max().unwrap_or(0);
+        let fits = q.dims().len() == 3 && q.dims()[0] >= rows && q.dims()[1..] == [nh, d];
+        if !fits || !q.is_contiguous() {
             candle_core::bail!(
-                "paged decode: q {:?}, want [{}, {nh}, {d}]",
-                q.dims(),
-                self.seqs
+                "paged decode: q {:?}, want [>= {rows}, {nh}, {d}]",
+                q.dims()
             )
         }
         for (name, l) in [("keys", k), ("values", v)] {
@@ -98,8 +118,8 @@ impl PagedDecode {
         Ok(())
     }
 
-    /// The CPU version: the kernel's arithmetic (f32, scores scaled after
-    /// the dot product) with a two-pass softmax.
+    /// The CPU version: the kernel's arithmetic (queries rounded to `T`,
+    /// f32, scores scaled after the dot product) with a two-pass softmax.
     fn cpu<T: WithDType>(&self, q: &[f32], keys: &[T], values: &[T]) -> Vec<f32> {
         let (nh, nkv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
         let width = nkv * d;
@@ -109,7 +129,10 @@ impl PagedDecode {
             let ctx = self.ctx(s);
             for h in 0..nh {
                 let g = h / (nh / nkv);
-                let qrow = &q[(s * nh + h) * d..][..d];
+                let qrow: Vec<f32> = q[(self.q_row(s) * nh + h) * d..][..d]
+                    .iter()
+                    .map(|&x| T::from_f64(x as f64).to_f64() as f32)
+                    .collect();
                 let at = |p: usize| self.row(s, p) * width + g * d;
                 scores.clear();
                 scores.extend((0..ctx).map(|p| {
@@ -221,7 +244,12 @@ mod cuda {
         let q = s1.as_cuda_slice::<f32>()?.slice(l1.start_offset()..);
         let k = s2.as_cuda_slice::<T>()?.slice(l2.start_offset()..);
         let v = s3.as_cuda_slice::<T>()?.slice(l3.start_offset()..);
-        let meta = dev.clone_htod(op.meta.as_slice())?;
+        let (meta, meta_layout) = op.meta_on_device.storage_and_layout();
+        let meta = match &*meta {
+            candle_core::Storage::Cuda(m) => m.as_cuda_slice::<u32>()?,
+            _ => candle_core::bail!("paged decode: block tables not on the GPU"),
+        }
+        .slice(meta_layout.start_offset()..);
         let n = op.seqs * op.num_heads * op.head_dim;
         // SAFETY: every element is written by the kernel.
         let out = unsafe { dev.alloc::<f32>(n)? };
@@ -251,12 +279,12 @@ mod cuda {
     }
 }
 
-/// Runs the op: `q` `[seqs, num_heads, head_dim]` f32.
+/// Runs the op: `q` the step's `[tokens, num_heads, head_dim]` f32.
 pub(crate) fn paged_decode(
     q: &Tensor,
     keys: &Tensor,
     values: &Tensor,
-    op: PagedDecode,
+    op: &PagedDecode,
 ) -> Result<Tensor> {
-    q.apply_op3_no_bwd(keys, values, &op)
+    q.apply_op3_no_bwd(keys, values, op)
 }

@@ -42,7 +42,7 @@ mod fused;
 mod tensors;
 
 use attend::Task;
-pub(crate) use tensors::{pool_rows, TensorKv};
+pub(crate) use tensors::{StepPlan, TensorKv};
 
 /// Token positions per block.
 pub const BLOCK_SIZE: usize = 16;
@@ -210,6 +210,16 @@ impl KvPool {
             values: Vec::new(),
             tensors: Some(kv),
         })
+    }
+
+    /// On a pool made by [`KvPool::on_device`], sends decoding rows through
+    /// the fused op (`fused.rs`) whatever the device: off CUDA, its CPU
+    /// version, the CUDA kernel's reference. For tests of a whole model's
+    /// path through it; CUDA pools use it by themselves.
+    pub fn fuse_decoding_rows(&mut self) {
+        if let Some(kv) = &mut self.tensors {
+            kv.fused = true;
+        }
     }
 
     /// The tensors of a pool made by [`KvPool::on_device`].

@@ -27,15 +27,26 @@ __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 
+// A query element rounded to the pool's dtype (as the CPU op rounds it).
+template <typename T> __device__ __forceinline__ float rounded(float x);
+template <> __device__ __forceinline__ float rounded<float>(float x) { return x; }
+template <> __device__ __forceinline__ float rounded<__half>(float x) {
+    return __half2float(__float2half_rn(x));
+}
+template <> __device__ __forceinline__ float rounded<__nv_bfloat16>(float x) {
+    return __bfloat162float(__float2bfloat16_rn(x));
+}
+
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffff, x, o);
     return x;
 }
 
-// q:    [seqs, num_heads, head_dim] f32
-// meta: [seqs] context lengths, then [seqs] offsets into the tables that
-//       follow, then the block tables one after another (u32)
+// q:    the step's [tokens, num_heads, head_dim] f32 (sequence s's row is
+//       meta[seqs + s]), rounded to T as it is loaded
+// meta: [seqs] context lengths, [seqs] query rows, [seqs] offsets into the
+//       tables that follow, then the block tables one after another (u32)
 // out:  [seqs, num_heads, head_dim] f32
 template <typename T, int PER_LANE>
 __device__ void paged_decode(const float* __restrict__ q, const T* __restrict__ keys,
@@ -49,13 +60,13 @@ __device__ void paged_decode(const float* __restrict__ q, const T* __restrict__ 
     const int warp = threadIdx.x >> 5;
     const int group = h / (num_heads / num_kv_heads);
     const uint32_t ctx = meta[s];
-    const uint32_t* table = meta + 2 * seqs + meta[seqs + s];
+    const uint32_t* table = meta + 3 * seqs + meta[2 * seqs + s];
     const size_t width = (size_t)num_kv_heads * head_dim;
 
     float qv[PER_LANE];
-    const float* qrow = q + ((size_t)s * num_heads + h) * head_dim;
+    const float* qrow = q + ((size_t)meta[seqs + s] * num_heads + h) * head_dim;
 #pragma unroll
-    for (int j = 0; j < PER_LANE; ++j) qv[j] = qrow[lane + 32 * j];
+    for (int j = 0; j < PER_LANE; ++j) qv[j] = rounded<T>(qrow[lane + 32 * j]);
 
     float m = -INFINITY, l = 0.f;
     float acc[PER_LANE];

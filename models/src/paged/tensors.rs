@@ -6,18 +6,21 @@
 //! is one token position (the CPU pool's block/slot addressing, without its
 //! transposed key layout, which only the CPU loops want). A step's new keys
 //! and values are scattered to their rows in place (`scatter_set`, one
-//! call per layer for the whole batch); attention gathers the rows of each
-//! sequence through its block table (`index_select`) and runs grouped-query
-//! attention with a causal mask as batched matmuls and a softmax, in f32:
-//! all decoding sequences in one product (contexts padded to the longest
-//! and masked), each prompt chunk on its own.
-//! Queries are rounded to the storage dtype first, as the CPU op does, so
-//! both give the same result up to summation order.
+//! call per layer for the whole batch). Decoding rows are attended by the
+//! fused op (`fused.rs`) on CUDA; elsewhere, and for prompt chunks,
+//! attention gathers the rows of each sequence through its block table
+//! (`index_select`) and runs grouped-query attention with a causal mask as
+//! batched matmuls and a softmax, in f32: all decoding sequences in one
+//! product (contexts padded to the longest and masked), each prompt chunk
+//! on its own. Queries are rounded to the storage dtype first, as the CPU
+//! op does, so both give the same result up to summation order.
 //!
-//! Every operation is a candle op with kernels on CPU, CUDA and Metal; the
-//! tests run it on the CPU against the CPU op. A fused kernel reading the
-//! blocks in place would save the gathered copies and, for prompt chunks,
-//! the per-sequence launches.
+//! A step's indices, tables and masks are the same in every layer: they
+//! are built and uploaded once per step ([`StepPlan`]).
+//!
+//! Every operation is a candle op with kernels on CPU, CUDA and Metal (the
+//! fused op has a CPU version); the tests run them on the CPU against the
+//! CPU op.
 
 use candle_core::{DType, Device, Result, Tensor};
 
@@ -33,7 +36,7 @@ pub(crate) struct TensorKv {
     device: Device,
     /// Decoding rows through the fused op ([`super::fused`]) rather than
     /// gathered copies: on CUDA, where the kernel has the head size.
-    fused: bool,
+    pub(super) fused: bool,
     /// Per layer: `(keys, values)`, each `[rows, num_kv_heads * head_dim]`.
     layers: Vec<(Tensor, Tensor)>,
 }
@@ -90,82 +93,84 @@ impl TensorKv {
         crate::settle(&self.device)
     }
 
+    /// What every layer's [`TensorKv::write`] and [`TensorKv::attend`]
+    /// share within one step (`seqs` in batch order), uploaded once.
+    pub(crate) fn plan(&self, seqs: &[SeqView<'_>], num_heads: usize) -> Result<StepPlan> {
+        StepPlan::new(self, seqs, num_heads)
+    }
+
     /// Writes the new rows' keys and values of `layer`: `k` and `v` are
-    /// `[num_kv_heads, tokens, head_dim]` over the batch's rows, `rows` the
-    /// pool row of each (from [`pool_rows`]).
-    pub(crate) fn write(&self, layer: usize, rows: &Tensor, k: &Tensor, v: &Tensor) -> Result<()> {
+    /// `[tokens, num_kv_heads * head_dim]` over the batch's rows.
+    pub(crate) fn write(
+        &self,
+        layer: usize,
+        plan: &StepPlan,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<()> {
         let (keys, values) = &self.layers[layer];
-        let width = self.num_kv_heads * self.head_dim;
-        let t = rows.dim(0)?;
-        let index = rows
-            .reshape((t, 1))?
-            .broadcast_as((t, width))?
-            .contiguous()?;
         for (dst, src) in [(keys, k), (values, v)] {
-            let src = src
-                .transpose(0, 1)?
-                .reshape((t, width))?
-                .to_dtype(self.dtype)?
-                .contiguous()?;
-            dst.scatter_set(&index, &src, 0)?;
+            let src = src.to_dtype(self.dtype)?.contiguous()?;
+            dst.scatter_set(&plan.write_index, &src, 0)?;
         }
         Ok(())
     }
 
     /// Causal attention of every sequence's new rows over its cached and
-    /// new keys of `layer` (already written). `q` is `[num_heads, tokens,
+    /// new keys of `layer` (already written). `q` is `[tokens, num_heads,
     /// head_dim]`; returns `[tokens, num_heads * head_dim]` in f32.
     ///
-    /// Sequences decoding one token are attended together in one batched
-    /// product (their contexts gathered side by side, padded to the longest
-    /// and masked); prompt chunks one sequence at a time.
-    pub(crate) fn attend(&self, layer: usize, q: &Tensor, seqs: &[SeqView<'_>]) -> Result<Tensor> {
-        let (nh, t, d) = q.dims3()?;
-        // The CPU op multiplies queries rounded to the storage precision.
-        let q = q.to_dtype(self.dtype)?.to_dtype(DType::F32)?;
-        let (decode, chunks): (Vec<&SeqView<'_>>, Vec<&SeqView<'_>>) =
-            seqs.iter().partition(|s| s.len == 1);
+    /// Sequences decoding one token are attended together (through the
+    /// fused op, or their contexts gathered side by side, padded to the
+    /// longest and masked); prompt chunks one sequence at a time.
+    pub(crate) fn attend(&self, layer: usize, q: &Tensor, plan: &StepPlan) -> Result<Tensor> {
+        let (t, nh, d) = q.dims3()?;
+        // Queries are rounded to the storage precision (as the CPU op does
+        // it): by the fused op as it loads them, here for the others.
+        let q = q.to_dtype(DType::F32)?;
+        let round = |q: Tensor| q.to_dtype(self.dtype)?.to_dtype(DType::F32);
         // Outputs in this order: the decoding rows, then each chunk's rows.
-        let mut parts = Vec::with_capacity(chunks.len() + 1);
-        let mut order: Vec<u32> = Vec::with_capacity(t);
-        if !decode.is_empty() {
-            parts.push(self.attend_decode(layer, &q, &decode)?);
-            order.extend(decode.iter().map(|s| s.offset as u32));
+        let mut parts = Vec::with_capacity(plan.chunks.len() + 1);
+        match &plan.decode {
+            Some(Decode::Fused(op)) => {
+                let (keys, values) = &self.layers[layer];
+                parts.push(fused::paged_decode(&q, keys, values, op)?);
+            }
+            Some(Decode::Gathered(g)) => {
+                let qs = round(q.index_select(&g.at, 0)?)?; // [b, nh, d]
+                parts.push(self.attend_gathered(layer, &qs, g)?);
+            }
+            None => {}
         }
-        for s in &chunks {
-            parts.push(self.attend_chunk(layer, &q, s)?);
-            order.extend((s.offset..s.offset + s.len).map(|r| r as u32));
+        for c in &plan.chunks {
+            let qs = round(q.narrow(0, c.offset, c.len)?)?; // [len, nh, d]
+            parts.push(self.attend_chunk(layer, &qs, c)?);
         }
         let y = if parts.len() == 1 {
             parts.pop().expect("one part")
         } else {
             Tensor::cat(&parts, 0)?
         };
-        // Back to batch order where the groups interleave.
-        if order.iter().enumerate().all(|(i, &r)| r as usize == i) {
-            return Ok(y);
-        }
-        let mut inverse = vec![0u32; t];
-        for (i, &r) in order.iter().enumerate() {
-            inverse[r as usize] = i as u32;
-        }
         debug_assert_eq!(y.dims2()?, (t, nh * d));
-        y.index_select(&Tensor::new(inverse.as_slice(), &self.device)?, 0)
+        // Back to batch order where the groups interleave.
+        match &plan.inverse {
+            Some(inverse) => y.index_select(inverse, 0),
+            None => Ok(y),
+        }
     }
 
-    /// One sequence's chunk: `[len, num_heads * head_dim]`.
-    fn attend_chunk(&self, layer: usize, q: &Tensor, s: &SeqView<'_>) -> Result<Tensor> {
+    /// One sequence's chunk, `q` its `[len, num_heads, head_dim]`: `[len,
+    /// num_heads * head_dim]`.
+    fn attend_chunk(&self, layer: usize, q: &Tensor, c: &Chunk) -> Result<Tensor> {
         let (keys, values) = &self.layers[layer];
-        let (nh, _, d) = q.dims3()?;
+        let (len, nh, d) = q.dims3()?;
         let nkv = self.num_kv_heads;
         let n_rep = nh / nkv;
-        let ctx = s.pos + s.len;
-        let rows = Tensor::new(pool_rows_of(s.blocks, 0, ctx).as_slice(), &self.device)?;
         // [ctx, nkv * d] -> [nkv, ctx, d]
         let gather = |m: &Tensor| -> Result<Tensor> {
-            m.index_select(&rows, 0)?
+            m.index_select(&c.rows, 0)?
                 .to_dtype(DType::F32)?
-                .reshape((ctx, nkv, d))?
+                .reshape((c.ctx, nkv, d))?
                 .transpose(0, 1)?
                 .contiguous()
         };
@@ -173,36 +178,145 @@ impl TensorKv {
         // Query head h = g * n_rep + r reads KV head g: stack the heads of
         // a group as rows of one matmul.
         let qs = q
-            .narrow(1, s.offset, s.len)?
-            .reshape((nkv, n_rep * s.len, d))?;
-        let scores = (qs.matmul(&k.t()?)? * scale(d))?; // [nkv, n_rep * len, ctx]
-        let mask = Tensor::new(causal_mask(s.pos, s.len, n_rep).as_slice(), &self.device)?
-            .reshape((1, n_rep * s.len, ctx))?;
-        let probs = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&mask)?)?;
-        let y = probs.matmul(&v)?; // [nkv, n_rep * len, d]
-        y.reshape((nh, s.len, d))?
             .transpose(0, 1)?
-            .reshape((s.len, nh * d))
+            .contiguous()?
+            .reshape((nkv, n_rep * len, d))?;
+        let scores = (qs.matmul(&k.t()?)? * scale(d))?; // [nkv, n_rep * len, ctx]
+        let probs = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&c.mask)?)?;
+        let y = probs.matmul(&v)?; // [nkv, n_rep * len, d]
+        y.reshape((nh, len, d))?
+            .transpose(0, 1)?
+            .reshape((len, nh * d))
     }
 
-    /// Sequences with one new row each, together: `[seqs, num_heads *
-    /// head_dim]`.
-    fn attend_decode(&self, layer: usize, q: &Tensor, seqs: &[&SeqView<'_>]) -> Result<Tensor> {
+    /// Sequences with one new row each, together, `q` their `[seqs,
+    /// num_heads, head_dim]`: `[seqs, num_heads * head_dim]`.
+    fn attend_gathered(&self, layer: usize, q: &Tensor, g: &Gathered) -> Result<Tensor> {
         let (keys, values) = &self.layers[layer];
-        let (nh, _, d) = q.dims3()?;
-        let at: Vec<u32> = seqs.iter().map(|s| s.offset as u32).collect();
-        let at = Tensor::new(at.as_slice(), &self.device)?;
-        if self.fused {
-            // [nh, t, d] -> [b, nh, d]
-            let qs = q.index_select(&at, 1)?.transpose(0, 1)?.contiguous()?;
-            let op = PagedDecode::new(seqs, nh, self.num_kv_heads, d);
-            return fused::paged_decode(&qs, keys, values, op);
-        }
+        let (b, nh, d) = q.dims3()?;
         let nkv = self.num_kv_heads;
-        let n_rep = nh / nkv;
+        // [b * ctx, nkv * d] -> [b, nkv, ctx, d]
+        let gather = |m: &Tensor| -> Result<Tensor> {
+            m.index_select(&g.rows, 0)?
+                .to_dtype(DType::F32)?
+                .reshape((b, g.ctx, nkv, d))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        let (k, v) = (gather(keys)?, gather(values)?);
+        let qs = q.reshape((b, nkv, nh / nkv, d))?;
+        let scores = (qs.matmul(&k.transpose(2, 3)?)? * scale(d))?; // [b, nkv, n_rep, ctx]
+        let probs = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&g.mask)?)?;
+        probs.matmul(&v)?.reshape((b, nh * d)) // [b, nkv, n_rep, d]
+    }
+}
+
+/// Per step, what every layer's write and attention over the tensor pool
+/// reuse: the scatter index, block tables, gathered rows and masks go to
+/// the device once per step instead of once per layer (a GPU step is a few
+/// hundred small launches; each upload and index build is one more).
+pub(crate) struct StepPlan {
+    /// `[tokens, width]`: each new row's pool row, repeated across the
+    /// row (the scatter's index).
+    write_index: Tensor,
+    decode: Option<Decode>,
+    chunks: Vec<Chunk>,
+    /// Output rows back to batch order, when decoding rows and chunks
+    /// interleave.
+    inverse: Option<Tensor>,
+}
+
+/// The decoding rows of a step.
+enum Decode {
+    Fused(PagedDecode),
+    Gathered(Gathered),
+}
+
+/// Decoding rows through gathered copies: each sequence's context rows
+/// side by side, padded with row 0 to the longest and masked.
+struct Gathered {
+    /// The rows of `q` that decode.
+    at: Tensor,
+    ctx: usize,
+    /// `[seqs * ctx]` pool rows.
+    rows: Tensor,
+    /// `[seqs, 1, 1, ctx]`.
+    mask: Tensor,
+}
+
+/// One sequence's prompt chunk.
+struct Chunk {
+    offset: usize,
+    len: usize,
+    ctx: usize,
+    /// `[ctx]` pool rows of its positions `0..ctx`.
+    rows: Tensor,
+    /// `[1, n_rep * len, ctx]` causal mask.
+    mask: Tensor,
+}
+
+impl StepPlan {
+    fn new(kv: &TensorKv, seqs: &[SeqView<'_>], num_heads: usize) -> Result<Self> {
+        let dev = &kv.device;
+        let width = kv.num_kv_heads * kv.head_dim;
+        let new_rows = pool_rows(seqs);
+        let t = new_rows.len();
+        let write_index = Tensor::new(new_rows.as_slice(), dev)?
+            .reshape((t, 1))?
+            .broadcast_as((t, width))?
+            .contiguous()?;
+        let (decode, chunks): (Vec<&SeqView<'_>>, Vec<&SeqView<'_>>) =
+            seqs.iter().partition(|s| s.len == 1);
+        let mut order: Vec<u32> = decode.iter().map(|s| s.offset as u32).collect();
+        let decode = match decode.is_empty() {
+            true => None,
+            false if kv.fused => Some(Decode::Fused(PagedDecode::new(
+                &decode,
+                num_heads,
+                kv.num_kv_heads,
+                kv.head_dim,
+                dev,
+            )?)),
+            false => Some(Decode::Gathered(Gathered::new(&decode, dev)?)),
+        };
+        let n_rep = num_heads / kv.num_kv_heads;
+        let chunks = chunks
+            .iter()
+            .map(|s| {
+                order.extend((s.offset..s.offset + s.len).map(|r| r as u32));
+                let ctx = s.pos + s.len;
+                let mask = causal_mask(s.pos, s.len, n_rep);
+                Ok(Chunk {
+                    offset: s.offset,
+                    len: s.len,
+                    ctx,
+                    rows: Tensor::new(pool_rows_of(s.blocks, 0, ctx).as_slice(), dev)?,
+                    mask: Tensor::from_vec(mask, (1, n_rep * s.len, ctx), dev)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let inverse = if order.iter().enumerate().all(|(i, &r)| r as usize == i) {
+            None
+        } else {
+            let mut inverse = vec![0u32; t];
+            for (i, &r) in order.iter().enumerate() {
+                inverse[r as usize] = i as u32;
+            }
+            Some(Tensor::new(inverse.as_slice(), dev)?)
+        };
+        Ok(Self {
+            write_index,
+            decode,
+            chunks,
+            inverse,
+        })
+    }
+}
+
+impl Gathered {
+    fn new(seqs: &[&SeqView<'_>], dev: &Device) -> Result<Self> {
         let b = seqs.len();
         let ctx = seqs.iter().map(|s| s.pos + 1).max().unwrap_or(1);
-        // Every sequence's rows, padded with row 0 (masked out).
         let mut rows = Vec::with_capacity(b * ctx);
         let mut mask = vec![0f32; b * ctx];
         for (i, s) in seqs.iter().enumerate() {
@@ -211,26 +325,13 @@ impl TensorKv {
             rows.resize((i + 1) * ctx, 0);
             mask[i * ctx + n..(i + 1) * ctx].fill(f32::NEG_INFINITY);
         }
-        let rows = Tensor::new(rows.as_slice(), &self.device)?;
-        // [b * ctx, nkv * d] -> [b, nkv, ctx, d]
-        let gather = |m: &Tensor| -> Result<Tensor> {
-            m.index_select(&rows, 0)?
-                .to_dtype(DType::F32)?
-                .reshape((b, ctx, nkv, d))?
-                .transpose(1, 2)?
-                .contiguous()
-        };
-        let (k, v) = (gather(keys)?, gather(values)?);
-        // [nh, b, d] -> [b, nkv, n_rep, d]
-        let qs = q
-            .index_select(&at, 1)?
-            .transpose(0, 1)?
-            .reshape((b, nkv, n_rep, d))?
-            .contiguous()?;
-        let scores = (qs.matmul(&k.transpose(2, 3)?)? * scale(d))?; // [b, nkv, n_rep, ctx]
-        let mask = Tensor::from_vec(mask, (b, 1, 1, ctx), &self.device)?;
-        let probs = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&mask)?)?;
-        probs.matmul(&v)?.reshape((b, nh * d)) // [b, nkv, n_rep, d]
+        let at: Vec<u32> = seqs.iter().map(|s| s.offset as u32).collect();
+        Ok(Self {
+            at: Tensor::new(at.as_slice(), dev)?,
+            ctx,
+            rows: Tensor::new(rows.as_slice(), dev)?,
+            mask: Tensor::from_vec(mask, (b, 1, 1, ctx), dev)?,
+        })
     }
 }
 
@@ -247,12 +348,12 @@ fn pool_rows_of(blocks: &[u32], from: usize, to: usize) -> Vec<u32> {
 }
 
 /// The pool row of every new row of the batch, in batch order.
-pub(crate) fn pool_rows(seqs: &[SeqView<'_>], device: &Device) -> Result<Tensor> {
+fn pool_rows(seqs: &[SeqView<'_>]) -> Vec<u32> {
     let mut rows = Vec::new();
     for s in seqs {
         rows.extend(pool_rows_of(s.blocks, s.pos, s.pos + s.len));
     }
-    Tensor::new(rows.as_slice(), device)
+    rows
 }
 
 /// Additive mask `[n_rep * len, pos + len]`: row `r * len + i` (query at
@@ -343,6 +444,7 @@ mod tests {
                 offset += lens[s];
             }
             let t = offset;
+            let plan = kv.plan(&views, nh)?;
             for layer in 0..layers {
                 let seed = (step * 10 + layer) as u64;
                 let q = values(seed, nh * t * d);
@@ -356,12 +458,16 @@ mod tests {
                     tokens: t,
                 };
                 let want = paged_attention(&cpu, layer, &q, shape, &views);
-                let rows = pool_rows(&views, dev)?;
-                let tk = Tensor::from_vec(k, (nkv, t, d), dev)?;
-                let tv = Tensor::from_vec(v, (nkv, t, d), dev)?;
-                kv.write(layer, &rows, &tk, &tv)?;
-                let tq = Tensor::from_vec(q, (nh, t, d), dev)?;
-                let got = kv.attend(layer, &tq, &views)?;
+                // The CPU op's head-major rows, token-major here.
+                let token_major = |x: Vec<f32>, n: usize| -> Result<Tensor> {
+                    Tensor::from_vec(x, (n, t, d), dev)?
+                        .transpose(0, 1)?
+                        .contiguous()
+                };
+                let tk = token_major(k, nkv)?.reshape((t, nkv * d))?;
+                let tv = token_major(v, nkv)?.reshape((t, nkv * d))?;
+                kv.write(layer, &plan, &tk, &tv)?;
+                let got = kv.attend(layer, &token_major(q, nh)?, &plan)?;
                 assert_eq!(got.dims2()?, (t, nh * d));
                 let got = got.flatten_all()?.to_vec1::<f32>()?;
                 for (a, b) in got.iter().zip(&want) {
@@ -439,11 +545,12 @@ mod tests {
             offset: 0,
             len: 1,
         };
-        let rows = pool_rows(&[view], &dev)?;
-        assert_eq!(rows.to_vec1::<u32>()?, [3]);
-        let k = Tensor::new(&[[[1f32, 2.]]], &dev)?;
-        let v = Tensor::new(&[[[5f32, 6.]]], &dev)?;
-        pool.tensors().unwrap().write(0, &rows, &k, &v)?;
+        assert_eq!(pool_rows(&[view]), [3]);
+        let kv = pool.tensors().unwrap();
+        let plan = kv.plan(&[view], 1)?;
+        let k = Tensor::new(&[[1f32, 2.]], &dev)?;
+        let v = Tensor::new(&[[5f32, 6.]], &dev)?;
+        kv.write(0, &plan, &k, &v)?;
         pool.grow(3)?;
         assert_eq!(pool.num_blocks(), 3);
         let (keys, values) = &pool.tensors().unwrap().layers[0];
