@@ -479,3 +479,49 @@ fn bf16_layers_stay_close_to_f32() -> Result<()> {
     assert!(max_diff(&back, &want) < 0.05);
     Ok(())
 }
+
+/// The encoder and the cross-encoder on a CUDA GPU (`--features cuda`;
+/// candle's ops there) against the same weights on the CPU: packed hidden
+/// states, pooled vectors and scores. Without a CUDA device it says so and
+/// passes.
+#[cfg(feature = "cuda")]
+#[test]
+fn encoders_on_the_gpu_match_the_cpu() -> Result<()> {
+    let gpu = match Device::new_cuda(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("skipped: no CUDA device ({e})");
+            return Ok(());
+        }
+    };
+    let on = |w: &HashMap<String, Tensor>, dev: &Device| {
+        VarBuilder::from_tensors(w.clone(), DType::F32, dev)
+    };
+    let seqs = seqs();
+    let inputs: Vec<EncoderInput> = seqs.iter().map(|s| EncoderInput::new(s)).collect();
+    for arch in [Arch::Bert, Arch::Roberta] {
+        let w = weights(3, arch);
+        let cpu = encoder_config(3, arch).load_encoder(vb(&w))?;
+        let cuda = encoder_config(3, arch).load_encoder(on(&w, &gpu))?;
+        let want = cpu.forward_packed(&inputs)?;
+        let got = cuda.forward_packed(&inputs)?.to_device(&Device::Cpu)?;
+        assert_eq!(got.dims(), want.dims());
+        let d = max_diff(&got, &want);
+        // f32 on both; the GPU's matmuls and reductions sum in other orders.
+        assert!(d < 1e-3, "{arch:?} hidden states differ by {d}");
+        let lens: Vec<usize> = seqs.iter().map(Vec::len).collect();
+        let pooled =
+            |h: &Tensor| -> Result<Tensor> { l2_normalize(&pool(h, &lens, Pooling::Mean)?) };
+        let d = max_diff(&pooled(&got)?, &pooled(&want)?);
+        assert!(d < 1e-4, "{arch:?} pooled vectors differ by {d}");
+
+        let cpu = encoder_config(3, arch).load_cross_encoder(vb(&w))?;
+        let cuda = encoder_config(3, arch).load_cross_encoder(on(&w, &gpu))?;
+        let want = cpu.forward(&inputs)?;
+        let got = cuda.forward(&inputs)?.to_device(&Device::Cpu)?;
+        assert_eq!(got.dims(), &[seqs.len(), 3]);
+        let d = max_diff(&got, &want);
+        assert!(d < 1e-3, "{arch:?} scores differ by {d}");
+    }
+    Ok(())
+}

@@ -400,3 +400,32 @@ fn unsupported_configs_are_refused_by_name() -> anyhow::Result<()> {
     assert!(err.contains("gelu"), "{err}");
     Ok(())
 }
+
+/// The pipeline on a CUDA GPU (`--features cuda`) against the CPU, from the
+/// same files and seed (the noise is drawn on the CPU for both): the same
+/// image up to float rounding, which may move a few pixels by a level or
+/// two. Without a CUDA device it says so and passes.
+#[cfg(feature = "cuda")]
+#[test]
+fn generation_on_the_gpu_matches_the_cpu() -> anyhow::Result<()> {
+    let gpu = match Device::new_cuda(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("skipped: no CUDA device ({e})");
+            return Ok(());
+        }
+    };
+    let (dir, cpu) = tiny(3)?;
+    let cuda = DiffusionPipeline::load(dir.path(), &gpu, DType::F32)?;
+    let want = generate(&cpu, &params(1, 42))?;
+    let got = generate(&cuda, &params(1, 42))?;
+    let (a, b) = (&got[0].pixels, &want[0].pixels);
+    assert_eq!(a.len(), b.len());
+    let max_diff = a.iter().zip(b).map(|(x, y)| x.abs_diff(*y)).max().unwrap();
+    let off = a.iter().zip(b).filter(|(x, y)| x.abs_diff(**y) > 2).count();
+    assert!(
+        max_diff <= 8 && off * 100 <= a.len(),
+        "the GPU's image differs: {off} values by more than 2, by up to {max_diff}"
+    );
+    Ok(())
+}
