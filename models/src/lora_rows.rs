@@ -225,56 +225,114 @@ mod fused {
         unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
     }
 
-    /// [`crate::vecmath::dot16`]`::<true>(x, widened a)`: sixteen
-    /// interleaved partial sums, then the tail in order.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn dot16_half(x: &[f32], a: &[u16]) -> f32 {
-        let n = x.len().min(a.len());
-        let n16 = n / 16 * 16;
-        let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        for i in (0..n16).step_by(16) {
-            // SAFETY: `i + 16 <= n` for both slices.
+    /// [`crate::vecmath::dot16`]`::<true>(x, widened a_t)` for the `M`
+    /// rows `a_t` of `k` values from `a` on: each row's sixteen interleaved
+    /// partial sums, then its tail in order (the chains of the `M` rows run
+    /// side by side, and each loaded `x` serves all of them).
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C; `a` holds `M * k` values and `x` at least `k`.
+    #[inline(always)]
+    unsafe fn dots_half<const M: usize>(x: &[f32], a: *const u16, k: usize) -> [f32; M] {
+        let k16 = k / 16 * 16;
+        let (mut lo, mut hi) = ([_mm256_setzero_ps(); M], [_mm256_setzero_ps(); M]);
+        for i in (0..k16).step_by(16) {
+            // SAFETY: `i + 16 <= k` for `x` and every row.
             unsafe {
-                let (xp, ap) = (x.as_ptr().add(i), a.as_ptr().add(i));
-                lo = _mm256_fmadd_ps(_mm256_loadu_ps(xp), load8(ap), lo);
-                hi = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(8)), load8(ap.add(8)), hi);
+                let xp = x.as_ptr().add(i);
+                let (x0, x1) = (_mm256_loadu_ps(xp), _mm256_loadu_ps(xp.add(8)));
+                for t in 0..M {
+                    let ap = a.add(t * k + i);
+                    lo[t] = _mm256_fmadd_ps(x0, load8(ap), lo[t]);
+                    hi[t] = _mm256_fmadd_ps(x1, load8(ap.add(8)), hi[t]);
+                }
             }
         }
-        let mut acc = [0f32; 16];
-        // SAFETY: `acc` holds sixteen values.
-        unsafe {
-            _mm256_storeu_ps(acc.as_mut_ptr(), lo);
-            _mm256_storeu_ps(acc.as_mut_ptr().add(8), hi);
+        // Loops, not closures: a closure would not inherit the caller's
+        // target features, and its intrinsics would be calls.
+        let mut out = [0f32; M];
+        for (t, out) in out.iter_mut().enumerate() {
+            let mut acc = [0f32; 16];
+            // SAFETY: `acc` holds sixteen values; the row is in bounds.
+            let row = unsafe {
+                _mm256_storeu_ps(acc.as_mut_ptr(), lo[t]);
+                _mm256_storeu_ps(acc.as_mut_ptr().add(8), hi[t]);
+                std::slice::from_raw_parts(a.add(t * k), k)
+            };
+            let mut tail = 0f32;
+            for (&x, &w) in x[k16..k].iter().zip(&row[k16..k]) {
+                tail = x.mul_add(half::f16::from_bits(w).to_f32(), tail);
+            }
+            *out = acc.iter().sum::<f32>() + tail;
         }
-        let tail = x[n16..n]
-            .iter()
-            .zip(&a[n16..n])
-            .fold(0.0f32, |s, (&x, &w)| {
-                x.mul_add(half::f16::from_bits(w).to_f32(), s)
-            });
-        acc.iter().sum::<f32>() + tail
+        out
     }
 
-    /// `y += h b` (`b` half precision), fused, elementwise.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn axpy_half(y: &mut [f32], b: &[u16], h: f32) {
-        let n = y.len().min(b.len());
+    /// `y += h_t b_t` for `t` in order (`b_t` the `M` rows of `n` half
+    /// precision values from `b` on), fused, elementwise: each output
+    /// element gets the same multiply-adds in the same order as `M` passes
+    /// would give it, with one load and store of `y` per eight elements.
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C; `b` holds `M * n` values and `y` at least `n`.
+    #[inline(always)]
+    unsafe fn axpy_half<const M: usize>(y: &mut [f32], b: *const u16, n: usize, h: [f32; M]) {
         let n8 = n / 8 * 8;
-        let hv = _mm256_set1_ps(h);
+        let mut hv = [_mm256_setzero_ps(); M];
+        for (v, &h) in hv.iter_mut().zip(&h) {
+            *v = _mm256_set1_ps(h);
+        }
         for i in (0..n8).step_by(8) {
-            // SAFETY: `i + 8 <= n` for both slices.
+            // SAFETY: `i + 8 <= n` for `y` and every row.
             unsafe {
                 let yp = y.as_mut_ptr().add(i);
-                let v = _mm256_fmadd_ps(load8(b.as_ptr().add(i)), hv, _mm256_loadu_ps(yp));
+                let mut v = _mm256_loadu_ps(yp);
+                for (t, hv) in hv.iter().enumerate() {
+                    v = _mm256_fmadd_ps(load8(b.add(t * n + i)), *hv, v);
+                }
                 _mm256_storeu_ps(yp, v);
             }
         }
-        for (y, &w) in y[n8..n].iter_mut().zip(&b[n8..n]) {
-            *y = half::f16::from_bits(w).to_f32().mul_add(h, *y);
+        for (e, y) in y[n8..n].iter_mut().enumerate() {
+            for (t, &h) in h.iter().enumerate() {
+                // SAFETY: `n8 + e < n`.
+                let w = unsafe { *b.add(t * n + n8 + e) };
+                *y = half::f16::from_bits(w).to_f32().mul_add(h, *y);
+            }
         }
     }
 
-    /// [`super::half_body`] for a few rows, converting in registers.
+    /// Ranks `j..j + M` for every row: their `h` then their updates.
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C; the ranks exist.
+    #[inline(always)]
+    unsafe fn ranks_fused<const M: usize>(
+        s: &LowRank,
+        rows: &[usize],
+        j: usize,
+        out: &mut [f32],
+        at: &impl Fn(usize, usize) -> usize,
+    ) {
+        let (k, n) = (s.k, s.n);
+        assert!((j + M) * k <= s.a.len() && (j + M) * n <= s.bt.len());
+        for (i, &r) in rows.iter().enumerate() {
+            // SAFETY: the rows of `A` and `B^T` checked above; `x` and
+            // `out` rows by the slices.
+            unsafe {
+                let mut h = dots_half::<M>(&s.x[r * k..(r + 1) * k], s.a.as_ptr().add(j * k), k);
+                for h in h.iter_mut() {
+                    *h *= s.scale;
+                }
+                let o = at(i, r);
+                axpy_half::<M>(&mut out[o * n..(o + 1) * n], s.bt.as_ptr().add(j * n), n, h);
+            }
+        }
+    }
+
+    /// [`super::half_body`] for a few rows, converting in registers, four
+    /// ranks at a time (each output element still takes the ranks in
+    /// ascending order, so the same bits).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn half_fused(
         s: &LowRank,
@@ -283,15 +341,31 @@ mod fused {
         out: &mut [f32],
         at: impl Fn(usize, usize) -> usize,
     ) {
-        let (k, n) = (s.k, s.n);
         prefetch_ranks(s, &ranks);
-        for j in ranks {
-            let (aj, bj) = (&s.a[j * k..(j + 1) * k], &s.bt[j * n..(j + 1) * n]);
-            for (i, &r) in rows.iter().enumerate() {
-                let hj = s.scale * dot16_half(&s.x[r * k..(r + 1) * k], aj);
-                let o = at(i, r);
-                axpy_half(&mut out[o * n..(o + 1) * n], bj, hj);
-            }
+        let mut j = ranks.start;
+        while j < ranks.end {
+            // SAFETY: the features are enabled; the ranks are the adapter's
+            // (`ranks_fused` checks them against the weights).
+            j += unsafe {
+                match ranks.end - j {
+                    4.. => {
+                        ranks_fused::<4>(s, rows, j, out, &at);
+                        4
+                    }
+                    3 => {
+                        ranks_fused::<3>(s, rows, j, out, &at);
+                        3
+                    }
+                    2 => {
+                        ranks_fused::<2>(s, rows, j, out, &at);
+                        2
+                    }
+                    _ => {
+                        ranks_fused::<1>(s, rows, j, out, &at);
+                        1
+                    }
+                }
+            };
         }
     }
 }
