@@ -75,6 +75,7 @@ impl Task<'_> {
                     None
                 }
             };
+            self.prefetch_ahead(b);
             let base = b * BLOCK_SIZE;
             let first = self.first_query(base, n_rep, nq);
             let sc: &[f32] = match half {

@@ -339,6 +339,34 @@ impl KvPool {
         }
     }
 
+    /// Asks for the keys and values of one KV head's block to be brought
+    /// into the cache ahead of a decode task's use: a head's block is a
+    /// short run (16 positions) that the other heads' rows of the block
+    /// separate from its next one, which the hardware prefetchers do not
+    /// follow far (1B Q4_K_M tg128 at depth 4096: 8-10% faster with it).
+    fn prefetch_block(&self, layer: usize, block: u32, head: usize) {
+        let at = self.offset(block, head, 0);
+        let n = BLOCK_SIZE * self.head_dim;
+        for values in [false, true] {
+            let (start, bytes) = match self.store(layer, values) {
+                Store::F16(v) | Store::Bf16(v) => (v[at..at + n].as_ptr().cast::<i8>(), 2 * n),
+                Store::F32(v) => (v[at..at + n].as_ptr().cast::<i8>(), 4 * n),
+            };
+            #[cfg(target_arch = "x86_64")]
+            for line in (0..bytes).step_by(64) {
+                // SAFETY: a prefetch hint has no effect on memory (and these
+                // addresses are the block's).
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                        start.wrapping_add(line),
+                    )
+                };
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = (start, bytes);
+        }
+    }
+
     /// The f16 bits of one KV head's block (as [`KvPool::read_block`]
     /// reads it), where the pool stores f16; `None` otherwise.
     fn block_f16(&self, layer: usize, values: bool, block: u32, head: usize) -> Option<&[u16]> {
