@@ -1,6 +1,8 @@
 //! The Stable Diffusion pipeline on the tiny random-weight folder that
 //! `write_tiny_pipeline` writes.
 
+mod common;
+
 use candle_core::{DType, Device, Tensor, D};
 use candle_transformers::models::clip::text_model::{
     Activation, ClipTextConfig, ClipTextTransformer,
@@ -408,12 +410,8 @@ fn unsupported_configs_are_refused_by_name() -> anyhow::Result<()> {
 #[cfg(feature = "cuda")]
 #[test]
 fn generation_on_the_gpu_matches_the_cpu() -> anyhow::Result<()> {
-    let gpu = match Device::new_cuda(0) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("skipped: no CUDA device ({e})");
-            return Ok(());
-        }
+    let Some(gpu) = common::cuda() else {
+        return Ok(());
     };
     let (dir, cpu) = tiny(3)?;
     let cuda = DiffusionPipeline::load(dir.path(), &gpu, DType::F32)?;

@@ -19,6 +19,7 @@ use std::io::Cursor;
 use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::{VarBuilder, VarMap};
+use common::cuda;
 use common::gguf::{write_gguf, GgufShape};
 use hearth_models::{CausalLM, Llama, LlamaConfig, PagedSeq, BLOCK_SIZE};
 
@@ -26,16 +27,6 @@ const HIDDEN: usize = 256;
 const FFN: usize = 512;
 const VOCAB: usize = 100;
 const CONTEXT: usize = 128;
-
-fn cuda() -> Option<Device> {
-    match Device::new_cuda(0) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            eprintln!("skipped: no CUDA device ({e})");
-            None
-        }
-    }
-}
 
 fn config() -> LlamaConfig {
     serde_json::from_value(serde_json::json!({

@@ -348,12 +348,8 @@ fn merging_into_a_quantized_gguf_keeps_the_kernels_and_the_adapter() -> Result<(
 #[cfg(feature = "cuda")]
 #[test]
 fn adapters_on_the_gpu_match_the_cpu() -> Result<()> {
-    let gpu = match Device::new_cuda(0) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("skipped: no CUDA device ({e})");
-            return Ok(());
-        }
+    let Some(gpu) = common::cuda() else {
+        return Ok(());
     };
     let tensors = base_tensors()?;
     let cpu = model_from(&tensors)?;

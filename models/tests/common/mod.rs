@@ -103,3 +103,16 @@ pub fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
         .to_scalar::<f32>()
         .unwrap()
 }
+
+/// The first CUDA device, or `None` after saying the test is skipped (a
+/// machine without one).
+#[cfg(feature = "cuda")]
+pub fn cuda() -> Option<Device> {
+    match Device::new_cuda(0) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("skipped: no CUDA device ({e})");
+            None
+        }
+    }
+}
