@@ -130,12 +130,17 @@ fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
         .fold(0f32, |m, (x, y)| m.max((x - y).abs()))
 }
 
+/// The f32 tiny model with an f32 KV cache, on the CPU and on `gpu`.
+fn f32_models(gpu: &Device) -> Result<(Llama, Llama)> {
+    let w = weights()?;
+    let on = |dev: &Device| safetensors_model(&w, DType::F32, dev)?.with_kv_dtype(DType::F32);
+    Ok((on(&Device::Cpu)?, on(gpu)?))
+}
+
 #[test]
 fn f32_safetensors_model_on_the_gpu_matches_the_cpu() -> Result<()> {
     let Some(gpu) = cuda() else { return Ok(()) };
-    let w = weights()?;
-    let cpu = safetensors_model(&w, DType::F32, &Device::Cpu)?.with_kv_dtype(DType::F32)?;
-    let gm = safetensors_model(&w, DType::F32, &gpu)?.with_kv_dtype(DType::F32)?;
+    let (cpu, gm) = f32_models(&gpu)?;
     assert!(gm.device().is_cuda());
     let (a, b) = (run(&cpu)?, run(&gm)?);
     let d = max_diff(&a, &b);
@@ -255,9 +260,7 @@ fn greedy(model: &Llama, prompt: &[u32], steps: usize, tie: f32) -> Result<Vec<u
 #[test]
 fn greedy_tokens_on_the_gpu_equal_the_cpus() -> Result<()> {
     let Some(gpu) = cuda() else { return Ok(()) };
-    let w = weights()?;
-    let cpu = safetensors_model(&w, DType::F32, &Device::Cpu)?.with_kv_dtype(DType::F32)?;
-    let gm = safetensors_model(&w, DType::F32, &gpu)?.with_kv_dtype(DType::F32)?;
+    let (cpu, gm) = f32_models(&gpu)?;
     let mut compared = 0;
     for prompt in [&[1u32, 2, 3][..], &[50, 7, 7, 7, 99, 0, 13], &[42]] {
         let want = greedy(&cpu, prompt, 40, 1e-3)?;

@@ -71,6 +71,18 @@ impl DeviceSpec {
         spec.open().unwrap_or_else(|e| panic!("{var}: {e:#}"))
     }
 
+    /// True when this names `device` (same backend and ordinal).
+    fn names(self, device: &Device) -> bool {
+        use candle_core::DeviceLocation as L;
+        match (self, device.location()) {
+            (Self::Cpu, L::Cpu) => true,
+            (Self::Cuda(n), L::Cuda { gpu_id }) | (Self::Metal(n), L::Metal { gpu_id }) => {
+                n == gpu_id
+            }
+            _ => false,
+        }
+    }
+
     /// Opens the device.
     pub fn open(self) -> anyhow::Result<Device> {
         match self {
@@ -183,20 +195,6 @@ pub fn endpoint_devices(server: &Device, listed: &[DeviceSpec]) -> anyhow::Resul
         anyhow::bail!("--endpoint-devices mixes the CPU with GPUs; list one kind");
     }
     Ok(devices)
-}
-
-impl DeviceSpec {
-    /// True when this names `device` (same backend and ordinal).
-    fn names(self, device: &Device) -> bool {
-        use candle_core::DeviceLocation as L;
-        match (self, device.location()) {
-            (Self::Cpu, L::Cpu) => true,
-            (Self::Cuda(n), L::Cuda { gpu_id }) | (Self::Metal(n), L::Metal { gpu_id }) => {
-                n == gpu_id
-            }
-            _ => false,
-        }
-    }
 }
 
 /// Where the next replica goes: the device with the most free memory
