@@ -42,6 +42,7 @@ pub mod diffusion;
 mod encoder;
 mod gguf;
 mod kv_cache;
+mod layer_ops;
 mod linear;
 mod llama;
 mod llama_cpu;

@@ -32,6 +32,7 @@ use candle_nn::{Init, VarBuilder};
 use serde::Deserialize;
 
 use crate::kv_cache::KvCache;
+use crate::layer_ops;
 use crate::linear::Linear;
 use crate::llama_cpu::CpuBlocks;
 use crate::lora::LoraTarget;
@@ -236,6 +237,9 @@ pub struct Llama {
     /// the model's device (`paged/tensors.rs`): always off the CPU; on the
     /// CPU only after [`Llama::with_tensor_kv`].
     tensor_kv: bool,
+    /// Whether the tensor path runs its small steps as single ops
+    /// (`layer_ops.rs`: CPU and CUDA) rather than candle's operations.
+    layer_ops: bool,
 }
 
 impl Llama {
@@ -293,6 +297,7 @@ impl Llama {
             lm_head,
             rotary,
             tensor_kv: !device.is_cpu(),
+            layer_ops: crate::layer_ops::supported(&device),
             device,
             cpu_blocks,
             kv_dtype: DType::F16,
@@ -331,6 +336,20 @@ impl Llama {
         self.tensor_kv = true;
         self.cpu_blocks = None;
         self
+    }
+
+    /// Runs the tensor path's norms, residual sums, SwiGLU, RoPE and KV
+    /// writes through candle's operations (as on Metal) instead of the
+    /// single ops of `layer_ops.rs`; for comparisons.
+    pub fn without_layer_ops(mut self) -> Self {
+        self.layer_ops = false;
+        self
+    }
+
+    /// Whether the tensor path runs the layer ops (see
+    /// [`Llama::without_layer_ops`]).
+    pub fn has_layer_ops(&self) -> bool {
+        self.layer_ops
     }
 
     /// Whether the blocks run on the slice path (a CPU model whose linear
@@ -489,11 +508,21 @@ impl Llama {
         let heads = |y: Tensor, n: usize| y.reshape((t, n, d))?.transpose(0, 1);
         if let (Some(kv), Some((rope, plan))) = (pool.tensors(), &at.tensor_kv) {
             // Token-major throughout: no transposed copies.
-            let rope = |y: Tensor, n: usize| self.rotary.apply_rows(&y.reshape((t, n, d))?, rope);
-            let q = rope(proj(&a.q, LoraTarget::Q, x)?, nh)?; // [T, nh, d]
-            let k = rope(proj(&a.k, LoraTarget::K, x)?, nkv)?.reshape((t, nkv * d))?;
+            let q = proj(&a.q, LoraTarget::Q, x)?; // [T, nh * d]
+            let k = proj(&a.k, LoraTarget::K, x)?; // [T, nkv * d]
             let v = proj(&a.v, LoraTarget::V, x)?; // [T, nkv * d]
-            kv.write(layer, plan, &k, &v)?;
+            let q = if self.layer_ops {
+                // RoPE of the keys happens as they are written.
+                let table = self.rotary.table(rope);
+                kv.write_rows(layer, plan, &k, &v, table)?;
+                layer_ops::rotate(&q, table, nh)?
+            } else {
+                let rope =
+                    |y: Tensor, n: usize| self.rotary.apply_rows(&y.reshape((t, n, d))?, rope);
+                let k = rope(k, nkv)?.reshape((t, nkv * d))?;
+                kv.write(layer, plan, &k, &v)?;
+                rope(q, nh)?
+            }; // [T, nh, d]
             let y = kv.attend(layer, &q, plan)?;
             return proj(&a.o, LoraTarget::O, &y);
         }
@@ -599,6 +628,9 @@ impl Llama {
             positions,
             tensor_kv,
         };
+        if self.layer_ops && at.tensor_kv.is_some() {
+            return self.run_blocks_fused(x, lora, views, pool, &at);
+        }
         for (i, block) in self.blocks.iter().enumerate() {
             let n = block.attn_norm.forward(&x)?;
             let h = self.attention(i, &n, views, pool, &at, lora)?;
@@ -617,6 +649,52 @@ impl Llama {
             x = (x + proj(&m.down, LoraTarget::Down, &(g * u)?)?)?;
         }
         Ok(x)
+    }
+}
+
+impl Llama {
+    /// [`Llama::run_blocks`] on the tensor path with the single ops of
+    /// `layer_ops.rs`: each block's residual sum is taken by the norm
+    /// after it (the next block's, for the feed-forward's), and SwiGLU is
+    /// one op.
+    fn run_blocks_fused(
+        &self,
+        mut x: Tensor,
+        lora: &LoraBatch<'_>,
+        views: &[SeqView<'_>],
+        pool: &mut KvPool,
+        at: &StepRows,
+    ) -> Result<Tensor> {
+        let norm = |x: &Tensor, h: Option<Tensor>, by: &RmsNorm| match h {
+            Some(h) => layer_ops::add_rms_norm(x, &h, &by.weight, by.eps),
+            None => Ok((x.clone(), by.forward(x)?)),
+        };
+        let mut pending: Option<Tensor> = None;
+        for (i, block) in self.blocks.iter().enumerate() {
+            let (sum, n) = norm(&x, pending.take(), &block.attn_norm)?;
+            let h = self.attention(i, &n, views, pool, at, lora)?;
+            let (sum, n) = norm(&sum, Some(h), &block.ffn_norm)?;
+            x = sum;
+            let m = &block.mlp;
+            let proj = |lin: &Linear, t: LoraTarget, x: &Tensor| {
+                if lora.is_empty() {
+                    lin.forward(x)
+                } else {
+                    lora.apply(i, t, x, lin.forward(x)?)
+                }
+            };
+            let g = proj(&m.gate, LoraTarget::Gate, &n)?;
+            let u = proj(&m.up, LoraTarget::Up, &n)?;
+            pending = Some(proj(
+                &m.down,
+                LoraTarget::Down,
+                &layer_ops::swiglu(&g, &u)?,
+            )?);
+        }
+        match pending {
+            Some(h) => x + h,
+            None => Ok(x),
+        }
     }
 }
 

@@ -150,6 +150,15 @@ impl Rotary {
         })
     }
 
+    /// `rows` as the layer ops' RoPE table.
+    pub(crate) fn table<'a>(&'a self, rows: &'a RopeRows) -> crate::layer_ops::Rope<'a> {
+        crate::layer_ops::Rope {
+            cos: &rows.cos,
+            sin: &rows.sin,
+            layout: self.layout,
+        }
+    }
+
     /// Rotates `x` of shape `[tokens, heads, head_dim]` (token-major, as a
     /// projection's output reshapes to, without a copy), token `t` by row
     /// `t` of `rows`: each token is a batch of its own in candle's rope op,

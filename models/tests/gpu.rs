@@ -273,75 +273,64 @@ fn greedy_tokens_on_the_gpu_equal_the_cpus() -> Result<()> {
     Ok(())
 }
 
-/// Root-mean-square difference of `got` from the f64 `exact`.
-fn rms_error(got: &[f32], exact: &[f64]) -> f64 {
-    let sum: f64 = got
-        .iter()
-        .zip(exact)
-        .map(|(&g, &e)| (g as f64 - e).powi(2))
-        .sum();
-    (sum / exact.len() as f64).sqrt()
-}
-
-/// One quantized matmul on the GPU (candle's CUDA kernels) and on the CPU
-/// (Hearth's), each against f64 products of the dequantized weights, for
-/// the default model's Q4_1 and Q8_0 (576 x 1536 and back, its FFN shapes)
-/// and two K-quants, at the row counts that pick different GPU kernels.
-/// Both sides round the activations to 8 bits per 32 values, so the GPU's
-/// error should be of the CPU's size: at most twice it, in RMS.
+/// One quantized matmul on the GPU (candle's CUDA kernels) against the f64
+/// product of the dequantized weights, beside the error that rounding the
+/// activations to 8 bits per 32 values accounts for (candle's kernels do
+/// that, as Hearth's CPU kernels do: `quantized_linear.rs` holds the CPU
+/// to it) and beside candle's dequantizing kernels (`set_force_dmmv`,
+/// activations kept in f32). The whole table is printed first.
+///
+/// Measured on an H100: Q8_0 and Q6_K, and Q4_K up to 8 rows, are at the
+/// rounding's error; the formats with a per-block minimum, Q4_1 at every
+/// row count and Q4_K from 16 rows (candle's matrix kernel), are at 1.7 to
+/// 3 times it (`CANDLE_GAP`): a gap in candle's kernels, which the default
+/// model's teacher-forced log-probabilities show (`README.md`, GPU hosts).
+/// Those are held to 4 times, the others to 1.25 times.
 #[test]
 fn quantized_matmul_errors_on_the_gpu_are_of_the_cpus_size() -> Result<()> {
-    use candle_core::quantized::{QStorage, QTensor};
+    use candle_core::quantized::{cuda::set_force_dmmv, QStorage, QTensor};
     use candle_core::Module;
+    use common::quant_error::{exact, rms_error, rounding_rms, weight, CASES, ROWS};
     use hearth_models::Linear;
+    const CANDLE_GAP: f64 = 4.0;
     let Some(gpu) = cuda() else { return Ok(()) };
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    for (dtype, n, k) in [
-        (GgmlDType::Q4_1, 1536, 576),
-        (GgmlDType::Q4_1, 576, 1536),
-        (GgmlDType::Q8_0, 1536, 576),
-        (GgmlDType::Q4K, 576, 1536),
-        (GgmlDType::Q6K, 576, 1536),
-    ] {
-        let w = common::seeded_uniform(&mut state, n * k, 0.0, 1.0 / (k as f32).sqrt());
-        let q = QTensor::quantize(&Tensor::from_vec(w, (n, k), &Device::Cpu)?, dtype)?;
-        let deq = q
-            .dequantize(&Device::Cpu)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
-        let bytes = q.data()?;
-        let on_gpu = QTensor::new(QStorage::from_data(bytes.clone(), &gpu, dtype)?, (n, k))?;
-        let gpu_linear = Linear::from_qtensor(on_gpu)?;
-        let cpu_linear = Linear::from_qtensor(QTensor::new(
-            QStorage::from_data(bytes, &Device::Cpu, dtype)?,
-            (n, k),
-        )?)?;
-        for rows in [1, 7, 16, 64] {
+    let mut failures = Vec::new();
+    for (dtype, n, k) in CASES {
+        let (q, deq) = weight(&mut state, dtype, n, k)?;
+        let storage = QStorage::from_data(q.data()?, &gpu, dtype)?;
+        let linear = Linear::from_qtensor(QTensor::new(storage, (n, k))?)?;
+        for rows in ROWS {
             let x = common::seeded_uniform(&mut state, rows * k, 0.0, 1.0);
-            let exact: Vec<f64> = (0..rows)
-                .flat_map(|r| {
-                    let (x, deq) = (&x, &deq);
-                    (0..n).map(move |i| {
-                        (0..k)
-                            .map(|j| deq[i * k + j] as f64 * x[r * k + j] as f64)
-                            .sum::<f64>()
-                    })
-                })
-                .collect();
-            let xt = Tensor::from_vec(x, (rows, k), &Device::Cpu)?;
-            let on_cpu = cpu_linear.forward(&xt)?.flatten_all()?.to_vec1::<f32>()?;
-            let on_gpu = gpu_linear
-                .forward(&xt.to_device(&gpu)?)?
-                .to_device(&Device::Cpu)?
-                .flatten_all()?
-                .to_vec1::<f32>()?;
-            let (e_cpu, e_gpu) = (rms_error(&on_cpu, &exact), rms_error(&on_gpu, &exact));
-            eprintln!("{dtype:?} {n}x{k}, {rows} rows: RMS error cpu {e_cpu:.2e}, gpu {e_gpu:.2e}");
-            assert!(
-                e_gpu <= 2.0 * e_cpu + 1e-6,
-                "{dtype:?} {n}x{k}, {rows} rows: gpu {e_gpu:.2e} against cpu {e_cpu:.2e}"
+            let want = exact(&x, &deq, rows, n, k);
+            let theory = rounding_rms(&x, &deq, rows, n, k);
+            let xt = Tensor::from_vec(x, (rows, k), &gpu)?;
+            let run = || -> Result<Vec<f32>> {
+                linear
+                    .forward(&xt)?
+                    .to_device(&Device::Cpu)?
+                    .flatten_all()?
+                    .to_vec1::<f32>()
+            };
+            let e = rms_error(&run()?, &want);
+            set_force_dmmv(true);
+            let dequantizing = run();
+            set_force_dmmv(false);
+            let e_deq = rms_error(&dequantizing?, &want);
+            let ratio = e / theory;
+            eprintln!(
+                "{dtype:?} {n}x{k}, {rows} rows: RMS error {e:.2e} = {ratio:.2}x the rounding's \
+                 {theory:.2e}; dequantizing kernels {e_deq:.2e}"
             );
+            let gap = matches!(dtype, GgmlDType::Q4_1) || dtype == GgmlDType::Q4K && rows > 8;
+            let limit = if gap { CANDLE_GAP } else { 1.25 };
+            if ratio > limit || e_deq > 1e-5 {
+                failures.push(format!(
+                    "{dtype:?} {n}x{k}, {rows} rows: {ratio:.2}x, {e_deq:.2e}"
+                ));
+            }
         }
     }
+    assert!(failures.is_empty(), "{failures:#?}");
     Ok(())
 }

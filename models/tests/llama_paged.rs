@@ -237,9 +237,14 @@ fn tensor_kv_pool_matches_the_cpu_pool() -> Result<()> {
             tiny_model(tie)?
         };
         let want = run(&model, false)?;
-        let model = model.with_tensor_kv();
+        let mut model = model.with_tensor_kv();
         assert!(!model.runs_slice_path());
-        for fused in [false, true] {
+        // With the layer ops (as on CUDA), then with candle's operations
+        // (as on Metal).
+        for (fused, layer_ops) in [(false, true), (true, true), (false, false)] {
+            if !layer_ops {
+                model = model.without_layer_ops();
+            }
             let got = run(&model, fused)?;
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert_eq!(g.dims(), w.dims());
@@ -255,7 +260,8 @@ fn tensor_kv_pool_matches_the_cpu_pool() -> Result<()> {
                 let d = max_diff(g, w);
                 assert!(
                     d < 1e-4 * spread,
-                    "tie {tie}, f16 {f16}, fused {fused}, call {i}: differs by {d} (spread {spread})"
+                    "tie {tie}, f16 {f16}, fused {fused}, layer ops {}, call {i}: differs by {d} (spread {spread})",
+                    model.has_layer_ops()
                 );
             }
         }

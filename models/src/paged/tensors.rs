@@ -26,6 +26,7 @@ use candle_core::{DType, Device, Result, Tensor};
 
 use super::fused::{self, PagedDecode};
 use super::{SeqView, BLOCK_SIZE};
+use crate::layer_ops;
 
 /// Keys and values of every layer, on one device.
 #[derive(Debug, Clone)]
@@ -109,11 +110,34 @@ impl TensorKv {
         v: &Tensor,
     ) -> Result<()> {
         let (keys, values) = &self.layers[layer];
+        let width = self.num_kv_heads * self.head_dim;
+        let index = plan
+            .rows
+            .reshape((k.dim(0)?, 1))?
+            .broadcast_as((k.dim(0)?, width))?
+            .contiguous()?;
         for (dst, src) in [(keys, k), (values, v)] {
             let src = src.to_dtype(self.dtype)?.contiguous()?;
-            dst.scatter_set(&plan.write_index, &src, 0)?;
+            dst.scatter_set(&index, &src, 0)?;
         }
         Ok(())
+    }
+
+    /// [`TensorKv::write`] of keys and values as they leave the
+    /// projections (`[tokens, num_kv_heads * head_dim]` f32): the keys are
+    /// rotated by `rope` on the way in. One op each (`layer_ops.rs`).
+    pub(crate) fn write_rows(
+        &self,
+        layer: usize,
+        plan: &StepPlan,
+        k: &Tensor,
+        v: &Tensor,
+        rope: layer_ops::Rope<'_>,
+    ) -> Result<()> {
+        let (keys, values) = &self.layers[layer];
+        let nkv = self.num_kv_heads;
+        layer_ops::write_rows(keys, k, &plan.rows, Some(rope), nkv)?;
+        layer_ops::write_rows(values, v, &plan.rows, None, nkv)
     }
 
     /// Causal attention of every sequence's new rows over its cached and
@@ -216,9 +240,8 @@ impl TensorKv {
 /// the device once per step instead of once per layer (a GPU step is a few
 /// hundred small launches; each upload and index build is one more).
 pub(crate) struct StepPlan {
-    /// `[tokens, width]`: each new row's pool row, repeated across the
-    /// row (the scatter's index).
-    write_index: Tensor,
+    /// `[tokens]`: each new row's pool row.
+    rows: Tensor,
     decode: Option<Decode>,
     chunks: Vec<Chunk>,
     /// Output rows back to batch order, when decoding rows and chunks
@@ -258,13 +281,8 @@ struct Chunk {
 impl StepPlan {
     fn new(kv: &TensorKv, seqs: &[SeqView<'_>], num_heads: usize) -> Result<Self> {
         let dev = &kv.device;
-        let width = kv.num_kv_heads * kv.head_dim;
         let new_rows = pool_rows(seqs);
         let t = new_rows.len();
-        let write_index = Tensor::new(new_rows.as_slice(), dev)?
-            .reshape((t, 1))?
-            .broadcast_as((t, width))?
-            .contiguous()?;
         let (decode, chunks): (Vec<&SeqView<'_>>, Vec<&SeqView<'_>>) =
             seqs.iter().partition(|s| s.len == 1);
         let mut order: Vec<u32> = decode.iter().map(|s| s.offset as u32).collect();
@@ -305,7 +323,7 @@ impl StepPlan {
             Some(Tensor::new(inverse.as_slice(), dev)?)
         };
         Ok(Self {
-            write_index,
+            rows: Tensor::new(new_rows.as_slice(), dev)?,
             decode,
             chunks,
             inverse,

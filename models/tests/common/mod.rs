@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod gguf;
+pub mod quant_error;
 
 use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::{VarBuilder, VarMap};
