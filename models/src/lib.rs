@@ -44,6 +44,7 @@ mod gguf;
 mod kv_cache;
 mod layer_ops;
 mod linear;
+mod linear_fused;
 mod llama;
 mod llama_cpu;
 pub mod lora;

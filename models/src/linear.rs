@@ -29,6 +29,12 @@ pub(crate) enum Weight {
     Quantized(QMatMul),
     Kernel(KernelOp),
     Dense(Tensor),
+    /// Output rows `start..start + out_features` of a wider linear that
+    /// holds several projections' weights as one (`linear_fused.rs`).
+    Part {
+        whole: Arc<Linear>,
+        start: usize,
+    },
 }
 
 /// The `hearth-kernels` format of a GGML dtype, if it has one.
@@ -84,8 +90,8 @@ impl CustomOp1 for KernelOp {
 pub struct Linear {
     pub(crate) weight: Weight,
     pub(crate) bias: Option<Tensor>,
-    in_features: usize,
-    out_features: usize,
+    pub(crate) in_features: usize,
+    pub(crate) out_features: usize,
 }
 
 impl Linear {
@@ -169,10 +175,13 @@ impl Linear {
 
     /// True when the weight stays quantized (matmul through `QMatMul`).
     pub fn is_quantized(&self) -> bool {
-        matches!(
-            self.weight,
-            Weight::Quantized(QMatMul::QTensor(_)) | Weight::Kernel(_)
-        )
+        match &self.weight {
+            Weight::Part { whole, .. } => whole.is_quantized(),
+            w => matches!(
+                w,
+                Weight::Quantized(QMatMul::QTensor(_)) | Weight::Kernel(_)
+            ),
+        }
     }
 }
 
@@ -185,6 +194,13 @@ impl Module for Linear {
         if k != self.in_features {
             candle_core::bail!("linear expects {} inputs, got {k}", self.in_features)
         }
+        if let Weight::Part { whole, start } = &self.weight {
+            // The whole product, then this part's columns (the fused path
+            // runs the whole once for all its parts instead).
+            return whole
+                .forward(x)?
+                .narrow(D::Minus1, *start, self.out_features);
+        }
         let rows = x.elem_count() / k.max(1);
         let x2 = x.reshape((rows, k))?;
         let y = match &self.weight {
@@ -194,6 +210,7 @@ impl Module for Linear {
                 .contiguous()?
                 .apply_op1_no_bwd(op)?,
             Weight::Dense(w) => x2.to_dtype(w.dtype())?.matmul(&w.t()?)?,
+            Weight::Part { .. } => unreachable!("returned above"),
         };
         let y = match &self.bias {
             Some(b) => y.to_dtype(DType::F32)?.broadcast_add(b)?,

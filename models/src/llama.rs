@@ -27,7 +27,7 @@
 //! instead (`llama_cpu.rs`, same arithmetic); [`Llama::candle_ops_only`]
 //! turns that off for comparisons.
 
-use candle_core::{DType, Device, Module, Result, Tensor};
+use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::{Init, VarBuilder};
 use serde::Deserialize;
 
@@ -210,6 +210,62 @@ pub(crate) struct Mlp {
     pub(crate) down: Linear,
 }
 
+impl Attention {
+    /// The q, k and v projections of `x` (`[tokens, hidden]`): views of one
+    /// product when their weights are joined (`linear_fused.rs`).
+    fn qkv(&self, x: &Tensor) -> Result<[Tensor; 3]> {
+        let Some(all) = Linear::whole_of(&[&self.q, &self.k, &self.v]) else {
+            return Ok([self.q.forward(x)?, self.k.forward(x)?, self.v.forward(x)?]);
+        };
+        let y = all.forward(x)?;
+        let (nq, nk, nv) = (
+            self.q.out_features(),
+            self.k.out_features(),
+            self.v.out_features(),
+        );
+        Ok([
+            y.narrow(D::Minus1, 0, nq)?,
+            y.narrow(D::Minus1, nq, nk)?,
+            y.narrow(D::Minus1, nq + nk, nv)?,
+        ])
+    }
+}
+
+impl Mlp {
+    /// The gate and up projections of `x`, as [`Attention::qkv`].
+    fn gate_up(&self, x: &Tensor) -> Result<[Tensor; 2]> {
+        let Some(all) = Linear::whole_of(&[&self.gate, &self.up]) else {
+            return Ok([self.gate.forward(x)?, self.up.forward(x)?]);
+        };
+        let y = all.forward(x)?;
+        let n = self.gate.out_features();
+        Ok([
+            y.narrow(D::Minus1, 0, n)?,
+            y.narrow(D::Minus1, n, self.up.out_features())?,
+        ])
+    }
+}
+
+/// Joins each block's q, k and v weights, and its gate and up weights,
+/// where their formats allow (`linear_fused.rs`): one matmul for each
+/// group instead of three and two.
+fn fuse_projections(blocks: &mut [Block]) -> Result<()> {
+    for b in blocks {
+        let (a, m) = (&mut b.attn, &mut b.mlp);
+        let qkv: Option<[Linear; 3]> =
+            Linear::fuse(&[&a.q, &a.k, &a.v])?.and_then(|p| p.try_into().ok());
+        if let Some([q, k, v]) = qkv {
+            (a.q, a.k, a.v) = (q, k, v);
+        }
+        let gate_up: Option<[Linear; 2]> =
+            Linear::fuse(&[&m.gate, &m.up])?.and_then(|p| p.try_into().ok());
+        if let Some([g, u]) = gate_up {
+            (m.gate, m.up) = (g, u);
+        }
+    }
+    Ok(())
+}
+
 /// One pre-norm transformer block.
 pub(crate) struct Block {
     pub(crate) attn_norm: RmsNorm,
@@ -282,6 +338,10 @@ impl Llama {
             )
         }
         let device = embed.device();
+        let mut blocks = blocks;
+        if !device.is_cpu() {
+            fuse_projections(&mut blocks)?;
+        }
         // The weights were uploaded by this thread; the model runs on others.
         crate::settle(&device)?;
         let cpu_blocks = if device.is_cpu() {
@@ -346,10 +406,20 @@ impl Llama {
         self
     }
 
-    /// Whether the tensor path runs the layer ops (see
-    /// [`Llama::without_layer_ops`]).
-    pub fn has_layer_ops(&self) -> bool {
-        self.layer_ops
+    /// Joins the projections again after their weights changed
+    /// ([`Llama::merge_lora`]), where loading joined them.
+    pub(crate) fn rejoin_projections(&mut self) -> Result<()> {
+        if self.device.is_cpu() {
+            return Ok(());
+        }
+        fuse_projections(&mut self.blocks)
+    }
+
+    /// Joins each block's q/k/v and gate/up weights where their formats
+    /// allow, as on a GPU (where loading does it); on the CPU, for
+    /// comparisons on the tensor path (the slice path keeps its own).
+    pub fn fuse_projections(&mut self) -> Result<()> {
+        fuse_projections(&mut self.blocks)
     }
 
     /// Whether the blocks run on the slice path (a CPU model whose linear
@@ -508,9 +578,10 @@ impl Llama {
         let heads = |y: Tensor, n: usize| y.reshape((t, n, d))?.transpose(0, 1);
         if let (Some(kv), Some((rope, plan))) = (pool.tensors(), &at.tensor_kv) {
             // Token-major throughout: no transposed copies.
-            let q = proj(&a.q, LoraTarget::Q, x)?; // [T, nh * d]
-            let k = proj(&a.k, LoraTarget::K, x)?; // [T, nkv * d]
-            let v = proj(&a.v, LoraTarget::V, x)?; // [T, nkv * d]
+            let [q, k, v] = a.qkv(x)?;
+            let q = lora.apply(layer, LoraTarget::Q, x, q)?; // [T, nh * d]
+            let k = lora.apply(layer, LoraTarget::K, x, k)?; // [T, nkv * d]
+            let v = lora.apply(layer, LoraTarget::V, x, v)?; // [T, nkv * d]
             let q = if self.layer_ops {
                 // RoPE of the keys happens as they are written.
                 let table = self.rotary.table(rope);
@@ -644,8 +715,9 @@ impl Llama {
                     lora.apply(i, t, x, lin.forward(x)?)
                 }
             };
-            let g = candle_nn::ops::silu(&proj(&m.gate, LoraTarget::Gate, &n)?)?;
-            let u = proj(&m.up, LoraTarget::Up, &n)?;
+            let [g, u] = m.gate_up(&n)?;
+            let g = candle_nn::ops::silu(&lora.apply(i, LoraTarget::Gate, &n, g)?)?;
+            let u = lora.apply(i, LoraTarget::Up, &n, u)?;
             x = (x + proj(&m.down, LoraTarget::Down, &(g * u)?)?)?;
         }
         Ok(x)
@@ -683,8 +755,9 @@ impl Llama {
                     lora.apply(i, t, x, lin.forward(x)?)
                 }
             };
-            let g = proj(&m.gate, LoraTarget::Gate, &n)?;
-            let u = proj(&m.up, LoraTarget::Up, &n)?;
+            let [g, u] = m.gate_up(&n)?;
+            let g = lora.apply(i, LoraTarget::Gate, &n, g)?;
+            let u = lora.apply(i, LoraTarget::Up, &n, u)?;
             pending = Some(proj(
                 &m.down,
                 LoraTarget::Down,

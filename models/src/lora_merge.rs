@@ -27,6 +27,9 @@ impl Linear {
                 &Device::Cpu,
             ),
             Weight::Dense(w) => w.to_dtype(DType::F32),
+            Weight::Part { whole, start } => {
+                whole.weight_f32()?.narrow(0, *start, self.out_features())
+            }
             Weight::Quantized(QMatMul::QTensor(q)) => q.dequantize(&q.device()),
             Weight::Quantized(QMatMul::Tensor(w)) | Weight::Quantized(QMatMul::TensorF16(w)) => {
                 w.to_dtype(DType::F32)
@@ -62,10 +65,11 @@ impl Linear {
         Ok(out)
     }
 
-    fn device(&self) -> Device {
+    pub(crate) fn device(&self) -> Device {
         match &self.weight {
             Weight::Kernel(_) => Device::Cpu,
             Weight::Dense(w) => w.device().clone(),
+            Weight::Part { whole, .. } => whole.device(),
             Weight::Quantized(QMatMul::QTensor(q)) => q.device(),
             Weight::Quantized(QMatMul::Tensor(w)) | Weight::Quantized(QMatMul::TensorF16(w)) => {
                 w.device().clone()
@@ -86,6 +90,13 @@ impl Llama {
         }
         let scale = adapter.config.scale();
         for (block, layer) in self.blocks.iter_mut().zip(&adapter.layers) {
+            // Joined projections (a GPU's) come apart first: a merged part
+            // gets weights of its own, and the rest must not keep running
+            // the whole product for their share of it.
+            let (a, m) = (&mut block.attn, &mut block.mlp);
+            for lin in [&mut a.q, &mut a.k, &mut a.v, &mut m.gate, &mut m.up] {
+                *lin = lin.standalone()?;
+            }
             for (target, lora) in layer {
                 let lin = match target {
                     LoraTarget::Q => &mut block.attn.q,
@@ -99,6 +110,7 @@ impl Llama {
                 *lin = lin.merged(lora, scale)?;
             }
         }
+        self.rejoin_projections()?;
         self.rebuild_cpu_blocks()
     }
 }

@@ -374,3 +374,29 @@ fn adapters_on_the_gpu_match_the_cpu() -> Result<()> {
     assert!(max_diff(&got[0].get(1)?, &got[0].get(3)?) > 0.1);
     Ok(())
 }
+
+/// With q/k/v and gate/up weights joined, as a GPU loads them (on the
+/// tensor path here): an adapter at run time reads its projections from
+/// the joined product, and merging takes the parts apart first; both give
+/// what the separate weights give.
+#[test]
+fn joined_projections_take_adapters_as_separate_ones_do() -> Result<()> {
+    let tensors = base_tensors()?;
+    let x = model_from(&tensors)?
+        .lora_spec()
+        .unwrap()
+        .prepare(&random_adapter(7, 2, 128)?)?;
+    let separate = model_from(&tensors)?.with_tensor_kv();
+    let mut joined = model_from(&tensors)?.with_tensor_kv();
+    joined.fuse_projections()?;
+    let want = run_batch(&separate, &[&P1, &P3], &[Some(&x), None])?;
+    let got = run_batch(&joined, &[&P1, &P3], &[Some(&x), None])?;
+    assert_close(&got, &want, "adapter at run time, joined vs separate");
+    let mut separate = separate;
+    separate.merge_lora(&x)?;
+    joined.merge_lora(&x)?;
+    let want = run_batch(&separate, &[&P1], &[None])?;
+    let got = run_batch(&joined, &[&P1], &[None])?;
+    assert_close(&got, &want, "merged, joined vs separate");
+    Ok(())
+}

@@ -239,9 +239,18 @@ fn tensor_kv_pool_matches_the_cpu_pool() -> Result<()> {
         let want = run(&model, false)?;
         let mut model = model.with_tensor_kv();
         assert!(!model.runs_slice_path());
-        // With the layer ops (as on CUDA), then with candle's operations
-        // (as on Metal).
-        for (fused, layer_ops) in [(false, true), (true, true), (false, false)] {
+        // With the layer ops (as on CUDA), then with q/k/v and gate/up
+        // weights joined (as a GPU loads them), then with candle's
+        // operations (as on Metal).
+        let steps = [
+            (false, true, false),
+            (true, true, false),
+            (false, true, true),
+        ];
+        for (fused, layer_ops, join) in steps.into_iter().chain([(false, false, true)]) {
+            if join {
+                model.fuse_projections()?;
+            }
             if !layer_ops {
                 model = model.without_layer_ops();
             }
@@ -260,8 +269,7 @@ fn tensor_kv_pool_matches_the_cpu_pool() -> Result<()> {
                 let d = max_diff(g, w);
                 assert!(
                     d < 1e-4 * spread,
-                    "tie {tie}, f16 {f16}, fused {fused}, layer ops {}, call {i}: differs by {d} (spread {spread})",
-                    model.has_layer_ops()
+                    "tie {tie}, f16 {f16}, fused {fused}, layer ops {layer_ops}, joined {join}, call {i}: differs by {d} (spread {spread})"
                 );
             }
         }
