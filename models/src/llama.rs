@@ -232,17 +232,31 @@ impl Attention {
 }
 
 impl Mlp {
-    /// The gate and up projections of `x`, as [`Attention::qkv`].
-    fn gate_up(&self, x: &Tensor) -> Result<[Tensor; 2]> {
-        let Some(all) = Linear::whole_of(&[&self.gate, &self.up]) else {
-            return Ok([self.gate.forward(x)?, self.up.forward(x)?]);
+    /// The gate and up projections of `x` in block `layer`, with the
+    /// batch's adapters; one product when their weights are joined, as
+    /// [`Attention::qkv`].
+    fn gate_up(&self, layer: usize, x: &Tensor, lora: &LoraBatch<'_>) -> Result<[Tensor; 2]> {
+        let [g, u] = match Linear::whole_of(&[&self.gate, &self.up]) {
+            Some(all) => {
+                let y = all.forward(x)?;
+                let n = self.gate.out_features();
+                [
+                    y.narrow(D::Minus1, 0, n)?,
+                    y.narrow(D::Minus1, n, self.up.out_features())?,
+                ]
+            }
+            None => [self.gate.forward(x)?, self.up.forward(x)?],
         };
-        let y = all.forward(x)?;
-        let n = self.gate.out_features();
         Ok([
-            y.narrow(D::Minus1, 0, n)?,
-            y.narrow(D::Minus1, n, self.up.out_features())?,
+            lora.apply(layer, LoraTarget::Gate, x, g)?,
+            lora.apply(layer, LoraTarget::Up, x, u)?,
         ])
+    }
+
+    /// The down projection of `h` in block `layer`, with the batch's
+    /// adapters.
+    fn down(&self, layer: usize, h: &Tensor, lora: &LoraBatch<'_>) -> Result<Tensor> {
+        lora.apply(layer, LoraTarget::Down, h, self.down.forward(h)?)
     }
 }
 
@@ -707,18 +721,9 @@ impl Llama {
             let h = self.attention(i, &n, views, pool, &at, lora)?;
             x = (x + h)?;
             let n = block.ffn_norm.forward(&x)?;
-            let m = &block.mlp;
-            let proj = |lin: &Linear, t: LoraTarget, x: &Tensor| {
-                if lora.is_empty() {
-                    lin.forward(x)
-                } else {
-                    lora.apply(i, t, x, lin.forward(x)?)
-                }
-            };
-            let [g, u] = m.gate_up(&n)?;
-            let g = candle_nn::ops::silu(&lora.apply(i, LoraTarget::Gate, &n, g)?)?;
-            let u = lora.apply(i, LoraTarget::Up, &n, u)?;
-            x = (x + proj(&m.down, LoraTarget::Down, &(g * u)?)?)?;
+            let [g, u] = block.mlp.gate_up(i, &n, lora)?;
+            let h = (candle_nn::ops::silu(&g)? * u)?;
+            x = (x + block.mlp.down(i, &h, lora)?)?;
         }
         Ok(x)
     }
@@ -747,22 +752,8 @@ impl Llama {
             let h = self.attention(i, &n, views, pool, at, lora)?;
             let (sum, n) = norm(&sum, Some(h), &block.ffn_norm)?;
             x = sum;
-            let m = &block.mlp;
-            let proj = |lin: &Linear, t: LoraTarget, x: &Tensor| {
-                if lora.is_empty() {
-                    lin.forward(x)
-                } else {
-                    lora.apply(i, t, x, lin.forward(x)?)
-                }
-            };
-            let [g, u] = m.gate_up(&n)?;
-            let g = lora.apply(i, LoraTarget::Gate, &n, g)?;
-            let u = lora.apply(i, LoraTarget::Up, &n, u)?;
-            pending = Some(proj(
-                &m.down,
-                LoraTarget::Down,
-                &layer_ops::swiglu(&g, &u)?,
-            )?);
+            let [g, u] = block.mlp.gate_up(i, &n, lora)?;
+            pending = Some(block.mlp.down(i, &layer_ops::swiglu(&g, &u)?, lora)?);
         }
         match pending {
             Some(h) => x + h,
