@@ -1,7 +1,7 @@
 //! With the `cuda` feature: compiles the paged-attention kernel
-//! (`src/paged/paged_decode.cu`) and the layer ops (`src/layer_ops.cu`) to
-//! PTX with CUDA's `nvcc`, for `src/paged/fused.rs` and
-//! `src/layer_ops.rs` to load at run time. `nvcc` comes from
+//! (`src/paged/paged_decode.cu`), the layer ops (`src/layer_ops.cu`) and
+//! the token picks (`src/pick.cu`) to PTX with CUDA's `nvcc`, for the
+//! modules of the same names to load at run time. `nvcc` comes from
 //! `$CUDA_HOME/bin` (set by `scripts/cuda-env`) or the `PATH`; the PTX
 //! targets `CUDA_COMPUTE_CAP` (default 75) and is JIT-compiled by the
 //! driver for the GPU it runs on (that GPU's or any later architecture).
@@ -13,6 +13,7 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=src/paged/paged_decode.cu");
     println!("cargo:rerun-if-changed=src/layer_ops.cu");
+    println!("cargo:rerun-if-changed=src/pick.cu");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
@@ -28,6 +29,7 @@ fn main() {
     for (source, ptx) in [
         ("src/paged/paged_decode.cu", "paged_decode.ptx"),
         ("src/layer_ops.cu", "layer_ops.ptx"),
+        ("src/pick.cu", "pick.ptx"),
     ] {
         let status = Command::new(&nvcc)
             .args(["--ptx", "-O3", "-std=c++17", &format!("-arch=compute_{cap}"), "-o"])

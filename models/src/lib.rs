@@ -53,6 +53,7 @@ mod lora_merge;
 mod lora_rows;
 mod packed_attention;
 mod paged;
+mod pick;
 mod roberta;
 mod rotary;
 mod token_embedding;
@@ -71,6 +72,7 @@ pub use llama::{Llama, LlamaConfig, RopeScaling};
 pub use lora::{LoraAdapter, LoraConfig, LoraTarget, LoraWeights};
 pub use lora_apply::LoraSpec;
 pub use paged::{paged_attention_step, KvPool, BLOCK_SIZE};
+pub use pick::{pick_tokens, Pick};
 
 /// A decoder-only language model.
 ///

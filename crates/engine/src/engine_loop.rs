@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hearth_core::{EngineError, Priority, TokenEvent};
-use hearth_models::{KvPool, PagedSeq};
+use hearth_models::{pick_tokens, KvPool, PagedSeq, Pick};
 use rayon::prelude::*;
 use tokio::sync::mpsc;
 
@@ -468,8 +468,8 @@ impl EngineLoop {
         let sample = |(seq, row): (&mut Sequence, &Option<usize>)| {
             row.map(|r| match &rows {
                 StepLogits::Rows(rows) => seq.sample(&rows[r]),
-                // Picked on the device: only argmax-only sequences ran.
-                StepLogits::Argmax(ids) => Sampled {
+                // Picked on the device (`Sequence::device_pick`).
+                StepLogits::Picked(ids) => Sampled {
                     id: ids[r],
                     logprob: None,
                     top: Vec::new(),
@@ -502,8 +502,13 @@ impl EngineLoop {
     /// only each row's argmax where the model runs on a GPU and every
     /// planned sequence wants nothing else (the logits then stay there).
     fn forward(&mut self, plan: &[(usize, usize)]) -> Result<StepLogits, String> {
-        let on_device = !self.parts.model.device().is_cpu()
-            && plan.iter().all(|&(i, _)| self.active[i].argmax_only());
+        let picks: Option<Vec<Pick>> = match self.parts.model.device().is_cpu() {
+            true => None,
+            false => plan
+                .iter()
+                .map(|&(i, _)| self.active[i].device_pick())
+                .collect(),
+        };
         let seqs: Vec<PagedSeq<'_>> = plan
             .iter()
             .map(|&(i, n)| {
@@ -520,9 +525,8 @@ impl EngineLoop {
         let pool = &mut self.pool;
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| -> candle_core::Result<_> {
             let logits = model.forward_paged(&seqs, pool)?;
-            if on_device {
-                let ids = logits.argmax(candle_core::D::Minus1)?.to_vec1::<u32>()?;
-                return Ok(StepLogits::Argmax(ids));
+            if let Some(picks) = &picks {
+                return Ok(StepLogits::Picked(pick_tokens(&logits, picks)?));
             }
             let rows = logits.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
             Ok(StepLogits::Rows(rows))
@@ -539,8 +543,8 @@ impl EngineLoop {
 enum StepLogits {
     /// Each planned row's logits, on the host.
     Rows(Vec<Vec<f32>>),
-    /// Each planned row's argmax, picked on the device.
-    Argmax(Vec<u32>),
+    /// Each planned row's token, picked on the device.
+    Picked(Vec<u32>),
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

@@ -15,6 +15,7 @@
 use std::cmp::Ordering;
 
 use hearth_core::SamplingParams;
+use hearth_models::Pick;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -120,13 +121,43 @@ impl Sampler {
         self.picks_raw_argmax() && self.params.logprobs.is_none()
     }
 
+    /// How the next token can be picked where the logits are (a GPU), so
+    /// that they need not be read back: the argmax when that is all this
+    /// sampler wants ([`Sampler::argmax_only`]), or a draw at the
+    /// temperature for plain sampling (no top-k, top-p, min-p, bias,
+    /// penalties or log-probabilities) without a seed. A seeded request
+    /// always samples here, from its own generator, so its text does not
+    /// depend on which other requests share its steps. `None`: the logits
+    /// must come back.
+    pub fn device_pick(&mut self) -> Option<Pick> {
+        if self.argmax_only() {
+            return Some(Pick::Argmax);
+        }
+        let p = &self.params;
+        let plain = p.top_k == 0
+            && p.top_p >= 1.0
+            && p.min_p <= 0.0
+            && p.logit_bias.is_empty()
+            && p.logprobs.is_none()
+            && p.seed.is_none()
+            && p.temperature.is_finite()
+            && !self.is_greedy()
+            && !self.penalized();
+        plain.then(|| Pick::Draw {
+            temperature: p.temperature,
+            seed: self.rng.random(),
+        })
+    }
+
+    fn penalized(&self) -> bool {
+        let p = &self.params;
+        p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0
+    }
+
     /// Greedy with nothing that changes the logits (bias, penalties): the
     /// token is the raw logits' argmax.
     fn picks_raw_argmax(&self) -> bool {
-        let p = &self.params;
-        let penalized =
-            p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
-        self.is_greedy() && p.logit_bias.is_empty() && !penalized
+        self.is_greedy() && self.params.logit_bias.is_empty() && !self.penalized()
     }
 
     /// Picks the next token. `prompt` and `generated` feed the penalties.
@@ -371,6 +402,35 @@ mod tests {
         // Where it holds, sampling is the argmax.
         let p = greedy(|_| {});
         assert_eq!(Sampler::new(&p).sample(&logits(), &[], &[]).id, 3);
+    }
+
+    /// Plain unseeded temperature sampling is drawn on the device; every
+    /// other parameter that shapes the distribution, a seed, or
+    /// log-probabilities keep the logits coming back.
+    #[test]
+    fn device_picks_are_the_argmax_or_a_plain_unseeded_draw() {
+        let pick = |p: &SamplingParams| Sampler::new(p).device_pick();
+        assert_eq!(pick(&SamplingParams::greedy()), Some(Pick::Argmax));
+        let warm = params(|p| p.temperature = 0.8);
+        match pick(&warm) {
+            Some(Pick::Draw { temperature, .. }) => assert_eq!(temperature, 0.8),
+            other => panic!("plain sampling picked {other:?}"),
+        }
+        // Each draw takes a fresh seed from the sequence's generator.
+        let mut s = Sampler::new(&warm);
+        assert_ne!(s.device_pick(), s.device_pick());
+        for (what, p) in [
+            ("top-k", params(|p| p.top_k = 5)),
+            ("top-p", params(|p| p.top_p = 0.9)),
+            ("min-p", params(|p| p.min_p = 0.1)),
+            ("seed", params(|p| p.seed = Some(7))),
+            ("logprobs", params(|p| p.logprobs = Some(0))),
+            ("bias", params(|p| p.logit_bias = vec![(1, 2.0)])),
+            ("presence", params(|p| p.presence_penalty = 0.5)),
+            ("repetition", params(|p| p.repetition_penalty = 1.2)),
+        ] {
+            assert_eq!(pick(&p), None, "{what}");
+        }
     }
 
     #[test]

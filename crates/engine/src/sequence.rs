@@ -157,10 +157,13 @@ impl Sequence {
         }
     }
 
-    /// True when this sequence's next token is the logits' argmax alone
-    /// (see [`crate::sampler::Sampler::argmax_only`]; no grammar).
-    pub(crate) fn argmax_only(&self) -> bool {
-        self.constraint.is_none() && self.sampler.argmax_only()
+    /// How the next token can be picked where the logits are (see
+    /// [`crate::sampler::Sampler::device_pick`]); never under a grammar.
+    pub(crate) fn device_pick(&mut self) -> Option<hearth_models::Pick> {
+        if self.constraint.is_some() {
+            return None;
+        }
+        self.sampler.device_pick()
     }
 
     /// Samples the next token from `logits` (the sequence is unchanged

@@ -305,3 +305,43 @@ fn a_stopped_engine_ends_its_sequences_and_refuses_new_ones() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Unseeded temperature sampling (drawn on the device on a GPU, by the
+/// host sampler on the CPU): cold, the likeliest first token nearly
+/// always; hot, many different ones.
+#[test]
+fn temperature_draws_follow_the_temperature() {
+    let engine = start(EngineConfig::default());
+    let tokenizer = load_gguf(&common::smollm_gguf(), &Device::Cpu)
+        .unwrap()
+        .tokenizer;
+    let prompt = tokenizer
+        .encode("The capital of France is", true)
+        .unwrap()
+        .get_ids()
+        .to_vec();
+    let (best, _, _) = run(&engine, prompt.clone(), greedy(1));
+    let first = |temperature: f32| -> Vec<u32> {
+        (0..20)
+            .map(|_| {
+                let params = SamplingParams {
+                    max_tokens: Some(1),
+                    temperature,
+                    ..SamplingParams::default()
+                };
+                run(&engine, prompt.clone(), params).0[0]
+            })
+            .collect()
+    };
+    let cold = first(0.2);
+    let likeliest = cold.iter().filter(|&&id| id == best[0]).count();
+    assert!(likeliest >= 15, "T 0.2: {likeliest} of 20 drew the argmax");
+    let mut hot = first(5.0);
+    hot.sort_unstable();
+    hot.dedup();
+    assert!(
+        hot.len() >= 5,
+        "T 5: only {} different tokens in 20",
+        hot.len()
+    );
+}
