@@ -77,6 +77,18 @@ fn run(
     }
 }
 
+/// "The capital of France is" in the default model's tokens.
+fn france_prompt() -> Vec<u32> {
+    let tokenizer = load_gguf(&common::smollm_gguf(), &Device::Cpu)
+        .unwrap()
+        .tokenizer;
+    tokenizer
+        .encode("The capital of France is", true)
+        .unwrap()
+        .get_ids()
+        .to_vec()
+}
+
 fn greedy(max_tokens: usize) -> SamplingParams {
     SamplingParams {
         max_tokens: Some(max_tokens),
@@ -176,14 +188,7 @@ fn eight_prompts_joining_at_different_steps_match_one_at_a_time() {
 #[test]
 fn the_stop_string_ends_generation_and_max_tokens_gives_length() {
     let engine = start(EngineConfig::default());
-    let tokenizer = load_gguf(&common::smollm_gguf(), &Device::Cpu)
-        .unwrap()
-        .tokenizer;
-    let prompt = tokenizer
-        .encode("The capital of France is", true)
-        .unwrap()
-        .get_ids()
-        .to_vec();
+    let prompt = france_prompt();
     let (_, text, reason) = run(&engine, prompt.clone(), greedy(3));
     assert_eq!(reason, FinishReason::Length);
     assert!(text.starts_with(" Paris"), "{text:?}");
@@ -312,14 +317,7 @@ fn a_stopped_engine_ends_its_sequences_and_refuses_new_ones() {
 #[test]
 fn temperature_draws_follow_the_temperature() {
     let engine = start(EngineConfig::default());
-    let tokenizer = load_gguf(&common::smollm_gguf(), &Device::Cpu)
-        .unwrap()
-        .tokenizer;
-    let prompt = tokenizer
-        .encode("The capital of France is", true)
-        .unwrap()
-        .get_ids()
-        .to_vec();
+    let prompt = france_prompt();
     let (best, _, _) = run(&engine, prompt.clone(), greedy(1));
     let first = |temperature: f32| -> Vec<u32> {
         (0..20)

@@ -140,12 +140,8 @@ fn write_rows_puts_rotated_keys_and_plain_values_in_their_pool_rows() -> Result<
 #[cfg(feature = "cuda")]
 #[test]
 fn cuda_layer_ops_match_the_cpu() -> Result<()> {
-    let gpu = match Device::new_cuda(0) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("skipped: no CUDA device ({e})");
-            return Ok(());
-        }
+    let Some(gpu) = crate::device_sync::test_cuda() else {
+        return Ok(());
     };
     let cpu = Device::Cpu;
     let (t, heads, d) = (5, 4, 64);
