@@ -8,7 +8,7 @@
 //! the same ids from the same seeds. NaN logits never win; ties go to the
 //! lower id (as the engine's CPU sampler's argmax).
 
-use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Result, Shape, Tensor, D};
 
 /// How one row picks its token.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -37,7 +37,16 @@ pub fn pick_tokens(logits: &Tensor, picks: &[Pick]) -> Result<Vec<u32>> {
         };
         params.extend([seed as u32, (seed >> 32) as u32, inv.to_bits()]);
     }
-    let params = Tensor::new(params.as_slice(), logits.device())?;
+    let device = logits.device();
+    if !device.is_cpu() && !device.is_cuda() {
+        // No kernel here (Metal): candle's argmax, or the CPU version on the
+        // logits brought back.
+        if picks.iter().all(|p| *p == Pick::Argmax) {
+            return logits.argmax(D::Minus1)?.to_vec1::<u32>();
+        }
+        return pick_tokens(&logits.to_device(&Device::Cpu)?, picks);
+    }
+    let params = Tensor::new(params.as_slice(), device)?;
     let logits = logits.to_dtype(DType::F32)?.contiguous()?;
     logits
         .apply_op1_no_bwd(&PickOp { params: &params })?
