@@ -111,3 +111,21 @@ __device__ void rotate_rows(const float* __restrict__ x, int x_stride,
 ROTATE_ROWS(f32, float)
 ROTATE_ROWS(f16, __half)
 ROTATE_ROWS(bf16, __nv_bfloat16)
+
+// Each run of 32 values of a row rounded to 8 bits as Q8_1 quantizes them
+// (d = max|x| / 127, x = d * round(x / d)), so that a quantized matmul that
+// quantizes them again finds the same values and sums its activations'
+// quantized values for a block minimum's term instead of the raw ones.
+// rows: [rows, cols] f32 contiguous, cols a multiple of 32; one warp per run.
+extern "C" __global__ void hearth_round_q8(const float* __restrict__ x, float* __restrict__ out,
+                                           int runs) {
+    const int run = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (run >= runs) return;
+    const int lane = threadIdx.x & 31;
+    const float v = x[(size_t)run * 32 + lane];
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
+    const float d = amax / 127.0f;
+    out[(size_t)run * 32 + lane] = amax == 0.0f ? 0.0f : d * roundf(v / d);
+}

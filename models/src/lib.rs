@@ -67,6 +67,7 @@ pub use device_sync::settle;
 pub use encoder::EncoderConfig;
 pub use gguf::lora_spec_from_gguf;
 pub use kv_cache::KvCache;
+pub use layer_ops::round_q8;
 pub use linear::Linear;
 pub use llama::{Llama, LlamaConfig, RopeScaling};
 pub use lora::{LoraAdapter, LoraConfig, LoraTarget, LoraWeights};

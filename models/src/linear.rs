@@ -54,6 +54,21 @@ pub(crate) fn kernel_format(dtype: GgmlDType) -> Option<Format> {
     })
 }
 
+/// Whether `q`'s matmul gets its activations rounded to 8 bits first
+/// ([`crate::layer_ops::round_q8`]): on CUDA, for the formats with a block
+/// minimum, when `HEARTH_CUDA_ROUND_ACTIVATIONS=1`. Off by default: built
+/// and tested on the CPU, not yet measured on a GPU.
+fn rounds_activations(q: &QTensor, k: usize) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on =
+        *ON.get_or_init(|| std::env::var("HEARTH_CUDA_ROUND_ACTIVATIONS").is_ok_and(|v| v == "1"));
+    let with_min = matches!(
+        q.dtype(),
+        GgmlDType::Q4_1 | GgmlDType::Q5_1 | GgmlDType::Q2K | GgmlDType::Q4K | GgmlDType::Q5K
+    );
+    on && with_min && k.is_multiple_of(32) && q.device().is_cuda()
+}
+
 /// `x W^T` through a [`QuantMatrix`], as a candle op on the CPU: `x` is f32
 /// `[..., k]`, the result `[..., n]`.
 #[derive(Debug, Clone)]
@@ -204,7 +219,15 @@ impl Module for Linear {
         let rows = x.elem_count() / k.max(1);
         let x2 = x.reshape((rows, k))?;
         let y = match &self.weight {
-            Weight::Quantized(w) => w.forward(&x2.to_dtype(DType::F32)?.contiguous()?)?,
+            Weight::Quantized(w) => {
+                let x = x2.to_dtype(DType::F32)?.contiguous()?;
+                match w {
+                    QMatMul::QTensor(q) if rounds_activations(q, k) => {
+                        w.forward(&crate::layer_ops::round_q8(&x)?)?
+                    }
+                    _ => w.forward(&x)?,
+                }
+            }
             Weight::Kernel(op) => x2
                 .to_dtype(DType::F32)?
                 .contiguous()?

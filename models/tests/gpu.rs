@@ -285,7 +285,12 @@ fn greedy_tokens_on_the_gpu_equal_the_cpus() -> Result<()> {
 /// row count and Q4_K from 16 rows (candle's matrix kernel), are at 1.7 to
 /// 3 times it (`CANDLE_GAP`): a gap in candle's kernels, which the default
 /// model's teacher-forced log-probabilities show (`README.md`, GPU hosts).
-/// Those are held to 4 times, the others to 1.25 times.
+/// Those are held to 4 times, the others to 1.25 times. The cause: the
+/// kernels take a minimum's term from the raw activations' sum and the rest
+/// from the rounded values, so the rounding errors no longer cancel
+/// between the two (an emulation in f64 reproduces it); on activations
+/// rounded first (`round_q8`, what `HEARTH_CUDA_ROUND_ACTIVATIONS=1` does)
+/// every format should be at 1.25 times (written, not yet run on a GPU).
 #[test]
 fn quantized_matmul_errors_on_the_gpu_are_of_the_cpus_size() -> Result<()> {
     use candle_core::quantized::{cuda::set_force_dmmv, QStorage, QTensor};
@@ -305,26 +310,31 @@ fn quantized_matmul_errors_on_the_gpu_are_of_the_cpus_size() -> Result<()> {
             let want = exact(&x, &deq, rows, n, k);
             let theory = rounding_rms(&x, &deq, rows, n, k);
             let xt = Tensor::from_vec(x, (rows, k), &gpu)?;
-            let run = || -> Result<Vec<f32>> {
+            let run = |xt: &Tensor| -> Result<Vec<f32>> {
                 linear
-                    .forward(&xt)?
+                    .forward(xt)?
                     .to_device(&Device::Cpu)?
                     .flatten_all()?
                     .to_vec1::<f32>()
             };
-            let e = rms_error(&run()?, &want);
+            let e = rms_error(&run(&xt)?, &want);
+            // On activations already rounded as the kernels quantize them
+            // (`round_q8`), a block minimum's term sums the same values as
+            // the rest: every format should be at the rounding's error.
+            let e_rounded = rms_error(&run(&hearth_models::round_q8(&xt)?)?, &want);
             set_force_dmmv(true);
-            let dequantizing = run();
+            let dequantizing = run(&xt);
             set_force_dmmv(false);
             let e_deq = rms_error(&dequantizing?, &want);
             let ratio = e / theory;
             eprintln!(
                 "{dtype:?} {n}x{k}, {rows} rows: RMS error {e:.2e} = {ratio:.2}x the rounding's \
-                 {theory:.2e}; dequantizing kernels {e_deq:.2e}"
+                 {theory:.2e}; on rounded activations {:.2}x; dequantizing kernels {e_deq:.2e}",
+                e_rounded / theory
             );
             let gap = matches!(dtype, GgmlDType::Q4_1) || dtype == GgmlDType::Q4K && rows > 8;
             let limit = if gap { CANDLE_GAP } else { 1.25 };
-            if ratio > limit || e_deq > 1e-5 {
+            if ratio > limit || e_rounded > 1.25 * theory || e_deq > 1e-5 {
                 failures.push(format!(
                     "{dtype:?} {n}x{k}, {rows} rows: {ratio:.2}x, {e_deq:.2e}"
                 ));

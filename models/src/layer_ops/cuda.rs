@@ -175,3 +175,26 @@ pub(super) fn write<T: CudaDType + DeviceRepr>(
     let mut view = dst.as_cuda_slice_mut::<T>()?.slice_mut(l.start_offset()..);
     launch_rotate(op, &dev, suffix, (s, x), &mut view, width, d)
 }
+
+pub(super) fn round_q8((s, start): (&CudaStorage, usize), runs: usize) -> Result<CudaStorage> {
+    let dev = s.device().clone();
+    let xs = s.as_cuda_slice::<f32>()?.slice(start..);
+    // SAFETY: the kernel writes every element.
+    let out = unsafe { dev.alloc::<f32>(runs * 32)? };
+    let func = dev.get_or_load_custom_func("hearth_round_q8", MODULE, PTX)?;
+    let mut b = func.builder();
+    let n = int(runs)?;
+    b.arg(&xs);
+    b.arg(&out);
+    b.arg(&n);
+    // Eight runs (warps) per block of 256 threads.
+    let cfg = LaunchConfig {
+        grid_dim: ((runs as u32).div_ceil(THREADS / 32).max(1), 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: arguments as the kernel declares them; `runs` checked the
+    // input's length.
+    unsafe { b.launch(cfg) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(out, dev))
+}

@@ -136,6 +136,37 @@ fn write_rows_puts_rotated_keys_and_plain_values_in_their_pool_rows() -> Result<
     Ok(())
 }
 
+#[test]
+fn round_q8_rounds_each_run_of_32_to_8_bits_and_is_idempotent() -> Result<()> {
+    let x = random((3, 64), 13, &Device::Cpu)?;
+    let r = super::round_q8(&x)?;
+    let (xs, rs) = (
+        x.flatten_all()?.to_vec1::<f32>()?,
+        r.flatten_all()?.to_vec1::<f32>()?,
+    );
+    for (run, (xr, rr)) in xs.chunks(32).zip(rs.chunks(32)).enumerate() {
+        let d = xr.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+        for (a, b) in xr.iter().zip(rr) {
+            let q = b / d;
+            assert!(
+                (q - q.round()).abs() < 1e-4,
+                "run {run}: {b} is not a multiple of {d}"
+            );
+            assert!(
+                (a - b).abs() <= d / 2.0 + 1e-6,
+                "run {run}: {a} rounded to {b}"
+            );
+        }
+    }
+    // Rounded values round to themselves; a zero run stays zero.
+    assert_eq!(max_diff(&super::round_q8(&r)?, &r)?, 0.0);
+    let zeros = Tensor::zeros((1, 32), DType::F32, &Device::Cpu)?;
+    assert_eq!(max_diff(&super::round_q8(&zeros)?, &zeros)?, 0.0);
+    // Rows that are not whole runs are refused.
+    assert!(super::round_q8(&random((2, 48), 1, &Device::Cpu)?).is_err());
+    Ok(())
+}
+
 /// Each kernel against its CPU version, on strided inputs.
 #[cfg(feature = "cuda")]
 #[test]
@@ -164,6 +195,9 @@ fn cuda_layer_ops_match_the_cpu() -> Result<()> {
 
     let s = swiglu(&a, &c)?;
     assert!(max_diff(&back(&swiglu(&ga, &gc)?)?, &s)? < 1e-5);
+
+    let r = super::round_q8(&a)?;
+    assert!(max_diff(&back(&super::round_q8(&ga)?)?, &r)? < 1e-6);
 
     let positions = [3u32, 17, 0, 40, 63];
     for layout in [RopeLayout::Interleaved, RopeLayout::Halves] {
