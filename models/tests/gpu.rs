@@ -288,7 +288,7 @@ fn greedy_tokens_on_the_gpu_equal_the_cpus() -> Result<()> {
 /// Those are held to 4 times, the others to 1.25 times. The cause: the
 /// kernels take a minimum's term from the raw activations' sum and the rest
 /// from the rounded values, so the rounding errors no longer cancel
-/// between the two (an emulation in f64 reproduces it); on activations
+/// between the two (a NumPy emulation gives a gap of that order); on activations
 /// rounded first (`round_q8`, what `HEARTH_CUDA_ROUND_ACTIVATIONS=1` does)
 /// every format should be at 1.25 times (written, not yet run on a GPU).
 #[test]
