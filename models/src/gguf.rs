@@ -32,7 +32,8 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Result, Tensor};
 
 use crate::linear::{kernel_format, Linear};
-use crate::llama::{Attention, Block, Llama, Mlp, RmsNorm};
+use crate::llama::Llama;
+use crate::llama_layers::{Attention, Block, Mlp, RmsNorm};
 use crate::lora_apply::LoraSpec;
 use crate::rotary::{inv_freq, RopeLayout, Rotary};
 use crate::token_embedding::TokenEmbedding;

@@ -24,7 +24,7 @@ use hearth_kernels::QuantMatrix;
 use rayon::prelude::*;
 
 use crate::linear::Linear;
-use crate::llama::{Block, RmsNorm};
+use crate::llama_layers::{Block, RmsNorm};
 use crate::lora::LoraTarget;
 use crate::lora_apply::LoraBatch;
 use crate::paged::{paged_attention, AttnShape, KvPool, SeqView};
