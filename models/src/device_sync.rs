@@ -26,16 +26,3 @@ pub fn settle(device: &Device) -> Result<()> {
     }
     device.synchronize()
 }
-
-/// The first CUDA device, or `None` after printing why the calling GPU
-/// test is skipped (a machine without one).
-#[cfg(all(test, feature = "cuda"))]
-pub(crate) fn test_cuda() -> Option<Device> {
-    match Device::new_cuda(0) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            eprintln!("skipped: no CUDA device ({e})");
-            None
-        }
-    }
-}

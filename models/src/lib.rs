@@ -58,6 +58,8 @@ mod paged;
 mod pick;
 mod roberta;
 mod rotary;
+#[cfg(test)]
+mod test_util;
 mod token_embedding;
 pub mod vecmath;
 

@@ -142,11 +142,9 @@ mod tests {
     use candle_core::quantized::GgmlDType;
     use candle_core::{Device, Module};
 
-    fn random(n: usize, k: usize, seed: u32) -> Result<Tensor> {
-        let v: Vec<f32> = (0..n * k)
-            .map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ seed) as f32 / u32::MAX as f32 - 0.5)
-            .collect();
-        Tensor::from_vec(v, (n, k), &Device::Cpu)
+    /// A seeded `[n, k]` weight or input, uniform on [-0.5, 0.5).
+    fn random(n: usize, k: usize, seed: u64) -> Result<Tensor> {
+        crate::test_util::random((n, k), seed, &Device::Cpu)? * 0.25
     }
 
     /// A linear on candle's quantized matmul (as on a GPU), not the CPU's

@@ -6,25 +6,7 @@ use candle_core::{DType, Device, Result, Tensor};
 
 use super::{add_rms_norm, rotate, swiglu, write_rows};
 use crate::rotary::{inv_freq, RopeLayout, Rotary};
-
-fn max_diff(a: &Tensor, b: &Tensor) -> Result<f32> {
-    let d = (a.to_dtype(DType::F32)? - b.to_dtype(DType::F32)?)?.abs()?;
-    d.flatten_all()?.max(0)?.to_scalar::<f32>()
-}
-
-fn random(shape: (usize, usize), seed: u64, dev: &Device) -> Result<Tensor> {
-    let mut state = seed | 1;
-    let n = shape.0 * shape.1;
-    let v: Vec<f32> = (0..n)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            ((state >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-        })
-        .collect();
-    Tensor::from_vec(v, shape, dev)
-}
+use crate::test_util::{max_diff, random};
 
 /// Three column slices of one wide output, as a fused projection's would be.
 fn slices(t: usize, widths: [usize; 3], seed: u64, dev: &Device) -> Result<[Tensor; 3]> {
@@ -171,7 +153,7 @@ fn round_q8_rounds_each_run_of_32_to_8_bits_and_is_idempotent() -> Result<()> {
 #[cfg(feature = "cuda")]
 #[test]
 fn cuda_layer_ops_match_the_cpu() -> Result<()> {
-    let Some(gpu) = crate::device_sync::test_cuda() else {
+    let Some(gpu) = crate::test_util::test_cuda() else {
         return Ok(());
     };
     let cpu = Device::Cpu;

@@ -525,7 +525,7 @@ mod tests {
     #[cfg(feature = "cuda")]
     #[test]
     fn cuda_paged_decode_kernel_matches_the_cpu_op() -> Result<()> {
-        let Some(dev) = crate::device_sync::test_cuda() else {
+        let Some(dev) = crate::test_util::test_cuda() else {
             return Ok(());
         };
         let shapes = [

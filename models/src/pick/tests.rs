@@ -80,7 +80,7 @@ fn draws_follow_the_softmax_at_their_temperature() -> Result<()> {
 #[cfg(feature = "cuda")]
 #[test]
 fn cuda_picks_match_the_cpu() -> Result<()> {
-    let Some(gpu) = crate::device_sync::test_cuda() else {
+    let Some(gpu) = crate::test_util::test_cuda() else {
         return Ok(());
     };
     let (rows, vocab) = (64, 49152);
