@@ -499,8 +499,9 @@ impl EngineLoop {
     }
 
     /// One forward over the planned chunks; logits per planned row, or
-    /// only each row's argmax where the model runs on a GPU and every
-    /// planned sequence wants nothing else (the logits then stay there).
+    /// only each row's token where the model runs on a GPU and every
+    /// planned sequence can have it picked there (`Sequence::device_pick`:
+    /// the argmax or a plain temperature draw; the logits then stay there).
     fn forward(&mut self, plan: &[(usize, usize)]) -> Result<StepLogits, String> {
         let picks: Option<Vec<Pick>> = match self.parts.model.device().is_cpu() {
             true => None,
