@@ -110,15 +110,19 @@ impl TensorKv {
         v: &Tensor,
     ) -> Result<()> {
         let (keys, values) = &self.layers[layer];
-        let width = self.num_kv_heads * self.head_dim;
-        let index = plan
-            .rows
-            .reshape((k.dim(0)?, 1))?
-            .broadcast_as((k.dim(0)?, width))?
-            .contiguous()?;
+        let index = match plan.write_index.get() {
+            Some(index) => index,
+            None => {
+                // Built by the step's first layer, kept for the others.
+                let (t, width) = (plan.rows.dim(0)?, self.num_kv_heads * self.head_dim);
+                let index = plan.rows.reshape((t, 1))?.broadcast_as((t, width))?;
+                let _ = plan.write_index.set(index.contiguous()?);
+                plan.write_index.get().expect("set just above")
+            }
+        };
         for (dst, src) in [(keys, k), (values, v)] {
             let src = src.to_dtype(self.dtype)?.contiguous()?;
-            dst.scatter_set(&index, &src, 0)?;
+            dst.scatter_set(index, &src, 0)?;
         }
         Ok(())
     }
@@ -242,6 +246,9 @@ impl TensorKv {
 pub(crate) struct StepPlan {
     /// `[tokens]`: each new row's pool row.
     rows: Tensor,
+    /// `rows` repeated across each row, the scatter's index of
+    /// [`TensorKv::write`] (candle's operations; the layer ops read `rows`).
+    write_index: std::cell::OnceCell<Tensor>,
     decode: Option<Decode>,
     chunks: Vec<Chunk>,
     /// Output rows back to batch order, when decoding rows and chunks
@@ -324,6 +331,7 @@ impl StepPlan {
         };
         Ok(Self {
             rows: Tensor::new(new_rows.as_slice(), dev)?,
+            write_index: std::cell::OnceCell::new(),
             decode,
             chunks,
             inverse,
