@@ -34,13 +34,8 @@ impl Linear {
             return Ok(None);
         }
         let n: usize = parts.iter().map(|p| p.out_features()).sum();
-        let whole = match parts
-            .iter()
-            .map(|p| &p.weight)
-            .collect::<Vec<_>>()
-            .as_slice()
-        {
-            [Weight::Quantized(QMatMul::QTensor(q0)), ..] => {
+        let whole = match &first.weight {
+            Weight::Quantized(QMatMul::QTensor(q0)) => {
                 let mut bytes = Vec::new();
                 for p in parts {
                     match &p.weight {
@@ -60,7 +55,7 @@ impl Linear {
                     out_features: n,
                 }
             }
-            [Weight::Dense(w0), ..] => {
+            Weight::Dense(w0) => {
                 let mut ws = Vec::with_capacity(parts.len());
                 for p in parts {
                     match &p.weight {
