@@ -37,6 +37,8 @@
 
 mod bert;
 mod bert_cpu;
+#[cfg(feature = "cuda")]
+mod cuda_table;
 mod device_sync;
 pub mod diffusion;
 mod encoder;

@@ -132,11 +132,8 @@ impl CustomOp1 for PickOp<'_> {
         let (rows, vocab) = self.shape(l)?;
         let dev = s.device().clone();
         let logits = s.as_cuda_slice::<f32>()?.slice(l.start_offset()..);
-        let (params, pl) = self.params.storage_and_layout();
-        let params = match &*params {
-            candle_core::Storage::Cuda(p) => p.as_cuda_slice::<u32>()?.slice(pl.start_offset()..),
-            _ => candle_core::bail!("pick: parameters not on the GPU"),
-        };
+        let table = crate::cuda_table::table(self.params, "pick: parameters");
+        let params = table.view::<u32>()?;
         // SAFETY: the kernel writes every row's id.
         let out = unsafe { dev.alloc::<u32>(rows)? };
         let func = dev.get_or_load_custom_func("hearth_pick", "hearth_pick", PTX)?;

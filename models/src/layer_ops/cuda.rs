@@ -3,9 +3,10 @@
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
-use candle_core::{CudaDevice, CudaStorage, Layout, Result, Storage, Tensor};
+use candle_core::{CudaDevice, CudaStorage, Layout, Result, Tensor};
 
 use super::{AddRmsNorm, Rotate, Rows};
+use crate::cuda_table::table;
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/layer_ops.ptx"));
 const MODULE: &str = "hearth_layer_ops";
@@ -23,15 +24,6 @@ fn int(n: usize) -> Result<i32> {
     i32::try_from(n).map_err(|_| candle_core::Error::Msg(format!("{n} past a kernel's i32")))
 }
 
-/// Runs `f` with `t`'s CUDA storage and its first element's offset.
-fn with_cuda<R>(t: &Tensor, f: impl FnOnce(&CudaStorage, usize) -> Result<R>) -> Result<R> {
-    let (storage, layout) = t.storage_and_layout();
-    match &*storage {
-        Storage::Cuda(s) => f(s, layout.start_offset()),
-        _ => candle_core::bail!("layer op: a table not on the GPU"),
-    }
-}
-
 pub(super) fn add_rms_norm(
     op: &AddRmsNorm<'_>,
     (s1, x): (&CudaStorage, Rows),
@@ -42,30 +34,28 @@ pub(super) fn add_rms_norm(
     let hs = s2.as_cuda_slice::<f32>()?.slice(h.start..);
     // SAFETY: the kernel writes every element.
     let out = unsafe { dev.alloc::<f32>(2 * x.rows * x.cols)? };
-    with_cuda(op.weight, |w, off| {
-        let w = w.as_cuda_slice::<f32>()?.slice(off..);
-        let func = dev.get_or_load_custom_func("hearth_add_rms_norm", MODULE, PTX)?;
-        let mut b = func.builder();
-        let (xst, hst, rows, cols) = (int(x.stride)?, int(h.stride)?, int(x.rows)?, int(x.cols)?);
-        b.arg(&xs);
-        b.arg(&xst);
-        b.arg(&hs);
-        b.arg(&hst);
-        b.arg(&w);
-        b.arg(&out);
-        b.arg(&rows);
-        b.arg(&cols);
-        b.arg(&op.eps);
-        let cfg = LaunchConfig {
-            grid_dim: (x.rows as u32, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: arguments as the kernel declares them; `shapes` checked
-        // the rows, columns and weight length.
-        unsafe { b.launch(cfg) }.w()?;
-        Ok(())
-    })?;
+    let weight = table(op.weight, "add-rms-norm: weight");
+    let w = weight.view::<f32>()?;
+    let func = dev.get_or_load_custom_func("hearth_add_rms_norm", MODULE, PTX)?;
+    let mut b = func.builder();
+    let (xst, hst, rows, cols) = (int(x.stride)?, int(h.stride)?, int(x.rows)?, int(x.cols)?);
+    b.arg(&xs);
+    b.arg(&xst);
+    b.arg(&hs);
+    b.arg(&hst);
+    b.arg(&w);
+    b.arg(&out);
+    b.arg(&rows);
+    b.arg(&cols);
+    b.arg(&op.eps);
+    let cfg = LaunchConfig {
+        grid_dim: (x.rows as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: arguments as the kernel declares them; `shapes` checked
+    // the rows, columns and weight length.
+    unsafe { b.launch(cfg) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
 }
 
@@ -140,14 +130,12 @@ fn launch_rotate<T: CudaDType + DeviceRepr>(
 fn address(t: Option<&Tensor>) -> Result<u64> {
     use candle_core::cuda_backend::cudarc::driver::DevicePtr;
     let Some(t) = t else { return Ok(0) };
-    with_cuda(t, |c, offset| {
-        let stream = c.device().cuda_stream();
-        let base = match c.dtype() {
-            candle_core::DType::F32 => c.as_cuda_slice::<f32>()?.device_ptr(&stream).0,
-            candle_core::DType::U32 => c.as_cuda_slice::<u32>()?.device_ptr(&stream).0,
-            other => candle_core::bail!("rotate: a table of {other:?}"),
-        };
-        Ok(base + (offset * 4) as u64)
+    let stream = t.device().as_cuda_device()?.cuda_stream();
+    let tab = table(t, "rotate: a table");
+    Ok(match t.dtype() {
+        candle_core::DType::F32 => tab.view::<f32>()?.device_ptr(&stream).0,
+        candle_core::DType::U32 => tab.view::<u32>()?.device_ptr(&stream).0,
+        other => candle_core::bail!("rotate: a table of {other:?}"),
     })
 }
 

@@ -244,12 +244,8 @@ mod cuda {
         let q = s1.as_cuda_slice::<f32>()?.slice(l1.start_offset()..);
         let k = s2.as_cuda_slice::<T>()?.slice(l2.start_offset()..);
         let v = s3.as_cuda_slice::<T>()?.slice(l3.start_offset()..);
-        let (meta, meta_layout) = op.meta_on_device.storage_and_layout();
-        let meta = match &*meta {
-            candle_core::Storage::Cuda(m) => m.as_cuda_slice::<u32>()?,
-            _ => candle_core::bail!("paged decode: block tables not on the GPU"),
-        }
-        .slice(meta_layout.start_offset()..);
+        let tables = crate::cuda_table::table(&op.meta_on_device, "paged decode: block tables");
+        let meta = tables.view::<u32>()?;
         let n = op.seqs * op.num_heads * op.head_dim;
         // SAFETY: every element is written by the kernel.
         let out = unsafe { dev.alloc::<f32>(n)? };
