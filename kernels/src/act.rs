@@ -1,4 +1,5 @@
-//! Quantization of the activations to 8 bits per 32-value block.
+//! Quantization of the activations to 8 bits per 32-value block, with one
+//! scale per block or per 256-value span.
 //!
 //! For each block of 32 values `x`, exactly as llama.cpp's Q8_0 / Q8_1
 //! (`quantize_row_q8_1`): `d = max|x| / 127`, `q = round(x * 127 / max|x|)`
@@ -9,12 +10,18 @@
 //! SmolLM2 logits reproduce llama.cpp's fixture as closely as the old
 //! bit-exact Q4_1 op did (max |dlogprob| 0.10 instead of 0.22 on one case).
 //!
+//! With a span of 256 ([`crate::Format::activation_span`]: Q2_K and Q3_K
+//! weights), `max|x|` is taken over the whole span and `d` (f32, as
+//! llama.cpp's Q8_K keeps it) is shared by its eight blocks, whose fields
+//! stay per block; the kernels then add the span's integer sums before one
+//! float operation.
+//!
 //! Error against f32 math on the dequantized weights: each value is off by
 //! at most `d / 2 + 127 |d - f16(d)| <= 0.5625 d`, and `s` by at most
 //! `2^-10 d |sum(q)|` from the dequantized values' sum, so `|y - y_ref| <=
 //! sum_j 0.5625 |w_j| d(j) + sum_b |m_b| 2^-10 (sum_{j in b} |x_j| + 16
-//! d_b)`. The K-quants use it too: finer than llama.cpp's Q8_K for them
-//! (one f32 scale per 256 values).
+//! d_b)`. The other K-quants use 32-value scales too: finer than llama.cpp's
+//! Q8_K for them (one f32 scale per 256 values).
 
 use half::f16;
 
@@ -24,10 +31,16 @@ use crate::formats::{Q8, QK};
 /// with its `d`, `s` and [`Bias`].
 pub(crate) struct Acts {
     pub nb: usize,
+    /// Values per scale: 32, or 256 (eight blocks, with the same `d`).
+    pub span: usize,
     pub qs: Vec<Q8>,
     pub d: Vec<f32>,
     pub s: Vec<f32>,
     pub bias: Vec<Bias>,
+    /// With a span of 256, `-127` times the sum of each span's quantized
+    /// values (span `t` at `t`: blocks `8 t..8 t + 8`), where the 512-bit
+    /// Q3_K sums start; else empty.
+    pub start127: Vec<i32>,
 }
 
 /// The integer corrections of one block for weights stored with a bias
@@ -83,32 +96,43 @@ impl Blocks<'_> {
     }
 }
 
-/// Quantizes whole blocks `x` into `out`.
+/// Quantizes whole spans of `span` values `x` into `out` (32: a scale
+/// per block; more: one per span).
 #[inline(always)]
-fn quantize_blocks(x: &[f32], mut out: Blocks<'_>) {
+fn quantize_blocks(x: &[f32], span: usize, mut out: Blocks<'_>) {
+    let mut amax = 0f32;
     for (i, block) in x.chunks_exact(QK).enumerate() {
         let (q, d, s, bias) = out.at(i);
-        let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
+        if (i * QK).is_multiple_of(span) {
+            amax = x[i * QK..][..span]
+                .iter()
+                .fold(0f32, |a, v| a.max(v.abs()));
+        }
         let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
         let mut half = [0i32; 2];
         for (j, (q, &v)) in q.0.iter_mut().zip(block).enumerate() {
             *q = (v * id).round_ties_even().clamp(-127.0, 127.0) as i8;
             half[j / (QK / 2)] += *q as i32;
         }
-        (*d, *s) = scales(amax, half[0] + half[1]);
+        (*d, *s) = scales(amax, half[0] + half[1], span);
         *bias = Bias::new(half[0], half[1]);
     }
 }
 
-/// `d` and `s` of a block from its largest magnitude and quant sum, with
-/// llama.cpp's f16 roundings.
+/// `d` and `s` of a block from its scale's largest magnitude and its quant
+/// sum: with llama.cpp's f16 roundings for a span of 32, f32 (as its Q8_K)
+/// for longer spans.
 #[inline(always)]
-fn scales(amax: f32, sum: i32) -> (f32, f32) {
+fn scales(amax: f32, sum: i32, span: usize) -> (f32, f32) {
     let d = amax / 127.0;
-    (
-        f16::from_f32(d).to_f32(),
-        f16::from_f32(d * sum as f32).to_f32(),
-    )
+    if span == QK {
+        (
+            f16::from_f32(d).to_f32(),
+            f16::from_f32(d * sum as f32).to_f32(),
+        )
+    } else {
+        (d, d * sum as f32)
+    }
 }
 
 /// [`quantize_blocks`] with AVX2: the same operations in the same order
@@ -118,23 +142,29 @@ fn scales(amax: f32, sum: i32) -> (f32, f32) {
 /// The CPU has AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn quantize_blocks_avx2(x: &[f32], mut out: Blocks<'_>) {
+unsafe fn quantize_blocks_avx2(x: &[f32], span: usize, mut out: Blocks<'_>) {
     use std::arch::x86_64::*;
     let sign = _mm256_set1_ps(-0.0);
     let (lo, hi) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0));
     // `packs` interleaves its inputs per 128-bit lane; this restores order.
     let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let mut amax = 0f32;
     for (i, block) in x.chunks_exact(QK).enumerate() {
         let (q, d, s, bias) = out.at(i);
         let p = block.as_ptr();
-        // SAFETY: `block` holds 32 values; `q` 32 bytes.
+        // SAFETY: `block` holds 32 values, and a span starting here `span`
+        // (whole spans); `q` 32 bytes.
         unsafe {
             let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(p.add(8 * i)));
-            let a = v.map(|v| _mm256_andnot_ps(sign, v));
-            let a = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
-            let m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
-            let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-            let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps::<1>(m, m)));
+            if (i * QK).is_multiple_of(span) {
+                let mut a = _mm256_setzero_ps();
+                for e in (0..span).step_by(8) {
+                    a = _mm256_max_ps(a, _mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(e))));
+                }
+                let m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
+                let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+                amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps::<1>(m, m)));
+            }
             let id = _mm256_set1_ps(if amax > 0.0 { 127.0 / amax } else { 0.0 });
             let i = v.map(|v| {
                 let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
@@ -158,31 +188,31 @@ unsafe fn quantize_blocks_avx2(x: &[f32], mut out: Blocks<'_>) {
             );
             let b = _mm256_permutevar8x32_epi32(b, order);
             _mm256_storeu_si256(q.0.as_mut_ptr().cast(), b);
-            (*d, *s) = scales(amax, h0 + h1);
+            (*d, *s) = scales(amax, h0 + h1, span);
             *bias = Bias::new(h0, h1);
         }
     }
 }
 
-/// Per-32 quantization of whole blocks, with AVX2 where present.
-fn quantize_into(x: &[f32], out: Blocks<'_>) {
+/// Quantization of whole spans, with AVX2 where present.
+fn quantize_into(x: &[f32], span: usize, out: Blocks<'_>) {
     #[cfg(target_arch = "x86_64")]
     if crate::Isa::Avx2.is_available() {
         // SAFETY: `Isa::Avx2` is AVX2 + FMA + F16C, the features the
         // function is compiled for.
-        return unsafe { quantize_blocks_avx2(x, out) };
+        return unsafe { quantize_blocks_avx2(x, span, out) };
     }
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("sse4.1") {
         /// With SSE4.1, whose `roundps` replaces a libm call per value.
         #[target_feature(enable = "sse4.1")]
-        fn sse41(x: &[f32], out: Blocks<'_>) {
-            quantize_blocks(x, out)
+        fn sse41(x: &[f32], span: usize, out: Blocks<'_>) {
+            quantize_blocks(x, span, out)
         }
         // SAFETY: the CPU supports the feature the function is compiled for.
-        return unsafe { sse41(x, out) };
+        return unsafe { sse41(x, span, out) };
     }
-    quantize_blocks(x, out)
+    quantize_blocks(x, span, out)
 }
 
 impl Acts {
@@ -192,18 +222,25 @@ impl Acts {
         self.qs.len() / self.nb
     }
 
-    /// `x`: rows of `k` values (`k % 32 == 0`), row major. Large inputs
-    /// (prefill chunks) are split by rows across the pool.
-    pub(crate) fn quantize(x: &[f32], k: usize) -> Acts {
+    /// `x`: rows of `k` values (`k` a multiple of `span`, 32 or 256), row
+    /// major, with one scale per `span` values. Large inputs (prefill
+    /// chunks) are split by rows across the pool.
+    pub(crate) fn quantize(x: &[f32], k: usize, span: usize) -> Acts {
         use rayon::prelude::*;
+        assert!(
+            matches!(span, QK | 256) && k.is_multiple_of(span),
+            "rows of {k} values in spans of {span}"
+        );
         let nb = k / QK;
         let blocks = x.len() / QK;
         let mut a = Acts {
             nb,
+            span,
             qs: vec![Q8([0; QK]); blocks],
             d: vec![0.0; blocks],
             s: vec![0.0; blocks],
             bias: vec![Bias::default(); blocks],
+            start127: Vec::new(),
         };
         let rows = blocks / nb.max(1);
         if x.len() >= PARALLEL_MIN_VALUES && rows > 1 && rayon::current_num_threads() > 1 {
@@ -214,7 +251,9 @@ impl Acts {
                 .zip(a.d.par_chunks_mut(per))
                 .zip(a.s.par_chunks_mut(per))
                 .zip(a.bias.par_chunks_mut(per))
-                .for_each(|((((x, qs), d), s), bias)| quantize_into(x, Blocks { qs, d, s, bias }));
+                .for_each(|((((x, qs), d), s), bias)| {
+                    quantize_into(x, span, Blocks { qs, d, s, bias })
+                });
         } else {
             let out = Blocks {
                 qs: &mut a.qs,
@@ -222,7 +261,14 @@ impl Acts {
                 s: &mut a.s,
                 bias: &mut a.bias,
             };
-            quantize_into(x, out);
+            quantize_into(x, span, out);
+        }
+        if span > QK {
+            a.start127 = a
+                .bias
+                .chunks_exact(span / QK)
+                .map(|b| b.iter().map(|b| b.all127).sum())
+                .collect();
         }
         a
     }
@@ -279,7 +325,7 @@ mod tests {
             *t = (j as f32 - 16.0) + 0.5;
         }
         x.extend(ties);
-        let plain = quantized(&x, quantize_blocks);
+        let plain = quantized(&x, |x, out| quantize_blocks(x, QK, out));
         let last = plain.qs.last().unwrap();
         assert_eq!(
             (last[1], last[2], last[14]),
@@ -296,8 +342,52 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         if crate::Isa::Avx2.is_available() {
             // SAFETY: the features were checked just above.
-            let simd = quantized(&x, |x, out| unsafe { quantize_blocks_avx2(x, out) });
+            let simd = quantized(&x, |x, out| unsafe { quantize_blocks_avx2(x, QK, out) });
             assert_eq!(plain, simd);
+        }
+    }
+
+    #[test]
+    fn spans_of_256_share_one_scale() {
+        // Six spans of eight blocks: varied magnitudes per span and per
+        // block, and an all-zero span.
+        let mut x: Vec<f32> = (0..256 * 5)
+            .map(|i| {
+                let h = (i as u32).wrapping_mul(2654435761) >> 8;
+                let v = h as f32 / (1 << 24) as f32 - 0.5;
+                v * (1 + (i / 32) % 5) as f32 * 10f32.powi((i / 256) as i32 - 2)
+            })
+            .collect();
+        x.extend([0.0; 256]);
+        let plain = quantized(&x, |x, out| quantize_blocks(x, 256, out));
+        #[cfg(target_arch = "x86_64")]
+        if crate::Isa::Avx2.is_available() {
+            // SAFETY: the features were checked just above.
+            let simd = quantized(&x, |x, out| unsafe { quantize_blocks_avx2(x, 256, out) });
+            assert_eq!(plain, simd);
+        }
+        for (t, span) in x.chunks_exact(256).enumerate() {
+            let amax = span.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let d = &plain.d[8 * t..8 * t + 8];
+            assert!(d.iter().all(|&d| d == amax / 127.0), "span {t}: {d:?}");
+            let qs = &plain.qs[8 * t..8 * t + 8];
+            let top = qs.iter().flatten().map(|q| q.unsigned_abs()).max();
+            assert_eq!(top, Some(if amax > 0.0 { 127 } else { 0 }), "span {t}");
+            for (j, (&v, &q)) in span.iter().zip(qs.iter().flatten()).enumerate() {
+                let err = (v - q as f32 * d[0]).abs();
+                assert!(err <= 0.5001 * d[0], "span {t} value {j}: {v} as {q}");
+            }
+        }
+        let x: Vec<f32> = x.iter().map(|v| v * 3.0).collect();
+        let a = Acts::quantize(&x, 512, 256);
+        assert_eq!(a.start127.len(), 6);
+        for (t, start) in a.start127.iter().enumerate() {
+            let sum: i32 = a.qs[8 * t..8 * t + 8]
+                .iter()
+                .flat_map(|q| q.0)
+                .map(|q| q as i32)
+                .sum();
+            assert_eq!(*start, -127 * sum);
         }
     }
 
@@ -312,8 +402,8 @@ mod tests {
             .num_threads(3)
             .build()
             .unwrap()
-            .install(|| Acts::quantize(&x, k));
-        let serial = quantized(&x, quantize_blocks);
+            .install(|| Acts::quantize(&x, k, QK));
+        let serial = quantized(&x, |x, out| quantize_blocks(x, QK, out));
         assert_eq!(a.nb, k / QK);
         let parallel = Owned {
             qs: a.qs.iter().map(|q| q.0).collect(),

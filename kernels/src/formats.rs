@@ -73,6 +73,17 @@ impl Format {
         }
     }
 
+    /// Activation values that share one 8-bit scale when they meet this
+    /// format's weights: 256 (one super-block, as llama.cpp's Q8_K) for
+    /// Q2_K and Q3_K, whose kernels then sum a whole super-block in
+    /// integers under one float operation; 32 for the others.
+    pub fn activation_span(self) -> usize {
+        match self {
+            Format::Q2K | Format::Q3K => 256,
+            _ => QK,
+        }
+    }
+
     /// Bytes per block in the GGUF file.
     pub fn block_bytes(self) -> usize {
         match self {

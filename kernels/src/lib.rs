@@ -333,7 +333,14 @@ impl QuantMatrix {
         if m == 0 {
             return;
         }
-        let acts = Acts::quantize(x, k);
+        // The input quantized once per activation span the matrices want.
+        let span_of = |w: &QuantMatrix| w.format.activation_span();
+        let quantized = |span: usize| {
+            mats.iter()
+                .any(|(w, _)| span_of(w) == span)
+                .then(|| Acts::quantize(x, k, span))
+        };
+        let (acts32, acts256) = (quantized(QK), quantized(256));
         // Chunk `(i, ci)` owns weight rows (output columns) `16 ci..16 ci +
         // 16` of matrix `i` and writes only those columns of `out_i`.
         let mut chunks = Vec::new();
@@ -355,10 +362,12 @@ impl QuantMatrix {
         let work = |&(i, ci): &(usize, usize)| {
             let (w, out) = targets[i];
             let r0 = ci * CHUNK_ROWS;
+            let acts = if span_of(w) == QK { &acts32 } else { &acts256 };
+            let acts = acts.as_ref().expect("quantized for every span in use");
             // SAFETY: chunks have disjoint row ranges of their matrix, so no
             // two write the same element; the outputs outlive the calls (all
             // end before return).
-            unsafe { w.block(isa, &acts, r0..(r0 + CHUNK_ROWS).min(w.n), out) };
+            unsafe { w.block(isa, acts, r0..(r0 + CHUNK_ROWS).min(w.n), out) };
         };
         if work_size >= PARALLEL_MIN_WORK && rayon::current_num_threads() > 1 {
             chunks.par_iter().for_each(work);
@@ -374,6 +383,7 @@ impl QuantMatrix {
     /// No other thread writes columns `rows` of `out` meanwhile, and `out`'s
     /// buffer is alive.
     unsafe fn block(&self, isa: Isa, acts: &Acts, rows: Range<usize>, out: Out) {
+        assert_eq!(acts.span, self.format.activation_span(), "activations of another span");
         let groups = groups(rows);
         match isa {
             Isa::Scalar => with_layout!(&self.repr, w => x8::run_scalar(w, acts, groups, out)),

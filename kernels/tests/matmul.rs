@@ -3,7 +3,8 @@
 //!
 //! Tolerance: the only approximation of the kernels is the 8-bit rounding
 //! of the activations (per 32 values, `d = max|x| / 127` stored as f16, so
-//! each value is off by at most `0.5625 d`; the block sum `s` used with the
+//! each value is off by at most `0.5625 d`; for Q2_K and Q3_K per 256
+//! values, `d` in f32; the block sum `s` used with the
 //! weight offsets `m` is f16 too, see `act.rs`), so each output must be
 //! within `sum_j 0.5625 |w_j| d(j) + sum_b |m_b| 2^-10 (sum_{j in b}
 //! |x_j| + 16 d_b)` (+ `1e-5 sum_j |w_j x_j|` for f32 summation order) of the f64
@@ -89,12 +90,16 @@ fn reference(
     x: &[f32],
     n: usize,
     k: usize,
+    span: usize,
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>, f64) {
     let m = x.len() / k;
-    // Activation scale per 32 values.
+    // Activation scale per 32 values (repeated over a longer span).
     let dx: Vec<f32> = x
-        .chunks(32)
-        .map(|b| b.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0)
+        .chunks(span)
+        .flat_map(|b| {
+            let d = b.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+            std::iter::repeat_n(d, span / 32)
+        })
         .collect();
     let (mut want, mut bound, mut mag) = (vec![0f32; m * n], vec![0f32; m * n], vec![0f32; m * n]);
     let mut var = 0f64;
@@ -142,7 +147,8 @@ fn check_format(format: Format, ks: &[usize]) {
                         }
                     })
                     .collect();
-                let (want, bound, mag, var) = reference(&deq, &offsets, &x, n, k);
+                let (want, bound, mag, var) =
+                    reference(&deq, &offsets, &x, n, k, format.activation_span());
                 let max_ref = want.iter().fold(0f32, |a, v| a.max(v.abs()));
                 let mut scalar = vec![0f32; m * n];
                 q.matmul_with(Isa::Scalar, &x, m, &mut scalar);

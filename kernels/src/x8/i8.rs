@@ -30,7 +30,7 @@ use super::scales::Scales;
 use super::u4::{Bits8, Nib8};
 #[cfg(target_arch = "x86_64")]
 use super::wide::{join_ps, load_pair, Sums, Unpacked};
-use super::{group_blocks, interleave, Group8, G, PREFETCH_BLOCKS};
+use super::{group_blocks, interleave, Group8, G, PREFETCH_BLOCKS, SPAN_BLOCKS};
 use crate::act::Acts;
 use crate::formats::Q8;
 
@@ -402,6 +402,9 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
 
 impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
     const HALVES: bool = S::HALVES;
+    /// Q3_K: its values times their integer scales under one factor `d` per
+    /// super-block, so a span's sums add up exactly in integers.
+    const SPAN256: bool = BITS == 3;
 
     fn rows(&self) -> usize {
         self.n
@@ -451,6 +454,8 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
         let offsets = self.scales.has_offset();
         let mut acc = [_mm256_setzero_ps(); A];
         let mut mins = [_mm256_setzero_ps(); A];
+        // With `SPAN256`, each row's integer sum of the span so far.
+        let mut spans = [_mm256_setzero_si256(); A];
         for b in 0..nb {
             let i = g * nb + b;
             if PREFETCH {
@@ -486,7 +491,7 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
                 ]),
                 None => None,
             };
-            for (j, acc) in acc.iter_mut().enumerate() {
+            for (j, (acc, span)) in acc.iter_mut().zip(&mut spans).enumerate() {
                 let ai = (a + j) * nb + b;
                 let x = acts.qs.as_ptr().add(ai) as *const i32;
                 // Values 0..16 and 16..32 summed apart (Q6_K scales each).
@@ -518,7 +523,19 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
                         ),
                         None => _mm256_add_epi32(s[0], s[1]),
                     };
-                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d0, dx), *acc);
+                    if Self::SPAN256 {
+                        // One float operation per span (`d` and `d_x` are
+                        // the span's).
+                        *span = _mm256_add_epi32(*span, s);
+                        if b % SPAN_BLOCKS == SPAN_BLOCKS - 1 {
+                            let f = _mm256_mul_ps(d0, dx);
+                            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(*span), f, *acc);
+                            *span = _mm256_setzero_si256();
+                        }
+                    } else {
+                        let f = _mm256_mul_ps(d0, dx);
+                        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), f, *acc);
+                    }
                 }
             }
             if offsets {

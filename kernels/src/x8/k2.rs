@@ -32,7 +32,7 @@
 use super::i8::Crumbs8;
 #[cfg(target_arch = "x86_64")]
 use super::wide::{join_ps, load_pair, Sums, Unpacked};
-use super::{group_blocks, interleave, Group8, Half8, G, PREFETCH_BLOCKS};
+use super::{group_blocks, interleave, Group8, Half8, G, PREFETCH_BLOCKS, SPAN_BLOCKS};
 use crate::act::Acts;
 use crate::formats::{Q8, QK};
 
@@ -146,6 +146,7 @@ impl K2x8 {
 
 impl Group8 for K2x8 {
     const HALVES: bool = true;
+    const SPAN256: bool = true;
 
     fn rows(&self) -> usize {
         self.n
@@ -172,20 +173,25 @@ impl Group8 for K2x8 {
     fn dot(&self, acts: &Acts, g: usize, l: usize, a: usize) -> f32 {
         let nb = self.nb;
         let mut acc = 0f32;
+        // The span's sums so far (the activations have one scale per 256
+        // values, as `d` and `dmin` are per super-block).
+        let (mut s1, mut s2) = (0i32, 0i32);
         for b in 0..nb {
             let (i, ai) = (g * nb + b, a * nb + b);
             let x = &acts.qs[ai].0;
             let halves = acts.bias[ai].halves;
-            let (mut s1, mut s2) = (0i32, 0i32);
             for h in 0..2 {
                 let (sc, mn) = self.sc_mn(i, l, h);
                 let js = QK / 2 * h..QK / 2 * (h + 1);
                 s1 += sc * js.map(|j| self.q(i, l, j) * x[j] as i32).sum::<i32>();
                 s2 += mn * (halves >> (16 * h)) as i16 as i32;
             }
-            let dx = acts.d[ai];
-            let (d, dmin) = (self.d[i / G].get(l), self.dmin[i / G].get(l));
-            acc += (d * s1 as f32 + -dmin * s2 as f32) * dx;
+            if b % SPAN_BLOCKS == SPAN_BLOCKS - 1 {
+                let dx = acts.d[ai];
+                let (d, dmin) = (self.d[i / G].get(l), self.dmin[i / G].get(l));
+                acc += (d * s1 as f32 + -dmin * s2 as f32) * dx;
+                (s1, s2) = (0, 0);
+            }
         }
         acc
     }
@@ -203,6 +209,8 @@ impl Group8 for K2x8 {
         assert!((g + 1) * nb <= self.qs.len() && (a + A) * nb <= acts.qs.len());
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); A];
+        // Each row's `S1` and `S2` of the span so far.
+        let mut spans = [[_mm256_setzero_si256(); 2]; A];
         for b in 0..nb {
             let i = g * nb + b;
             if PREFETCH {
@@ -217,7 +225,7 @@ impl Group8 for K2x8 {
             let [sc, mn] = self.sc_mn256(i);
             let d = self.d.get_unchecked(i / G).load();
             let nd = _mm256_sub_ps(_mm256_setzero_ps(), self.dmin.get_unchecked(i / G).load());
-            for (j, acc) in acc.iter_mut().enumerate() {
+            for (j, (acc, span)) in acc.iter_mut().zip(&mut spans).enumerate() {
                 let ai = (a + j) * nb + b;
                 let x = acts.qs.as_ptr().add(ai) as *const i32;
                 // Each half's sum of `q x`: four products of at most 2 * 3
@@ -241,17 +249,20 @@ impl Group8 for K2x8 {
                 }
                 // The half sums as 16-bit pairs, times the scale pairs.
                 let pairs = _mm256_blend_epi16::<0b1010_1010>(s[0], _mm256_slli_epi32::<16>(s[1]));
-                let s1 = _mm256_madd_epi16(pairs, sc);
+                span[0] = _mm256_add_epi32(span[0], _mm256_madd_epi16(pairs, sc));
                 let halves = _mm256_set1_epi32((*acts.bias.as_ptr().add(ai)).halves);
-                let s2 = _mm256_madd_epi16(mn, halves);
-                // `(d S1 - dmin S2) d_x`.
-                let t = _mm256_fmadd_ps(
-                    nd,
-                    _mm256_cvtepi32_ps(s2),
-                    _mm256_mul_ps(d, _mm256_cvtepi32_ps(s1)),
-                );
-                let dx = _mm256_set1_ps(*acts.d.get_unchecked(ai));
-                *acc = _mm256_fmadd_ps(t, dx, *acc);
+                span[1] = _mm256_add_epi32(span[1], _mm256_madd_epi16(mn, halves));
+                if b % SPAN_BLOCKS == SPAN_BLOCKS - 1 {
+                    // `(d S1 - dmin S2) d_x`, once per span.
+                    let t = _mm256_fmadd_ps(
+                        nd,
+                        _mm256_cvtepi32_ps(span[1]),
+                        _mm256_mul_ps(d, _mm256_cvtepi32_ps(span[0])),
+                    );
+                    let dx = _mm256_set1_ps(*acts.d.get_unchecked(ai));
+                    *acc = _mm256_fmadd_ps(t, dx, *acc);
+                    *span = [_mm256_setzero_si256(); 2];
+                }
             }
         }
         acc

@@ -49,6 +49,9 @@ use crate::{Error, Out};
 /// Rows per group.
 pub(crate) const G: usize = 8;
 
+/// Blocks per 256-value span (a K-quant super-block).
+pub(crate) const SPAN_BLOCKS: usize = 256 / QK;
+
 /// The source block index of each row of group `g`'s block `b` in a
 /// one-row-at-a-time layout of `n` rows of `nb` blocks; `None` for the
 /// padding rows past `n`.
@@ -167,6 +170,11 @@ pub(crate) trait Group8 {
     /// Whether values 16..32 of a block have a factor of their own.
     const HALVES: bool;
 
+    /// Whether the layout meets activations with one scale per 256 values
+    /// ([`crate::Format::activation_span`]) and sums each span's eight
+    /// blocks in integers before its float operations.
+    const SPAN256: bool = false;
+
     /// Real rows.
     fn rows(&self) -> usize;
 
@@ -185,6 +193,8 @@ pub(crate) trait Group8 {
     fn dot(&self, acts: &Acts, g: usize, l: usize, a: usize) -> f32 {
         let nb = self.blocks();
         let mut acc = 0f32;
+        // With `SPAN256`, the span's integer sum so far.
+        let mut span = 0i32;
         for b in 0..nb {
             let (i, ai) = (g * nb + b, a * nb + b);
             let x = &acts.qs[ai].0;
@@ -192,6 +202,15 @@ pub(crate) trait Group8 {
                 |js: Range<usize>| -> i32 { js.map(|j| self.q(i, l, j) * x[j] as i32).sum() };
             let (f, m) = self.scale_offset(i, l, 0);
             let dx = acts.d[ai];
+            if Self::SPAN256 {
+                // One factor per span (see `SPAN256`), no offsets.
+                span += isum(0..QK);
+                if b % SPAN_BLOCKS == SPAN_BLOCKS - 1 {
+                    acc += f * dx * span as f32;
+                    span = 0;
+                }
+                continue;
+            }
             acc += if Self::HALVES {
                 let f1 = self.scale_offset(i, l, QK / 2).0;
                 f * dx * isum(0..QK / 2) as f32 + f1 * dx * isum(QK / 2..QK) as f32

@@ -28,7 +28,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::simd::put_tile;
-use super::{put_group, tile_rows, Group8, G};
+use super::{put_group, tile_rows, Group8, G, SPAN_BLOCKS};
 use crate::act::Acts;
 use crate::Out;
 
@@ -170,6 +170,9 @@ unsafe fn tile_unpacked<W: Group8, const A: usize>(
     acts: &Acts,
     a: usize,
 ) -> [__m512; A] {
+    if W::SPAN256 {
+        return tile_span::<W, A>(w, g, blocks, acts, a);
+    }
     let nb = acts.nb;
     assert!(blocks.len() == nb && (a + A) * nb <= acts.qs.len());
     let mut acc = [_mm512_setzero_ps(); A];
@@ -191,6 +194,83 @@ unsafe fn tile_unpacked<W: Group8, const A: usize>(
         rows!(0 1 2 3 4 5 6 7);
     }
     if !matches!(W::SUMS, Sums::Offsets | Sums::Mins16) {
+        // The 256-bit signed tiles add their (zero) offsets' sums last.
+        acc = acc.map(|acc| _mm512_add_ps(acc, _mm512_setzero_ps()));
+    }
+    acc
+}
+
+/// [`tile_unpacked`] for the layouts with [`Group8::SPAN256`] (Q3_K's
+/// [`Sums::All127`], Q2_K's [`Sums::Mins16`]): each row's integer sums run
+/// over a whole span of eight blocks (from `acts.start127` for Q3_K's bias,
+/// from zero for Q2_K, whose mins meet the half sums by `vpdpwssd`), then
+/// take the 256-bit tile's float operations once per span, so the same
+/// bits.
+///
+/// # Safety
+/// As [`tile_unpacked`]; the activations have spans of 256.
+#[inline(always)]
+unsafe fn tile_span<W: Group8, const A: usize>(
+    w: &W,
+    g: usize,
+    blocks: &[Unpacked],
+    acts: &Acts,
+    a: usize,
+) -> [__m512; A] {
+    let nb = acts.nb;
+    assert!(blocks.len() == nb && (a + A) * nb <= acts.qs.len() && acts.span == 256);
+    let all127 = W::SUMS == Sums::All127;
+    let mut acc = [_mm512_setzero_ps(); A];
+    let mut s = [_mm512_setzero_si512(); A];
+    let mut s2 = [_mm512_setzero_si512(); A];
+    for (b, u) in blocks.iter().enumerate() {
+        if all127 && b % SPAN_BLOCKS == 0 {
+            for (j, s) in s.iter_mut().enumerate() {
+                let t = ((a + j) * nb + b) / SPAN_BLOCKS;
+                *s = _mm512_set1_epi32(*acts.start127.get_unchecked(t));
+            }
+        }
+        // Unrolled over the rows, as in `tile_unpacked`; each weight
+        // register serves every row before the next is read.
+        macro_rules! rows {
+            ($v:expr; $($j:literal)*) => {$(
+                if $j < A {
+                    let x = acts.qs.as_ptr().add((a + $j) * nb + b) as *const i32;
+                    let xv = _mm512_set1_epi32(x.add($v).read());
+                    s[$j] = _mm512_dpbusd_epi32(s[$j], u.w[$v], xv);
+                }
+            )*};
+        }
+        for v in 0..G {
+            rows!(v; 0 1 2 3 4 5 6 7);
+        }
+        if !all127 {
+            let mins = w.mins2(g * nb + b, (g + 1) * nb + b);
+            for (j, s2) in s2.iter_mut().enumerate() {
+                let halves = (*acts.bias.as_ptr().add((a + j) * nb + b)).halves;
+                *s2 = _mm512_dpwssd_epi32(*s2, mins, _mm512_set1_epi32(halves));
+            }
+        }
+        if b % SPAN_BLOCKS == SPAN_BLOCKS - 1 {
+            for j in 0..A {
+                let dx = _mm512_set1_ps(*acts.d.get_unchecked((a + j) * nb + b));
+                acc[j] = if all127 {
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j]), _mm512_mul_ps(u.d, dx), acc[j])
+                } else {
+                    // As the 256-bit tile: `(d S1 - dmin S2) d_x`.
+                    let t = _mm512_fmadd_ps(
+                        u.m,
+                        _mm512_cvtepi32_ps(s2[j]),
+                        _mm512_mul_ps(u.d, _mm512_cvtepi32_ps(s[j])),
+                    );
+                    _mm512_fmadd_ps(t, dx, acc[j])
+                };
+                s[j] = _mm512_setzero_si512();
+                s2[j] = _mm512_setzero_si512();
+            }
+        }
+    }
+    if all127 {
         // The 256-bit signed tiles add their (zero) offsets' sums last.
         acc = acc.map(|acc| _mm512_add_ps(acc, _mm512_setzero_ps()));
     }
