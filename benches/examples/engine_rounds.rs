@@ -52,6 +52,8 @@ fn main() -> anyhow::Result<()> {
     let batches: Vec<usize> = std::env::var("HEARTH_BENCH_BATCHES")
         .unwrap_or_else(|_| "1".into())
         .split(',')
+        // Empty: no decode rounds (prefill alone, for a profile).
+        .filter(|b| !b.trim().is_empty())
         .map(|b| {
             b.trim()
                 .parse()

@@ -315,7 +315,8 @@ mod tests {
     /// layouts agree), and the outputs are within the activation-rounding
     /// bound of `hearth-kernels`' `act.rs` of f32 math on those weights:
     /// `sum_j 0.5625 |w_j| d(j) + sum_b |m_b| 2^-10 (sum_b |x| + 16 d_b)`
-    /// (`d = max|x| / 127` per 32 values), plus 1e-5 relative for summation
+    /// (`d = max|x| / 127` per 32 values, or per 256 for Q2_K and Q3_K:
+    /// `Format::activation_span`), plus 1e-5 relative for summation
     /// order. The block offsets `m_b` are not visible here; candle's
     /// quantizers keep them within `1.5 max_b |w|`, which the bound uses.
     #[test]
@@ -357,8 +358,10 @@ mod tests {
                 for o in 0..n {
                     let wr = &ws[o * k..(o + 1) * k];
                     let (mut want, mut bound) = (0f64, 0f64);
-                    for (wb, xb) in wr.chunks(32).zip(xr.chunks(32)) {
-                        let d = xb.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+                    let span = format.activation_span();
+                    for (b, (wb, xb)) in wr.chunks(32).zip(xr.chunks(32)).enumerate() {
+                        let xs = &xr[b * 32 / span * span..][..span];
+                        let d = xs.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
                         let m = 1.5 * wb.iter().fold(0f32, |a, v| a.max(v.abs()));
                         let sx: f32 = xb.iter().map(|v| v.abs()).sum();
                         bound += (m * (sx + 16.0 * d) / 1024.0) as f64;

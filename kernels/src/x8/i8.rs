@@ -12,7 +12,10 @@
 //! format has them ([`Scales`]: eight f16 scales per group's block; Q6_K's
 //! signed 8-bit scales per 16 values under an f16 per 256). Q3_K's 16-value
 //! scales are small integers, so its values are summed multiplied by them
-//! (`p = sc q` in -124..=128) under one factor `d` per block.
+//! (`p = sc q` in -124..=128) under one factor `d` per super-block; its
+//! activations have one scale per 256 values
+//! ([`crate::Format::activation_span`]), so a super-block's eight blocks
+//! add up in integers before one float operation.
 //!
 //! `vpmaddubsw` wants an unsigned first operand, so the SIMD kernel
 //! multiplies `|w|` by the activation bytes carrying the sign of `w`

@@ -8,23 +8,27 @@
 //! eight f16 `d` and `dmin`: 84 bytes per 256 values and row, the GGUF
 //! block's size.
 //!
-//! A block's two terms are exact integer sums under one float factor each:
-//! `sum w x = d_x (d S1 - dmin S2)`, with `S1 = sum_h sc_h sum_{j in h} q_j
-//! x_j` and `S2 = sum_h mn_h X_h`, where `x_j` are the quantized
-//! activations (factor `d_x`) and `X_h` the sum of half `h` of them
-//! ([`crate::act::Bias::halves`]). So the mins meet the activations' exact
-//! sums, not the f16 block sum that the 32-value offsets use.
+//! The activations come with one scale per 256 values (as `d` and `dmin`
+//! are per super-block; [`crate::Format::activation_span`]), so a whole
+//! super-block's two terms are exact integer sums under one float factor
+//! each: `sum w x = d_x (d S1 - dmin S2)`, with `S1 = sum_h sc_h sum_{j in
+//! h} q_j x_j` and `S2 = sum_h mn_h X_h` over its sixteen 16-value halves
+//! `h`, where `x_j` are the quantized activations (factor `d_x`) and `X_h`
+//! the sum of half `h` of them ([`crate::act::Bias::halves`]). So the mins
+//! meet the activations' exact sums, not the f16 block sum that the
+//! 32-value offsets use, and the float work is once per 256 values.
 //!
 //! - The 256-bit tiles sum each half's `q x` (the values are unsigned:
 //!   `vpdpbusd`, or `vpmaddubsw` without VNNI), pack the two half sums (at
 //!   most `16 * 3 * 127` in magnitude) into 16-bit pairs and multiply them
 //!   by the pairs of scales (`vpmaddwd`); `S2` is one `vpmaddwd` of the
-//!   pairs of mins and of activation half sums; then `(d S1 - dmin S2)
-//!   d_x` in three float operations.
+//!   pairs of mins and of activation half sums; both add up over the
+//!   super-block, then `(d S1 - dmin S2) d_x` in three float operations.
 //! - The 512-bit kernels multiply the values by their scales as they unpack
 //!   them (`p = sc q` in 0..=45, unsigned bytes: one `vpmullw` per register,
 //!   as the two bytes of a 16-bit lane never carry into each other), sum
-//!   `p x` in one chain, and `S2` as above ([`Sums::Mins16`]).
+//!   `p x` in one chain over the super-block, and `S2` by `vpdpwssd`
+//!   ([`Sums::Mins16`]).
 //!
 //! Both give the same integers, and the float operations are the same in
 //! the same order, so the same bits.

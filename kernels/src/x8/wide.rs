@@ -19,9 +19,11 @@
 //! zero ([`crate::act::Bias`]: `-128 sum(x)`, `-127 sum(x)`, or `-32` times
 //! each half block's sum), which leaves exactly `sum(q x)`. Q2_K's values
 //! are unsigned already (times their scales at unpacking); its mins meet
-//! the activations' half sums ([`Sums::Mins16`]). Each lane thus does the
-//! 256-bit tile's integer sums and float operations in the same order, so
-//! the results are the same bits.
+//! the activations' half sums ([`Sums::Mins16`]). These two meet
+//! activations with one scale per 256 values and sum a super-block's eight
+//! blocks before their float operations ([`tile_span`]). Each lane thus
+//! does the 256-bit tile's integer sums and float operations in the same
+//! order, so the results are the same bits.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
