@@ -104,9 +104,7 @@ fn quantize_blocks(x: &[f32], span: usize, mut out: Blocks<'_>) {
     for (i, block) in x.chunks_exact(QK).enumerate() {
         let (q, d, s, bias) = out.at(i);
         if (i * QK).is_multiple_of(span) {
-            amax = x[i * QK..][..span]
-                .iter()
-                .fold(0f32, |a, v| a.max(v.abs()));
+            amax = x[i * QK..][..span].iter().fold(0f32, |a, v| a.max(v.abs()));
         }
         let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
         let mut half = [0i32; 2];
@@ -355,7 +353,7 @@ mod tests {
             .map(|i| {
                 let h = (i as u32).wrapping_mul(2654435761) >> 8;
                 let v = h as f32 / (1 << 24) as f32 - 0.5;
-                v * (1 + (i / 32) % 5) as f32 * 10f32.powi((i / 256) as i32 - 2)
+                v * (1 + (i / 32) % 5) as f32 * 10f32.powi(i / 256 - 2)
             })
             .collect();
         x.extend([0.0; 256]);

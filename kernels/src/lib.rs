@@ -383,7 +383,11 @@ impl QuantMatrix {
     /// No other thread writes columns `rows` of `out` meanwhile, and `out`'s
     /// buffer is alive.
     unsafe fn block(&self, isa: Isa, acts: &Acts, rows: Range<usize>, out: Out) {
-        assert_eq!(acts.span, self.format.activation_span(), "activations of another span");
+        assert_eq!(
+            acts.span,
+            self.format.activation_span(),
+            "activations of another span"
+        );
         let groups = groups(rows);
         match isa {
             Isa::Scalar => with_layout!(&self.repr, w => x8::run_scalar(w, acts, groups, out)),
