@@ -82,12 +82,13 @@ pub(crate) enum Sums {
     /// Q8_0's `q + 128`: one sum from `-128 sum(x)`.
     All128,
     /// Q3_K's values times their sub-block scales, `p + 127` (`p` in
-    /// -124..=128): one sum from `-127 sum(x)`.
+    /// -124..=128): one sum per 256-value span from its `-127 sum(x)`
+    /// ([`tile_span`]).
     All127,
-    /// Q2_K's values times their sub-block scales (unsigned): one sum from
-    /// zero with factor `d` (`Unpacked::d`), and the integer mins
+    /// Q2_K's values times their sub-block scales (unsigned): one sum per
+    /// span from zero with factor `d` (`Unpacked::d`), and the integer mins
     /// ([`Group8::mins2`]) times the activations' half sums with factor
-    /// `-dmin` (`Unpacked::m`).
+    /// `-dmin` (`Unpacked::m`) ([`tile_span`]).
     Mins16,
 }
 
@@ -97,19 +98,14 @@ thread_local! {
     static SCRATCH: RefCell<Vec<Unpacked>> = const { RefCell::new(Vec::new()) };
 }
 
-/// One activation block `ai` times an unpacked block `u` (with `mins`, see
-/// [`Sums::Mins16`]), added to `acc` as [`tile_unpacked`] says.
+/// One activation block `ai` times an unpacked block `u`, added to `acc` as
+/// [`tile_unpacked`] says (the layouts summed per block; Q3_K's and
+/// Q2_K's spans go through [`tile_span`]).
 ///
 /// # Safety
 /// AVX-512 F/VNNI; the activation block exists.
 #[inline(always)]
-unsafe fn row<W: Group8>(
-    u: &Unpacked,
-    mins: __m512i,
-    acts: &Acts,
-    ai: usize,
-    mut acc: __m512,
-) -> __m512 {
+unsafe fn row<W: Group8>(u: &Unpacked, acts: &Acts, ai: usize, mut acc: __m512) -> __m512 {
     let x = acts.qs.as_ptr().add(ai) as *const i32;
     let bias = &*acts.bias.as_ptr().add(ai);
     let sum = |start: i32, vs: std::ops::Range<usize>| {
@@ -133,26 +129,11 @@ unsafe fn row<W: Group8>(
             acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(u.d, dx), acc);
             _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(u.m, dx), acc)
         }
-        Sums::All128 | Sums::All127 => {
-            let start = if W::SUMS == Sums::All128 {
-                bias.all128
-            } else {
-                bias.all127
-            };
-            let s = sum(start, 0..G);
+        Sums::All128 => {
+            let s = sum(bias.all128, 0..G);
             _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(u.d, dx), acc)
         }
-        Sums::Mins16 => {
-            let s = sum(0, 0..G);
-            let s2 = _mm512_madd_epi16(mins, _mm512_set1_epi32(bias.halves));
-            // As the 256-bit tile: `(d S1 - dmin S2) d_x`.
-            let t = _mm512_fmadd_ps(
-                u.m,
-                _mm512_cvtepi32_ps(s2),
-                _mm512_mul_ps(u.d, _mm512_cvtepi32_ps(s)),
-            );
-            _mm512_fmadd_ps(t, dx, acc)
-        }
+        Sums::All127 | Sums::Mins16 => unreachable!("summed per span by `tile_span`"),
     }
 }
 
@@ -179,23 +160,18 @@ unsafe fn tile_unpacked<W: Group8, const A: usize>(
     assert!(blocks.len() == nb && (a + A) * nb <= acts.qs.len());
     let mut acc = [_mm512_setzero_ps(); A];
     for (b, u) in blocks.iter().enumerate() {
-        let mins = if W::SUMS == Sums::Mins16 {
-            w.mins2(g * nb + b, (g + 1) * nb + b)
-        } else {
-            _mm512_setzero_si512()
-        };
         // Unrolled, so that the accumulators stay in registers (a loop over
         // `j` was kept as a loop, with them on the stack).
         macro_rules! rows {
             ($($j:literal)*) => {$(
                 if $j < A {
-                    acc[$j] = row::<W>(u, mins, acts, (a + $j) * nb + b, acc[$j]);
+                    acc[$j] = row::<W>(u, acts, (a + $j) * nb + b, acc[$j]);
                 }
             )*};
         }
         rows!(0 1 2 3 4 5 6 7);
     }
-    if !matches!(W::SUMS, Sums::Offsets | Sums::Mins16) {
+    if W::SUMS != Sums::Offsets {
         // The 256-bit signed tiles add their (zero) offsets' sums last.
         acc = acc.map(|acc| _mm512_add_ps(acc, _mm512_setzero_ps()));
     }
