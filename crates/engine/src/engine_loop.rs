@@ -503,12 +503,12 @@ impl EngineLoop {
     /// planned sequence can have it picked there (`Sequence::device_pick`:
     /// the argmax or a plain temperature draw; the logits then stay there).
     fn forward(&mut self, plan: &[(usize, usize)]) -> Result<StepLogits, String> {
-        let picks: Option<Vec<Pick>> = match self.parts.model.device().is_cpu() {
-            true => None,
-            false => plan
-                .iter()
+        let picks: Option<Vec<Pick>> = if self.parts.model.device().is_cpu() {
+            None
+        } else {
+            plan.iter()
                 .map(|&(i, _)| self.active[i].device_pick())
-                .collect(),
+                .collect()
         };
         let seqs: Vec<PagedSeq<'_>> = plan
             .iter()
