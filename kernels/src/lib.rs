@@ -21,9 +21,9 @@
 //!   broadcast, meet eight weight rows in one register, so eight rows'
 //!   sums come out of one chain of `vpmaddubsw` (or `vpdpbusd`) and the
 //!   float work and output stores are per eight rows; tiles are one group
-//!   x 1, 2 or 4 activation rows. With one activation row (decoding one
-//!   sequence: a single pass over the weights, bound by memory) the 4-bit
-//!   kernels prefetch the weights 1 KiB ahead;
+//!   x 1, 2 or 4 activation rows. With up to four activation rows
+//!   (decoding a few sequences: a single pass over the weights, bound by
+//!   memory) the kernels prefetch the weights 8 KiB ahead;
 //! - kernels are picked at run time ([`Isa`]): AVX2 + FMA + F16C, with
 //!   256-bit AVX-512 VNNI `vpdpbusd` where present and where they pass a
 //!   start-up comparison with the AVX2 kernels ([`Isa::best`]; AVX-512

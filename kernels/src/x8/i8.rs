@@ -32,8 +32,8 @@
 use super::scales::Scales;
 use super::u4::{Bits8, Nib8};
 #[cfg(target_arch = "x86_64")]
-use super::wide::{join_ps, load_pair, Sums, Unpacked};
-use super::{group_blocks, interleave, Group8, G, PREFETCH_BLOCKS, SPAN_BLOCKS};
+use super::wide::{join_ps, load_pair, prefetch_next_pair, Sums, Unpacked};
+use super::{group_blocks, interleave, prefetch_blocks, Group8, G, SPAN_BLOCKS};
 use crate::act::Acts;
 use crate::formats::Q8;
 
@@ -408,9 +408,42 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
     /// Q3_K: its values times their integer scales under one factor `d` per
     /// super-block, so a span's sums add up exactly in integers.
     const SPAN256: bool = BITS == 3;
+    const AHEAD: usize = match BITS {
+        6 => prefetch_blocks::<Nib8>(),
+        3 => prefetch_blocks::<Crumbs8>(),
+        _ => prefetch_blocks::<Q8x8>(),
+    };
 
     fn rows(&self) -> usize {
         self.n
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn prefetch<const HINT: i32>(&self, i: usize) {
+        use std::arch::x86_64::*;
+        // SAFETY: a prefetch hint never faults, whatever the address.
+        unsafe {
+            match BITS {
+                6 => {
+                    let lo = self.lo.as_ptr().wrapping_add(i).cast::<i8>();
+                    _mm_prefetch::<HINT>(lo);
+                    _mm_prefetch::<HINT>(lo.wrapping_add(64));
+                    _mm_prefetch::<HINT>(self.hi.as_ptr().wrapping_add(i).cast());
+                }
+                3 => {
+                    _mm_prefetch::<HINT>(self.hi.as_ptr().wrapping_add(i).cast());
+                    _mm_prefetch::<HINT>(self.top.as_ptr().wrapping_add(i).cast());
+                }
+                _ => {
+                    let q = self.qs.as_ptr().wrapping_add(i).cast::<i8>();
+                    for line in 0..4 {
+                        _mm_prefetch::<HINT>(q.wrapping_add(64 * line));
+                    }
+                }
+            }
+        }
+        self.scales.prefetch::<HINT>(i);
     }
 
     fn blocks(&self) -> usize {
@@ -439,9 +472,9 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
         self.scales.get(i, l, j)
     }
 
-    /// With `PREFETCH` (one activation row: a decode step streaming the
+    /// With `PREFETCH` (a few activation rows: a decode step streaming the
     /// weights from memory), each block asks for the block
-    /// [`PREFETCH_BLOCKS`] ahead: its values and its scales.
+    /// [`Group8::AHEAD`] ahead: its values and its scales.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn tile<const A: usize, const VNNI: bool, const PREFETCH: bool>(
@@ -462,24 +495,7 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
         for b in 0..nb {
             let i = g * nb + b;
             if PREFETCH {
-                // Past the matrix's end these are hints about addresses
-                // that are never read, which do not fault.
-                let ahead = i + PREFETCH_BLOCKS;
-                if BITS == 6 {
-                    let lo = self.lo.as_ptr().wrapping_add(ahead).cast::<i8>();
-                    _mm_prefetch::<_MM_HINT_T0>(lo);
-                    _mm_prefetch::<_MM_HINT_T0>(lo.wrapping_add(64));
-                    _mm_prefetch::<_MM_HINT_T0>(self.hi.as_ptr().wrapping_add(ahead).cast());
-                } else if BITS == 3 {
-                    _mm_prefetch::<_MM_HINT_T0>(self.hi.as_ptr().wrapping_add(ahead).cast());
-                    _mm_prefetch::<_MM_HINT_T0>(self.top.as_ptr().wrapping_add(ahead).cast());
-                } else {
-                    let q = self.qs.as_ptr().wrapping_add(ahead).cast::<i8>();
-                    for line in 0..4 {
-                        _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(64 * line));
-                    }
-                }
-                self.scales.prefetch(ahead);
+                self.prefetch::<_MM_HINT_T0>(i + Self::AHEAD);
             }
             let w = self.load(i);
             let wabs = w.map(|w| _mm256_abs_epi8(w));
@@ -568,6 +584,7 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
         out.clear();
         // A loop, as in the 4-bit layouts' `unpack2`.
         for b in 0..nb {
+            prefetch_next_pair(self, g, b);
             let (i0, i1) = (g * nb + b, (g + 1) * nb + b);
             let [d00, d01] = self.scales.factors(i0);
             let [d10, d11] = self.scales.factors(i1);

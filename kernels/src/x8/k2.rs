@@ -35,8 +35,8 @@
 
 use super::i8::Crumbs8;
 #[cfg(target_arch = "x86_64")]
-use super::wide::{join_ps, load_pair, Sums, Unpacked};
-use super::{group_blocks, interleave, Group8, Half8, G, PREFETCH_BLOCKS, SPAN_BLOCKS};
+use super::wide::{join_ps, load_pair, prefetch_next_pair, Sums, Unpacked};
+use super::{group_blocks, interleave, prefetch_blocks, Group8, Half8, G, SPAN_BLOCKS};
 use crate::act::Acts;
 use crate::formats::{Q8, QK};
 
@@ -151,6 +151,18 @@ impl K2x8 {
 impl Group8 for K2x8 {
     const HALVES: bool = true;
     const SPAN256: bool = true;
+    const AHEAD: usize = prefetch_blocks::<Crumbs8>();
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn prefetch<const HINT: i32>(&self, i: usize) {
+        use std::arch::x86_64::*;
+        // SAFETY: a prefetch hint never faults, whatever the address.
+        unsafe {
+            _mm_prefetch::<HINT>(self.qs.as_ptr().wrapping_add(i).cast());
+            _mm_prefetch::<HINT>(self.sm.as_ptr().wrapping_add(i).cast());
+        }
+    }
 
     fn rows(&self) -> usize {
         self.n
@@ -218,11 +230,7 @@ impl Group8 for K2x8 {
         for b in 0..nb {
             let i = g * nb + b;
             if PREFETCH {
-                // Past the matrix's end these are hints about addresses
-                // that are never read, which do not fault.
-                let ahead = i + PREFETCH_BLOCKS;
-                _mm_prefetch::<_MM_HINT_T0>(self.qs.as_ptr().wrapping_add(ahead).cast());
-                _mm_prefetch::<_MM_HINT_T0>(self.sm.as_ptr().wrapping_add(ahead).cast());
+                self.prefetch::<_MM_HINT_T0>(i + Self::AHEAD);
             }
             let p = self.qs.as_ptr().add(i) as *const __m256i;
             let w = Crumbs8::regs256(_mm256_load_si256(p), _mm256_load_si256(p.add(1)));
@@ -285,6 +293,7 @@ impl Group8 for K2x8 {
         let low16 = _mm512_set1_epi32(0xFFFF);
         // A loop, as in the 4-bit layouts' `unpack2`.
         for b in 0..nb {
+            prefetch_next_pair(self, g, b);
             let (i0, i1) = (g * nb + b, (g + 1) * nb + b);
             let (p0, p1) = (
                 self.qs.as_ptr().add(i0) as *const __m256i,

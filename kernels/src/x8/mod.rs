@@ -27,8 +27,8 @@
 //! never written out. Work is cut into tiles of one group x 1, 2 or 4
 //! activation rows; a chunk of groups runs every activation tile with the
 //! activation tiles outside, so the chunk's weights stay in L1. With AVX-512
-//! VNNI and more than one activation row, [`wide`] runs two groups to each
-//! 512-bit register and tiles of up to 8 activation rows; with one row
+//! VNNI and more than four activation rows, [`wide`] runs two groups to each
+//! 512-bit register and tiles of up to 8 activation rows; with up to four
 //! (decode, bound by memory) the 256-bit tiles run.
 
 pub(crate) mod i8;
@@ -152,18 +152,29 @@ pub(crate) fn half_lanes(v: &[f32], n: usize, per_row: usize) -> Result<Vec<Half
     Ok(out)
 }
 
-/// How far ahead, in blocks, a kernel over one activation row (one
-/// decoding sequence) prefetches its weights into L1 (8 blocks: 1 KiB of
-/// 4-bit values). The matrices of a small model are a few hundred
-/// kilobytes, read in parallel in pieces of 16 rows; the hardware
-/// prefetchers restart at every piece and lag behind, and asking ahead
-/// keeps more of the memory bus busy. With more activation rows there is
-/// more arithmetic per weight byte, and the hints did not pay for
-/// themselves (`benches/README.md` has the figures).
-pub(crate) const PREFETCH_BLOCKS: usize = 8;
+/// How far ahead, in bytes of its main value plane, a kernel over a few
+/// activation rows (decoding sequences) prefetches its weights into L1
+/// ([`Group8::prefetch`]). The matrices are read in parallel in pieces of
+/// 16 rows; the hardware prefetchers restart at every piece and lag
+/// behind, and asking ahead keeps more of the memory bus busy. The
+/// distance is what keeps enough lines in flight to cover memory's latency
+/// at full bandwidth: 1 KiB (the first setting) left 15-35% of the
+/// bandwidth unused, 8 KiB reached it on the machines measured, and
+/// farther was no faster (`benches/README.md`).
+pub(crate) const PREFETCH_BYTES: usize = 8 << 10;
 
-/// Activation rows up to which the kernels prefetch weights.
-pub(crate) const PREFETCH_MAX_ROWS: usize = 1;
+/// [`PREFETCH_BYTES`] in blocks of a plane whose blocks are `T`.
+pub(crate) const fn prefetch_blocks<T>() -> usize {
+    PREFETCH_BYTES / std::mem::size_of::<T>()
+}
+
+/// Activation rows up to which the kernels run on 256-bit tiles (at most
+/// 4 rows, so each weight block is read once), prefetching their weights:
+/// a decode step of a few sequences, bound by memory. More rows go to the
+/// 512-bit kernels of [`wide`], which unpack a chunk's blocks once for
+/// all tiles; below 5 rows that unpacking cost more than it saved (1B
+/// Q4_K_M decode of 2 and 4 sequences 1.7x faster on the 256-bit tiles).
+pub(crate) const PREFETCH_MAX_ROWS: usize = 4;
 
 /// An interleaved matrix's kernels.
 pub(crate) trait Group8 {
@@ -175,8 +186,18 @@ pub(crate) trait Group8 {
     /// blocks in integers before its float operations.
     const SPAN256: bool = false;
 
+    /// Blocks in [`PREFETCH_BYTES`] of the layout's main value plane.
+    const AHEAD: usize;
+
     /// Real rows.
     fn rows(&self) -> usize;
+
+    /// Asks for block `i`'s values and scales to be brought into the cache
+    /// `HINT` names (`_MM_HINT_T0`: L1, `_MM_HINT_T1`: L2). A hint: any
+    /// `i` (past the matrix's end it names addresses that are never read,
+    /// which does not fault).
+    #[cfg(target_arch = "x86_64")]
+    fn prefetch<const HINT: i32>(&self, i: usize);
 
     /// Blocks per row.
     fn blocks(&self) -> usize;
@@ -240,7 +261,7 @@ pub(crate) trait Group8 {
     /// enable the instruction sets.
     ///
     /// With `PREFETCH`, each block also asks for the weights
-    /// [`PREFETCH_BLOCKS`] blocks ahead (see there).
+    /// [`PREFETCH_BYTES`] ahead (see there).
     ///
     /// # Safety
     /// AVX2, FMA and F16C, and AVX-512 VNNI + VL if `VNNI`; the group and the
@@ -398,8 +419,8 @@ pub(crate) mod simd {
     }
 
     /// [`run_avx2`] with `vpdpbusd` (AVX-512 VNNI): on 256-bit registers
-    /// for one activation row (decode, bound by memory), and the 512-bit
-    /// kernels of [`super::wide`] for more.
+    /// for up to [`PREFETCH_MAX_ROWS`] activation rows (decode, bound by
+    /// memory), and the 512-bit kernels of [`super::wide`] for more.
     ///
     /// # Safety
     /// AVX2, FMA, F16C, AVX-512 F/BW/VL/VNNI; as [`super::run_scalar`] for

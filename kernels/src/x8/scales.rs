@@ -52,9 +52,10 @@ pub(crate) trait Scales: Send + Sync + std::fmt::Debug {
     #[cfg(target_arch = "x86_64")]
     unsafe fn offsets(&self, i: usize) -> std::arch::x86_64::__m256;
 
-    /// Asks for block `i`'s scales ahead of use (a hint; any `i`).
+    /// Asks for block `i`'s scales ahead of use into the cache `HINT`
+    /// names (a hint; any `i`).
     #[cfg(target_arch = "x86_64")]
-    fn prefetch(&self, i: usize);
+    fn prefetch<const HINT: i32>(&self, i: usize);
 
     /// The integer scales by which the layout multiplies the values of
     /// block `i`, per row for values 0..16 and 16..32, if any.
@@ -106,13 +107,13 @@ impl Scales for Flat {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn prefetch(&self, i: usize) {
+    fn prefetch<const HINT: i32>(&self, i: usize) {
         use std::arch::x86_64::*;
         // SAFETY: a prefetch hint never faults, whatever the address.
         unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(self.d.as_ptr().wrapping_add(i).cast());
+            _mm_prefetch::<HINT>(self.d.as_ptr().wrapping_add(i).cast());
             if let Some(m) = &self.m {
-                _mm_prefetch::<_MM_HINT_T0>(m.as_ptr().wrapping_add(i).cast());
+                _mm_prefetch::<HINT>(m.as_ptr().wrapping_add(i).cast());
             }
         }
     }
@@ -193,12 +194,12 @@ impl Scales for SuperK4 {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn prefetch(&self, i: usize) {
+    fn prefetch<const HINT: i32>(&self, i: usize) {
         use std::arch::x86_64::*;
         // SAFETY: a prefetch hint never faults, whatever the address.
         unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(self.sc.as_ptr().wrapping_add(i).cast());
-            _mm_prefetch::<_MM_HINT_T0>(self.mn.as_ptr().wrapping_add(i).cast());
+            _mm_prefetch::<HINT>(self.sc.as_ptr().wrapping_add(i).cast());
+            _mm_prefetch::<HINT>(self.mn.as_ptr().wrapping_add(i).cast());
         }
     }
 }
@@ -262,10 +263,10 @@ impl<const INTEGER: bool> Scales for Super16<INTEGER> {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn prefetch(&self, i: usize) {
+    fn prefetch<const HINT: i32>(&self, i: usize) {
         use std::arch::x86_64::*;
         // SAFETY: a prefetch hint never faults, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(self.sc.as_ptr().wrapping_add(i).cast()) };
+        unsafe { _mm_prefetch::<HINT>(self.sc.as_ptr().wrapping_add(i).cast()) };
     }
 
     #[inline(always)]

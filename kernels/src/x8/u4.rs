@@ -27,8 +27,8 @@
 
 use super::scales::Scales;
 #[cfg(target_arch = "x86_64")]
-use super::wide::{join_ps, load_pair, Sums, Unpacked};
-use super::{group_blocks, interleave, Group8, G, PREFETCH_BLOCKS};
+use super::wide::{join_ps, load_pair, prefetch_next_pair, Sums, Unpacked};
+use super::{group_blocks, interleave, prefetch_blocks, Group8, G};
 use crate::act::Acts;
 use crate::formats::Nib;
 
@@ -118,6 +118,7 @@ impl<S: Scales, const FIVE: bool> Ux8<S, FIVE> {
 
 impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
     const HALVES: bool = S::HALVES;
+    const AHEAD: usize = prefetch_blocks::<Nib8>();
 
     fn rows(&self) -> usize {
         self.n
@@ -129,6 +130,22 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
 
     fn q(&self, i: usize, l: usize, j: usize) -> i32 {
         self.value(i, l, j) as i32
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn prefetch<const HINT: i32>(&self, i: usize) {
+        use std::arch::x86_64::*;
+        let q = self.qs.as_ptr().wrapping_add(i).cast::<i8>();
+        // SAFETY: a prefetch hint never faults, whatever the address.
+        unsafe {
+            _mm_prefetch::<HINT>(q);
+            _mm_prefetch::<HINT>(q.wrapping_add(64));
+            if FIVE {
+                _mm_prefetch::<HINT>(self.qh.as_ptr().wrapping_add(i).cast());
+            }
+        }
+        self.scales.prefetch::<HINT>(i);
     }
 
     fn scale_offset(&self, i: usize, l: usize, j: usize) -> (f32, f32) {
@@ -153,16 +170,7 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
             let i = g * nb + b;
             let p = self.qs.as_ptr().add(i) as *const __m256i;
             if PREFETCH {
-                // Past the matrix's end these are hints about addresses
-                // that are never read, which do not fault.
-                let ahead = i + PREFETCH_BLOCKS;
-                let q = self.qs.as_ptr().wrapping_add(ahead).cast::<i8>();
-                _mm_prefetch::<_MM_HINT_T0>(q);
-                _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(64));
-                if FIVE {
-                    _mm_prefetch::<_MM_HINT_T0>(self.qh.as_ptr().wrapping_add(ahead).cast());
-                }
-                self.scales.prefetch(ahead);
+                self.prefetch::<_MM_HINT_T0>(i + Self::AHEAD);
             }
             let mut wv = [_mm256_setzero_si256(); G];
             for k in 0..4 {
@@ -238,6 +246,7 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
         // A loop, not `extend` over a closure: the closure would be
         // compiled without the caller's AVX-512 and not inlined.
         for b in 0..nb {
+            prefetch_next_pair(self, g, b);
             out.push(self.unpack_pair(g * nb + b, (g + 1) * nb + b));
         }
     }
