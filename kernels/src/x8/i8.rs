@@ -32,7 +32,7 @@
 use super::scales::Scales;
 use super::u4::{Bits8, Nib8};
 #[cfg(target_arch = "x86_64")]
-use super::wide::{join_ps, load_pair, prefetch_next_pair, Sums, Unpacked};
+use super::wide::{join_ps, load_pair, Sums, Unpacked};
 use super::{group_blocks, interleave, prefetch_blocks, Group8, G, SPAN_BLOCKS};
 use crate::act::Acts;
 use crate::formats::Q8;
@@ -584,7 +584,6 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
         out.clear();
         // A loop, as in the 4-bit layouts' `unpack2`.
         for b in 0..nb {
-            prefetch_next_pair(self, g, b);
             let (i0, i1) = (g * nb + b, (g + 1) * nb + b);
             let [d00, d01] = self.scales.factors(i0);
             let [d10, d11] = self.scales.factors(i1);

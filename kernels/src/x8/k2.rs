@@ -35,7 +35,7 @@
 
 use super::i8::Crumbs8;
 #[cfg(target_arch = "x86_64")]
-use super::wide::{join_ps, load_pair, prefetch_next_pair, Sums, Unpacked};
+use super::wide::{join_ps, load_pair, Sums, Unpacked};
 use super::{group_blocks, interleave, prefetch_blocks, Group8, Half8, G, SPAN_BLOCKS};
 use crate::act::Acts;
 use crate::formats::{Q8, QK};
@@ -293,7 +293,6 @@ impl Group8 for K2x8 {
         let low16 = _mm512_set1_epi32(0xFFFF);
         // A loop, as in the 4-bit layouts' `unpack2`.
         for b in 0..nb {
-            prefetch_next_pair(self, g, b);
             let (i0, i1) = (g * nb + b, (g + 1) * nb + b);
             let (p0, p1) = (
                 self.qs.as_ptr().add(i0) as *const __m256i,

@@ -27,7 +27,7 @@
 
 use super::scales::Scales;
 #[cfg(target_arch = "x86_64")]
-use super::wide::{join_ps, load_pair, prefetch_next_pair, Sums, Unpacked};
+use super::wide::{join_ps, load_pair, Sums, Unpacked};
 use super::{group_blocks, interleave, prefetch_blocks, Group8, G};
 use crate::act::Acts;
 use crate::formats::Nib;
@@ -246,7 +246,6 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
         // A loop, not `extend` over a closure: the closure would be
         // compiled without the caller's AVX-512 and not inlined.
         for b in 0..nb {
-            prefetch_next_pair(self, g, b);
             out.push(self.unpack_pair(g * nb + b, (g + 1) * nb + b));
         }
     }

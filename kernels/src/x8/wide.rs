@@ -94,13 +94,16 @@ pub(crate) enum Sums {
 
 /// Asks for block `b` of the group pair after `g, g + 1` (groups `g + 2`
 /// and `g + 3`, the next chunk, usually this thread's next) to be brought
-/// into L2 while this pair is unpacked: the next pair's bytes then come
-/// from memory while this one's tiles compute, where without it the
-/// unpacking waited on memory and the tiles left it idle (decode of 8 and
-/// 16 sequences 10-30% faster, `benches/README.md`). Past the matrix's end
-/// the hints are about addresses that are never read.
+/// into L2; the first activation tile of a pair asks for each block of the
+/// next as it goes. The next pair's bytes then come from memory while this
+/// one's tiles compute, where before the unpacking waited on memory and
+/// the tiles left it idle. Asked for in one burst during the unpacking
+/// instead, they gained less than half as much (1B Q4_K_M decode of 8
+/// sequences 166 tok/s, against 145 without and 210-220 spread over the
+/// tile; `benches/README.md`). Past the matrix's end they name addresses
+/// that are never read.
 #[inline(always)]
-pub(crate) fn prefetch_next_pair<W: Group8>(w: &W, g: usize, b: usize) {
+fn prefetch_next_pair<W: Group8>(w: &W, g: usize, b: usize) {
     let nb = w.blocks();
     w.prefetch::<_MM_HINT_T1>((g + 2) * nb + b);
     w.prefetch::<_MM_HINT_T1>((g + 3) * nb + b);
@@ -174,6 +177,9 @@ unsafe fn tile_unpacked<W: Group8, const A: usize>(
     assert!(blocks.len() == nb && (a + A) * nb <= acts.qs.len());
     let mut acc = [_mm512_setzero_ps(); A];
     for (b, u) in blocks.iter().enumerate() {
+        if a == 0 {
+            prefetch_next_pair(w, g, b);
+        }
         // Unrolled, so that the accumulators stay in registers (a loop over
         // `j` was kept as a loop, with them on the stack).
         macro_rules! rows {
@@ -216,6 +222,9 @@ unsafe fn tile_span<W: Group8, const A: usize>(
     let mut s = [_mm512_setzero_si512(); A];
     let mut s2 = [_mm512_setzero_si512(); A];
     for (b, u) in blocks.iter().enumerate() {
+        if a == 0 {
+            prefetch_next_pair(w, g, b);
+        }
         if all127 && b % SPAN_BLOCKS == 0 {
             for (j, s) in s.iter_mut().enumerate() {
                 let t = ((a + j) * nb + b) / SPAN_BLOCKS;
