@@ -157,10 +157,10 @@ pub(crate) fn half_lanes(v: &[f32], n: usize, per_row: usize) -> Result<Vec<Half
 /// ([`Group8::prefetch`]). The matrices are read in parallel in pieces of
 /// 16 rows; the hardware prefetchers restart at every piece and lag
 /// behind, and asking ahead keeps more of the memory bus busy. The
-/// distance is what keeps enough lines in flight to cover memory's latency
-/// at full bandwidth: 1 KiB (the first setting) left 15-35% of the
-/// bandwidth unused, 8 KiB reached it on the machines measured, and
-/// farther was no faster (`benches/README.md`).
+/// distance is what keeps enough lines in flight to cover memory's
+/// latency: streaming 4-bit weights, 1 KiB (the first setting) read at
+/// 64-76% of `memory/read`'s rate, 8 KiB at 81-90%, and farther was no
+/// faster (`benches/README.md`).
 pub(crate) const PREFETCH_BYTES: usize = 8 << 10;
 
 /// [`PREFETCH_BYTES`] in blocks of a plane whose blocks are `T`.
@@ -173,7 +173,8 @@ pub(crate) const fn prefetch_blocks<T>() -> usize {
 /// a decode step of a few sequences, bound by memory. More rows go to the
 /// 512-bit kernels of [`wide`], which unpack a chunk's blocks once for
 /// all tiles; below 5 rows that unpacking cost more than it saved (1B
-/// Q4_K_M decode of 2 and 4 sequences 1.7x faster on the 256-bit tiles).
+/// Q4_K_M decode of 2 and 4 sequences 1.7-1.9x faster on the 256-bit
+/// tiles).
 pub(crate) const PREFETCH_MAX_ROWS: usize = 4;
 
 /// An interleaved matrix's kernels.
