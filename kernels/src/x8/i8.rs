@@ -29,6 +29,8 @@
 //! 127` as unsigned bytes, and start each sum from the activations'
 //! correction, so both give the same integer sums and the same bits.
 
+#[cfg(target_arch = "x86_64")]
+use super::hint;
 use super::scales::Scales;
 use super::u4::{Bits8, Nib8};
 #[cfg(target_arch = "x86_64")]
@@ -421,27 +423,16 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     fn prefetch<const HINT: i32>(&self, i: usize) {
-        use std::arch::x86_64::*;
-        // SAFETY: a prefetch hint never faults, whatever the address.
-        unsafe {
-            match BITS {
-                6 => {
-                    let lo = self.lo.as_ptr().wrapping_add(i).cast::<i8>();
-                    _mm_prefetch::<HINT>(lo);
-                    _mm_prefetch::<HINT>(lo.wrapping_add(64));
-                    _mm_prefetch::<HINT>(self.hi.as_ptr().wrapping_add(i).cast());
-                }
-                3 => {
-                    _mm_prefetch::<HINT>(self.hi.as_ptr().wrapping_add(i).cast());
-                    _mm_prefetch::<HINT>(self.top.as_ptr().wrapping_add(i).cast());
-                }
-                _ => {
-                    let q = self.qs.as_ptr().wrapping_add(i).cast::<i8>();
-                    for line in 0..4 {
-                        _mm_prefetch::<HINT>(q.wrapping_add(64 * line));
-                    }
-                }
+        match BITS {
+            6 => {
+                hint::<HINT, _>(&self.lo, i, 2);
+                hint::<HINT, _>(&self.hi, i, 1);
             }
+            3 => {
+                hint::<HINT, _>(&self.hi, i, 1);
+                hint::<HINT, _>(&self.top, i, 1);
+            }
+            _ => hint::<HINT, _>(&self.qs, i, 4),
         }
         self.scales.prefetch::<HINT>(i);
     }

@@ -156,12 +156,8 @@ impl Group8 for K2x8 {
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     fn prefetch<const HINT: i32>(&self, i: usize) {
-        use std::arch::x86_64::*;
-        // SAFETY: a prefetch hint never faults, whatever the address.
-        unsafe {
-            _mm_prefetch::<HINT>(self.qs.as_ptr().wrapping_add(i).cast());
-            _mm_prefetch::<HINT>(self.sm.as_ptr().wrapping_add(i).cast());
-        }
+        super::hint::<HINT, _>(&self.qs, i, 1);
+        super::hint::<HINT, _>(&self.sm, i, 1);
     }
 
     fn rows(&self) -> usize {

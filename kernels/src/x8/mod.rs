@@ -168,6 +168,20 @@ pub(crate) const fn prefetch_blocks<T>() -> usize {
     PREFETCH_BYTES / std::mem::size_of::<T>()
 }
 
+/// Asks for the `lines` cache lines from element `i` of `v` into the cache
+/// `HINT` names. A hint: any `i` (past the end it names addresses that are
+/// never read, which does not fault).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn hint<const HINT: i32, T>(v: &[T], i: usize, lines: usize) {
+    use std::arch::x86_64::_mm_prefetch;
+    let p = v.as_ptr().wrapping_add(i).cast::<i8>();
+    for line in 0..lines {
+        // SAFETY: a prefetch hint never faults, whatever the address.
+        unsafe { _mm_prefetch::<HINT>(p.wrapping_add(64 * line)) };
+    }
+}
+
 /// Activation rows up to which the kernels run on 256-bit tiles (at most
 /// 4 rows, so each weight block is read once), prefetching their weights:
 /// a decode step of a few sequences, bound by memory. More rows go to the

@@ -19,6 +19,8 @@
 //! Every factor is exact in f32 (an f16 times at most 8 bits), so the
 //! kernels reproduce the GGUF weights exactly.
 
+#[cfg(target_arch = "x86_64")]
+use super::hint;
 use super::{Half8, G};
 
 /// Per-row factors and offsets of the group blocks of one matrix; block `i`
@@ -108,13 +110,9 @@ impl Scales for Flat {
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     fn prefetch<const HINT: i32>(&self, i: usize) {
-        use std::arch::x86_64::*;
-        // SAFETY: a prefetch hint never faults, whatever the address.
-        unsafe {
-            _mm_prefetch::<HINT>(self.d.as_ptr().wrapping_add(i).cast());
-            if let Some(m) = &self.m {
-                _mm_prefetch::<HINT>(m.as_ptr().wrapping_add(i).cast());
-            }
+        hint::<HINT, _>(&self.d, i, 1);
+        if let Some(m) = &self.m {
+            hint::<HINT, _>(m, i, 1);
         }
     }
 }
@@ -195,12 +193,8 @@ impl Scales for SuperK4 {
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     fn prefetch<const HINT: i32>(&self, i: usize) {
-        use std::arch::x86_64::*;
-        // SAFETY: a prefetch hint never faults, whatever the address.
-        unsafe {
-            _mm_prefetch::<HINT>(self.sc.as_ptr().wrapping_add(i).cast());
-            _mm_prefetch::<HINT>(self.mn.as_ptr().wrapping_add(i).cast());
-        }
+        hint::<HINT, _>(&self.sc, i, 1);
+        hint::<HINT, _>(&self.mn, i, 1);
     }
 }
 
@@ -264,9 +258,7 @@ impl<const INTEGER: bool> Scales for Super16<INTEGER> {
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     fn prefetch<const HINT: i32>(&self, i: usize) {
-        use std::arch::x86_64::*;
-        // SAFETY: a prefetch hint never faults, whatever the address.
-        unsafe { _mm_prefetch::<HINT>(self.sc.as_ptr().wrapping_add(i).cast()) };
+        hint::<HINT, _>(&self.sc, i, 1);
     }
 
     #[inline(always)]

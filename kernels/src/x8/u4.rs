@@ -25,6 +25,8 @@
 //! 30480`: no overflow; 5-bit values by fours) and `vpmaddwd` makes each
 //! lane a row's block sum (with VNNI, eight `vpdpbusd` into i32).
 
+#[cfg(target_arch = "x86_64")]
+use super::hint;
 use super::scales::Scales;
 #[cfg(target_arch = "x86_64")]
 use super::wide::{join_ps, load_pair, Sums, Unpacked};
@@ -135,15 +137,9 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     fn prefetch<const HINT: i32>(&self, i: usize) {
-        use std::arch::x86_64::*;
-        let q = self.qs.as_ptr().wrapping_add(i).cast::<i8>();
-        // SAFETY: a prefetch hint never faults, whatever the address.
-        unsafe {
-            _mm_prefetch::<HINT>(q);
-            _mm_prefetch::<HINT>(q.wrapping_add(64));
-            if FIVE {
-                _mm_prefetch::<HINT>(self.qh.as_ptr().wrapping_add(i).cast());
-            }
+        hint::<HINT, _>(&self.qs, i, 2);
+        if FIVE {
+            hint::<HINT, _>(&self.qh, i, 1);
         }
         self.scales.prefetch::<HINT>(i);
     }
