@@ -569,20 +569,13 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn unpack2(&self, g: usize, out: &mut Vec<Unpacked>) {
-        let nb = self.nb;
-        assert!((g + 2) * nb <= self.stored());
-        out.clear();
-        // A loop, as in the 4-bit layouts' `unpack2`.
-        for b in 0..nb {
-            let (i0, i1) = (g * nb + b, (g + 1) * nb + b);
-            let [d00, d01] = self.scales.factors(i0);
-            let [d10, d11] = self.scales.factors(i1);
-            out.push(Unpacked {
-                w: self.load2_biased(i0, i1),
-                d: join_ps(d00, d10),
-                m: join_ps(d01, d11),
-            });
+    unsafe fn unpack_pair(&self, i0: usize, i1: usize) -> Unpacked {
+        let [d00, d01] = self.scales.factors(i0);
+        let [d10, d11] = self.scales.factors(i1);
+        Unpacked {
+            w: self.load2_biased(i0, i1),
+            d: join_ps(d00, d10),
+            m: join_ps(d01, d11),
         }
     }
 }

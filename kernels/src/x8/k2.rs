@@ -281,41 +281,34 @@ impl Group8 for K2x8 {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn unpack2(&self, g: usize, out: &mut Vec<Unpacked>) {
+    unsafe fn unpack_pair(&self, i0: usize, i1: usize) -> Unpacked {
         use std::arch::x86_64::*;
-        let nb = self.nb;
-        assert!((g + 2) * nb <= self.qs.len());
-        out.clear();
         let low16 = _mm512_set1_epi32(0xFFFF);
-        // A loop, as in the 4-bit layouts' `unpack2`.
-        for b in 0..nb {
-            let (i0, i1) = (g * nb + b, (g + 1) * nb + b);
-            let (p0, p1) = (
-                self.qs.as_ptr().add(i0) as *const __m256i,
-                self.qs.as_ptr().add(i1) as *const __m256i,
-            );
-            let mut w = Crumbs8::regs512(load_pair(p0, p1), load_pair(p0.add(1), p1.add(1)));
-            // Each row's scale of half `h` in both 16-bit halves of its
-            // lane, then `p = sc q` for the registers of that half.
-            let [sc, _] = self.sc_mn512(i0, i1);
-            let scale = [
-                _mm512_or_si512(_mm512_and_si512(sc, low16), _mm512_slli_epi32::<16>(sc)),
-                _mm512_or_si512(_mm512_srli_epi32::<16>(sc), _mm512_andnot_si512(low16, sc)),
-            ];
-            for (v, w) in w.iter_mut().enumerate() {
-                *w = _mm512_mullo_epi16(*w, scale[v / 4]);
-            }
-            let (d0, d1) = (self.d.get_unchecked(i0 / G), self.d.get_unchecked(i1 / G));
-            let (m0, m1) = (
-                self.dmin.get_unchecked(i0 / G),
-                self.dmin.get_unchecked(i1 / G),
-            );
-            let zero = _mm512_setzero_ps();
-            out.push(Unpacked {
-                w,
-                d: join_ps(d0.load(), d1.load()),
-                m: _mm512_sub_ps(zero, join_ps(m0.load(), m1.load())),
-            });
+        let (p0, p1) = (
+            self.qs.as_ptr().add(i0) as *const __m256i,
+            self.qs.as_ptr().add(i1) as *const __m256i,
+        );
+        let mut w = Crumbs8::regs512(load_pair(p0, p1), load_pair(p0.add(1), p1.add(1)));
+        // Each row's scale of half `h` in both 16-bit halves of its lane,
+        // then `p = sc q` for the registers of that half.
+        let [sc, _] = self.sc_mn512(i0, i1);
+        let scale = [
+            _mm512_or_si512(_mm512_and_si512(sc, low16), _mm512_slli_epi32::<16>(sc)),
+            _mm512_or_si512(_mm512_srli_epi32::<16>(sc), _mm512_andnot_si512(low16, sc)),
+        ];
+        for (v, w) in w.iter_mut().enumerate() {
+            *w = _mm512_mullo_epi16(*w, scale[v / 4]);
+        }
+        let (d0, d1) = (self.d.get_unchecked(i0 / G), self.d.get_unchecked(i1 / G));
+        let (m0, m1) = (
+            self.dmin.get_unchecked(i0 / G),
+            self.dmin.get_unchecked(i1 / G),
+        );
+        let zero = _mm512_setzero_ps();
+        Unpacked {
+            w,
+            d: join_ps(d0.load(), d1.load()),
+            m: _mm512_sub_ps(zero, join_ps(m0.load(), m1.load())),
         }
     }
 

@@ -293,14 +293,13 @@ pub(crate) trait Group8 {
     #[cfg(target_arch = "x86_64")]
     const SUMS: wide::Sums;
 
-    /// Every block of groups `g` and `g + 1` unpacked into `out` (cleared
-    /// first) for the 512-bit kernels, once for all activation tiles
-    /// ([`wide`]).
+    /// Block `i0` of one group and `i1` of the next (the same block of
+    /// groups `g` and `g + 1`) unpacked for the 512-bit kernels ([`wide`]).
     ///
     /// # Safety
-    /// AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI; both groups exist.
+    /// AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI; both blocks exist.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn unpack2(&self, g: usize, out: &mut Vec<wide::Unpacked>);
+    unsafe fn unpack_pair(&self, i0: usize, i1: usize) -> wide::Unpacked;
 
     /// With [`wide::Sums::Mins16`], the 16-value integer mins of blocks
     /// `i0` and `i1` (the same block of two groups) as 16-bit pairs, one

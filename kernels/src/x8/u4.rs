@@ -235,26 +235,6 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn unpack2(&self, g: usize, out: &mut Vec<Unpacked>) {
-        let nb = self.nb;
-        assert!((g + 2) * nb <= self.qs.len());
-        out.clear();
-        // A loop, not `extend` over a closure: the closure would be
-        // compiled without the caller's AVX-512 and not inlined.
-        for b in 0..nb {
-            out.push(self.unpack_pair(g * nb + b, (g + 1) * nb + b));
-        }
-    }
-}
-
-impl<S: Scales, const FIVE: bool> Ux8<S, FIVE> {
-    /// Blocks `i0` and `i1` (the same block of two groups) unpacked to the
-    /// halves of 512-bit registers.
-    ///
-    /// # Safety
-    /// AVX-512 F/BW; both blocks exist.
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
     unsafe fn unpack_pair(&self, i0: usize, i1: usize) -> Unpacked {
         use std::arch::x86_64::*;
         let low4 = _mm512_set1_epi8(0x0F);

@@ -9,7 +9,10 @@
 //! a per-thread scratch ([`Unpacked`]: the values as unsigned bytes, the
 //! factors and offsets as f32 lanes) that every activation tile then reads
 //! ([`tile_unpacked`]; 1B Q4_K_M prefill about 7% faster than unpacking in
-//! registers per tile).
+//! registers per tile). Up to [`STREAM_MAX_ROWS`] activation rows (decode
+//! of a few sequences), each tile unpacks each block in registers where it
+//! uses it instead: the store and reload through scratch cost more than
+//! unpacking again for a second tile.
 //!
 //! `vpdpbusd` multiplies unsigned weight bytes by signed activation bytes,
 //! and AVX-512 has no `vpsignb` for the 256-bit kernels' sign trick, so the
@@ -109,6 +112,14 @@ fn prefetch_next_pair<W: Group8>(w: &W, g: usize, b: usize) {
     w.prefetch::<_MM_HINT_T1>((g + 3) * nb + b);
 }
 
+/// Activation rows up to which [`run`] unpacks each block where a tile
+/// uses it instead of a chunk's blocks into scratch first (a tile of up to
+/// 8 rows, or two): decode of 5 to 16 sequences 1.04-1.30x faster on the
+/// 1B files (Q4_K_M, Q8_0, Q3_K_M, Q2_K) and 1.09-1.11x on 8B Q4_K_M,
+/// the default model within 1% at 8-16; at 32 rows it lost 3% there and at
+/// 64 rows and in prefill scratch wins (`benches/README.md`).
+const STREAM_MAX_ROWS: usize = 16;
+
 thread_local! {
     /// A chunk's unpacked blocks (one per block of its rows: 40 KiB for
     /// rows of 2048 values).
@@ -154,6 +165,23 @@ unsafe fn row<W: Group8>(u: &Unpacked, acts: &Acts, ai: usize, mut acc: __m512) 
     }
 }
 
+/// Every block of groups `g` and `g + 1` unpacked into `out` (cleared
+/// first), once for all activation tiles.
+///
+/// # Safety
+/// As [`Group8::unpack_pair`].
+#[inline(always)]
+unsafe fn unpack2<W: Group8>(w: &W, g: usize, out: &mut Vec<Unpacked>) {
+    let nb = w.blocks();
+    assert!(g + 2 <= w.rows().div_ceil(G));
+    out.clear();
+    // A loop, not `extend` over a closure: the closure would be compiled
+    // without the caller's AVX-512 and not inlined.
+    for b in 0..nb {
+        out.push(w.unpack_pair(g * nb + b, (g + 1) * nb + b));
+    }
+}
+
 /// Blocks `blocks` (one group pair's, in order) of a `W` times activation
 /// rows `a..a + A`: lanes 0..8 of `[j]` are [`Group8::tile`]'s lanes for
 /// the first group, lanes 8..16 those for the second, with the same integer
@@ -163,7 +191,7 @@ unsafe fn row<W: Group8>(u: &Unpacked, acts: &Acts, ai: usize, mut acc: __m512) 
 /// AVX-512 F/VNNI; the activation rows exist and have `blocks.len()`
 /// blocks.
 #[inline(always)]
-unsafe fn tile_unpacked<W: Group8, const A: usize>(
+unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool>(
     w: &W,
     g: usize,
     blocks: &[Unpacked],
@@ -171,15 +199,24 @@ unsafe fn tile_unpacked<W: Group8, const A: usize>(
     a: usize,
 ) -> [__m512; A] {
     if W::SPAN256 {
-        return tile_span::<W, A>(w, g, blocks, acts, a);
+        return tile_span::<W, A, STREAM>(w, g, blocks, acts, a);
     }
     let nb = acts.nb;
-    assert!(blocks.len() == nb && (a + A) * nb <= acts.qs.len());
+    assert!((STREAM || blocks.len() == nb) && (a + A) * nb <= acts.qs.len());
     let mut acc = [_mm512_setzero_ps(); A];
-    for (b, u) in blocks.iter().enumerate() {
+    for b in 0..nb {
         if a == 0 {
             prefetch_next_pair(w, g, b);
         }
+        // With `STREAM`, unpacked here, from the weights (asked for a pair
+        // ahead, `prefetch_next_pair`); else as unpacked for the chunk.
+        let here;
+        let u = if STREAM {
+            here = w.unpack_pair(g * nb + b, (g + 1) * nb + b);
+            &here
+        } else {
+            blocks.get_unchecked(b)
+        };
         // Unrolled, so that the accumulators stay in registers (a loop over
         // `j` was kept as a loop, with them on the stack).
         macro_rules! rows {
@@ -208,7 +245,7 @@ unsafe fn tile_unpacked<W: Group8, const A: usize>(
 /// # Safety
 /// As [`tile_unpacked`]; the activations have spans of 256.
 #[inline(always)]
-unsafe fn tile_span<W: Group8, const A: usize>(
+unsafe fn tile_span<W: Group8, const A: usize, const STREAM: bool>(
     w: &W,
     g: usize,
     blocks: &[Unpacked],
@@ -216,15 +253,24 @@ unsafe fn tile_span<W: Group8, const A: usize>(
     a: usize,
 ) -> [__m512; A] {
     let nb = acts.nb;
-    assert!(blocks.len() == nb && (a + A) * nb <= acts.qs.len() && acts.span == 256);
+    assert!((STREAM || blocks.len() == nb) && (a + A) * nb <= acts.qs.len() && acts.span == 256);
     let all127 = W::SUMS == Sums::All127;
     let mut acc = [_mm512_setzero_ps(); A];
     let mut s = [_mm512_setzero_si512(); A];
     let mut s2 = [_mm512_setzero_si512(); A];
-    for (b, u) in blocks.iter().enumerate() {
+    for b in 0..nb {
         if a == 0 {
             prefetch_next_pair(w, g, b);
         }
+        // With `STREAM`, unpacked here, from the weights (asked for a pair
+        // ahead, `prefetch_next_pair`); else as unpacked for the chunk.
+        let here;
+        let u = if STREAM {
+            here = w.unpack_pair(g * nb + b, (g + 1) * nb + b);
+            &here
+        } else {
+            blocks.get_unchecked(b)
+        };
         if all127 && b % SPAN_BLOCKS == 0 {
             for (j, s) in s.iter_mut().enumerate() {
                 let t = ((a + j) * nb + b) / SPAN_BLOCKS;
@@ -316,22 +362,25 @@ pub(crate) unsafe fn run<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, ou
     let m = acts.rows();
     let rows = w.rows();
     let mut g = groups.start;
+    // One activation tile or a few: each block unpacked where it is used.
+    let stream = m <= STREAM_MAX_ROWS;
     SCRATCH.with_borrow_mut(|scratch| {
         while g + 1 < groups.end {
-            w.unpack2(g, scratch);
+            if !stream {
+                unpack2(w, g, scratch);
+            }
             let mut a = 0;
             while a < m {
                 let at = tile_rows(m - a, 8);
                 macro_rules! pair {
-                    ($a:literal) => {
-                        put_pair(
-                            rows,
-                            g,
-                            a,
-                            tile_unpacked::<W, $a>(w, g, scratch, acts, a),
-                            out,
-                        )
-                    };
+                    ($a:literal) => {{
+                        let v = if stream {
+                            tile_unpacked::<W, $a, true>(w, g, &[], acts, a)
+                        } else {
+                            tile_unpacked::<W, $a, false>(w, g, scratch, acts, a)
+                        };
+                        put_pair(rows, g, a, v, out)
+                    }};
                 }
                 match at {
                     8 => pair!(8),
