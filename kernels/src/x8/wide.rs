@@ -114,8 +114,8 @@ fn prefetch_next_pair<W: Group8>(w: &W, g: usize, b: usize) {
 
 /// Activation rows up to which [`run`] unpacks each block where a tile
 /// uses it instead of a chunk's blocks into scratch first (a tile of up to
-/// 8 rows, or two): decode of 5 to 16 sequences 1.04-1.30x faster on the
-/// 1B files (Q4_K_M, Q8_0, Q3_K_M, Q2_K) and 1.09-1.11x on 8B Q4_K_M,
+/// 8 rows, or two): decode of 5 to 16 sequences 1.04-1.31x faster on the
+/// 1B files (Q4_K_M, Q8_0, Q3_K_M, Q2_K) and 1.09-1.12x on 8B Q4_K_M,
 /// the default model within 1% at 8-16; at 32 rows it lost 3% there and at
 /// 64 rows and in prefill scratch wins (`benches/README.md`).
 const STREAM_MAX_ROWS: usize = 16;
