@@ -230,7 +230,11 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool>(
     }
     if W::SUMS != Sums::Offsets {
         // The 256-bit signed tiles add their (zero) offsets' sums last.
-        acc = acc.map(|acc| _mm512_add_ps(acc, _mm512_setzero_ps()));
+        // A loop: `map`'s closure is compiled without AVX-512, so the add
+        // became a call per register.
+        for acc in &mut acc {
+            *acc = _mm512_add_ps(*acc, _mm512_setzero_ps());
+        }
     }
     acc
 }
@@ -319,7 +323,11 @@ unsafe fn tile_span<W: Group8, const A: usize, const STREAM: bool>(
     }
     if all127 {
         // The 256-bit signed tiles add their (zero) offsets' sums last.
-        acc = acc.map(|acc| _mm512_add_ps(acc, _mm512_setzero_ps()));
+        // A loop: `map`'s closure is compiled without AVX-512, so the add
+        // became a call per register.
+        for acc in &mut acc {
+            *acc = _mm512_add_ps(*acc, _mm512_setzero_ps());
+        }
     }
     acc
 }
