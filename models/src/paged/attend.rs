@@ -20,6 +20,18 @@ pub(super) struct Task<'a> {
     pub(super) g: usize,
     pub(super) r0: usize,
     pub(super) r1: usize,
+    /// The decode task after this one in the call's list (the same
+    /// thread's next, unless another thread takes it), whose first blocks
+    /// this one asks for as it ends.
+    pub(super) next: Option<Next<'a>>,
+}
+
+/// The sequence, KV head and last block of a decode task's successor.
+#[derive(Clone, Copy)]
+pub(super) struct Next<'a> {
+    pub(super) seq: &'a SeqView<'a>,
+    pub(super) g: usize,
+    pub(super) last: usize,
 }
 
 impl Task<'_> {
@@ -107,16 +119,37 @@ impl Task<'_> {
 
     /// For a decode task (at most 8 queries: one or a few new rows), asks
     /// for the keys and values of the block [`PREFETCH_BLOCKS`] after
-    /// block `b`; prompt chunks spend long enough on each block that the
-    /// hardware prefetchers keep up.
+    /// block `b`, past its last block those of the next decode task
+    /// ([`Task::next`]), so that a task's first blocks do not wait on
+    /// memory either; prompt chunks spend long enough on each block that
+    /// the hardware prefetchers keep up.
     #[inline(always)]
     pub(super) fn prefetch_ahead(&self, b: usize) {
-        let last = (self.seq.pos + self.r1 - 1) / BLOCK_SIZE;
-        let rows = (self.r1 - self.r0) * (self.shape.num_heads / self.pool.num_kv_heads);
-        if rows <= 8 && b + PREFETCH_BLOCKS <= last {
-            let ahead = self.seq.blocks[b + PREFETCH_BLOCKS];
-            self.pool.prefetch_block(self.layer, ahead, self.g);
+        if !self.is_decode() {
+            return;
         }
+        let last = self.last_block();
+        let ahead = b + PREFETCH_BLOCKS;
+        if ahead <= last {
+            self.pool
+                .prefetch_block(self.layer, self.seq.blocks[ahead], self.g);
+        } else if let Some(next) = self.next {
+            let nb = ahead - last - 1;
+            if nb <= next.last {
+                self.pool
+                    .prefetch_block(self.layer, next.seq.blocks[nb], next.g);
+            }
+        }
+    }
+
+    /// Whether the task has at most 8 queries (one or a few new rows).
+    pub(super) fn is_decode(&self) -> bool {
+        (self.r1 - self.r0) * (self.shape.num_heads / self.pool.num_kv_heads) <= 8
+    }
+
+    /// The task's last block.
+    pub(super) fn last_block(&self) -> usize {
+        (self.seq.pos + self.r1 - 1) / BLOCK_SIZE
     }
 
     /// The task's queries and a fresh online softmax over them.

@@ -440,6 +440,7 @@ mod tests {
                             g,
                             r0,
                             r1: (r0 + 32).min(len),
+                            next: None,
                         };
                         let (wide, narrow) = (task.attend_with(true), task.attend_with(false));
                         let same = wide

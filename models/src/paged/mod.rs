@@ -41,7 +41,7 @@ mod attend_wide;
 mod fused;
 mod tensors;
 
-use attend::Task;
+use attend::{Next, Task};
 pub(crate) use tensors::{StepPlan, TensorKv};
 
 /// Token positions per block.
@@ -419,16 +419,26 @@ pub(crate) fn paged_attention(
             }
         }
     }
-    let run = |&(s, g, r0, r1): &(usize, usize, usize, usize)| {
+    let task = |&(s, g, r0, r1): &(usize, usize, usize, usize)| Task {
+        pool,
+        layer,
+        q,
+        shape,
+        seq: &seqs[s],
+        g,
+        r0,
+        r1,
+        next: None,
+    };
+    let run = |(i, t): (usize, &(usize, usize, usize, usize))| {
+        let next = tasks.get(i + 1).map(task).filter(Task::is_decode);
         Task {
-            pool,
-            layer,
-            q,
-            shape,
-            seq: &seqs[s],
-            g,
-            r0,
-            r1,
+            next: next.map(|n| Next {
+                seq: n.seq,
+                g: n.g,
+                last: n.last_block(),
+            }),
+            ..task(t)
         }
         .attend()
     };
@@ -437,9 +447,9 @@ pub(crate) fn paged_attention(
     // positions).
     let work: usize = seqs.iter().map(|s| s.len * (s.pos + s.len)).sum::<usize>() * nh * d;
     let results: Vec<Vec<f32>> = if tasks.len() > 1 && work >= PARALLEL_MIN_WORK {
-        tasks.par_iter().map(run).collect()
+        tasks.par_iter().enumerate().map(run).collect()
     } else {
-        tasks.iter().map(run).collect()
+        tasks.iter().enumerate().map(run).collect()
     };
     let mut out = vec![0f32; t * nh * d];
     for (&(s, g, r0, r1), res) in tasks.iter().zip(&results) {
