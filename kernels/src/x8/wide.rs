@@ -165,6 +165,22 @@ unsafe fn row<W: Group8>(u: &Unpacked, acts: &Acts, ai: usize, mut acc: __m512) 
     }
 }
 
+/// Block `$b` of groups `$g` and `$g + 1` (rows of `$nb` blocks) as
+/// `&Unpacked`: with the caller's `STREAM`, unpacked into `$here` from the
+/// weights (asked for a pair ahead, [`prefetch_next_pair`]); else
+/// `$blocks[$b]`, as unpacked for the chunk. A macro, so that both tiles
+/// keep the block in registers.
+macro_rules! unpacked {
+    ($w:expr, $g:expr, $nb:expr, $blocks:expr, $b:expr, $here:ident) => {
+        if STREAM {
+            $here = $w.unpack_pair($g * $nb + $b, ($g + 1) * $nb + $b);
+            &$here
+        } else {
+            $blocks.get_unchecked($b)
+        }
+    };
+}
+
 /// Every block of groups `g` and `g + 1` unpacked into `out` (cleared
 /// first), once for all activation tiles.
 ///
@@ -208,15 +224,8 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool>(
         if a == 0 {
             prefetch_next_pair(w, g, b);
         }
-        // With `STREAM`, unpacked here, from the weights (asked for a pair
-        // ahead, `prefetch_next_pair`); else as unpacked for the chunk.
         let here;
-        let u = if STREAM {
-            here = w.unpack_pair(g * nb + b, (g + 1) * nb + b);
-            &here
-        } else {
-            blocks.get_unchecked(b)
-        };
+        let u = unpacked!(w, g, nb, blocks, b, here);
         // Unrolled, so that the accumulators stay in registers (a loop over
         // `j` was kept as a loop, with them on the stack).
         macro_rules! rows {
@@ -266,15 +275,8 @@ unsafe fn tile_span<W: Group8, const A: usize, const STREAM: bool>(
         if a == 0 {
             prefetch_next_pair(w, g, b);
         }
-        // With `STREAM`, unpacked here, from the weights (asked for a pair
-        // ahead, `prefetch_next_pair`); else as unpacked for the chunk.
         let here;
-        let u = if STREAM {
-            here = w.unpack_pair(g * nb + b, (g + 1) * nb + b);
-            &here
-        } else {
-            blocks.get_unchecked(b)
-        };
+        let u = unpacked!(w, g, nb, blocks, b, here);
         if all127 && b % SPAN_BLOCKS == 0 {
             for (j, s) in s.iter_mut().enumerate() {
                 let t = ((a + j) * nb + b) / SPAN_BLOCKS;
