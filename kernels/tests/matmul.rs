@@ -136,7 +136,7 @@ fn check_format(format: Format, ks: &[usize]) {
         for n in [16usize, 37, 100, 576] {
             let (bytes, deq, offsets) = quantize(format, &rng.matrix(n * k));
             let q = QuantMatrix::new(format, &bytes, n, k).unwrap();
-            for m in [1usize, 3, 16, 64] {
+            for m in [1usize, 3, 7, 13, 16, 64] {
                 let x: Vec<f32> = (0..m * k)
                     .map(|_| {
                         let v = rng.next_f32();
@@ -339,8 +339,9 @@ fn every_instruction_set_passes_the_start_up_self_check() {
 /// per 512-bit register for more, give the AVX2 kernels' results bit for bit:
 /// both sum the blocks exactly in integers and do the same float operations
 /// in the same order. Shapes cover paired groups, a lone last group (37 and
-/// 100 rows), tiles of 8, 4, 2 and 1 activation rows, and blocks unpacked
-/// ahead (40 rows).
+/// 100 rows), tiles of 1 to 8 activation rows (3 on the 256-bit tiles, 3
+/// and 5 to 7 unpacked per tile up to 16 rows), and blocks unpacked ahead
+/// (40 rows).
 #[test]
 fn vnni_kernels_equal_avx2_bit_for_bit() {
     if !Isa::Avx512Vnni.is_available() {
@@ -353,7 +354,7 @@ fn vnni_kernels_equal_avx2_bit_for_bit() {
         for n in [16usize, 37, 100] {
             let (bytes, _, _) = quantize(format, &rng.matrix(n * k));
             let q = QuantMatrix::new(format, &bytes, n, k).unwrap();
-            for m in [1usize, 2, 3, 4, 5, 7, 16, 40] {
+            for m in [1usize, 2, 3, 4, 5, 6, 7, 11, 13, 16, 40] {
                 let x: Vec<f32> = (0..m * k).map(|_| rng.next_f32()).collect();
                 let (mut avx2, mut vnni) = (vec![0f32; m * n], vec![0f32; m * n]);
                 q.matmul_with(Isa::Avx2, &x, m, &mut avx2);
