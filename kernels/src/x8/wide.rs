@@ -185,11 +185,10 @@ macro_rules! unpacked {
 /// first), once for all activation tiles.
 ///
 /// # Safety
-/// As [`Group8::unpack_pair`].
+/// As [`Group8::unpack_pair`] for groups `g` and `g + 1`.
 #[inline(always)]
 unsafe fn unpack2<W: Group8>(w: &W, g: usize, out: &mut Vec<Unpacked>) {
     let nb = w.blocks();
-    assert!(g + 2 <= w.rows().div_ceil(G));
     out.clear();
     // A loop, not `extend` over a closure: the closure would be compiled
     // without the caller's AVX-512 and not inlined.
@@ -204,8 +203,10 @@ unsafe fn unpack2<W: Group8>(w: &W, g: usize, out: &mut Vec<Unpacked>) {
 /// sums and float operations in the same order (so the same bits).
 ///
 /// # Safety
-/// AVX-512 F/VNNI; the activation rows exist and have `blocks.len()`
-/// blocks.
+/// AVX-512 F/VNNI; groups `g` and `g + 1` exist; the activation rows exist
+/// and have as many blocks as the weight rows (`blocks.len()`, unless
+/// `STREAM`, where `blocks` is not read and each block is unpacked from
+/// `w`).
 #[inline(always)]
 unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool>(
     w: &W,
@@ -376,6 +377,8 @@ pub(crate) unsafe fn run<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, ou
     let stream = m <= STREAM_MAX_ROWS;
     SCRATCH.with_borrow_mut(|scratch| {
         while g + 1 < groups.end {
+            // Both groups exist (`unpack_pair`'s condition, either way).
+            assert!(g + 2 <= rows.div_ceil(G));
             if !stream {
                 unpack2(w, g, scratch);
             }
