@@ -185,10 +185,11 @@ pub(crate) fn hint<const HINT: i32, T>(v: &[T], i: usize, lines: usize) {
 /// Activation rows up to which the kernels run on 256-bit tiles (at most
 /// 4 rows, so each weight block is read once), prefetching their weights:
 /// a decode step of a few sequences, bound by memory. More rows go to the
-/// 512-bit kernels of [`wide`], which unpack a chunk's blocks once for
-/// all tiles; below 5 rows that unpacking cost more than it saved (1B
-/// Q4_K_M decode of 2 and 4 sequences 1.7-1.9x faster on the 256-bit
-/// tiles).
+/// 512-bit kernels of [`wide`]: below 5 rows, unpacking a chunk's blocks
+/// once for all tiles cost more than it saved (1B Q4_K_M decode of 2 and 4
+/// sequences 1.7-1.9x faster on the 256-bit tiles), and unpacking each
+/// block per tile, as those kernels do up to 16 rows, was slower too (1B
+/// Q4_K_M and Q8_0 decode of 1 to 4 sequences 1.04-1.22x faster here).
 pub(crate) const PREFETCH_MAX_ROWS: usize = 4;
 
 /// An interleaved matrix's kernels.
@@ -365,7 +366,7 @@ pub(crate) mod simd {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::{put_group, tile_rows, Group8, G, PREFETCH_MAX_ROWS};
+    use super::{put_group, Group8, G, PREFETCH_MAX_ROWS};
     use crate::act::Acts;
     use crate::Out;
 
@@ -408,13 +409,10 @@ pub(crate) mod simd {
         let m = acts.rows();
         let mut a = 0;
         while a < m {
-            // Three rows are one tile, not two and one: with weights from
-            // memory, each tile is a pass over them (decode of 3 sequences
-            // 1.21-1.28x faster).
-            let at = match m - a {
-                3 => 3,
-                left => tile_rows(left, 4),
-            };
+            // Any 1 to 4 rows are one tile (three not as two and one: with
+            // weights from memory, each tile is a pass over them; decode of
+            // 3 sequences 1.21-1.28x faster).
+            let at = (m - a).min(4);
             for g in groups.clone() {
                 match (at, m <= PREFETCH_MAX_ROWS) {
                     (4, true) => put_tile::<W, 4, VNNI, true>(w, acts, g, a, out),
