@@ -126,41 +126,48 @@ thread_local! {
     static SCRATCH: RefCell<Vec<Unpacked>> = const { RefCell::new(Vec::new()) };
 }
 
-/// One activation block `ai` times an unpacked block `u`, added to `acc` as
-/// [`tile_unpacked`] says (the layouts summed per block; Q3_K's and
-/// Q2_K's spans go through [`tile_span`]).
+/// The value each integer sum of activation block `ai` starts from
+/// ([`crate::act::Bias`]; zero for the unsigned layouts).
 ///
 /// # Safety
-/// AVX-512 F/VNNI; the activation block exists.
+/// AVX-512 F; the activation block exists.
 #[inline(always)]
-unsafe fn row<W: Group8>(u: &Unpacked, acts: &Acts, ai: usize, mut acc: __m512) -> __m512 {
-    let x = acts.qs.as_ptr().add(ai) as *const i32;
+unsafe fn starts<W: Group8>(acts: &Acts, ai: usize) -> [__m512i; 2] {
     let bias = &*acts.bias.as_ptr().add(ai);
-    let sum = |start: i32, vs: std::ops::Range<usize>| {
-        let mut s = _mm512_set1_epi32(start);
-        for v in vs {
-            s = _mm512_dpbusd_epi32(s, u.w[v], _mm512_set1_epi32(x.add(v).read()));
-        }
-        s
-    };
+    match W::SUMS {
+        Sums::Halves32 => [
+            _mm512_set1_epi32(bias.halves32[0]),
+            _mm512_set1_epi32(bias.halves32[1]),
+        ],
+        Sums::All128 => [_mm512_set1_epi32(bias.all128), _mm512_setzero_si512()],
+        _ => [_mm512_setzero_si512(); 2],
+    }
+}
+
+/// The float operations of activation block `ai` times an unpacked block
+/// `u`, whose integer sums are `s` (Q6_K's two half blocks' with [`Sums::Halves32`], else one), added to
+/// `acc` in the 256-bit tile's order (the layouts summed per block;
+/// Q3_K's and Q2_K's spans go through [`tile_span`]).
+///
+/// # Safety
+/// AVX-512 F; the activation block exists.
+#[inline(always)]
+unsafe fn finish<W: Group8>(
+    u: &Unpacked,
+    acts: &Acts,
+    ai: usize,
+    s: [__m512i; 2],
+    acc: __m512,
+) -> __m512 {
     let dx = _mm512_set1_ps(*acts.d.get_unchecked(ai));
+    let acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0]), _mm512_mul_ps(u.d, dx), acc);
     match W::SUMS {
         Sums::Offsets => {
-            let s = sum(0, 0..G);
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(u.d, dx), acc);
             let sx = _mm512_set1_ps(*acts.s.get_unchecked(ai));
             _mm512_fmadd_ps(u.m, sx, acc)
         }
-        Sums::Halves32 => {
-            let s0 = sum(bias.halves32[0], 0..G / 2);
-            let s1 = sum(bias.halves32[1], G / 2..G);
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(u.d, dx), acc);
-            _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(u.m, dx), acc)
-        }
-        Sums::All128 => {
-            let s = sum(bias.all128, 0..G);
-            _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(u.d, dx), acc)
-        }
+        Sums::Halves32 => _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1]), _mm512_mul_ps(u.m, dx), acc),
+        Sums::All128 => acc,
         Sums::All127 | Sums::Mins16 => unreachable!("summed per span by `tile_span`"),
     }
 }
@@ -227,16 +234,53 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool>(
         }
         let here;
         let u = unpacked!(w, g, nb, blocks, b, here);
-        // Unrolled, so that the accumulators stay in registers (a loop over
-        // `j` was kept as a loop, with them on the stack).
+        // Unrolled, so that the sums and accumulators stay in registers (a
+        // loop over `j` was kept as a loop, with them on the stack). A
+        // macro, not a closure: a closure would be compiled without the
+        // caller's AVX-512.
         macro_rules! rows {
-            ($($j:literal)*) => {$(
-                if $j < A {
-                    acc[$j] = row::<W>(u, acts, (a + $j) * nb + b, acc[$j]);
+            ($j:ident; $body:block) => {
+                rows!(@ $j; $body; 0 1 2 3 4 5 6 7)
+            };
+            (@ $j:ident; $body:block; $($n:literal)*) => {$(
+                if $n < A {
+                    let $j: usize = $n;
+                    $body
                 }
             )*};
         }
-        rows!(0 1 2 3 4 5 6 7);
+        // Row `j`'s sums of value registers `vs`, into `s[h]`.
+        macro_rules! dots {
+            ($j:ident, $s:expr, $vs:expr, $h:expr) => {
+                let x = acts.qs.as_ptr().add((a + $j) * nb + b) as *const i32;
+                for v in $vs {
+                    let xv = _mm512_set1_epi32(x.add(v).read());
+                    $s[$h] = _mm512_dpbusd_epi32($s[$h], u.w[v], xv);
+                }
+            };
+        }
+        if W::SUMS == Sums::Offsets {
+            // Every row's sum first, register by register across the rows,
+            // then their float operations: one row's chain of eight
+            // `vpdpbusd` after another left the core waiting on each chain
+            // (Q4_K prefill 8-13% slower so). Q6_K's two chains of four per
+            // row and Q8_0's were not slower so, and are 3-7% slower
+            // interleaved.
+            let mut s = [[_mm512_setzero_si512(); 2]; A];
+            for v in 0..G {
+                rows!(j; { dots!(j, s[j], v..v + 1, 0); });
+            }
+            rows!(j; { acc[j] = finish::<W>(u, acts, (a + j) * nb + b, s[j], acc[j]) });
+        } else {
+            rows!(j; {
+                let ai = (a + j) * nb + b;
+                let mut s = starts::<W>(acts, ai);
+                let h = usize::from(W::SUMS == Sums::Halves32);
+                dots!(j, s, 0..G / 2, 0);
+                dots!(j, s, G / 2..G, h);
+                acc[j] = finish::<W>(u, acts, ai, s, acc[j]);
+            });
+        }
     }
     if W::SUMS != Sums::Offsets {
         // The 256-bit signed tiles add their (zero) offsets' sums last.
