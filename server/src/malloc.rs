@@ -9,17 +9,33 @@
 //! returns the memory: measured with both default models and 16 streams,
 //! 535 MiB resident at most instead of 579 MiB, with the same throughput
 //! within the noise (`benches/README.md`).
+//!
+//! The heap's trim threshold is another matter. Each thread's arena gives
+//! back the free memory at its top past that threshold (`madvise`), and a
+//! step's buffers below the mmap threshold are made and dropped on the
+//! compute threads every step. At 2 MiB (twice the mmap threshold, as
+//! glibc's adaptive rule keeps it), 16 streams on the default chat model
+//! faulted 650,000-920,000 pages back in over 64 requests, and the page
+//! faults, zeroing and unmapping took about a tenth of the compute
+//! threads' time. At 64 MiB: 93,000-172,000 faults and 1.19-1.25x the
+//! tokens per second in two of three alternated rounds (the third within
+//! the noise), 486 MiB resident at most instead of 475-480
+//! (`benches/README.md`). What an arena keeps is at most what its thread's
+//! steps used, and the next steps reuse it.
 
-/// Holds the mmap threshold at 1 MiB and the heap's trim threshold at
-/// twice that (as glibc's adaptive rule would keep them); call before the
-/// models load.
+/// Blocks from this size up are mapped on their own (1 MiB).
+const MMAP_THRESHOLD: i32 = 1 << 20;
+/// Free memory at the top of an arena kept for reuse (64 MiB).
+const TRIM_THRESHOLD: i32 = 64 << 20;
+
+/// Holds the mmap threshold at 1 MiB and the heap's trim threshold at 64
+/// MiB (see the module docs); call before the models load.
 pub fn hold_thresholds() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator parameters, both within the
     // ranges glibc accepts on 64-bit targets.
     unsafe {
-        const MMAP_THRESHOLD: i32 = 1 << 20;
         libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
     }
 }
