@@ -145,9 +145,10 @@ unsafe fn starts<W: Group8>(acts: &Acts, ai: usize) -> [__m512i; 2] {
 }
 
 /// The float operations of activation block `ai` times an unpacked block
-/// `u`, whose integer sums are `s` (Q6_K's two half blocks' with [`Sums::Halves32`], else one), added to
-/// `acc` in the 256-bit tile's order (the layouts summed per block;
-/// Q3_K's and Q2_K's spans go through [`tile_span`]).
+/// `u`, whose integer sums are `s` (Q6_K's two half blocks' with
+/// [`Sums::Halves32`], else one), added to `acc` in the 256-bit tile's
+/// order (the layouts summed per block; Q3_K's and Q2_K's spans go through
+/// [`tile_span`]).
 ///
 /// # Safety
 /// AVX-512 F; the activation block exists.
