@@ -17,9 +17,9 @@
 //! glibc's adaptive rule keeps it), 16 streams on the default chat model
 //! faulted 650,000-920,000 pages back in over 64 requests, and the page
 //! faults, zeroing and unmapping took about a tenth of the compute
-//! threads' time. At 64 MiB: 93,000-172,000 faults and 1.19-1.25x the
-//! tokens per second in two of three alternated rounds (the third within
-//! the noise), 486 MiB resident at most instead of 475-480
+//! threads' time. At 64 MiB: 70,000-172,000 faults and 1.12-1.31x the
+//! tokens per second in four of five alternated pairs (the fifth 0.96x,
+//! within the noise), 483-486 MiB resident at most instead of 475-480
 //! (`benches/README.md`). What an arena keeps is at most what its thread's
 //! steps used, and the next steps reuse it.
 
