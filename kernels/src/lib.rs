@@ -335,10 +335,21 @@ impl QuantMatrix {
         }
         // The input quantized once per activation span the matrices want.
         let span_of = |w: &QuantMatrix| w.format.activation_span();
+        // The 512-bit prefill kernels read the rows regrouped by tiles,
+        // where every matrix runs on them alone.
+        #[cfg(target_arch = "x86_64")]
+        let tiled =
+            isa == Isa::Avx512Vnni && mats.iter().all(|(w, _)| x8::wide::reads_tiles(m, w.n));
+        #[cfg(not(target_arch = "x86_64"))]
+        let tiled = false;
         let quantized = |span: usize| {
-            mats.iter()
-                .any(|(w, _)| span_of(w) == span)
-                .then(|| Acts::quantize(x, k, span))
+            mats.iter().any(|(w, _)| span_of(w) == span).then(|| {
+                if tiled {
+                    Acts::quantize_tiled(x, k, span)
+                } else {
+                    Acts::quantize(x, k, span)
+                }
+            })
         };
         let (acts32, acts256) = (quantized(QK), quantized(256));
         // Chunk `(i, ci)` owns weight rows (output columns) `16 ci..16 ci +

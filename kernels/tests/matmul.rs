@@ -341,7 +341,9 @@ fn every_instruction_set_passes_the_start_up_self_check() {
 /// in the same order. Shapes cover paired groups, a lone last group (37 and
 /// 100 rows), tiles of 1 to 8 activation rows (3 on the 256-bit tiles, 3
 /// and 5 to 7 unpacked per tile up to 16 rows), and blocks unpacked ahead
-/// (40 rows).
+/// (40 and 45 activation rows), there with the rows regrouped by tiles (16
+/// and 48 weight rows: 45 as five tiles of 8, one of 4 and one of 1) or in
+/// order (37 and 100, whose lone last group reads them in order).
 #[test]
 fn vnni_kernels_equal_avx2_bit_for_bit() {
     if !Isa::Avx512Vnni.is_available() {
@@ -351,10 +353,10 @@ fn vnni_kernels_equal_avx2_bit_for_bit() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     for format in Format::ALL {
         let k = 512;
-        for n in [16usize, 37, 100] {
+        for n in [16usize, 37, 48, 100] {
             let (bytes, _, _) = quantize(format, &rng.matrix(n * k));
             let q = QuantMatrix::new(format, &bytes, n, k).unwrap();
-            for m in [1usize, 2, 3, 4, 5, 6, 7, 11, 13, 16, 40] {
+            for m in [1usize, 2, 3, 4, 5, 6, 7, 11, 13, 16, 40, 45] {
                 let x: Vec<f32> = (0..m * k).map(|_| rng.next_f32()).collect();
                 let (mut avx2, mut vnni) = (vec![0f32; m * n], vec![0f32; m * n]);
                 q.matmul_with(Isa::Avx2, &x, m, &mut avx2);

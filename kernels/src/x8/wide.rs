@@ -34,7 +34,7 @@ use std::ops::Range;
 
 use super::simd::put_tile;
 use super::{put_group, tile_rows, Group8, G, SPAN_BLOCKS};
-use crate::act::Acts;
+use crate::act::{tiled_at, Acts};
 use crate::Out;
 
 /// Two 256-bit halves as one 512-bit register (`lo` in lanes 0..8).
@@ -119,6 +119,16 @@ fn prefetch_next_pair<W: Group8>(w: &W, g: usize, b: usize) {
 /// the default model within 1% at 8-16; at 32 rows it lost 3% there and at
 /// 64 rows and in prefill scratch wins (`benches/README.md`).
 const STREAM_MAX_ROWS: usize = 16;
+
+/// Whether [`run`] takes `m` activation rows regrouped by tiles
+/// ([`Acts::quantize_tiled`]) for a matrix of `n` rows: with more than
+/// [`STREAM_MAX_ROWS`] rows, where every chunk of [`crate::CHUNK_ROWS`]
+/// weight rows is a pair of groups (a lone last group runs on the 256-bit
+/// tiles, which read the rows in order).
+pub(crate) fn reads_tiles(m: usize, n: usize) -> bool {
+    let last = n % crate::CHUNK_ROWS;
+    m > STREAM_MAX_ROWS && (last == 0 || last > G)
+}
 
 thread_local! {
     /// A chunk's unpacked blocks (one per block of its rows: 40 KiB for
@@ -216,7 +226,7 @@ unsafe fn unpack2<W: Group8>(w: &W, g: usize, out: &mut Vec<Unpacked>) {
 /// `STREAM`, where `blocks` is not read and each block is unpacked from
 /// `w`).
 #[inline(always)]
-unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool>(
+unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TILED: bool>(
     w: &W,
     g: usize,
     blocks: &[Unpacked],
@@ -224,9 +234,20 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool>(
     a: usize,
 ) -> [__m512; A] {
     if W::SPAN256 {
-        return tile_span::<W, A, STREAM>(w, g, blocks, acts, a);
+        return tile_span::<W, A, STREAM, TILED>(w, g, blocks, acts, a);
     }
     let nb = acts.nb;
+    // Where row `a + j`'s block `b` is: with `TILED`, the rows regrouped by
+    // tiles ([`Acts::quantize_tiled`]), else row by row.
+    macro_rules! ix {
+        ($j:expr, $b:expr) => {
+            if TILED {
+                tiled_at(nb, a, A, $j, $b)
+            } else {
+                (a + $j) * nb + $b
+            }
+        };
+    }
     assert!((STREAM || blocks.len() == nb) && (a + A) * nb <= acts.qs.len());
     let mut acc = [_mm512_setzero_ps(); A];
     for b in 0..nb {
@@ -253,28 +274,34 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool>(
         // Row `j`'s sums of value registers `vs`, into `s[h]`.
         macro_rules! dots {
             ($j:ident, $s:expr, $vs:expr, $h:expr) => {
-                let x = acts.qs.as_ptr().add((a + $j) * nb + b) as *const i32;
+                let x = acts.qs.as_ptr().add(ix!($j, b)) as *const i32;
                 for v in $vs {
                     let xv = _mm512_set1_epi32(x.add(v).read());
                     $s[$h] = _mm512_dpbusd_epi32($s[$h], u.w[v], xv);
                 }
             };
         }
-        if W::SUMS == Sums::Offsets {
+        if W::SUMS == Sums::Offsets || (TILED && W::SUMS == Sums::Halves32) {
             // Every row's sum first, register by register across the rows,
             // then their float operations: one row's chain of eight
             // `vpdpbusd` after another left the core waiting on each chain
             // (Q4_K prefill 8-13% slower so). Q6_K's two chains of four per
-            // row and Q8_0's were not slower so, and are 3-7% slower
-            // interleaved.
+            // row were not slower so, and are 3-7% slower interleaved with
+            // the rows in order, but 4-8% faster than row by row with them
+            // regrouped by tiles; Q8_0 stays row by row either way.
             let mut s = [[_mm512_setzero_si512(); 2]; A];
-            for v in 0..G {
+            rows!(j; { s[j] = starts::<W>(acts, ix!(j, b)) });
+            let h = usize::from(W::SUMS == Sums::Halves32);
+            for v in 0..G / 2 {
                 rows!(j; { dots!(j, s[j], v..v + 1, 0); });
             }
-            rows!(j; { acc[j] = finish::<W>(u, acts, (a + j) * nb + b, s[j], acc[j]) });
+            for v in G / 2..G {
+                rows!(j; { dots!(j, s[j], v..v + 1, h); });
+            }
+            rows!(j; { acc[j] = finish::<W>(u, acts, ix!(j, b), s[j], acc[j]) });
         } else {
             rows!(j; {
-                let ai = (a + j) * nb + b;
+                let ai = ix!(j, b);
                 let mut s = starts::<W>(acts, ai);
                 let h = usize::from(W::SUMS == Sums::Halves32);
                 dots!(j, s, 0..G / 2, 0);
@@ -304,7 +331,7 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool>(
 /// # Safety
 /// As [`tile_unpacked`]; the activations have spans of 256.
 #[inline(always)]
-unsafe fn tile_span<W: Group8, const A: usize, const STREAM: bool>(
+unsafe fn tile_span<W: Group8, const A: usize, const STREAM: bool, const TILED: bool>(
     w: &W,
     g: usize,
     blocks: &[Unpacked],
@@ -314,6 +341,19 @@ unsafe fn tile_span<W: Group8, const A: usize, const STREAM: bool>(
     let nb = acts.nb;
     assert!((STREAM || blocks.len() == nb) && (a + A) * nb <= acts.qs.len() && acts.span == 256);
     let all127 = W::SUMS == Sums::All127;
+    // As in `tile_unpacked`, per block (`$per` blocks per row) or span.
+    macro_rules! ix {
+        ($j:expr, $b:expr) => {
+            ix!($j, $b, nb)
+        };
+        ($j:expr, $b:expr, $per:expr) => {
+            if TILED {
+                tiled_at($per, a, A, $j, $b)
+            } else {
+                (a + $j) * $per + $b
+            }
+        };
+    }
     let mut acc = [_mm512_setzero_ps(); A];
     let mut s = [_mm512_setzero_si512(); A];
     let mut s2 = [_mm512_setzero_si512(); A];
@@ -325,7 +365,7 @@ unsafe fn tile_span<W: Group8, const A: usize, const STREAM: bool>(
         let u = unpacked!(w, g, nb, blocks, b, here);
         if all127 && b % SPAN_BLOCKS == 0 {
             for (j, s) in s.iter_mut().enumerate() {
-                let t = ((a + j) * nb + b) / SPAN_BLOCKS;
+                let t = ix!(j, b / SPAN_BLOCKS, nb / SPAN_BLOCKS);
                 *s = _mm512_set1_epi32(*acts.start127.get_unchecked(t));
             }
         }
@@ -334,7 +374,7 @@ unsafe fn tile_span<W: Group8, const A: usize, const STREAM: bool>(
         macro_rules! rows {
             ($v:expr; $($j:literal)*) => {$(
                 if $j < A {
-                    let x = acts.qs.as_ptr().add((a + $j) * nb + b) as *const i32;
+                    let x = acts.qs.as_ptr().add(ix!($j, b)) as *const i32;
                     let xv = _mm512_set1_epi32(x.add($v).read());
                     s[$j] = _mm512_dpbusd_epi32(s[$j], u.w[$v], xv);
                 }
@@ -346,13 +386,13 @@ unsafe fn tile_span<W: Group8, const A: usize, const STREAM: bool>(
         if !all127 {
             let mins = w.mins2(g * nb + b, (g + 1) * nb + b);
             for (j, s2) in s2.iter_mut().enumerate() {
-                let halves = (*acts.bias.as_ptr().add((a + j) * nb + b)).halves;
+                let halves = (*acts.bias.as_ptr().add(ix!(j, b))).halves;
                 *s2 = _mm512_dpwssd_epi32(*s2, mins, _mm512_set1_epi32(halves));
             }
         }
         if b % SPAN_BLOCKS == SPAN_BLOCKS - 1 {
             for j in 0..A {
-                let dx = _mm512_set1_ps(*acts.d.get_unchecked((a + j) * nb + b));
+                let dx = _mm512_set1_ps(*acts.d.get_unchecked(ix!(j, b)));
                 acc[j] = if all127 {
                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j]), _mm512_mul_ps(u.d, dx), acc[j])
                 } else {
@@ -420,6 +460,9 @@ pub(crate) unsafe fn run<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, ou
     let mut g = groups.start;
     // One activation tile or a few: each block unpacked where it is used.
     let stream = m <= STREAM_MAX_ROWS;
+    // The rows regrouped by tiles, as `reads_tiles` says.
+    let tiled = acts.tiled;
+    assert!(!tiled || (!stream && groups.len().is_multiple_of(2)));
     SCRATCH.with_borrow_mut(|scratch| {
         while g + 1 < groups.end {
             // Both groups exist (`unpack_pair`'s condition, either way).
@@ -439,10 +482,14 @@ pub(crate) unsafe fn run<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, ou
                 };
                 macro_rules! pair {
                     ($a:literal) => {{
-                        let v = if stream {
-                            tile_unpacked::<W, $a, true>(w, g, &[], acts, a)
-                        } else {
-                            tile_unpacked::<W, $a, false>(w, g, scratch, acts, a)
+                        let v = match (stream, tiled) {
+                            (true, _) => tile_unpacked::<W, $a, true, false>(w, g, &[], acts, a),
+                            (false, true) => {
+                                tile_unpacked::<W, $a, false, true>(w, g, scratch, acts, a)
+                            }
+                            (false, false) => {
+                                tile_unpacked::<W, $a, false, false>(w, g, scratch, acts, a)
+                            }
                         };
                         put_pair(rows, g, a, v, out)
                     }};
@@ -454,7 +501,7 @@ pub(crate) unsafe fn run<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, ou
                             rows,
                             g,
                             a,
-                            tile_unpacked::<W, $a, true>(w, g, &[], acts, a),
+                            tile_unpacked::<W, $a, true, false>(w, g, &[], acts, a),
                             out,
                         )
                     };
