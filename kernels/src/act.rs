@@ -242,27 +242,33 @@ impl Acts {
         self.qs.len() / self.nb
     }
 
-    /// `x`: rows of `k` values (`k` a multiple of `span`, 32 or 256), row
-    /// major, with one scale per `span` values. Large inputs (prefill
-    /// chunks) are split by rows across the pool.
-    pub(crate) fn quantize(x: &[f32], k: usize, span: usize) -> Acts {
-        use rayon::prelude::*;
+    /// Room for `x` (rows of `k` values, `k` a multiple of `span`, 32 or
+    /// 256) quantized, all zero.
+    fn zeroed(x: &[f32], k: usize, span: usize, tiled: bool) -> Acts {
         assert!(
             matches!(span, QK | 256) && k.is_multiple_of(span),
             "rows of {k} values in spans of {span}"
         );
-        let nb = k / QK;
         let blocks = x.len() / QK;
-        let mut a = Acts {
-            nb,
+        Acts {
+            nb: k / QK,
             span,
             qs: vec![Q8([0; QK]); blocks],
             d: vec![0.0; blocks],
             s: vec![0.0; blocks],
             bias: vec![Bias::default(); blocks],
             start127: Vec::new(),
-            tiled: false,
-        };
+            tiled,
+        }
+    }
+
+    /// `x`: rows of `k` values (`k` a multiple of `span`, 32 or 256), row
+    /// major, with one scale per `span` values. Large inputs (prefill
+    /// chunks) are split by rows across the pool.
+    pub(crate) fn quantize(x: &[f32], k: usize, span: usize) -> Acts {
+        use rayon::prelude::*;
+        let mut a = Acts::zeroed(x, k, span, false);
+        let (nb, blocks) = (a.nb, a.qs.len());
         let rows = blocks / nb.max(1);
         if x.len() >= PARALLEL_MIN_VALUES && rows > 1 && rayon::current_num_threads() > 1 {
             // Whole rows per task, at least a few thousand values each.
@@ -315,23 +321,9 @@ impl Acts {
     /// each row quantized alone either way.
     pub(crate) fn quantize_tiled(x: &[f32], k: usize, span: usize) -> Acts {
         use rayon::prelude::*;
-        assert!(
-            matches!(span, QK | 256) && k.is_multiple_of(span),
-            "rows of {k} values in spans of {span}"
-        );
-        let nb = k / QK;
-        let blocks = x.len() / QK;
+        let mut a = Acts::zeroed(x, k, span, true);
+        let (nb, blocks) = (a.nb, a.qs.len());
         let rows = blocks / nb.max(1);
-        let mut a = Acts {
-            nb,
-            span,
-            qs: vec![Q8([0; QK]); blocks],
-            d: vec![0.0; blocks],
-            s: vec![0.0; blocks],
-            bias: vec![Bias::default(); blocks],
-            start127: Vec::new(),
-            tiled: true,
-        };
         // Each tile's part of every field, quantized by one task.
         let mut parts = Vec::new();
         let (mut qs, mut d, mut sums, mut bias) =
