@@ -110,10 +110,8 @@ impl Task<'_> {
                 let new_m = m[qi].max(mx);
                 corr[qi] = vecmath::exp(m[qi] - new_m);
                 let e = _mm512_maskz_mov_ps(keep, exp16(_mm512_sub_ps(s, _mm512_set1_ps(new_m))));
-                let mut p = [0f32; BLOCK_SIZE];
-                _mm512_storeu_ps(p.as_mut_ptr(), e);
-                l[qi] = l[qi] * corr[qi] + p.iter().sum::<f32>();
-                probs[row].copy_from_slice(&p);
+                l[qi] = l[qi] * corr[qi] + sum16(e);
+                _mm512_storeu_ps(probs[row].as_mut_ptr(), e);
                 m[qi] = new_m;
             }
             // Runs of up to 4 queries that see the same keys.
@@ -152,6 +150,17 @@ impl Task<'_> {
         normalize(&mut acc, &l);
         acc
     }
+}
+
+/// [`super::attend::sum16`] on a register: its 256-bit halves added, then
+/// the 128-bit halves, then lanes 2 and 3 onto 0 and 1, then lane 1 onto 0.
+#[inline(always)]
+unsafe fn sum16(e: __m512) -> f32 {
+    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(e)));
+    let h = _mm256_add_ps(_mm512_castps512_ps256(e), hi);
+    let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+    let r = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    _mm_cvtss_f32(_mm_add_ss(r, _mm_shuffle_ps::<1>(r, r)))
 }
 
 /// `e^x` on 16 lanes: [`vecmath::exp`]'s operations (unfused multiplies
