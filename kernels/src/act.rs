@@ -50,9 +50,9 @@ pub(crate) struct Acts {
 }
 
 /// Where element `e` (of `per_row` per row) of row `a + j` sits when the
-/// rows are regrouped by tiles ([`Acts::tile`]) and the tile of `rows`
-/// rows starts at row `a`: the tile's elements `e` of its rows side by
-/// side.
+/// rows are regrouped by tiles ([`Acts::quantize_tiled`]) and the tile of
+/// `rows` rows starts at row `a`: the tile's elements `e` of its rows side
+/// by side.
 #[inline(always)]
 pub(crate) fn tiled_at(per_row: usize, a: usize, rows: usize, j: usize, e: usize) -> usize {
     a * per_row + e * rows + j
@@ -324,13 +324,19 @@ impl Acts {
         let mut a = Acts::zeroed(x, k, span, true);
         let (nb, blocks) = (a.nb, a.qs.len());
         let rows = blocks / nb.max(1);
-        // Each tile's part of every field, quantized by one task.
-        let mut parts = Vec::new();
-        let (mut qs, mut d, mut sums, mut bias) =
-            (&mut a.qs[..], &mut a.d[..], &mut a.s[..], &mut a.bias[..]);
+        // The tiles' first rows and sizes.
+        let mut tiles = Vec::new();
         let mut r = 0;
         while r < rows {
             let at = crate::x8::tile_rows(rows - r, 8);
+            tiles.push((r, at));
+            r += at;
+        }
+        // Each tile's part of every field, quantized by one task.
+        let mut parts = Vec::with_capacity(tiles.len());
+        let (mut qs, mut d, mut sums, mut bias) =
+            (&mut a.qs[..], &mut a.d[..], &mut a.s[..], &mut a.bias[..]);
+        for &(r, at) in &tiles {
             let n = at * nb;
             let (q0, q1) = qs.split_at_mut(n);
             let (d0, d1) = d.split_at_mut(n);
@@ -348,7 +354,6 @@ impl Acts {
                 },
             ));
             (qs, d, sums, bias) = (q1, d1, s1, b1);
-            r += at;
         }
         let quantize = |(r, at, out): (usize, usize, Blocks<'_>)| {
             quantize_into(&x[r * k..(r + at) * k], span, out)
@@ -363,9 +368,7 @@ impl Acts {
             let per = span / QK;
             let spans = nb / per;
             a.start127 = vec![0; blocks / per];
-            let mut r = 0;
-            while r < rows {
-                let at = crate::x8::tile_rows(rows - r, 8);
+            for &(r, at) in &tiles {
                 for j in 0..at {
                     for t in 0..spans {
                         a.start127[tiled_at(spans, r, at, j, t)] = (t * per..(t + 1) * per)
@@ -373,7 +376,6 @@ impl Acts {
                             .sum();
                     }
                 }
-                r += at;
             }
         }
         a

@@ -249,6 +249,9 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
         };
     }
     assert!((STREAM || blocks.len() == nb) && (a + A) * nb <= acts.qs.len());
+    // Where value registers 4..8's sums go: Q6_K's second half block has
+    // its own, the others add to the first.
+    let h = usize::from(W::SUMS == Sums::Halves32);
     let mut acc = [_mm512_setzero_ps(); A];
     for b in 0..nb {
         if a == 0 {
@@ -291,7 +294,6 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
             // regrouped by tiles; Q8_0 stays row by row either way.
             let mut s = [[_mm512_setzero_si512(); 2]; A];
             rows!(j; { s[j] = starts::<W>(acts, ix!(j, b)) });
-            let h = usize::from(W::SUMS == Sums::Halves32);
             for v in 0..G / 2 {
                 rows!(j; { dots!(j, s[j], v..v + 1, 0); });
             }
@@ -303,7 +305,6 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
             rows!(j; {
                 let ai = ix!(j, b);
                 let mut s = starts::<W>(acts, ai);
-                let h = usize::from(W::SUMS == Sums::Halves32);
                 dots!(j, s, 0..G / 2, 0);
                 dots!(j, s, G / 2..G, h);
                 acc[j] = finish::<W>(u, acts, ai, s, acc[j]);
