@@ -8,7 +8,7 @@ pub mod lora;
 pub mod raw;
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Mutex, Once, OnceLock};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -64,14 +64,40 @@ pub fn serve_args(models: Vec<String>, max_waiting: usize, max_active: usize) ->
     }
 }
 
-/// A fresh folder under the build's temporary folder (kept; cleaned with
-/// `cargo clean`).
+/// The folders `temp_dir` made, removed when the test binary exits.
+static MADE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+extern "C" fn remove_made() {
+    if std::env::var_os("HEARTH_TEST_KEEP_TMP").is_some() {
+        return;
+    }
+    let made = std::mem::take(&mut *MADE.lock().unwrap_or_else(|e| e.into_inner()));
+    for dir in made {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// A fresh folder under the build's temporary folder. It outlives the test
+/// that made it (servers and jobs may still write there while the test
+/// ends) and is removed when the test binary exits, unless
+/// `HEARTH_TEST_KEEP_TMP` is set. Fine-tuning tests write hundreds of
+/// megabytes of checkpoints each, so keeping them all would fill the disk.
 pub fn temp_dir() -> PathBuf {
-    tempfile::Builder::new()
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        // SAFETY: registers a plain function with no arguments to run at
+        // exit; it only removes folders and ignores every error.
+        unsafe { libc::atexit(remove_made) };
+    });
+    let dir = tempfile::Builder::new()
         .prefix("hearth-test-")
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap()
-        .keep()
+        .keep();
+    MADE.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(dir.clone());
+    dir
 }
 
 /// Runs a future to completion on a thread of its own (callable from inside
