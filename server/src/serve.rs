@@ -131,6 +131,7 @@ pub fn build_state(
         let model = load_adapter_entry(entry, &models_dir, &chat, started_at)?;
         adapters.insert(entry.id.clone(), model);
     }
+    crate::malloc::after_loading();
     let endpoint_devices =
         hearth_engine::device::endpoint_devices(&device, &args.endpoints.endpoint_devices)?;
     let endpoints = crate::endpoints::Endpoints::new(crate::endpoints::HostConfig {
