@@ -352,15 +352,28 @@ impl QuantMatrix {
             })
         };
         let (acts32, acts256) = (quantized(QK), quantized(256));
-        // Chunk `(i, ci)` owns weight rows (output columns) `16 ci..16 ci +
-        // 16` of matrix `i` and writes only those columns of `out_i`.
+        // Weight rows per chunk: Q3_K's 512-bit tiles take two group pairs
+        // at once where the rows divide evenly.
+        #[cfg(target_arch = "x86_64")]
+        let chunk_rows = |w: &QuantMatrix| {
+            if tiled && w.format == Format::Q3K && w.n.is_multiple_of(x8::wide::QUAD_ROWS) {
+                x8::wide::QUAD_ROWS
+            } else {
+                CHUNK_ROWS
+            }
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let chunk_rows = |_: &QuantMatrix| CHUNK_ROWS;
+        // Chunk `(i, ci)` owns weight rows (output columns) `r ci..r ci +
+        // r` of matrix `i` (`r = chunk_rows(w_i)`) and writes only those
+        // columns of `out_i`.
         let mut chunks = Vec::new();
         let mut work_size = 0;
         let targets: Vec<(&QuantMatrix, Out)> = mats
             .iter_mut()
             .enumerate()
             .map(|(i, (w, out))| {
-                chunks.extend((0..w.n.div_ceil(CHUNK_ROWS)).map(|ci| (i, ci)));
+                chunks.extend((0..w.n.div_ceil(chunk_rows(w))).map(|ci| (i, ci)));
                 work_size += m * w.n * k;
                 let out = Out {
                     ptr: out.as_mut_ptr(),
@@ -372,13 +385,14 @@ impl QuantMatrix {
             .collect();
         let work = |&(i, ci): &(usize, usize)| {
             let (w, out) = targets[i];
-            let r0 = ci * CHUNK_ROWS;
+            let r = chunk_rows(w);
+            let r0 = ci * r;
             let acts = if span_of(w) == QK { &acts32 } else { &acts256 };
             let acts = acts.as_ref().expect("quantized for every span in use");
             // SAFETY: chunks have disjoint row ranges of their matrix, so no
             // two write the same element; the outputs outlive the calls (all
             // end before return).
-            unsafe { w.block(isa, acts, r0..(r0 + CHUNK_ROWS).min(w.n), out) };
+            unsafe { w.block(isa, acts, r0..(r0 + r).min(w.n), out) };
         };
         if work_size >= PARALLEL_MIN_WORK && rayon::current_num_threads() > 1 {
             chunks.par_iter().for_each(work);

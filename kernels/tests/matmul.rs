@@ -343,7 +343,8 @@ fn every_instruction_set_passes_the_start_up_self_check() {
 /// and 5 to 7 unpacked per tile up to 16 rows), and blocks unpacked ahead
 /// (40 and 45 activation rows), there with the rows regrouped by tiles (16
 /// and 48 weight rows: 45 as five tiles of 8, one of 4 and one of 1) or in
-/// order (37 and 100, whose lone last group reads them in order).
+/// order (37 and 100, whose lone last group reads them in order); 64
+/// weight rows run Q3_K's tiles of two group pairs.
 #[test]
 fn vnni_kernels_equal_avx2_bit_for_bit() {
     if !Isa::Avx512Vnni.is_available() {
@@ -353,7 +354,7 @@ fn vnni_kernels_equal_avx2_bit_for_bit() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     for format in Format::ALL {
         let k = 512;
-        for n in [16usize, 37, 48, 100] {
+        for n in [16usize, 37, 48, 64, 100] {
             let (bytes, _, _) = quantize(format, &rng.matrix(n * k));
             let q = QuantMatrix::new(format, &bytes, n, k).unwrap();
             for m in [1usize, 2, 3, 4, 5, 6, 7, 11, 13, 16, 40, 45] {

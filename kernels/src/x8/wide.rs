@@ -134,7 +134,16 @@ thread_local! {
     /// A chunk's unpacked blocks (one per block of its rows: 40 KiB for
     /// rows of 2048 values).
     static SCRATCH: RefCell<Vec<Unpacked>> = const { RefCell::new(Vec::new()) };
+    /// The second group pair's, for Q3_K's chunks of four groups
+    /// ([`tile_span_quad`]).
+    static SCRATCH2: RefCell<Vec<Unpacked>> = const { RefCell::new(Vec::new()) };
 }
+
+/// Weight rows per chunk for Q3_K with the activation rows regrouped by
+/// tiles ([`reads_tiles`]), where the matrix's rows divide evenly: two
+/// group pairs, whose tiles ([`tile_span_quad`]) feed each broadcast
+/// activation word to two `vpdpbusd` instead of one.
+pub(crate) const QUAD_ROWS: usize = 4 * G;
 
 /// The value each integer sum of activation block `ai` starts from
 /// ([`crate::act::Bias`]; zero for the unsigned layouts).
@@ -421,6 +430,85 @@ unsafe fn tile_span<W: Group8, const A: usize, const STREAM: bool, const TILED: 
     acc
 }
 
+/// [`tile_span`] for Q3_K ([`Sums::All127`]) on two group pairs at once,
+/// `g, g + 1` (unpacked in `b0`) and `g + 2, g + 3` (in `b1`), with the
+/// activation rows regrouped by tiles: each broadcast activation word
+/// meets both pairs' weights, so a block's tile of 8 rows takes 64 such
+/// loads for 128 `vpdpbusd` instead of 64 for 64. Each pair's lanes get
+/// [`tile_span`]'s integer sums and float operations in the same order, so
+/// the same bits.
+///
+/// # Safety
+/// AVX-512 F/VNNI; groups `g..g + 4` exist; `b0` and `b1` hold every
+/// block of their pairs; the activation rows exist, regrouped by tiles,
+/// with spans of 256.
+#[inline(always)]
+unsafe fn tile_span_quad<W: Group8, const A: usize>(
+    w: &W,
+    g: usize,
+    b0: &[Unpacked],
+    b1: &[Unpacked],
+    acts: &Acts,
+    a: usize,
+) -> [[__m512; A]; 2] {
+    let nb = acts.nb;
+    assert!(
+        W::SUMS == Sums::All127
+            && acts.tiled
+            && acts.span == 256
+            && b0.len() == nb
+            && b1.len() == nb
+            && (a + A) * nb <= acts.qs.len()
+    );
+    let mut acc = [[_mm512_setzero_ps(); A]; 2];
+    let mut s0 = [_mm512_setzero_si512(); A];
+    let mut s1 = [_mm512_setzero_si512(); A];
+    for b in 0..nb {
+        if a == 0 {
+            // The next chunk's two pairs.
+            prefetch_next_pair(w, g + 2, b);
+            prefetch_next_pair(w, g + 4, b);
+        }
+        let (u0, u1) = (b0.get_unchecked(b), b1.get_unchecked(b));
+        if b % SPAN_BLOCKS == 0 {
+            for j in 0..A {
+                let t = tiled_at(nb / SPAN_BLOCKS, a, A, j, b / SPAN_BLOCKS);
+                let start = _mm512_set1_epi32(*acts.start127.get_unchecked(t));
+                s0[j] = start;
+                s1[j] = start;
+            }
+        }
+        macro_rules! rows {
+            ($v:expr; $($j:literal)*) => {$(
+                if $j < A {
+                    let x = acts.qs.as_ptr().add(tiled_at(nb, a, A, $j, b)) as *const i32;
+                    let xv = _mm512_set1_epi32(x.add($v).read());
+                    s0[$j] = _mm512_dpbusd_epi32(s0[$j], u0.w[$v], xv);
+                    s1[$j] = _mm512_dpbusd_epi32(s1[$j], u1.w[$v], xv);
+                }
+            )*};
+        }
+        for v in 0..G {
+            rows!(v; 0 1 2 3 4 5 6 7);
+        }
+        if b % SPAN_BLOCKS == SPAN_BLOCKS - 1 {
+            for j in 0..A {
+                let dx = _mm512_set1_ps(*acts.d.get_unchecked(tiled_at(nb, a, A, j, b)));
+                let [acc0, acc1] = &mut acc;
+                acc0[j] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[j]), _mm512_mul_ps(u0.d, dx), acc0[j]);
+                acc1[j] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[j]), _mm512_mul_ps(u1.d, dx), acc1[j]);
+            }
+        }
+    }
+    // As `tile_span`: the 256-bit tiles add their (zero) offsets' sums last.
+    for acc in acc.iter_mut().flatten() {
+        *acc = _mm512_add_ps(*acc, _mm512_setzero_ps());
+    }
+    acc
+}
+
 /// Stores a tile of groups `g` and `g + 1` (lanes as [`tile_unpacked`]).
 ///
 /// # Safety
@@ -464,6 +552,35 @@ pub(crate) unsafe fn run<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, ou
     // The rows regrouped by tiles, as `reads_tiles` says.
     let tiled = acts.tiled;
     assert!(!tiled || (!stream && groups.len().is_multiple_of(2)));
+    if tiled && W::SUMS == Sums::All127 && groups.len() == 4 {
+        // Both pairs exist (`unpack_pair`'s condition, either way).
+        assert!(g + 4 <= rows.div_ceil(G));
+        SCRATCH.with_borrow_mut(|b0| {
+            SCRATCH2.with_borrow_mut(|b1| {
+                unpack2(w, g, b0);
+                unpack2(w, g + 2, b1);
+                let mut a = 0;
+                while a < m {
+                    let at = tile_rows(m - a, 8);
+                    macro_rules! quad {
+                        ($a:literal) => {{
+                            let [v0, v1] = tile_span_quad::<W, $a>(w, g, b0, b1, acts, a);
+                            put_pair(rows, g, a, v0, out);
+                            put_pair(rows, g + 2, a, v1, out);
+                        }};
+                    }
+                    match at {
+                        8 => quad!(8),
+                        4 => quad!(4),
+                        2 => quad!(2),
+                        _ => quad!(1),
+                    }
+                    a += at;
+                }
+            })
+        });
+        return;
+    }
     SCRATCH.with_borrow_mut(|scratch| {
         while g + 1 < groups.end {
             // Both groups exist (`unpack_pair`'s condition, either way).
