@@ -352,18 +352,15 @@ impl QuantMatrix {
             })
         };
         let (acts32, acts256) = (quantized(QK), quantized(256));
-        // Weight rows per chunk: Q3_K's 512-bit tiles take two group pairs
-        // at once where the rows divide evenly.
-        #[cfg(target_arch = "x86_64")]
+        // Weight rows per chunk (the tiled kernels may take more at once).
         let chunk_rows = |w: &QuantMatrix| {
-            if tiled && w.format == Format::Q3K && w.n.is_multiple_of(x8::wide::QUAD_ROWS) {
-                x8::wide::QUAD_ROWS
-            } else {
-                CHUNK_ROWS
+            #[cfg(target_arch = "x86_64")]
+            if tiled {
+                return x8::wide::tiled_chunk_rows(w.format, w.n);
             }
+            let _ = w; // read only by the x86-64 kernels
+            CHUNK_ROWS
         };
-        #[cfg(not(target_arch = "x86_64"))]
-        let chunk_rows = |_: &QuantMatrix| CHUNK_ROWS;
         // Chunk `(i, ci)` owns weight rows (output columns) `r ci..r ci +
         // r` of matrix `i` (`r = chunk_rows(w_i)`) and writes only those
         // columns of `out_i`.

@@ -4,8 +4,8 @@
 //! threshold (up to 32 MiB) each time such a block is freed, so after the
 //! first large frees, multi-megabyte blocks come from the heap, and once
 //! freed they stay resident in its free lists. Loading makes and drops many
-//! such blocks (an encoder's f32 weight copies, replaced by bf16 ones), and
-//! so do steps and batches. With the threshold held at 1 MiB, dropping them
+//! such blocks (an encoder's f32 weight copies, replaced by bf16 ones).
+//! With the threshold held at 1 MiB while models load, dropping them
 //! returns the memory: measured with both default models and 16 streams,
 //! 535 MiB resident at most instead of 579 MiB, with the same throughput
 //! within the noise (`benches/README.md`).
@@ -22,7 +22,6 @@
 //! within the noise), 483-486 MiB resident at most instead of 475-480
 //! (`benches/README.md`). What an arena keeps is at most what its thread's
 //! steps used, and the next steps reuse it.
-
 //!
 //! Once the models are loaded, the mmap threshold goes up to 32 MiB (the
 //! ceiling of glibc's own adaptive rule; [`after_loading`]). A prompt

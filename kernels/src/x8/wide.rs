@@ -35,7 +35,7 @@ use std::ops::Range;
 use super::simd::put_tile;
 use super::{put_group, tile_rows, Group8, G, SPAN_BLOCKS};
 use crate::act::{tiled_at, Acts};
-use crate::Out;
+use crate::{Format, Out};
 
 /// Two 256-bit halves as one 512-bit register (`lo` in lanes 0..8).
 ///
@@ -143,7 +143,19 @@ thread_local! {
 /// tiles ([`reads_tiles`]), where the matrix's rows divide evenly: two
 /// group pairs, whose tiles ([`tile_span_quad`]) feed each broadcast
 /// activation word to two `vpdpbusd` instead of one.
-pub(crate) const QUAD_ROWS: usize = 4 * G;
+const QUAD_ROWS: usize = 4 * G;
+
+/// Weight rows per chunk of an `n`-row matrix in `format` whose activation
+/// rows are regrouped by tiles: [`QUAD_ROWS`] for Q3_K where they divide
+/// `n` ([`run`] then takes both group pairs at once), else
+/// [`crate::CHUNK_ROWS`].
+pub(crate) fn tiled_chunk_rows(format: Format, n: usize) -> usize {
+    if format == Format::Q3K && n.is_multiple_of(QUAD_ROWS) {
+        QUAD_ROWS
+    } else {
+        crate::CHUNK_ROWS
+    }
+}
 
 /// The value each integer sum of activation block `ai` starts from
 /// ([`crate::act::Bias`]; zero for the unsigned layouts).
