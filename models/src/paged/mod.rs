@@ -28,7 +28,9 @@
 //! keys are stored transposed), and the exponentials are a polynomial, not
 //! a library call per score. On AVX-512 CPUs the same operations run on
 //! 512-bit registers (`attend_wide.rs`: tiles of 8 queries for the scores,
-//! up to 4 queries sharing each loaded value row), with the same bits.
+//! up to 4 queries sharing each loaded value row; prompt tasks' scores and
+//! softmax with 16 queries in the lanes, `attend_tiles.rs`), with the same
+//! bits.
 
 use candle_core::{DType, Result};
 use half::bf16;
@@ -36,6 +38,8 @@ use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use rayon::prelude::*;
 
 mod attend;
+#[cfg(target_arch = "x86_64")]
+mod attend_tiles;
 #[cfg(target_arch = "x86_64")]
 mod attend_wide;
 mod fused;
