@@ -13,7 +13,9 @@
 //! `decode/B1x128` figure; `pp512` one 512-token prompt, submit to its first
 //! token, as `prefill/512`. With DEPTH, the decode follows a DEPTH-token
 //! prompt instead (`tg128 @ dDEPTH`, as llama-bench's `-d`: the cost of
-//! attention over a long context), and `pp512` is skipped.
+//! attention over a long context), and `pp512 @ dDEPTH` is 512 prompt
+//! tokens after DEPTH others already in the KV cache (a DEPTH-token prompt
+//! is run first; the longer prompt then finds it in the prefix cache).
 //! `HEARTH_BENCH_BATCHES=1,16,64` also times decoding with that many
 //! sequences at once (`tg128 B16`: tokens per second over all of them;
 //! default `1`). `HEARTH_BENCH_DEVICE=cuda` runs it on a GPU (build with
@@ -27,6 +29,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use engine_run::{decode_round, prefill_once};
 use hearth_engine::load::load_gguf;
+use hearth_models::BLOCK_SIZE;
 
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
     let n = xs.len() as f64;
@@ -93,6 +96,24 @@ fn main() -> anyhow::Result<()> {
             .map(|seq| 512.0 / prefill_once(&rt, &engine, seq, 512).as_secs_f64())
             .collect();
         report("pp512".into(), &xs);
+    } else {
+        // Sequences of their own (the decode rounds used 0..b).
+        let xs = (1..=reps + 1)
+            .map(|rep| {
+                let seq = 1000 + rep;
+                prefill_once(&rt, &engine, seq, depth);
+                let hits = engine.prefix_hit_blocks();
+                let t = prefill_once(&rt, &engine, seq, depth + 512);
+                let cached = (engine.prefix_hit_blocks() - hits) * BLOCK_SIZE;
+                anyhow::ensure!(
+                    cached >= depth,
+                    "only {cached} of the {depth} positions came from the prefix cache"
+                );
+                Ok(512.0 / t.as_secs_f64())
+            })
+            .collect::<anyhow::Result<Vec<f64>>>()?;
+        // The first, unmeasured: as `pp512`'s.
+        report(format!("pp512 @ d{depth}"), &xs[1..]);
     }
     Ok(())
 }
