@@ -253,10 +253,10 @@ impl CpuBlocks {
     fn rope_heads(&self, y: &[f32], heads: usize, positions: &[u32], out: &mut [f32]) {
         let (d, t) = (self.head_dim, positions.len());
         let half = d / 2;
-        for h in 0..heads {
+        let head = |(h, out): (usize, &mut [f32])| {
             for (i, &p) in positions.iter().enumerate() {
                 let src = &y[(i * heads + h) * d..][..d];
-                let dst = &mut out[(h * t + i) * d..][..d];
+                let dst = &mut out[i * d..][..d];
                 let (cos, sin) = (
                     &self.cos[p as usize * half..][..half],
                     &self.sin[p as usize * half..][..half],
@@ -279,23 +279,52 @@ impl CpuBlocks {
                     }
                 }
             }
-        }
+        };
+        per_head(&mut out[..heads * t * d], t, d, head);
+    }
+}
+
+/// `f` on each head's part of `out` (`[heads, tokens, d]`) with its index,
+/// the heads split across the pool when the step has many tokens.
+fn per_head(
+    out: &mut [f32],
+    tokens: usize,
+    d: usize,
+    f: impl Fn((usize, &mut [f32])) + Sync + Send,
+) {
+    let per = tokens * d;
+    if per == 0 {
+        return;
+    }
+    if tokens >= PARALLEL_ROWS {
+        out.par_chunks_mut(per).enumerate().for_each(f);
+    } else {
+        out.chunks_mut(per).enumerate().for_each(f);
     }
 }
 
 /// `[tokens, heads * d]` to `[heads, tokens, d]`.
 fn to_heads(y: &[f32], heads: usize, d: usize, out: &mut [f32]) {
     let t = y.len() / (heads * d);
-    for h in 0..heads {
+    per_head(&mut out[..heads * t * d], t, d, |(h, out)| {
         for i in 0..t {
-            out[(h * t + i) * d..][..d].copy_from_slice(&y[(i * heads + h) * d..][..d]);
+            out[i * d..][..d].copy_from_slice(&y[(i * heads + h) * d..][..d]);
         }
-    }
+    });
 }
 
+/// `x += y`, in parts across the pool when long (a prompt's rows).
 fn add_into(x: &mut [f32], y: &[f32]) {
-    for (a, b) in x.iter_mut().zip(y) {
-        *a += b;
+    const PART: usize = 1 << 14;
+    let add = |(x, y): (&mut [f32], &[f32])| {
+        for (a, b) in x.iter_mut().zip(y) {
+            *a += b;
+        }
+    };
+    if x.len() >= 4 * PART {
+        x.par_chunks_mut(PART).zip(y.par_chunks(PART)).for_each(add);
+    } else {
+        add((x, y));
     }
 }
 
