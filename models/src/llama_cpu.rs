@@ -262,19 +262,22 @@ impl CpuBlocks {
                     &self.sin[p as usize * half..][..half],
                 );
                 match self.layout {
+                    // Iterators, not indices: without bounds checks the
+                    // loops are vectorised.
                     RopeLayout::Halves => {
                         let (x0, x1) = src.split_at(half);
                         let (d0, d1) = dst.split_at_mut(half);
-                        for j in 0..half {
-                            d0[j] = x0[j] * cos[j] - x1[j] * sin[j];
-                            d1[j] = x0[j] * sin[j] + x1[j] * cos[j];
+                        let pairs = x0.iter().zip(x1).zip(cos.iter().zip(sin));
+                        for ((d0, d1), ((&a, &b), (&c, &s))) in d0.iter_mut().zip(d1).zip(pairs) {
+                            *d0 = a * c - b * s;
+                            *d1 = a * s + b * c;
                         }
                     }
                     RopeLayout::Interleaved => {
-                        for j in 0..half {
-                            let (a, b) = (src[2 * j], src[2 * j + 1]);
-                            dst[2 * j] = a * cos[j] - b * sin[j];
-                            dst[2 * j + 1] = a * sin[j] + b * cos[j];
+                        let pairs = src.chunks_exact(2).zip(cos.iter().zip(sin));
+                        for (d, (x, (&c, &s))) in dst.chunks_exact_mut(2).zip(pairs) {
+                            d[0] = x[0] * c - x[1] * s;
+                            d[1] = x[0] * s + x[1] * c;
                         }
                     }
                 }
@@ -367,5 +370,55 @@ mod tests {
             assert_eq!(mean_square(&x).to_bits(), want.to_bits(), "n={n}");
         }
         assert_eq!(mean_square(&[0.0; 64]), 0.0);
+    }
+
+    /// Each token's heads rotated at its position into the head-major
+    /// layout, in both layouts: `(i, i + d/2)` pairs and `(2i, 2i + 1)`
+    /// pairs, on one thread (few tokens) and across the pool (many).
+    #[test]
+    fn rope_heads_rotates_each_pair_at_its_position() {
+        let (heads, d, half) = (3, 8, 4);
+        for tokens in [3usize, 2 * PARALLEL_ROWS] {
+            let positions: Vec<u32> = (0..tokens as u32).map(|i| (i * 7) % 40).collect();
+            let angle = |p: u32, j: usize| p as f32 * 0.5f32.powi(j as i32);
+            let (mut cos, mut sin) = (Vec::new(), Vec::new());
+            for p in 0..40 {
+                for j in 0..half {
+                    cos.push(angle(p, j).cos());
+                    sin.push(angle(p, j).sin());
+                }
+            }
+            let y: Vec<f32> = (0..tokens * heads * d)
+                .map(|i| (i as f32 * 0.37).sin())
+                .collect();
+            for layout in [RopeLayout::Halves, RopeLayout::Interleaved] {
+                let blocks = CpuBlocks {
+                    layers: Vec::new(),
+                    cos: cos.clone(),
+                    sin: sin.clone(),
+                    layout,
+                    num_heads: heads,
+                    num_kv_heads: heads,
+                    head_dim: d,
+                };
+                let mut out = vec![0f32; y.len()];
+                blocks.rope_heads(&y, heads, &positions, &mut out);
+                for (i, &p) in positions.iter().enumerate() {
+                    for h in 0..heads {
+                        let x = &y[(i * heads + h) * d..][..d];
+                        let o = &out[(h * tokens + i) * d..][..d];
+                        for j in 0..half {
+                            let (c, s) = (angle(p, j).cos(), angle(p, j).sin());
+                            let (a, b) = match layout {
+                                RopeLayout::Halves => (j, j + half),
+                                RopeLayout::Interleaved => (2 * j, 2 * j + 1),
+                            };
+                            assert_eq!(o[a], x[a] * c - x[b] * s, "{layout:?} token {i} head {h}");
+                            assert_eq!(o[b], x[a] * s + x[b] * c, "{layout:?} token {i} head {h}");
+                        }
+                    }
+                }
+            }
+        }
     }
 }
