@@ -64,7 +64,8 @@ impl Norm {
     fn apply(&self, x: &[f32], out: &mut [f32]) {
         let h = self.weight.len();
         let row = |(x, out): (&[f32], &mut [f32])| {
-            let scale = 1.0 / (mean_square(x) + self.eps).sqrt();
+            let ms = x.iter().map(|v| v * v).sum::<f32>() / h as f32;
+            let scale = 1.0 / (ms + self.eps).sqrt();
             for ((o, &v), &w) in out.iter_mut().zip(x).zip(&self.weight) {
                 *o = v * scale * w;
             }
@@ -75,24 +76,6 @@ impl Norm {
             x.chunks(h).zip(out.chunks_mut(h)).for_each(row);
         }
     }
-}
-
-/// The mean of the squares of `x` as llama.cpp's RMSNorm takes it: each
-/// square in f32, their sum in f64, the mean rounded to f32. The sum runs
-/// in 8 lanes (one f32 sum in order was a chain of dependent adds, about 1%
-/// of a 1B prefill); in f64 the order changes the mean's f32 rounding only
-/// in rare ties.
-fn mean_square(x: &[f32]) -> f32 {
-    let mut lanes = [0f64; 8];
-    let chunks = x.chunks_exact(lanes.len());
-    let mut sum: f64 = chunks.remainder().iter().map(|&v| f64::from(v * v)).sum();
-    for c in chunks {
-        for (l, &v) in lanes.iter_mut().zip(c) {
-            *l += f64::from(v * v);
-        }
-    }
-    sum += lanes.iter().sum::<f64>();
-    (sum / x.len() as f64) as f32
 }
 
 /// The model's blocks prepared for [`CpuBlocks::run`].
@@ -346,31 +329,6 @@ fn silu_mul(g: &mut [f32], u: &[f32], width: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The lanes' f64 sums give llama.cpp's mean (one f64 sum in order,
-    /// then rounded) for row widths with and without a remainder, and a
-    /// zero row gives zero.
-    #[test]
-    fn mean_square_is_llama_cpps() {
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        for n in [2048usize, 576, 2051, 7] {
-            let x: Vec<f32> = (0..n)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    (seed % 20_001) as f32 / 1000.0 - 10.0
-                })
-                .collect();
-            let mut sum = 0f64;
-            for &v in &x {
-                sum += f64::from(v * v);
-            }
-            let want = (sum / n as f64) as f32;
-            assert_eq!(mean_square(&x).to_bits(), want.to_bits(), "n={n}");
-        }
-        assert_eq!(mean_square(&[0.0; 64]), 0.0);
-    }
 
     /// Each token's heads rotated at its position into the head-major
     /// layout, in both layouts: `(i, i + d/2)` pairs and `(2i, 2i + 1)`
