@@ -34,6 +34,12 @@ use crate::vecmath;
 /// Rows from which element-wise work is split across the pool.
 const PARALLEL_ROWS: usize = 16;
 
+/// Tokens from which a step's RoPE, head copies and residual adds are
+/// split across the pool (prompt chunks): below it (decode of up to 63
+/// sequences) they stay on the calling thread, as before the split, where
+/// a fork and join costs about what the split saves.
+const SPLIT_TOKENS: usize = 64;
+
 /// One block's weights as slices and kernel matrices.
 struct Layer {
     attn_norm: Norm,
@@ -210,7 +216,7 @@ impl CpuBlocks {
             let y = paged_attention(pool, i, &s.q_heads, shape, seqs);
             let o = &mut [(&*layer.o, LoraTarget::O, &mut s.proj[..])];
             lora.project(i, &y, t, o, &mut s.deltas)?;
-            add_into(x, &s.proj);
+            add_into(x, &s.proj, t);
 
             layer.ffn_norm.apply(x, &mut s.normed);
             lora.project(
@@ -226,7 +232,7 @@ impl CpuBlocks {
             silu_mul(&mut s.gate, &s.up, ff);
             let down = &mut [(&*layer.down, LoraTarget::Down, &mut s.proj[..])];
             lora.project(i, &s.gate, t, down, &mut s.deltas)?;
-            add_into(x, &s.proj);
+            add_into(x, &s.proj, t);
         }
         Ok(())
     }
@@ -271,7 +277,7 @@ impl CpuBlocks {
 }
 
 /// `f` on each head's part of `out` (`[heads, tokens, d]`) with its index,
-/// the heads split across the pool when the step has many tokens.
+/// the heads split across the pool from [`SPLIT_TOKENS`] tokens on.
 fn per_head(
     out: &mut [f32],
     tokens: usize,
@@ -282,7 +288,7 @@ fn per_head(
     if per == 0 {
         return;
     }
-    if tokens >= PARALLEL_ROWS {
+    if tokens >= SPLIT_TOKENS {
         out.par_chunks_mut(per).enumerate().for_each(f);
     } else {
         out.chunks_mut(per).enumerate().for_each(f);
@@ -299,15 +305,16 @@ fn to_heads(y: &[f32], heads: usize, d: usize, out: &mut [f32]) {
     });
 }
 
-/// `x += y`, in parts across the pool when long (a prompt's rows).
-fn add_into(x: &mut [f32], y: &[f32]) {
+/// `x += y` for a step of `tokens` rows, in parts across the pool from
+/// [`SPLIT_TOKENS`] on.
+fn add_into(x: &mut [f32], y: &[f32], tokens: usize) {
     const PART: usize = 1 << 14;
     let add = |(x, y): (&mut [f32], &[f32])| {
         for (a, b) in x.iter_mut().zip(y) {
             *a += b;
         }
     };
-    if x.len() >= 4 * PART {
+    if tokens >= SPLIT_TOKENS {
         x.par_chunks_mut(PART).zip(y.par_chunks(PART)).for_each(add);
     } else {
         add((x, y));
@@ -336,7 +343,7 @@ mod tests {
     #[test]
     fn rope_heads_rotates_each_pair_at_its_position() {
         let (heads, d, half) = (3, 8, 4);
-        for tokens in [3usize, 2 * PARALLEL_ROWS] {
+        for tokens in [3usize, SPLIT_TOKENS] {
             let positions: Vec<u32> = (0..tokens as u32).map(|i| (i * 7) % 40).collect();
             let angle = |p: u32, j: usize| p as f32 * 0.5f32.powi(j as i32);
             let (mut cos, mut sin) = (Vec::new(), Vec::new());
