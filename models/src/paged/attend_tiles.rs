@@ -9,6 +9,7 @@
 
 use std::arch::x86_64::*;
 
+use super::attend::Task;
 use super::attend_wide::exp16;
 use super::BLOCK_SIZE;
 
@@ -32,13 +33,68 @@ pub(super) fn transpose_queries(qs: &[f32], d: usize) -> Vec<f32> {
     qt
 }
 
+/// Where query `qi`'s probability of a block's first key is in
+/// [`Online::probs`] (key `j`'s `j * LANES` further on).
+pub(super) fn tile_prob_at(qi: usize) -> usize {
+    (qi / LANES) * LANES * BLOCK_SIZE + qi % LANES
+}
+
+/// A prompt task's online softmax, query by query: running maximum `m`,
+/// sum `l`, the last block's correction `corr`, and the block's
+/// probabilities (`probs`, tile by tile, as [`tile_prob_at`] says).
+pub(super) struct Online<'a> {
+    pub(super) m: &'a mut [f32],
+    pub(super) l: &'a mut [f32],
+    pub(super) corr: &'a mut [f32],
+    pub(super) probs: &'a mut [f32],
+}
+
+impl Task<'_> {
+    /// The online-softmax step of queries `first..` (those that see the
+    /// block starting at position `base`) against the block's keys (`kt`,
+    /// transposed, `[d, 16]`), [`LANES`] queries at a time from the
+    /// transposed queries `qt` ([`transpose_queries`]).
+    ///
+    /// # Safety
+    /// AVX-512 F; `kt` holds a block's keys, `qt` the task's queries.
+    #[inline(always)]
+    pub(super) unsafe fn softmax_tiles(
+        &self,
+        qt: &[f32],
+        kt: &[f32],
+        base: usize,
+        first: usize,
+        online: Online<'_>,
+    ) {
+        let (d, nq) = (self.pool.head_dim, online.m.len());
+        let n_rep = self.shape.num_heads / self.pool.num_kv_heads;
+        for t in first / LANES..nq.div_ceil(LANES) {
+            let valid = std::array::from_fn(|i| {
+                let qi = t * LANES + i;
+                if (first..nq).contains(&qi) {
+                    self.visible(qi, base, n_rep) as i32
+                } else {
+                    0
+                }
+            });
+            let tile = Tile {
+                qt: &qt[t * d * LANES..(t + 1) * d * LANES],
+                valid,
+                at: t * LANES,
+            };
+            let probs = &mut online.probs[t * LANES * BLOCK_SIZE..(t + 1) * LANES * BLOCK_SIZE];
+            tile.softmax(kt, d, online.m, online.l, online.corr, probs);
+        }
+    }
+}
+
 /// [`LANES`] queries from `at` (transposed, `qt`, `[d, 16]`), of which
 /// query `at + i` sees the first `valid[i]` keys of the block (none: left
 /// as it is).
-pub(super) struct Tile<'a> {
-    pub(super) qt: &'a [f32],
-    pub(super) valid: [i32; LANES],
-    pub(super) at: usize,
+struct Tile<'a> {
+    qt: &'a [f32],
+    valid: [i32; LANES],
+    at: usize,
 }
 
 impl Tile<'_> {
@@ -56,7 +112,7 @@ impl Tile<'_> {
     /// # Safety
     /// AVX-512 F; `kt` has `d * 16` values, `qt` `d * 16`, `probs` 256.
     #[inline(always)]
-    pub(super) unsafe fn softmax(
+    unsafe fn softmax(
         &self,
         kt: &[f32],
         d: usize,

@@ -23,7 +23,7 @@
 use std::arch::x86_64::*;
 
 use super::attend::{normalize, State, Task};
-use super::attend_tiles::{transpose_queries, Tile, LANES};
+use super::attend_tiles::{tile_prob_at, transpose_queries, Online, LANES};
 use super::BLOCK_SIZE;
 use crate::vecmath;
 
@@ -64,8 +64,8 @@ impl Task<'_> {
         let last = seq.pos + r1 - 1;
         let direct = nq <= 8;
         // More queries than a decode task's: scores and softmax 16 queries
-        // to a register ([`Tile::softmax`]), the probabilities stored key
-        // by key.
+        // to a register (`Task::softmax_tiles`), the probabilities stored
+        // key by key.
         let tiles = !direct;
         let qt = if tiles {
             transpose_queries(&qs, d)
@@ -95,25 +95,13 @@ impl Task<'_> {
             let base = b * BLOCK_SIZE;
             let first = self.first_query(base, n_rep, nq);
             if tiles {
-                let (m, l) = (&mut m[..], &mut l[..]);
-                for t in first / LANES..nq.div_ceil(LANES) {
-                    let valid: [i32; LANES] = std::array::from_fn(|i| {
-                        let qi = t * LANES + i;
-                        let seen = (first..nq).contains(&qi);
-                        if seen {
-                            self.visible(qi, base, n_rep) as i32
-                        } else {
-                            0
-                        }
-                    });
-                    let tile = Tile {
-                        qt: &qt[t * d * LANES..(t + 1) * d * LANES],
-                        valid,
-                        at: t * LANES,
-                    };
-                    let probs = &mut probs[t * LANES * BLOCK_SIZE..(t + 1) * LANES * BLOCK_SIZE];
-                    tile.softmax(&kt, d, m, l, &mut corr, probs);
-                }
+                let online = Online {
+                    m: &mut m,
+                    l: &mut l,
+                    corr: &mut corr,
+                    probs: &mut probs,
+                };
+                self.softmax_tiles(&qt, &kt, base, first, online);
             } else {
                 let sc: &[f32] = match half {
                     Some((k, _)) => {
@@ -169,7 +157,7 @@ impl Task<'_> {
                 }
                 let (acc, corr) = (acc[qi * d..end * d].as_mut_ptr(), &corr[qi..end]);
                 let probs = if tiles {
-                    probs[(qi / LANES) * LANES * BLOCK_SIZE + qi % LANES..].as_ptr()
+                    probs[tile_prob_at(qi)..].as_ptr()
                 } else {
                     probs[qi * BLOCK_SIZE..].as_ptr()
                 };
