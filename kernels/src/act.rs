@@ -47,6 +47,9 @@ pub(crate) struct Acts {
     pub start127: Vec<i32>,
     /// Whether the rows are regrouped by tiles ([`Acts::quantize_tiled`]).
     pub tiled: bool,
+    /// Whether those tiles have 16 rows while 16 are left (the AMX tiles'
+    /// height), then [`crate::x8::tile_rows`]'s sizes.
+    pub tiles16: bool,
 }
 
 /// Where element `e` (of `per_row` per row) of row `a + j` sits when the
@@ -242,9 +245,21 @@ impl Acts {
         self.qs.len() / self.nb
     }
 
+    /// The rows of the tile [`Acts::quantize_tiled`] makes next with
+    /// `left` rows left: 16 with [`Acts::tiles16`] while 16 are left, else
+    /// [`crate::x8::tile_rows`] of at most 8.
+    #[inline(always)]
+    pub(crate) fn tile_rows(&self, left: usize) -> usize {
+        if self.tiles16 && left >= 16 {
+            16
+        } else {
+            crate::x8::tile_rows(left, 8)
+        }
+    }
+
     /// Room for `x` (rows of `k` values, `k` a multiple of `span`, 32 or
     /// 256) quantized, all zero.
-    fn zeroed(x: &[f32], k: usize, span: usize, tiled: bool) -> Acts {
+    fn zeroed(x: &[f32], k: usize, span: usize, tiled: bool, tiles16: bool) -> Acts {
         assert!(
             matches!(span, QK | 256) && k.is_multiple_of(span),
             "rows of {k} values in spans of {span}"
@@ -259,6 +274,7 @@ impl Acts {
             bias: vec![Bias::default(); blocks],
             start127: Vec::new(),
             tiled,
+            tiles16,
         }
     }
 
@@ -267,7 +283,7 @@ impl Acts {
     /// chunks) are split by rows across the pool.
     pub(crate) fn quantize(x: &[f32], k: usize, span: usize) -> Acts {
         use rayon::prelude::*;
-        let mut a = Acts::zeroed(x, k, span, false);
+        let mut a = Acts::zeroed(x, k, span, false, false);
         let (nb, blocks) = (a.nb, a.qs.len());
         let rows = blocks / nb.max(1);
         if x.len() >= PARALLEL_MIN_VALUES && rows > 1 && rayon::current_num_threads() > 1 {
@@ -318,17 +334,18 @@ impl Acts {
     /// block `b` from one place (`8 b` blocks on, for a tile of eight), one
     /// address for the kernel's eight rows instead of eight (prefill 2-6%
     /// faster, `benches/README.md`). The same values as [`Acts::quantize`],
-    /// each row quantized alone either way.
-    pub(crate) fn quantize_tiled(x: &[f32], k: usize, span: usize) -> Acts {
+    /// each row quantized alone either way. With `tiles16`, tiles of 16
+    /// rows first, as the AMX tiles take them ([`Acts::tile_rows`]).
+    pub(crate) fn quantize_tiled(x: &[f32], k: usize, span: usize, tiles16: bool) -> Acts {
         use rayon::prelude::*;
-        let mut a = Acts::zeroed(x, k, span, true);
+        let mut a = Acts::zeroed(x, k, span, true, tiles16);
         let (nb, blocks) = (a.nb, a.qs.len());
         let rows = blocks / nb.max(1);
         // The tiles' first rows and sizes.
         let mut tiles = Vec::new();
         let mut r = 0;
         while r < rows {
-            let at = crate::x8::tile_rows(rows - r, 8);
+            let at = a.tile_rows(rows - r);
             tiles.push((r, at));
             r += at;
         }
@@ -502,18 +519,19 @@ mod tests {
 
     #[test]
     fn tiled_rows_are_the_rows_regrouped() {
-        // 21 rows: tiles of 8, 8, 4 and 1.
+        // 21 rows: tiles of 8, 8, 4 and 1, or of 16, 4 and 1.
         let (m, k) = (21, 512);
         let x: Vec<f32> = (0..m * k)
             .map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0)
             .collect();
-        for span in [QK, 256] {
+        for (span, tiles16) in [(QK, false), (256, false), (QK, true), (256, true)] {
             let rows = Acts::quantize(&x, k, span);
-            let tiled = Acts::quantize_tiled(&x, k, span);
+            let tiled = Acts::quantize_tiled(&x, k, span, tiles16);
             assert!(tiled.tiled && !rows.tiled);
             let nb = k / QK;
             let mut a = 0;
-            for at in [8, 8, 4, 1] {
+            let sizes: &[usize] = if tiles16 { &[16, 4, 1] } else { &[8, 8, 4, 1] };
+            for &at in sizes {
                 for j in 0..at {
                     for b in 0..nb {
                         let (t, r) = (tiled_at(nb, a, at, j, b), (a + j) * nb + b);

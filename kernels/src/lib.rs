@@ -27,8 +27,9 @@
 //! - kernels are picked at run time ([`Isa`]): AVX2 + FMA + F16C, with
 //!   256-bit AVX-512 VNNI `vpdpbusd` where present and where they pass a
 //!   start-up comparison with the AVX2 kernels ([`Isa::best`]; AVX-512
-//!   CPUs without VNNI run the AVX2 code), and plain loops on other CPUs
-//!   and non-x86 builds;
+//!   CPUs without VNNI run the AVX2 code), AMX int8 tiles for prompt steps
+//!   on CPUs that have them ([`Isa::Amx`], the same sums and so the same
+//!   bits), and plain loops on other CPUs and non-x86 builds;
 //! - output columns (weight rows) go in chunks of 16 across the rayon pool
 //!   when there is enough work; [`QuantMatrix::matmul_many`] quantizes one
 //!   input for several matrices and runs all their chunks in one loop.
@@ -83,6 +84,9 @@ pub enum Isa {
     Avx512,
     /// [`Isa::Avx512`] plus VNNI (`vpdpbusd`).
     Avx512Vnni,
+    /// [`Isa::Avx512Vnni`] plus AMX int8 tiles (`tdpbsud`) for prompt
+    /// steps, where the kernel lets the process use them (Linux).
+    Amx,
 }
 
 impl Isa {
@@ -107,6 +111,7 @@ impl Isa {
                 }
                 Isa::Avx512 => avx512(),
                 Isa::Avx512Vnni => avx512() && std::is_x86_feature_detected!("avx512vnni"),
+                Isa::Amx => Isa::Avx512Vnni.is_available() && x8::amx::available(),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -117,10 +122,16 @@ impl Isa {
 
     /// Every instruction set this CPU can run, scalar first.
     pub fn available() -> Vec<Isa> {
-        [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni]
-            .into_iter()
-            .filter(|i| i.is_available())
-            .collect()
+        [
+            Isa::Scalar,
+            Isa::Avx2,
+            Isa::Avx512,
+            Isa::Avx512Vnni,
+            Isa::Amx,
+        ]
+        .into_iter()
+        .filter(|i| i.is_available())
+        .collect()
     }
 
     /// The instruction set [`QuantMatrix::matmul`] uses (detected once).
@@ -132,34 +143,46 @@ impl Isa {
     /// them before they are trusted; a mismatch falls back to AVX2 with a
     /// message on stderr. `HEARTH_KERNELS_AVX512=0` keeps AVX2,
     /// `HEARTH_KERNELS_AVX512=1` takes the best available without the
-    /// check. AVX-512 without VNNI runs the AVX2 kernels either way.
+    /// check. AVX-512 without VNNI runs the AVX2 kernels either way. AMX
+    /// tiles are taken the same way, checked first, where the CPU and the
+    /// kernel offer them; `HEARTH_KERNELS_AMX=0` leaves them out.
     pub fn best() -> Isa {
         static BEST: OnceLock<Isa> = OnceLock::new();
         *BEST.get_or_init(|| {
             let setting = std::env::var("HEARTH_KERNELS_AVX512").ok();
+            let no_amx = std::env::var("HEARTH_KERNELS_AMX").is_ok_and(|v| v == "0");
             let base = if Isa::Avx2.is_available() {
                 Isa::Avx2
             } else {
                 Isa::Scalar
             };
+            let usable = |isa: Isa| isa.is_available() && !(no_amx && isa == Isa::Amx);
             match setting.as_deref() {
                 Some("0") => base,
-                Some("1") => *Isa::available().last().expect("scalar is always available"),
-                _ if Isa::Avx512Vnni.is_available() => match Isa::Avx512Vnni.self_check(base) {
-                    Ok(()) => Isa::Avx512Vnni,
-                    Err(e) => {
-                        eprintln!("hearth-kernels: AVX-512 VNNI kernels not used: {e}");
-                        base
-                    }
-                },
-                _ => base,
+                Some("1") => Isa::available()
+                    .into_iter()
+                    .rev()
+                    .find(|&i| usable(i))
+                    .expect("scalar is always available"),
+                _ => [Isa::Amx, Isa::Avx512Vnni]
+                    .into_iter()
+                    .filter(|&i| usable(i))
+                    .find(|&isa| match isa.self_check(base) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            eprintln!("hearth-kernels: {isa:?} kernels not used: {e}");
+                            false
+                        }
+                    })
+                    .unwrap_or(base),
             }
         })
     }
 
     /// Runs `self`'s kernels against `base`'s on small matrices of every
-    /// format (random blocks, a padded last group, every tile
-    /// height from 1 to 9 activation rows); an error names the first
+    /// format (random blocks; 20 rows, a padded last group, and 32; every
+    /// tile height from 1 to 9 activation rows, and 17 and 40 rows, where
+    /// prompt steps' tiles run); an error names the first
     /// mismatch. The integer sums are exact, so the two must agree to f32
     /// rounding (`1e-5` of the sum of the products' magnitudes).
     ///
@@ -173,8 +196,12 @@ impl Isa {
             state ^= state << 17;
             state
         };
-        let n = 20;
-        for format in Format::ALL {
+        // 20 rows: a padded last group (the activations in row order); 32:
+        // the activations regrouped by tiles.
+        for (n, format) in [20, 32]
+            .into_iter()
+            .flat_map(|n| Format::ALL.map(|f| (n, f)))
+        {
             let (bb, bv) = (format.block_bytes(), format.block_values());
             let k = 3 * bv;
             let mut bytes: Vec<u8> = (0..n * k / bv * bb).map(|_| next() as u8).collect();
@@ -196,7 +223,8 @@ impl Isa {
             }
             let w = QuantMatrix::new(format, &bytes, n, k)?;
             let deq = w.dequantize();
-            for m in 1..=9 {
+            // 17 and 40 rows: AMX tiles (16 rows) and the rest.
+            for m in (1..=9).chain([17, 40]) {
                 let x: Vec<f32> = (0..m * k)
                     .map(|_| (next() % 2001) as f32 / 100.0 - 10.0)
                     .collect();
@@ -338,14 +366,26 @@ impl QuantMatrix {
         // The 512-bit prefill kernels read the rows regrouped by tiles,
         // where every matrix runs on them alone.
         #[cfg(target_arch = "x86_64")]
-        let tiled =
-            isa == Isa::Avx512Vnni && mats.iter().all(|(w, _)| x8::wide::reads_tiles(m, w.n));
+        let tiled = matches!(isa, Isa::Avx512Vnni | Isa::Amx)
+            && mats.iter().all(|(w, _)| x8::wide::reads_tiles(m, w.n));
         #[cfg(not(target_arch = "x86_64"))]
         let tiled = false;
+        // With AMX, tiles of 16 rows where every matrix of the span runs
+        // on AMX tiles.
+        let tiles16 = |span: usize| {
+            #[cfg(target_arch = "x86_64")]
+            return isa == Isa::Amx
+                && mats
+                    .iter()
+                    .filter(|(w, _)| span_of(w) == span)
+                    .all(|(w, _)| w.format.runs_on_amx());
+            #[cfg(not(target_arch = "x86_64"))]
+            false
+        };
         let quantized = |span: usize| {
             mats.iter().any(|(w, _)| span_of(w) == span).then(|| {
                 if tiled {
-                    Acts::quantize_tiled(x, k, span)
+                    Acts::quantize_tiled(x, k, span, tiles16(span))
                 } else {
                     Acts::quantize(x, k, span)
                 }
@@ -355,7 +395,7 @@ impl QuantMatrix {
         // Weight rows per chunk (the tiled kernels may take more at once).
         let chunk_rows = |w: &QuantMatrix| {
             #[cfg(target_arch = "x86_64")]
-            if tiled {
+            if tiled && isa == Isa::Avx512Vnni {
                 return x8::wide::tiled_chunk_rows(w.format, w.n);
             }
             let _ = w; // read only by the x86-64 kernels
@@ -418,6 +458,12 @@ impl QuantMatrix {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => {
                 with_layout!(&self.repr, w => x8::simd::run_vnni(w, acts, groups, out))
+            }
+            // SAFETY: as above; `Amx` is available only where
+            // `x8::amx::available`.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Amx => {
+                with_layout!(&self.repr, w => x8::simd::run_amx(w, acts, groups, out))
             }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 | Isa::Avx512 => {

@@ -335,6 +335,71 @@ fn every_instruction_set_passes_the_start_up_self_check() {
     );
 }
 
+/// The AMX tiles (16 activation rows by a pair of groups, in prompt steps
+/// of more than 16 rows) give the AVX2 kernels' results bit for bit, as
+/// the 512-bit tiles do: the same integer sums, then the same float
+/// operations in the same order. 17 rows are one AMX tile and one row on
+/// the 512-bit tiles, 45 two tiles and 13 rows; 16 and 48 weight rows take
+/// the activations regrouped by tiles of 16, 37 and 100 in row order
+/// (they end in a lone group, on the 256-bit tiles); k = 512 (16 blocks,
+/// two Q3_K spans) and 544 (17 blocks: the odd last block alone).
+#[test]
+fn amx_kernels_equal_avx2_bit_for_bit() {
+    if !Isa::Amx.is_available() {
+        eprintln!("skipped: this CPU (or kernel) offers no AMX int8 tiles");
+        return;
+    }
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    for format in Format::ALL {
+        for k in [512usize, 544] {
+            if k % format.block_values() != 0 {
+                continue;
+            }
+            for n in [16usize, 37, 48, 100] {
+                let (bytes, _, _) = quantize(format, &rng.matrix(n * k));
+                let q = QuantMatrix::new(format, &bytes, n, k).unwrap();
+                for m in [17usize, 32, 45] {
+                    let x: Vec<f32> = (0..m * k).map(|_| rng.next_f32()).collect();
+                    let (mut avx2, mut amx) = (vec![0f32; m * n], vec![0f32; m * n]);
+                    q.matmul_with(Isa::Avx2, &x, m, &mut avx2);
+                    q.matmul_with(Isa::Amx, &x, m, &mut amx);
+                    for (e, (a, v)) in avx2.iter().zip(&amx).enumerate() {
+                        assert_eq!(
+                            a.to_bits(),
+                            v.to_bits(),
+                            "{format:?} k={k} m={m} n={n} at {e}: AVX2 {a} AMX {v}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // Q3_K beside Q2_K (no AMX tiles) on one input: the activations then
+    // keep the 512-bit tiles' layout for both.
+    let (k, n, m) = (512, 48, 40);
+    let mats: Vec<QuantMatrix> = [Format::Q3K, Format::Q2K]
+        .into_iter()
+        .map(|f| QuantMatrix::new(f, &quantize(f, &rng.matrix(n * k)).0, n, k).unwrap())
+        .collect();
+    let x: Vec<f32> = (0..m * k).map(|_| rng.next_f32()).collect();
+    let run = |isa: Isa| {
+        let mut outs = vec![vec![0f32; m * n]; 2];
+        let mut pairs: Vec<(&QuantMatrix, &mut [f32])> = mats
+            .iter()
+            .zip(outs.iter_mut().map(|o| &mut o[..]))
+            .collect();
+        QuantMatrix::matmul_many_with(isa, &mut pairs, &x, m);
+        outs
+    };
+    let (avx2, amx) = (run(Isa::Avx2), run(Isa::Amx));
+    for (want, got) in avx2.iter().zip(&amx) {
+        assert!(want
+            .iter()
+            .zip(got)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+    }
+}
+
 /// The VNNI kernels, 256-bit for up to four activation rows and two groups
 /// per 512-bit register for more, give the AVX2 kernels' results bit for bit:
 /// both sum the blocks exactly in integers and do the same float operations

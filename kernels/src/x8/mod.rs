@@ -31,6 +31,8 @@
 //! 512-bit register and tiles of up to 8 activation rows; with up to four
 //! (decode, bound by memory) the 256-bit tiles run.
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod amx;
 pub(crate) mod i8;
 pub(crate) mod k2;
 pub(crate) mod scales;
@@ -448,7 +450,21 @@ pub(crate) mod simd {
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     pub(crate) unsafe fn run_vnni<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
         if acts.rows() > PREFETCH_MAX_ROWS {
-            super::wide::run(w, acts, groups, out)
+            super::wide::run::<W, false>(w, acts, groups, out)
+        } else {
+            run_body::<W, true>(w, acts, groups, out)
+        }
+    }
+
+    /// [`run_vnni`] with AMX int8 tiles for whole tiles of 16 activation
+    /// rows in prompt steps ([`super::amx`]).
+    ///
+    /// # Safety
+    /// As [`run_vnni`]; [`super::amx::available`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(crate) unsafe fn run_amx<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
+        if acts.rows() > PREFETCH_MAX_ROWS {
+            super::wide::run::<W, true>(w, acts, groups, out)
         } else {
             run_body::<W, true>(w, acts, groups, out)
         }

@@ -27,6 +27,9 @@
 //! blocks before their float operations ([`tile_span`]). Each lane thus
 //! does the 256-bit tile's integer sums and float operations in the same
 //! order, so the results are the same bits.
+//!
+//! On CPUs with AMX, [`run`] hands whole tiles of 16 activation rows to
+//! [`super::amx`], which reads the same unpacked blocks.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -184,7 +187,7 @@ unsafe fn starts<W: Group8>(acts: &Acts, ai: usize) -> [__m512i; 2] {
 /// # Safety
 /// AVX-512 F; the activation block exists.
 #[inline(always)]
-unsafe fn finish<W: Group8>(
+pub(crate) unsafe fn finish<W: Group8>(
     u: &Unpacked,
     acts: &Acts,
     ai: usize,
@@ -550,12 +553,21 @@ unsafe fn put_pair<const A: usize>(rows: usize, g: usize, a: usize, v: [__m512; 
 /// Groups `groups` times every activation row: pairs of groups on 512-bit
 /// registers, a lone last group on the 256-bit tiles.
 ///
+/// With `AMX` (and a layout the AMX tiles take, [`super::amx::supports`]),
+/// each unpacked pair runs 16 activation rows at a time on AMX tiles
+/// ([`super::amx::tile`]), the rows left over on the 512-bit tiles.
+///
 /// # Safety
-/// AVX2, FMA, F16C, AVX-512 F/BW/VL/VNNI; as [`super::run_scalar`] for
-/// `out`.
+/// AVX2, FMA, F16C, AVX-512 F/BW/VL/VNNI, and [`super::amx::available`]
+/// with `AMX`; as [`super::run_scalar`] for `out`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline(never)]
-pub(crate) unsafe fn run<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
+pub(crate) unsafe fn run<W: Group8, const AMX: bool>(
+    w: &W,
+    acts: &Acts,
+    groups: Range<usize>,
+    out: Out,
+) {
     let m = acts.rows();
     let rows = w.rows();
     let mut g = groups.start;
@@ -564,7 +576,7 @@ pub(crate) unsafe fn run<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, ou
     // The rows regrouped by tiles, as `reads_tiles` says.
     let tiled = acts.tiled;
     assert!(!tiled || (!stream && groups.len().is_multiple_of(2)));
-    if tiled && W::SUMS == Sums::All127 && groups.len() == 4 {
+    if tiled && !AMX && W::SUMS == Sums::All127 && groups.len() == 4 {
         // Both pairs exist (`unpack_pair`'s condition, either way).
         assert!(g + 4 <= rows.div_ceil(G));
         SCRATCH.with_borrow_mut(|b0| {
@@ -593,6 +605,20 @@ pub(crate) unsafe fn run<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, ou
         });
         return;
     }
+    // AMX tiles for whole tiles of 16 rows (more than `STREAM_MAX_ROWS`:
+    // the blocks are unpacked into scratch).
+    let amx = AMX
+        && !stream
+        && (!tiled || acts.tiles16)
+        && super::amx::supports(W::SUMS)
+        && g + 1 < groups.end;
+    assert!(
+        !acts.tiles16 || amx || g + 1 >= groups.end,
+        "tiles of 16 rows for AMX only"
+    );
+    if amx {
+        super::amx::configure::<W>();
+    }
     SCRATCH.with_borrow_mut(|scratch| {
         while g + 1 < groups.end {
             // Both groups exist (`unpack_pair`'s condition, either way).
@@ -601,6 +627,15 @@ pub(crate) unsafe fn run<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, ou
                 unpack2(w, g, scratch);
             }
             let mut a = 0;
+            while amx && a + super::amx::ROWS <= m {
+                let v = if tiled {
+                    super::amx::tile::<W, true>(scratch, acts, a)
+                } else {
+                    super::amx::tile::<W, false>(scratch, acts, a)
+                };
+                put_pair(rows, g, a, v, out);
+                a += super::amx::ROWS;
+            }
             while a < m {
                 // Unpacking each block per tile, any 1 to 8 rows are one
                 // tile (5 as 4 and 1 cost a second unpacking and pass:
@@ -651,6 +686,9 @@ pub(crate) unsafe fn run<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, ou
             g += 2;
         }
     });
+    if amx {
+        super::amx::release();
+    }
     if g < groups.end {
         let mut a = 0;
         while a < m {

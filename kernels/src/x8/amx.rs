@@ -1,0 +1,381 @@
+//! AMX int8 tiles (Intel Xeon from Sapphire Rapids on) for prompt steps:
+//! the integer sums of [`super::wide`]'s 512-bit tiles, 16 activation rows
+//! by 16 weight rows (a group pair) at once, by `tdpbsud`.
+//!
+//! A chunk's blocks are unpacked into scratch as for the 512-bit kernels
+//! ([`Unpacked`]); register `v` of a block holds values `4 v..4 v + 4` of
+//! the pair's sixteen rows, which is exactly row `v` of an AMX `B` tile
+//! (`K/4` rows of sixteen 4-byte columns), so the eight registers are the
+//! block's `B` tile as they lie. The `A` tile is the 16 activation rows'
+//! quantized block, 32 signed bytes each ([`Acts::tiles16`] puts a tile's
+//! rows side by side, so that it is 512 contiguous bytes), and `tdpbsud`
+//! (signed `A` times unsigned `B`) leaves in row `j`, column `l` of `C` the
+//! integer sum of activation row `a + j` against weight row `l` over the
+//! block: lane `l` of the 512-bit tile's sum for that row. Q8_0 and Q6_K,
+//! stored with a bias (`q + 128`, `q + 32`), take a second product of the
+//! same `A` with a constant tile of the bias's negative (`tdpbssd`), which
+//! leaves exactly the 512-bit tile's sum started from its bias correction
+//! ([`crate::act::Bias`]; adding that per row and block instead cost more
+//! than the second product); Q3_K's span sums (`p + 127`) start from the
+//! span's correction, as on the 512-bit tiles. The sums then take
+//! [`finish`]'s float operations in the same order, so the results are the
+//! 512-bit tiles' bits.
+//!
+//! Each step's sums are stored (`tilestored`) while the previous step's
+//! are read back for the float operations, which is what the loop waits on:
+//! a row's sum times its factors, added to its accumulator, per block
+//! (Q3_K: per span, its `C` tiles adding up the span's eight blocks).
+//!
+//! Layouts: all but Q2_K ([`Sums::Mins16`]), whose mins take sixteen more
+//! integer sums per block and stay on the 512-bit tiles.
+//!
+//! Linux grants the tiles' register state to a process on request
+//! (`arch_prctl(ARCH_REQ_XCOMP_PERM)`); [`available`] asks once.
+
+use std::arch::asm;
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+use super::wide::{finish, Sums, Unpacked};
+use super::{Group8, G, SPAN_BLOCKS};
+use crate::act::{tiled_at, Acts};
+use crate::formats::QK;
+
+/// Activation rows per tile.
+pub(crate) const ROWS: usize = 16;
+
+/// Whether this CPU has AMX int8 tiles and the kernel lets this process
+/// use them (asked once).
+pub(crate) fn available() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(detect)
+}
+
+#[cfg(target_os = "linux")]
+fn detect() -> bool {
+    // CPUID leaf 7: AMX-TILE is bit 24 of EDX, AMX-INT8 bit 25.
+    let leaf7 = __cpuid_count(7, 0);
+    if (leaf7.edx >> 24) & 3 != 3 {
+        return false;
+    }
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // SAFETY: a plain system call; it fails (non-zero) where the kernel
+    // does not support the tiles' state.
+    unsafe {
+        libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_REQ_XCOMP_PERM,
+            XFEATURE_XTILEDATA,
+        ) == 0
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn detect() -> bool {
+    false
+}
+
+/// Whether the tiles run the layouts summed as `sums`.
+pub(crate) fn supports(sums: Sums) -> bool {
+    sums != Sums::Mins16
+}
+
+/// A tile configuration (palette 1), as `ldtilecfg` reads it.
+#[repr(C, align(64))]
+struct Config {
+    palette: u8,
+    start_row: u8,
+    reserved: [u8; 14],
+    colsb: [u16; 16],
+    rows: [u8; 16],
+}
+
+impl Config {
+    /// `tmm0`, `tmm1`: sums (16 rows of 16 i32); `tmm2`, `tmm3`: activation
+    /// bytes (16 rows of `k` values); `tmm4`, `tmm5`: weight bytes (`k / 4`
+    /// rows of 64); `tmm6`: the bias tile, as the weights; where `k` is 16
+    /// with `halves` (Q6_K) and 32 otherwise.
+    const fn new(halves: bool) -> Self {
+        let k = if halves { QK / 2 } else { QK };
+        let mut colsb = [0u16; 16];
+        let mut rows = [0u8; 16];
+        let mut t = 0;
+        while t < 7 {
+            (colsb[t], rows[t]) = match t {
+                0 | 1 => (64, ROWS as u8),
+                2 | 3 => (k as u16, ROWS as u8),
+                _ => (64, (k / 4) as u8),
+            };
+            t += 1;
+        }
+        Config {
+            palette: 1,
+            start_row: 0,
+            reserved: [0; 14],
+            colsb,
+            rows,
+        }
+    }
+}
+
+static WHOLE: Config = Config::new(false);
+static HALVES: Config = Config::new(true);
+
+/// Loads the tile configuration `W`'s sums take on this thread.
+///
+/// # Safety
+/// [`available`]; [`release`] before the thread does anything else with
+/// tiles.
+#[inline(always)]
+pub(crate) unsafe fn configure<W: Group8>() {
+    let cfg: &Config = if W::SUMS == Sums::Halves32 {
+        &HALVES
+    } else {
+        &WHOLE
+    };
+    asm!("ldtilecfg [{}]", in(reg) cfg, options(nostack, readonly));
+}
+
+/// Gives the tiles' state back (the kernel then need not save it).
+///
+/// # Safety
+/// [`available`].
+#[inline(always)]
+pub(crate) unsafe fn release() {
+    asm!("tilerelease", options(nostack, nomem));
+}
+
+/// 16 rows of 16 integer sums, as a tile stores them.
+#[repr(C, align(64))]
+struct SumTile([[i32; 16]; ROWS]);
+
+impl SumTile {
+    /// Row `j` as one register.
+    #[inline(always)]
+    unsafe fn row(&self, j: usize) -> __m512i {
+        _mm512_load_si512(self.0[j].as_ptr().cast())
+    }
+}
+
+/// A constant weight tile of one byte value, as many rows as a `B` tile
+/// has at most.
+#[repr(C, align(64))]
+struct ConstTile([i8; 8 * 64]);
+
+/// The bias corrections' tiles: the negated biases of Q8_0 (`q + 128`)
+/// and Q6_K (`q + 32`).
+static MINUS128: ConstTile = ConstTile([-128; 512]);
+static MINUS32: ConstTile = ConstTile([-32; 512]);
+
+/// Sums of activation rows `$x0` (the first row's block, the rows
+/// `$stride` bytes apart) against weight bytes `$w0` (rows 64 bytes apart)
+/// added to `tmm0`, and of `$x1` against `$w1` to `tmm1`; with `zero`, the
+/// two start from zero; with `bias`, each also takes its activations
+/// times `tmm6` (the bias tile).
+macro_rules! dot2 {
+    ($zero:expr, $bias:expr, $x0:expr, $w0:expr, $x1:expr, $w1:expr, $stride:expr) => {
+        if $zero {
+            asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
+        }
+        asm!(
+            "tileloadd tmm2, [{x0} + {st}*1]",
+            "tileloadd tmm4, [{w0} + {s64}*1]",
+            "tileloadd tmm3, [{x1} + {st}*1]",
+            "tileloadd tmm5, [{w1} + {s64}*1]",
+            "tdpbsud tmm0, tmm2, tmm4",
+            "tdpbsud tmm1, tmm3, tmm5",
+            x0 = in(reg) $x0,
+            w0 = in(reg) $w0,
+            x1 = in(reg) $x1,
+            w1 = in(reg) $w1,
+            st = in(reg) $stride,
+            s64 = in(reg) 64usize,
+            options(nostack, readonly),
+        );
+        if $bias {
+            asm!(
+                "tdpbssd tmm0, tmm2, tmm6",
+                "tdpbssd tmm1, tmm3, tmm6",
+                options(nostack, nomem)
+            );
+        }
+    };
+}
+
+/// Stores `tmm0` into `c0` and `tmm1` into `c1`.
+#[inline(always)]
+unsafe fn store2(c0: &mut SumTile, c1: &mut SumTile) {
+    asm!(
+        "tilestored [{c0} + {s64}*1], tmm0",
+        "tilestored [{c1} + {s64}*1], tmm1",
+        c0 = in(reg) c0.0.as_mut_ptr(),
+        c1 = in(reg) c1.0.as_mut_ptr(),
+        s64 = in(reg) 64usize,
+        options(nostack),
+    );
+}
+
+/// Groups `g` and `g + 1` (every block unpacked in `blocks`) times
+/// activation rows `a..a + 16` (in row order, or regrouped by tiles of
+/// 16: [`Acts::tiles16`]), as the 512-bit tile of 16 rows would give them (the same bits): lanes 0..8 of `[j]` for group
+/// `g`, 8..16 for `g + 1`.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI, AMX-INT8 with [`configure`]`::<W>()` done on this
+/// thread; [`supports`]`(W::SUMS)`; `blocks` holds the pair's every block;
+/// the activation rows exist, in row order or in a tile of 16 from `a`,
+/// and have as many blocks.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline(never)]
+pub(crate) unsafe fn tile<W: Group8, const TILED: bool>(
+    blocks: &[Unpacked],
+    acts: &Acts,
+    a: usize,
+) -> [__m512; ROWS] {
+    let nb = acts.nb;
+    assert!(
+        acts.tiled == TILED
+            && (!TILED || acts.tiles16)
+            && blocks.len() == nb
+            && (a + ROWS) * nb <= acts.qs.len()
+            && supports(W::SUMS)
+            && std::mem::size_of::<crate::formats::Q8>() == QK
+    );
+    // Where row `a + j`'s element `e` (of `per` per row) is: with the rows
+    // regrouped by tiles of 16, the tile's rows side by side, so that a
+    // block's `A` tile is 512 contiguous bytes; in row order (a matrix
+    // whose last group is alone), `nb` blocks apart.
+    let at = |per: usize, j: usize, e: usize| {
+        if TILED {
+            tiled_at(per, a, ROWS, j, e)
+        } else {
+            (a + j) * per + e
+        }
+    };
+    let stride = if TILED { QK } else { nb * QK };
+    let x = |b: usize| acts.qs.as_ptr().add(at(nb, 0, b)).cast::<u8>();
+    let wb = |b: usize| blocks.as_ptr().add(b).cast::<u8>();
+    let mut acc = [_mm512_setzero_ps(); ROWS];
+    // Two pairs of sum tiles' stores: each step's tiles are stored into
+    // one while the previous step's sums are read from the other, so the
+    // float work does not wait on the step's products.
+    let mut bufs = [
+        [SumTile([[0; 16]; ROWS]), SumTile([[0; 16]; ROWS])],
+        [SumTile([[0; 16]; ROWS]), SumTile([[0; 16]; ROWS])],
+    ];
+    // `$body` for each row `$j`, unrolled, so that the accumulators stay
+    // in registers (a loop kept them on the stack).
+    macro_rules! rows {
+        ($j:ident; $body:block) => {
+            rows!(@ $j; $body; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
+        };
+        (@ $j:ident; $body:block; $($n:literal)*) => {$({
+            let $j: usize = $n;
+            $body
+        })*};
+    }
+    // The bias tile of the layouts that take one.
+    let bias = match W::SUMS {
+        Sums::All128 => Some(&MINUS128),
+        Sums::Halves32 => Some(&MINUS32),
+        _ => None,
+    };
+    if let Some(tile) = bias {
+        asm!(
+            "tileloadd tmm6, [{t} + {s64}*1]",
+            t = in(reg) tile.0.as_ptr(),
+            s64 = in(reg) 64usize,
+            options(nostack, readonly),
+        );
+    }
+    let bias = bias.is_some();
+    // Each row's sums (whole, with their bias corrections) and float
+    // operations, as `tile_unpacked` does them.
+    macro_rules! finish_rows {
+        ($b:expr, $c0:expr, $c1:expr) => {
+            rows!(j; {
+                let ai = at(nb, j, $b);
+                let s = [$c0.row(j), $c1.row(j)];
+                acc[j] = finish::<W>(blocks.get_unchecked($b), acts, ai, s, acc[j]);
+            })
+        };
+    }
+    match W::SUMS {
+        Sums::Halves32 => {
+            // A block per step: values 0..16 into `tmm0`, 16..32 into `tmm1`.
+            for i in 0..=nb {
+                if i < nb {
+                    let (xb, w) = (x(i), wb(i));
+                    dot2!(true, bias, xb, w, xb.add(QK / 2), w.add(G / 2 * 64), stride);
+                    let [c0, c1] = &mut bufs[i % 2];
+                    store2(c0, c1);
+                }
+                if i > 0 {
+                    let [c0, c1] = &bufs[(i - 1) % 2];
+                    finish_rows!(i - 1, c0, c1);
+                }
+            }
+        }
+        Sums::All127 => {
+            // A span per step: its even blocks into `tmm0`, odd into
+            // `tmm1`; the two added (exact) and started from the span's
+            // bias.
+            let spans = nb / SPAN_BLOCKS;
+            for t in 0..=spans {
+                if t < spans {
+                    let first = t * SPAN_BLOCKS;
+                    for b in (first..first + SPAN_BLOCKS).step_by(2) {
+                        dot2!(b == first, false, x(b), wb(b), x(b + 1), wb(b + 1), stride);
+                    }
+                    let [c0, c1] = &mut bufs[t % 2];
+                    store2(c0, c1);
+                }
+                if t > 0 {
+                    let [c0, c1] = &bufs[(t - 1) % 2];
+                    let last = t * SPAN_BLOCKS - 1;
+                    let u = blocks.get_unchecked(last);
+                    rows!(j; {
+                        let start = *acts.start127.get_unchecked(at(spans, j, t - 1));
+                        let s = _mm512_add_epi32(
+                            _mm512_set1_epi32(start),
+                            _mm512_add_epi32(c0.row(j), c1.row(j)),
+                        );
+                        let dx = _mm512_set1_ps(*acts.d.get_unchecked(at(nb, j, last)));
+                        acc[j] =
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(u.d, dx), acc[j]);
+                    });
+                }
+            }
+        }
+        _ => {
+            // Two blocks per step (one in each sum tile); an odd last
+            // block twice, its second sums not read.
+            let steps = nb.div_ceil(2);
+            for i in 0..=steps {
+                if i < steps {
+                    let (b0, b1) = (2 * i, (2 * i + 1).min(nb - 1));
+                    dot2!(true, bias, x(b0), wb(b0), x(b1), wb(b1), stride);
+                    let [c0, c1] = &mut bufs[i % 2];
+                    store2(c0, c1);
+                }
+                if i > 0 {
+                    let b = 2 * (i - 1);
+                    let [c0, c1] = &bufs[(i - 1) % 2];
+                    finish_rows!(b, c0, c0);
+                    if b + 1 < nb {
+                        finish_rows!(b + 1, c1, c1);
+                    }
+                }
+            }
+        }
+    }
+    if W::SUMS != Sums::Offsets {
+        // As the 512-bit tiles: the signed layouts add their (zero)
+        // offsets' sums last.
+        for acc in &mut acc {
+            *acc = _mm512_add_ps(*acc, _mm512_setzero_ps());
+        }
+    }
+    acc
+}
