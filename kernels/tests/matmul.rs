@@ -335,6 +335,21 @@ fn every_instruction_set_passes_the_start_up_self_check() {
     );
 }
 
+/// `q` times the `m` rows of `x` with `isa` gives the AVX2 kernels' bits.
+fn assert_equals_avx2_bit_for_bit(isa: Isa, q: &QuantMatrix, x: &[f32], m: usize, what: &str) {
+    let n = q.n();
+    let (mut avx2, mut got) = (vec![0f32; m * n], vec![0f32; m * n]);
+    q.matmul_with(Isa::Avx2, x, m, &mut avx2);
+    q.matmul_with(isa, x, m, &mut got);
+    for (e, (a, v)) in avx2.iter().zip(&got).enumerate() {
+        assert_eq!(
+            a.to_bits(),
+            v.to_bits(),
+            "{what} at {e}: AVX2 {a} {isa:?} {v}"
+        );
+    }
+}
+
 /// The AMX tiles (16 activation rows by a pair of groups, in prompt steps
 /// of more than 16 rows) give the AVX2 kernels' results bit for bit, as
 /// the 512-bit tiles do: the same integer sums, then the same float
@@ -360,16 +375,8 @@ fn amx_kernels_equal_avx2_bit_for_bit() {
                 let q = QuantMatrix::new(format, &bytes, n, k).unwrap();
                 for m in [17usize, 32, 45] {
                     let x: Vec<f32> = (0..m * k).map(|_| rng.next_f32()).collect();
-                    let (mut avx2, mut amx) = (vec![0f32; m * n], vec![0f32; m * n]);
-                    q.matmul_with(Isa::Avx2, &x, m, &mut avx2);
-                    q.matmul_with(Isa::Amx, &x, m, &mut amx);
-                    for (e, (a, v)) in avx2.iter().zip(&amx).enumerate() {
-                        assert_eq!(
-                            a.to_bits(),
-                            v.to_bits(),
-                            "{format:?} k={k} m={m} n={n} at {e}: AVX2 {a} AMX {v}"
-                        );
-                    }
+                    let what = format!("{format:?} k={k} m={m} n={n}");
+                    assert_equals_avx2_bit_for_bit(Isa::Amx, &q, &x, m, &what);
                 }
             }
         }
@@ -424,16 +431,8 @@ fn vnni_kernels_equal_avx2_bit_for_bit() {
             let q = QuantMatrix::new(format, &bytes, n, k).unwrap();
             for m in [1usize, 2, 3, 4, 5, 6, 7, 11, 13, 16, 40, 45] {
                 let x: Vec<f32> = (0..m * k).map(|_| rng.next_f32()).collect();
-                let (mut avx2, mut vnni) = (vec![0f32; m * n], vec![0f32; m * n]);
-                q.matmul_with(Isa::Avx2, &x, m, &mut avx2);
-                q.matmul_with(Isa::Avx512Vnni, &x, m, &mut vnni);
-                for (e, (a, v)) in avx2.iter().zip(&vnni).enumerate() {
-                    assert_eq!(
-                        a.to_bits(),
-                        v.to_bits(),
-                        "{format:?} m={m} n={n} at {e}: AVX2 {a} VNNI {v}"
-                    );
-                }
+                let what = format!("{format:?} m={m} n={n}");
+                assert_equals_avx2_bit_for_bit(Isa::Avx512Vnni, &q, &x, m, &what);
             }
         }
     }
