@@ -84,12 +84,6 @@ impl Format {
         }
     }
 
-    /// Whether the AMX tiles take this format's layout (all but Q2_K,
-    /// whose mins stay on the 512-bit tiles; `x8::amx::supports`).
-    pub(crate) fn runs_on_amx(self) -> bool {
-        self != Format::Q2K
-    }
-
     /// Bytes per block in the GGUF file.
     pub fn block_bytes(self) -> usize {
         match self {

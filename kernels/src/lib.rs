@@ -378,7 +378,7 @@ impl QuantMatrix {
                 && mats
                     .iter()
                     .filter(|(w, _)| span_of(w) == span)
-                    .all(|(w, _)| w.format.runs_on_amx());
+                    .all(|(w, _)| with_layout!(&w.repr, l => x8::amx::takes(l)));
             #[cfg(not(target_arch = "x86_64"))]
             false
         };
@@ -457,13 +457,13 @@ impl QuantMatrix {
             // has `isa`; every non-scalar `Isa` implies AVX2, FMA and F16C.
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => {
-                with_layout!(&self.repr, w => x8::simd::run_vnni(w, acts, groups, out))
+                with_layout!(&self.repr, w => x8::simd::run_vnni::<_, false>(w, acts, groups, out))
             }
             // SAFETY: as above; `Amx` is available only where
             // `x8::amx::available`.
             #[cfg(target_arch = "x86_64")]
             Isa::Amx => {
-                with_layout!(&self.repr, w => x8::simd::run_amx(w, acts, groups, out))
+                with_layout!(&self.repr, w => x8::simd::run_vnni::<_, true>(w, acts, groups, out))
             }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 | Isa::Avx512 => {

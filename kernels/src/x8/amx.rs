@@ -81,6 +81,11 @@ pub(crate) fn supports(sums: Sums) -> bool {
     sums != Sums::Mins16
 }
 
+/// [`supports`] for layout `W`'s sums.
+pub(crate) fn takes<W: Group8>(_: &W) -> bool {
+    supports(W::SUMS)
+}
+
 /// A tile configuration (palette 1), as `ldtilecfg` reads it.
 #[repr(C, align(64))]
 struct Config {

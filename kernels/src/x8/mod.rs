@@ -442,29 +442,21 @@ pub(crate) mod simd {
 
     /// [`run_avx2`] with `vpdpbusd` (AVX-512 VNNI): on 256-bit registers
     /// for up to [`PREFETCH_MAX_ROWS`] activation rows (decode, bound by
-    /// memory), and the 512-bit kernels of [`super::wide`] for more.
+    /// memory), and the 512-bit kernels of [`super::wide`] for more (with
+    /// `AMX`, AMX tiles for their whole tiles of 16 rows, [`super::amx`]).
     ///
     /// # Safety
-    /// AVX2, FMA, F16C, AVX-512 F/BW/VL/VNNI; as [`super::run_scalar`] for
-    /// `out`.
+    /// AVX2, FMA, F16C, AVX-512 F/BW/VL/VNNI, and [`super::amx::available`]
+    /// with `AMX`; as [`super::run_scalar`] for `out`.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    pub(crate) unsafe fn run_vnni<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
+    pub(crate) unsafe fn run_vnni<W: Group8, const AMX: bool>(
+        w: &W,
+        acts: &Acts,
+        groups: Range<usize>,
+        out: Out,
+    ) {
         if acts.rows() > PREFETCH_MAX_ROWS {
-            super::wide::run::<W, false>(w, acts, groups, out)
-        } else {
-            run_body::<W, true>(w, acts, groups, out)
-        }
-    }
-
-    /// [`run_vnni`] with AMX int8 tiles for whole tiles of 16 activation
-    /// rows in prompt steps ([`super::amx`]).
-    ///
-    /// # Safety
-    /// As [`run_vnni`]; [`super::amx::available`].
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    pub(crate) unsafe fn run_amx<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
-        if acts.rows() > PREFETCH_MAX_ROWS {
-            super::wide::run::<W, true>(w, acts, groups, out)
+            super::wide::run::<W, AMX>(w, acts, groups, out)
         } else {
             run_body::<W, true>(w, acts, groups, out)
         }
