@@ -222,9 +222,9 @@ unsafe fn store2(c0: &mut SumTile, c1: &mut SumTile) {
 }
 
 /// Groups `g` and `g + 1` (every block unpacked in `blocks`) times
-/// activation rows `a..a + 16` (in row order, or regrouped by tiles of
-/// 16: [`Acts::tiles16`]), as the 512-bit tile of 16 rows would give them (the same bits): lanes 0..8 of `[j]` for group
-/// `g`, 8..16 for `g + 1`.
+/// activation rows `a..a + 16` (in row order, or regrouped by tiles of 16:
+/// [`Acts::tiles16`]), as the 512-bit tile of 16 rows would give them (the
+/// same bits): lanes 0..8 of `[j]` for group `g`, 8..16 for `g + 1`.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AMX-INT8 with [`configure`]`::<W>()` done on this
