@@ -24,6 +24,9 @@ use rayon::prelude::*;
 
 use crate::Error;
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
+
 /// Output columns per panel (four registers of 16 lanes).
 const NR: usize = 64;
 /// Activation rows per tile.
@@ -148,7 +151,26 @@ impl Bf16Matrix {
         });
     }
 
+    /// Whether this matrix's products run on AMX-BF16 tiles (where the
+    /// CPU has them and the input pairs are whole steps of the tiles).
+    fn on_tiles(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            self.kp.is_multiple_of(amx::PAIRS) && amx::available()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
     fn run(&self, a: &mut Vec<u32>, x: &[f32], m: usize, dst: &mut [f32]) {
+        self.run_with(self.on_tiles(), a, x, m, dst)
+    }
+
+    /// [`Bf16Matrix::run`] on AMX tiles (`tiles`, checked by the caller)
+    /// or the 512-bit kernel.
+    fn run_with(&self, tiles: bool, a: &mut Vec<u32>, x: &[f32], m: usize, dst: &mut [f32]) {
         pack_rows(x, self.k, self.kp, a);
         let a = &a[..];
         let row_tasks = m.div_ceil(MR * TILES_PER_TASK);
@@ -163,10 +185,18 @@ impl Bf16Matrix {
             // `m` rows of `kp` pairs, the panel `kp * NR` pairs; each task
             // writes only its own rows x columns of `dst` (`[m, n]`), so no
             // two tasks touch the same element.
+            // With `tiles`, AMX-BF16 is available and `kp` a whole number
+            // of its steps.
             #[cfg(target_arch = "x86_64")]
             unsafe {
-                avx512::block(a, self.kp, panel, out, self.n, rows, cols)
+                if tiles {
+                    amx::block(a, self.kp, panel, out, self.n, rows, cols)
+                } else {
+                    avx512::block(a, self.kp, panel, out, self.n, rows, cols)
+                }
             }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = (tiles, a, panel, out, rows, cols);
         });
     }
 }
@@ -339,11 +369,6 @@ mod tests {
             eprintln!("no AVX-512 BF16 on this CPU: bf16 kernel not run");
             return;
         }
-        let round = |v: &[f32]| -> Vec<f64> {
-            v.iter()
-                .map(|&x| half::bf16::from_f32(x).to_f64())
-                .collect()
-        };
         for (m, n, k) in [
             (1, 64, 32),
             (3, 70, 33),
@@ -356,19 +381,57 @@ mod tests {
             let mat = Bf16Matrix::new(&w, n, k).unwrap();
             let mut dst = base.clone();
             mat.matmul_acc(&x, m, &mut dst);
-            let (xr, wr) = (round(&x), round(&w));
-            for r in 0..m {
-                for c in 0..n {
-                    let dot: f64 = (0..k).map(|i| xr[r * k + i] * wr[c * k + i]).sum();
-                    let want = base[r * n + c] as f64 + dot;
-                    let got = dst[r * n + c] as f64;
-                    let scale: f64 = (0..k).map(|i| (xr[r * k + i] * wr[c * k + i]).abs()).sum();
-                    assert!(
-                        (got - want).abs() <= 1e-6 * (scale + 1.0),
-                        "[{m}, {n}, {k}] ({r}, {c}): {got} vs {want}"
-                    );
-                }
+            assert_near_f64(&x, &w, &base, &dst, (m, n, k));
+        }
+    }
+
+    /// `dst` against `base + x W^T` in f64 on the bf16-rounded inputs.
+    fn assert_near_f64(
+        x: &[f32],
+        w: &[f32],
+        base: &[f32],
+        dst: &[f32],
+        mnk: (usize, usize, usize),
+    ) {
+        let (m, n, k) = mnk;
+        let round = |v: &[f32]| -> Vec<f64> {
+            v.iter()
+                .map(|&x| half::bf16::from_f32(x).to_f64())
+                .collect()
+        };
+        let (xr, wr) = (round(x), round(w));
+        for r in 0..m {
+            for c in 0..n {
+                let dot: f64 = (0..k).map(|i| xr[r * k + i] * wr[c * k + i]).sum();
+                let want = base[r * n + c] as f64 + dot;
+                let got = dst[r * n + c] as f64;
+                let scale: f64 = (0..k).map(|i| (xr[r * k + i] * wr[c * k + i]).abs()).sum();
+                assert!(
+                    (got - want).abs() <= 1e-6 * (scale + 1.0),
+                    "[{m}, {n}, {k}] ({r}, {c}): {got} vs {want}"
+                );
             }
+        }
+    }
+
+    /// The AMX-BF16 tiles, where this CPU has them, against f64 sums, for
+    /// short last tiles of rows and columns and one or many steps over the
+    /// input.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn amx_tiles_match_f64() {
+        // Not `available`: its start-up check would hide a wrong kernel.
+        if !amx::granted() {
+            eprintln!("no AMX-BF16 tiles on this CPU (or not granted): tiles not run");
+            return;
+        }
+        for (m, n, k) in [(1, 64, 32), (17, 130, 96), (37, 384, 384), (50, 70, 1536)] {
+            let (x, w) = (seeded(m * k, 6), seeded(n * k, 7));
+            let base = seeded(m * n, 8);
+            let mat = Bf16Matrix::new(&w, n, k).unwrap();
+            let mut dst = base.clone();
+            mat.run_with(true, &mut Vec::new(), &x, m, &mut dst);
+            assert_near_f64(&x, &w, &base, &dst, (m, n, k));
         }
     }
 

@@ -88,7 +88,7 @@ pub(crate) fn takes<W: Group8>(_: &W) -> bool {
 
 /// A tile configuration (palette 1), as `ldtilecfg` reads it.
 #[repr(C, align(64))]
-struct Config {
+pub(crate) struct Config {
     palette: u8,
     start_row: u8,
     reserved: [u8; 14],
@@ -124,6 +124,33 @@ impl Config {
     }
 }
 
+impl Config {
+    /// Tile `t` with `shapes[t]` (bytes per row, rows); the rest unused.
+    pub(crate) fn of(shapes: &[(u16, u8)]) -> Self {
+        let mut cfg = Config {
+            palette: 1,
+            start_row: 0,
+            reserved: [0; 14],
+            colsb: [0; 16],
+            rows: [0; 16],
+        };
+        for (t, &(colsb, rows)) in shapes.iter().enumerate() {
+            (cfg.colsb[t], cfg.rows[t]) = (colsb, rows);
+        }
+        cfg
+    }
+
+    /// Loads this configuration on the calling thread.
+    ///
+    /// # Safety
+    /// [`available`]; [`release`] before the thread does anything else with
+    /// tiles.
+    #[inline(always)]
+    pub(crate) unsafe fn load(&self) {
+        asm!("ldtilecfg [{}]", in(reg) self, options(nostack, readonly));
+    }
+}
+
 static WHOLE: Config = Config::new(false);
 static HALVES: Config = Config::new(true);
 
@@ -139,7 +166,7 @@ pub(crate) unsafe fn configure<W: Group8>() {
     } else {
         &WHOLE
     };
-    asm!("ldtilecfg [{}]", in(reg) cfg, options(nostack, readonly));
+    cfg.load();
 }
 
 /// Gives the tiles' state back (the kernel then need not save it).
