@@ -262,6 +262,15 @@ mod avx512 {
         }
     }
 
+    /// The masks of a panel's four registers of output columns when
+    /// `width` (at most 64) of them exist.
+    pub(super) fn column_masks(width: usize) -> [__mmask16; 4] {
+        std::array::from_fn(|t| {
+            let lanes = width.saturating_sub(16 * t).min(16);
+            ((1u32 << lanes) - 1) as __mmask16
+        })
+    }
+
     /// `dst[rows, cols] += a[rows] . panel` in tiles of [`MR`] rows.
     #[target_feature(enable = "avx512f,avx512bf16")]
     pub(super) unsafe fn block(
@@ -275,11 +284,7 @@ mod avx512 {
     ) {
         assert!(rows.end * kp <= a.len() && panel.len() == kp * NR);
         assert!(cols.len() <= NR && cols.start + cols.len() <= ldd);
-        let width = cols.len();
-        let masks: [__mmask16; 4] = std::array::from_fn(|t| {
-            let lanes = width.saturating_sub(16 * t).min(16);
-            ((1u32 << lanes) - 1) as __mmask16
-        });
+        let masks = column_masks(cols.len());
         let mut r = rows.start;
         while r < rows.end {
             let a = a.as_ptr().add(r * kp);

@@ -97,11 +97,7 @@ pub(super) unsafe fn block(
 ) {
     assert!(kp.is_multiple_of(PAIRS) && rows.end * kp <= a.len() && panel.len() == kp * NR);
     assert!(cols.len() <= NR && cols.start + cols.len() <= ldd);
-    let width = cols.len();
-    let masks: [__mmask16; 4] = std::array::from_fn(|t| {
-        let lanes = width.saturating_sub(16 * t).min(16);
-        ((1u32 << lanes) - 1) as __mmask16
-    });
+    let masks = super::avx512::column_masks(cols.len());
     let mut sums = Sums([[0f32; NR]; ROWS]);
     let (a_stride, b_stride) = (kp * 4, NR * 4);
     let mut r = rows.start;
