@@ -15,6 +15,11 @@
 //! over `k`: every row's result depends on that row alone, not on which
 //! other rows share the call.
 //!
+//! On CPUs with AMX-BF16 (Intel Sapphire Rapids and later), matrices whose
+//! input is a multiple of 32 run on the tiles instead ([`amx`]: the panels
+//! are its `B` tiles as they lie); the sums are then in the tile unit's
+//! order, still per row alone.
+//!
 //! The inputs lose 16 of f32's 24 mantissa bits (relative error at most
 //! 2^-9 each, 2^-10 on average); sums over hundreds of terms average much
 //! of that out. What that does to a whole model is for its caller to
