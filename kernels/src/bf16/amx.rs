@@ -101,13 +101,18 @@ pub(super) unsafe fn block(
     let mut sums = Sums([[0f32; NR]; ROWS]);
     let (a_stride, b_stride) = (kp * 4, NR * 4);
     let mut r = rows.start;
+    let mut configured = 0;
     while r < rows.end {
         let h = (rows.end - r).min(ROWS);
         // `tmm0..tmm3`: sums (h rows of 16 f32); `tmm4`: activations (h
         // rows of 16 pairs); `tmm5`, `tmm6`: weights (16 pairs of 16
         // columns), loaded in turn.
-        let c = (64, h as u8);
-        Config::of(&[c, c, c, c, c, (64, 16), (64, 16)]).load();
+        // Configured once per call, again only for a short last tile.
+        if h != configured {
+            let c = (64, h as u8);
+            Config::of(&[c, c, c, c, c, (64, 16), (64, 16)]).load();
+            configured = h;
+        }
         asm!(
             "tilezero tmm0",
             "tilezero tmm1",

@@ -103,30 +103,16 @@ impl Config {
     /// with `halves` (Q6_K) and 32 otherwise.
     const fn new(halves: bool) -> Self {
         let k = if halves { QK / 2 } else { QK };
-        let mut colsb = [0u16; 16];
-        let mut rows = [0u8; 16];
-        let mut t = 0;
-        while t < 7 {
-            (colsb[t], rows[t]) = match t {
-                0 | 1 => (64, ROWS as u8),
-                2 | 3 => (k as u16, ROWS as u8),
-                _ => (64, (k / 4) as u8),
-            };
-            t += 1;
-        }
-        Config {
-            palette: 1,
-            start_row: 0,
-            reserved: [0; 14],
-            colsb,
-            rows,
-        }
+        let (sums, acts, weights) = (
+            (64, ROWS as u8),
+            (k as u16, ROWS as u8),
+            (64, (k / 4) as u8),
+        );
+        Self::of(&[sums, sums, acts, acts, weights, weights, weights])
     }
-}
 
-impl Config {
     /// Tile `t` with `shapes[t]` (bytes per row, rows); the rest unused.
-    pub(crate) fn of(shapes: &[(u16, u8)]) -> Self {
+    pub(crate) const fn of(shapes: &[(u16, u8)]) -> Self {
         let mut cfg = Config {
             palette: 1,
             start_row: 0,
@@ -134,8 +120,10 @@ impl Config {
             colsb: [0; 16],
             rows: [0; 16],
         };
-        for (t, &(colsb, rows)) in shapes.iter().enumerate() {
-            (cfg.colsb[t], cfg.rows[t]) = (colsb, rows);
+        let mut t = 0;
+        while t < shapes.len() {
+            (cfg.colsb[t], cfg.rows[t]) = shapes[t];
+            t += 1;
         }
         cfg
     }
