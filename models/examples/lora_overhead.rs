@@ -8,7 +8,9 @@
 //! different adapters (one each); all eight with one adapter; then one
 //! sequence alone, on the base and with an adapter. The setups take their
 //! steps in turn (one step of each, then the next), so that the host's
-//! changes of speed fall on all of them alike. The adapters
+//! changes of speed fall on all of them alike. Last, a prompt of
+//! PREFILL_LEN tokens is prefilled on the base and with an adapter, in
+//! turn, PREFILL_REPS times each (the median time). The adapters
 //! are random, rank RANK, on all seven projections of every layer (the
 //! costliest case). Reported: aggregate decode tokens per second from the
 //! median step time, and its ratio to the base.
@@ -28,6 +30,42 @@ static ALLOC: hearth_kernels::HugePageAlloc = hearth_kernels::HugePageAlloc;
 
 const B: usize = 8;
 const PROMPT_LEN: usize = 20;
+const PREFILL_LEN: usize = 128;
+const PREFILL_REPS: usize = 9;
+
+/// Median seconds of a prefill of PREFILL_LEN tokens into a fresh pool,
+/// for each entry of `adapters` (taken in turn, PREFILL_REPS times).
+fn prefill_medians(model: &Llama, adapters: &[Option<&LoraAdapter>]) -> Result<Vec<f64>> {
+    let vocab = model.info().vocab_size;
+    let tokens: Vec<u32> = (0..PREFILL_LEN)
+        .map(|j| ((j * 104_729 + 31) % (vocab - 1)) as u32)
+        .collect();
+    let blocks = PREFILL_LEN.div_ceil(BLOCK_SIZE);
+    let table: Vec<u32> = (0..blocks as u32).collect();
+    let mut pool = model.new_pool(blocks)?;
+    let mut times = vec![Vec::new(); adapters.len()];
+    for _ in 0..PREFILL_REPS {
+        for (lora, times) in adapters.iter().zip(times.iter_mut()) {
+            let seq = PagedSeq {
+                lora: *lora,
+                ..PagedSeq::new(&tokens, 0, &table)
+            };
+            let t = Instant::now();
+            model
+                .forward_paged(&[seq], &mut pool)?
+                .argmax(1)?
+                .to_vec1::<u32>()?;
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    Ok(times
+        .into_iter()
+        .map(|mut t| {
+            t.sort_by(|a, b| a.total_cmp(b));
+            t[t.len() / 2]
+        })
+        .collect())
+}
 
 fn adapter(spec: &LoraSpec, r: usize, seed: u64) -> Result<LoraAdapter> {
     let i = &spec.info;
@@ -194,5 +232,12 @@ fn main() -> Result<()> {
             tps / base
         );
     }
+    let p = prefill_medians(&model, &[None, x])?;
+    println!(
+        "prefill of {PREFILL_LEN} tokens: base {:.2} ms, adapter {:.2} ms, x{:.3} of base",
+        p[0] * 1e3,
+        p[1] * 1e3,
+        p[0] / p[1]
+    );
     Ok(())
 }

@@ -55,6 +55,8 @@ pub mod lora;
 mod lora_apply;
 mod lora_merge;
 mod lora_rows;
+#[cfg(target_arch = "x86_64")]
+mod lora_tiles;
 mod packed_attention;
 mod paged;
 mod pick;

@@ -16,7 +16,7 @@ use hearth_kernels::QuantMatrix;
 use std::sync::Arc;
 
 use crate::lora::{LoraAdapter, LoraTarget, LoraWeights, RowWeights};
-use crate::lora_rows::{low_rank_rows, LowRank};
+use crate::lora_rows::{add_low_rank_rows, low_rank_rows, LowRank};
 use crate::{ModelInfo, PagedSeq};
 
 /// The shapes and layout an adapter must fit to run on a model.
@@ -56,6 +56,13 @@ impl LoraSpec {
         Ok(out)
     }
 }
+
+/// Rows of a step from which [`LoraBatch::project`] adds the deltas after
+/// the base products, straight onto them, instead of into scratch beside
+/// them (a prompt's many rows of low-rank work are better spent on both
+/// threads after the base; a decode step's few rows fill the base
+/// products' idle time).
+const DIRECT_ROWS: usize = 32;
 
 /// Sequences of one batch that share an adapter: their flattened rows.
 struct Group<'a> {
@@ -155,6 +162,13 @@ impl<'a> LoraBatch<'a> {
             QuantMatrix::matmul_many(&mut mats, x, tokens);
             return Ok(());
         }
+        if tokens >= DIRECT_ROWS {
+            QuantMatrix::matmul_many(&mut mats, x, tokens);
+            for ((_, y), &target) in mats.iter_mut().zip(&targets) {
+                self.add_rows_on(layer, target, x, y, deltas)?;
+            }
+            return Ok(());
+        }
         let lens: Vec<usize> = mats.iter().map(|(_, y)| y.len()).collect();
         deltas.clear();
         deltas.resize(lens.iter().sum(), 0.0);
@@ -192,13 +206,14 @@ impl<'a> LoraBatch<'a> {
         Ok(())
     }
 
-    /// Each group's `scale * B (A x)` added to its rows of `y`.
-    fn apply_rows_on(
+    /// `each(group, its low-rank shapes and weights)` for the groups whose
+    /// adapter has `target` in `layer`.
+    fn each_low_rank(
         &self,
         layer: usize,
         target: LoraTarget,
         x: &[f32],
-        y: &mut [f32],
+        mut each: impl FnMut(&Group<'_>, &LowRank) -> Result<()>,
     ) -> Result<()> {
         for g in &self.groups {
             let Some(w) = g.weights(layer, target) else {
@@ -223,9 +238,50 @@ impl<'a> LoraBatch<'a> {
                 a: &weights.a,
                 bt: &weights.bt,
             };
-            low_rank_rows(&s, &g.row_ids, y)?;
+            each(g, &s)?;
         }
         Ok(())
+    }
+
+    /// Each group's `scale * B (A x)` into its rows of `y` (zeroed).
+    fn apply_rows_on(
+        &self,
+        layer: usize,
+        target: LoraTarget,
+        x: &[f32],
+        y: &mut [f32],
+    ) -> Result<()> {
+        self.each_low_rank(layer, target, x, |g, s| low_rank_rows(s, &g.row_ids, y))
+    }
+
+    /// Each group's `scale * B (A x)` added to its rows of `y` (the base
+    /// products), the same bits as [`Self::apply_rows_on`] into zeroed
+    /// scratch added after: straight onto `y` where the CPU can, else
+    /// through `scratch`.
+    fn add_rows_on(
+        &self,
+        layer: usize,
+        target: LoraTarget,
+        x: &[f32],
+        y: &mut [f32],
+        scratch: &mut Vec<f32>,
+    ) -> Result<()> {
+        self.each_low_rank(layer, target, x, |g, s| {
+            if add_low_rank_rows(s, &g.row_ids, y)? {
+                return Ok(());
+            }
+            scratch.clear();
+            scratch.resize(y.len(), 0.0);
+            low_rank_rows(s, &g.row_ids, scratch)?;
+            let n = s.n;
+            for &r in &g.row_ids {
+                let rows = r * n..(r + 1) * n;
+                for (y, d) in y[rows.clone()].iter_mut().zip(&scratch[rows]) {
+                    *y += d;
+                }
+            }
+            Ok(())
+        })
     }
 
     /// `y` (the base projection of `x`, both flattened over the batch) plus

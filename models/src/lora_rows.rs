@@ -50,6 +50,30 @@ pub(crate) fn low_rank_rows(s: &LowRank, rows: &[usize], y: &mut [f32]) -> Resul
     Ok(())
 }
 
+/// `y_r += B (scale A x_r)` for each row `r` of `rows` straight onto `y`
+/// (the rows of `y` are the batch's), with the same bits as
+/// [`low_rank_rows`] into zeroed scratch added to `y` after: on AVX-512
+/// tiles (`lora_tiles.rs`), the rows shared between threads. For many rows
+/// (a prompt's), where a pass over scratch and another adding it cost as
+/// much as the low-rank products. Returns `false`, having done nothing,
+/// where the CPU lacks AVX-512, the rank is above the tiles' limit or the
+/// rows are not ascending.
+pub(crate) fn add_low_rank_rows(s: &LowRank, rows: &[usize], y: &mut [f32]) -> Result<bool> {
+    check_fits(s, rows, y)?;
+    #[cfg(target_arch = "x86_64")]
+    if crate::lora_tiles::available()
+        && s.rank <= crate::lora_tiles::MAX_RANK
+        && rows.windows(2).all(|w| w[0] < w[1])
+    {
+        split_rows_with(rows, s.n, y, 0, &|rows, y, first| {
+            // SAFETY: the CPU has AVX-512F, FMA and F16C.
+            unsafe { crate::lora_tiles::add_tiled(s, rows, y, first) }
+        });
+        return Ok(true);
+    }
+    Ok(false)
+}
+
 /// Refuses rows of `x` or `y`, or weights, shorter than the shapes say.
 fn check_fits(s: &LowRank, rows: &[usize], y: &[f32]) -> Result<()> {
     let (k, n, rank) = (s.k, s.n, s.rank);
@@ -76,16 +100,31 @@ const PARALLEL_RANK_WORK: usize = 8192;
 /// [`low_rank_rows`] on `y` from batch row `first` on: halves of many
 /// ascending rows in parallel, each row on one thread.
 fn split_rows(s: &LowRank, rows: &[usize], y: &mut [f32], first: usize) {
+    split_rows_with(rows, s.n, y, first, &|rows, y, first| {
+        both_halves(s, rows, y, first)
+    });
+}
+
+/// `leaf(rows, y, first)` on parts of fewer than [`PARALLEL_ROWS`]
+/// ascending rows, halves in parallel (`y` holds rows of `n` from batch
+/// row `first` on).
+fn split_rows_with(
+    rows: &[usize],
+    n: usize,
+    y: &mut [f32],
+    first: usize,
+    leaf: &(impl Fn(&[usize], &mut [f32], usize) + Sync),
+) {
     if rows.len() >= PARALLEL_ROWS {
         let mid = rows.len() / 2;
-        let (low, high) = y.split_at_mut((rows[mid] - first) * s.n);
+        let (low, high) = y.split_at_mut((rows[mid] - first) * n);
         rayon::join(
-            || split_rows(s, &rows[..mid], low, first),
-            || split_rows(s, &rows[mid..], high, rows[mid]),
+            || split_rows_with(&rows[..mid], n, low, first, leaf),
+            || split_rows_with(&rows[mid..], n, high, rows[mid], leaf),
         );
         return;
     }
-    both_halves(s, rows, y, first);
+    leaf(rows, y, first);
 }
 
 /// The fixed order on this thread, `y` from batch row `first` on.
@@ -139,6 +178,12 @@ fn half(
         ) {
             half_body::<true>(s, rows, ranks, out, at)
         }
+        if rows.len() >= TILED_MIN_ROWS && crate::lora_tiles::available() {
+            prefetch_ranks(s, &ranks);
+            // SAFETY: the CPU has AVX-512F, FMA and F16C.
+            unsafe { crate::lora_tiles::half_tiled(s, rows, ranks, out, at) };
+            return;
+        }
         // SAFETY: the CPU has the features `fast` is compiled for.
         unsafe {
             if rows.len() <= FUSED_MAX_ROWS {
@@ -158,6 +203,11 @@ fn half(
 /// that many times, and the widening pass (a write and a re-read of every
 /// weight) cost more than the arithmetic.
 const FUSED_MAX_ROWS: usize = 4;
+
+/// Rows from which [`half`] takes them in tiles of four on 512-bit
+/// registers where the CPU has AVX-512 (`lora_tiles.rs`): each weight
+/// loaded and widened once per tile instead of once per row.
+const TILED_MIN_ROWS: usize = 2;
 
 /// Asks for every cache line of `v` at once: an adapter's weights are
 /// small runs that the base's weights have evicted since the last token;
@@ -483,6 +533,58 @@ mod tests {
             }
             let mut short = vec![0f32; n];
             assert!(low_rank_rows(&shape, &[1], &mut short).is_err());
+        }
+    }
+
+    /// The deltas added straight onto the base rows (a prompt's path)
+    /// against the same deltas into zeroed scratch added after (a decode
+    /// step's): the same bits, for ranks in tiles of four and not, rows
+    /// in tiles of four and not, and column and input tails.
+    #[test]
+    fn direct_rows_match_scratch_rows() {
+        let cases = [
+            (576, 1536, 8),
+            (1536, 576, 16),
+            (37, 21, 3),
+            (64, 48, 1),
+            (48, 40, 7),
+        ];
+        for (k, n, rank) in cases {
+            let val = |i: usize| ((i * 7919 % 1013) as f32 / 1013.0 - 0.5) * 0.1;
+            let batch = 23;
+            let x: Vec<f32> = (0..batch * k).map(|i| val(i + 3)).collect();
+            let (a16, _) = to_half(&(0..rank * k).map(|i| val(i + 5)).collect::<Vec<_>>());
+            let (bt16, _) = to_half(&(0..rank * n).map(|i| val(i + 11)).collect::<Vec<_>>());
+            let shape = LowRank {
+                k,
+                n,
+                rank,
+                scale: 1.5,
+                x: &x,
+                a: &a16,
+                bt: &bt16,
+            };
+            let base: Vec<f32> = (0..batch * n).map(|i| val(i + 17) * 10.0).collect();
+            for rows in [
+                (0..batch).collect::<Vec<_>>(),
+                vec![1, 2, 3, 5, 8, 9, 10, 11, 12, 20, 22],
+            ] {
+                let mut scratch = vec![0f32; batch * n];
+                low_rank_rows(&shape, &rows, &mut scratch).unwrap();
+                let mut want = base.clone();
+                for &r in &rows {
+                    for (y, d) in want[r * n..(r + 1) * n].iter_mut().zip(&scratch[r * n..]) {
+                        *y += d;
+                    }
+                }
+                let mut got = base.clone();
+                if add_low_rank_rows(&shape, &rows, &mut got).unwrap() {
+                    assert_eq!(got, want, "{k}x{n} r{rank}, {} rows", rows.len());
+                } else {
+                    assert_eq!(got, base, "declined, yet changed");
+                    eprintln!("no AVX-512 here: the direct path is not taken");
+                }
+            }
         }
     }
 }
