@@ -25,7 +25,8 @@
 //!   row permutation between Hugging Face and GGUF layouts; `lora_apply.rs`
 //!   applies them per sequence inside a paged batch ([`PagedSeq::lora`],
 //!   checked and prepared through [`LoraSpec`]), row by row on the CPU
-//!   (`lora_rows.rs`).
+//!   (`lora_rows.rs`; several rows at a time on AVX-512 tiles,
+//!   `lora_tiles.rs`).
 //!
 //! - [`diffusion`]: Stable Diffusion text-to-image ([`diffusion::DiffusionPipeline`])
 //!   from a diffusers folder, on candle-transformers' CLIP, UNet, VAE and
