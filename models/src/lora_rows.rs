@@ -4,6 +4,40 @@
 
 use candle_core::Result;
 
+/// `body` for ranks `ranks` in steps of up to four: `$j` the step's first
+/// rank, `$m` its number of ranks as a constant (4, then what is left).
+macro_rules! rank_steps {
+    ($ranks:expr, |$j:ident, $m:ident| $body:expr) => {{
+        let ranks: std::ops::Range<usize> = $ranks;
+        let mut $j = ranks.start;
+        while $j < ranks.end {
+            $j += match ranks.end - $j {
+                4.. => {
+                    const $m: usize = 4;
+                    $body;
+                    4
+                }
+                3 => {
+                    const $m: usize = 3;
+                    $body;
+                    3
+                }
+                2 => {
+                    const $m: usize = 2;
+                    $body;
+                    2
+                }
+                _ => {
+                    const $m: usize = 1;
+                    $body;
+                    1
+                }
+            };
+        }
+    }};
+}
+pub(crate) use rank_steps;
+
 /// One adapted projection's inputs: `A` (`a`, `[rank, k]`), `B`
 /// transposed (`bt`, `[rank, n]`), both half-precision bits, the scale,
 /// and the batch's input rows `x` (rows of `k`).
@@ -392,31 +426,11 @@ mod fused {
         at: impl Fn(usize, usize) -> usize,
     ) {
         prefetch_ranks(s, &ranks);
-        let mut j = ranks.start;
-        while j < ranks.end {
-            // SAFETY: the features are enabled; the ranks are the adapter's
-            // (`ranks_fused` checks them against the weights).
-            j += unsafe {
-                match ranks.end - j {
-                    4.. => {
-                        ranks_fused::<4>(s, rows, j, out, &at);
-                        4
-                    }
-                    3 => {
-                        ranks_fused::<3>(s, rows, j, out, &at);
-                        3
-                    }
-                    2 => {
-                        ranks_fused::<2>(s, rows, j, out, &at);
-                        2
-                    }
-                    _ => {
-                        ranks_fused::<1>(s, rows, j, out, &at);
-                        1
-                    }
-                }
-            };
-        }
+        // SAFETY: the features are enabled; the ranks are the adapter's
+        // (`ranks_fused` checks them against the weights).
+        rank_steps!(ranks, |j, M| unsafe {
+            ranks_fused::<M>(s, rows, j, out, &at)
+        });
     }
 }
 

@@ -18,7 +18,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use crate::lora_rows::LowRank;
+use crate::lora_rows::{rank_steps, LowRank};
 
 /// Whether this CPU runs [`half_tiled`] (AVX-512F with FMA and F16C).
 #[cfg(target_arch = "x86_64")]
@@ -211,30 +211,8 @@ pub(crate) fn half_tiled(
     out: &mut [f32],
     at: impl Fn(usize, usize) -> usize,
 ) {
-    let mut j = ranks_of.start;
-    while j < ranks_of.end {
-        // SAFETY: the features are enabled; `tile` checks the ranks.
-        j += unsafe {
-            match ranks_of.end - j {
-                4.. => {
-                    ranks::<4>(s, rows, j, out, &at);
-                    4
-                }
-                3 => {
-                    ranks::<3>(s, rows, j, out, &at);
-                    3
-                }
-                2 => {
-                    ranks::<2>(s, rows, j, out, &at);
-                    2
-                }
-                _ => {
-                    ranks::<1>(s, rows, j, out, &at);
-                    1
-                }
-            }
-        };
-    }
+    // SAFETY: the features are enabled; `tile` checks the ranks.
+    rank_steps!(ranks_of, |j, M| unsafe { ranks::<M>(s, rows, j, out, &at) });
 }
 
 /// Ranks up to which [`add_tiled`] runs (a tile's `h` is kept on the
@@ -324,43 +302,14 @@ unsafe fn add_tile<const R: usize>(
     }
     let mut h = [[0f32; MAX_RANK]; R];
     let a = s.a.as_ptr();
-    let mut j = 0;
-    while j < rank {
-        // SAFETY: ranks `j..j + M` are the adapter's (checked above), as
-        // are the rows of `x`.
-        unsafe {
-            j += match rank - j {
-                4.. => {
-                    let d = dots::<R, 4>(s, rows, a.add(j * k));
-                    for r in 0..R {
-                        h[r][j..j + 4].copy_from_slice(&d[r]);
-                    }
-                    4
-                }
-                3 => {
-                    let d = dots::<R, 3>(s, rows, a.add(j * k));
-                    for r in 0..R {
-                        h[r][j..j + 3].copy_from_slice(&d[r]);
-                    }
-                    3
-                }
-                2 => {
-                    let d = dots::<R, 2>(s, rows, a.add(j * k));
-                    for r in 0..R {
-                        h[r][j..j + 2].copy_from_slice(&d[r]);
-                    }
-                    2
-                }
-                _ => {
-                    let d = dots::<R, 1>(s, rows, a.add(j * k));
-                    for r in 0..R {
-                        h[r][j] = d[r][0];
-                    }
-                    1
-                }
-            };
+    // SAFETY: ranks `j..j + M` are the adapter's (checked above), as are
+    // the rows of `x`.
+    rank_steps!(0..rank, |j, M| unsafe {
+        let d = dots::<R, M>(s, rows, a.add(j * k));
+        for r in 0..R {
+            h[r][j..j + M].copy_from_slice(&d[r]);
         }
-    }
+    });
     // SAFETY: `add_halves` checks the output rows and the weights.
     unsafe { add_halves::<R>(s, &h, y, outs) };
 }
