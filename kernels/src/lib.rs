@@ -58,6 +58,17 @@ pub use huge_pages::HugePageAlloc;
 
 /// Multiply-adds below which a matmul stays on the calling thread.
 const PARALLEL_MIN_WORK: usize = 1 << 18;
+
+/// At most this many items run in one piece of
+/// [`QuantMatrix::matmul_many_beside`]'s loop when it has side tasks. The
+/// loop's pieces are split further only when another thread steals one;
+/// unbounded, the thread that starts with the side tasks also keeps a
+/// quarter of the chunks in one piece that nobody can take from it, and
+/// the other thread waits at the end for about the side tasks' time. With
+/// pieces of a few items the chunks even out around them (one stream with
+/// a rank-8 adapter on every projection: 0.85-0.86x of the base before,
+/// 0.89-0.91x; `benches/README.md`).
+const SIDE_LEAF_ITEMS: usize = 8;
 /// Weight rows per unit of parallel work.
 const CHUNK_ROWS: usize = 16;
 
@@ -339,6 +350,25 @@ impl QuantMatrix {
         Self::matmul_many_with(Isa::best(), mats, x, m)
     }
 
+    /// [`QuantMatrix::matmul_many`], and `side(0)`, ..., `side(sides - 1)`
+    /// run as more items of the same parallel loop, before the matrices'
+    /// chunks: small independent tasks (a LoRA adapter's low-rank deltas
+    /// of the same input, say) that the pool's threads share with the
+    /// chunks, one thread starting on them while the others take chunks,
+    /// instead of one thread held apart for them.
+    ///
+    /// # Panics
+    /// As [`QuantMatrix::matmul_many`].
+    pub fn matmul_many_beside(
+        mats: &mut [(&QuantMatrix, &mut [f32])],
+        x: &[f32],
+        m: usize,
+        sides: usize,
+        side: &(dyn Fn(usize) + Sync),
+    ) {
+        Self::matmul_many_inner(Isa::best(), mats, x, m, sides, side)
+    }
+
     /// [`QuantMatrix::matmul_many`] with a given instruction set.
     ///
     /// # Panics
@@ -349,8 +379,20 @@ impl QuantMatrix {
         x: &[f32],
         m: usize,
     ) {
+        Self::matmul_many_inner(isa, mats, x, m, 0, &|_| {})
+    }
+
+    fn matmul_many_inner(
+        isa: Isa,
+        mats: &mut [(&QuantMatrix, &mut [f32])],
+        x: &[f32],
+        m: usize,
+        sides: usize,
+        side: &(dyn Fn(usize) + Sync),
+    ) {
         assert!(isa.is_available(), "{isa:?} is not available on this CPU");
         let Some(k) = mats.first().map(|(w, _)| w.k) else {
+            (0..sides).for_each(side);
             return;
         };
         assert_eq!(x.len(), m * k, "x is not [{m}, {k}]");
@@ -359,6 +401,7 @@ impl QuantMatrix {
             assert_eq!(out.len(), m * w.n, "out is not [{m}, {}]", w.n);
         }
         if m == 0 {
+            (0..sides).for_each(side);
             return;
         }
         // The input quantized once per activation span the matrices want.
@@ -432,8 +475,18 @@ impl QuantMatrix {
             unsafe { w.block(isa, acts, r0..(r0 + r).min(w.n), out) };
         };
         if work_size >= PARALLEL_MIN_WORK && rayon::current_num_threads() > 1 {
-            chunks.par_iter().for_each(work);
+            let item = |i: usize| match i.checked_sub(sides) {
+                None => side(i),
+                Some(c) => work(&chunks[c]),
+            };
+            let items = (0..sides + chunks.len()).into_par_iter();
+            if sides == 0 {
+                items.for_each(item);
+            } else {
+                items.with_max_len(SIDE_LEAF_ITEMS).for_each(item);
+            }
         } else {
+            (0..sides).for_each(side);
             chunks.iter().for_each(work);
         }
     }

@@ -318,6 +318,51 @@ fn many_matrices_share_one_input() {
     }
 }
 
+/// `matmul_many_beside` gives the outputs of `matmul_many` and runs each
+/// side task exactly once, in the parallel loop (enough work) and on one
+/// thread (little), and with no matrices at all.
+#[test]
+fn side_tasks_run_once_beside_the_chunks() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let mut rng = Rng(7);
+    let k = 512;
+    let mats: Vec<QuantMatrix> = [(Format::Q4_1, 576), (Format::Q8_0, 40), (Format::Q4K, 37)]
+        .into_iter()
+        .map(|(format, n)| {
+            let (bytes, _, _) = quantize(format, &rng.matrix(n * k));
+            QuantMatrix::new(format, &bytes, n, k).unwrap()
+        })
+        .collect();
+    for (used, m) in [(3, 1usize), (3, 5), (1, 1), (1, 64)] {
+        let mats = &mats[..used];
+        let x = rng.matrix(m * k);
+        for sides in [0usize, 1, 3, 20] {
+            let runs: Vec<AtomicUsize> = (0..sides).map(|_| AtomicUsize::new(0)).collect();
+            let mut outs: Vec<Vec<f32>> = mats.iter().map(|w| vec![f32::NAN; m * w.n()]).collect();
+            let mut pairs: Vec<(&QuantMatrix, &mut [f32])> = mats
+                .iter()
+                .zip(outs.iter_mut())
+                .map(|(w, o)| (w, o.as_mut_slice()))
+                .collect();
+            QuantMatrix::matmul_many_beside(&mut pairs, &x, m, sides, &|i| {
+                runs[i].fetch_add(1, Ordering::Relaxed);
+            });
+            for (w, got) in mats.iter().zip(&outs) {
+                let mut want = vec![0f32; m * w.n()];
+                w.matmul(&x, m, &mut want);
+                assert_eq!(got, &want, "{:?} m={m} sides={sides}", w.format());
+            }
+            let counts: Vec<usize> = runs.iter().map(|r| r.load(Ordering::Relaxed)).collect();
+            assert_eq!(counts, vec![1; sides], "m={m} matrices={used}");
+        }
+    }
+    let runs = AtomicUsize::new(0);
+    QuantMatrix::matmul_many_beside(&mut [], &[], 0, 4, &|_| {
+        runs.fetch_add(1, Ordering::Relaxed);
+    });
+    assert_eq!(runs.into_inner(), 4);
+}
+
 /// The start-up check that decides whether the VNNI kernels are used
 /// passes for every instruction set this CPU has, against the portable
 /// kernels, and the chosen one is available.

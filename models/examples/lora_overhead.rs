@@ -14,6 +14,11 @@
 //! are random, rank RANK, on all seven projections of every layer (the
 //! costliest case). Reported: aggregate decode tokens per second from the
 //! median step time, and its ratio to the base.
+//!
+//! `LORA_OVERHEAD_ONLY=TEXT` keeps only the setups whose name contains
+//! TEXT (`"one stream"`: the two one-stream setups alone). Taken alone, one
+//! stream reads as a server runs it; between the eight-stream setups'
+//! steps its adapter ratio reads several points higher.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -206,6 +211,11 @@ fn main() -> Result<()> {
         ("one stream, base", vec![None]),
         ("one stream, adapter", vec![x]),
     ];
+    let only = std::env::var("LORA_OVERHEAD_ONLY").ok();
+    let setups: Vec<_> = setups
+        .into_iter()
+        .filter(|(name, _)| only.as_ref().is_none_or(|o| name.contains(o.as_str())))
+        .collect();
     // Every setup takes its steps in turn, so that a change in the host's
     // speed during the run falls on all of them alike.
     let mut runs: Vec<Run> = setups

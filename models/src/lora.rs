@@ -166,8 +166,11 @@ impl LoraWeights {
 /// by at most 2^-11 of itself (or 2^-25 absolute below 2^-14).
 #[derive(Debug, Clone)]
 pub struct RowWeights {
-    pub a: Vec<u16>,
-    pub bt: Vec<u16>,
+    /// Holds `a` and `bt` (at `a_at` and `bt_at`), alone or beside the
+    /// other layers' of the same adapter ([`RowWeights::pack`]).
+    arena: std::sync::Arc<Vec<u16>>,
+    a_at: std::ops::Range<usize>,
+    bt_at: std::ops::Range<usize>,
 }
 
 impl RowWeights {
@@ -183,10 +186,53 @@ impl RowWeights {
             crate::vecmath::f32_to_f16(&v, &mut out);
             Ok(out)
         };
+        let mut arena = half(&a.contiguous()?)?;
+        let a_at = 0..arena.len();
+        arena.extend(half(&b.t()?.contiguous()?)?);
+        let bt_at = a_at.end..arena.len();
         Ok(Self {
-            a: half(&a.contiguous()?)?,
-            bt: half(&b.t()?.contiguous()?)?,
+            arena: std::sync::Arc::new(arena),
+            a_at,
+            bt_at,
         })
+    }
+
+    /// `A`, `[r, in]`, half-precision bits.
+    pub fn a(&self) -> &[u16] {
+        &self.arena[self.a_at.clone()]
+    }
+
+    /// `B` transposed, `[r, out]`, half-precision bits.
+    pub fn bt(&self) -> &[u16] {
+        &self.arena[self.bt_at.clone()]
+    }
+
+    /// The same weights moved into one shared buffer, one after another in
+    /// the order given (the order a decode step reads them). One adapter's
+    /// weights are a few MB read in small runs between the base's much
+    /// larger ones: in one buffer they sit on a few huge pages (the
+    /// allocator marks large blocks) instead of hundreds of small blocks'
+    /// 4 KiB pages, each a page walk after the base has evicted the TLB.
+    pub fn pack<'a>(all: impl IntoIterator<Item = &'a mut RowWeights>) {
+        let mut all: Vec<&mut RowWeights> = all.into_iter().collect();
+        let total = all.iter().map(|w| w.a_at.len() + w.bt_at.len()).sum();
+        let mut arena = Vec::with_capacity(total);
+        let mut spans = Vec::with_capacity(all.len());
+        for w in &all {
+            let start = arena.len();
+            arena.extend_from_slice(w.a());
+            let mid = arena.len();
+            arena.extend_from_slice(w.bt());
+            spans.push((start..mid, mid..arena.len()));
+        }
+        let arena = std::sync::Arc::new(arena);
+        for (w, (a_at, bt_at)) in all.iter_mut().zip(spans) {
+            **w = RowWeights {
+                arena: arena.clone(),
+                a_at,
+                bt_at,
+            };
+        }
     }
 }
 

@@ -13,7 +13,7 @@
 use candle_core::{Device, Result, Tensor};
 use hearth_kernels::QuantMatrix;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::lora::{LoraAdapter, LoraTarget, LoraWeights, RowWeights};
 use crate::lora_rows::{add_low_rank_rows, low_rank_rows, LowRank};
@@ -41,15 +41,22 @@ impl LoraSpec {
         } else {
             adapter.clone()
         };
+        let mut rows = Vec::new();
         for layer in out.layers.iter_mut() {
             for w in layer.values_mut() {
                 w.a = w.a.to_device(&self.device)?.contiguous()?;
                 w.b = w.b.to_device(&self.device)?.contiguous()?;
-                w.rows = match self.device {
-                    Device::Cpu => Some(Arc::new(RowWeights::new(&w.a, &w.b)?)),
-                    _ => None,
-                };
+                if matches!(self.device, Device::Cpu) {
+                    rows.push(RowWeights::new(&w.a, &w.b)?);
+                }
             }
+        }
+        // In the order a step reads them: layer by layer, each layer's
+        // targets in order (q, k, v, o, gate, up, down).
+        RowWeights::pack(rows.iter_mut());
+        let mut rows = rows.into_iter();
+        for w in out.layers.iter_mut().flat_map(|l| l.values_mut()) {
+            w.rows = rows.next().map(Arc::new);
         }
         // Uploaded by this (loader) thread, used by the engine's.
         crate::settle(&self.device)?;
@@ -139,11 +146,11 @@ impl<'a> LoraBatch<'a> {
     /// for projections of one input (q, k and v; gate and up; or one), on
     /// CPU slices: `x` is `[tokens, in]`, each `out_i` `[tokens, n_i]`.
     ///
-    /// The deltas are computed one row at a time, into `deltas` (scratch)
-    /// from zero, while the base matrices run (`rayon::join`: a decode
-    /// step's few rows of low-rank work fill the pool's idle time in the
-    /// base products instead of following them on one thread), then added
-    /// to their rows. A row's delta is the same whatever else is in the
+    /// Below [`DIRECT_ROWS`] rows the deltas are computed one row at a
+    /// time, into `deltas` (scratch) from zero, one task per projection in
+    /// the same parallel loop as the base matrices' chunks
+    /// ([`QuantMatrix::matmul_many_beside`]: the pool's threads share the
+    /// low-rank tasks and the chunks), then added to their rows. A row's delta is the same whatever else is in the
     /// batch, where a matrix product's summation order (candle's) changes
     /// with its row count, so a sequence recomputed in one chunk after
     /// preemption would not drift from the one-token steps it first ran as.
@@ -172,19 +179,23 @@ impl<'a> LoraBatch<'a> {
         let lens: Vec<usize> = mats.iter().map(|(_, y)| y.len()).collect();
         deltas.clear();
         deltas.resize(lens.iter().sum(), 0.0);
-        let ((), done) = rayon::join(
-            || QuantMatrix::matmul_many(&mut mats, x, tokens),
-            || -> Result<()> {
-                let mut rest = deltas.as_mut_slice();
-                for (&target, &len) in targets.iter().zip(&lens) {
-                    let (part, tail) = rest.split_at_mut(len);
-                    self.apply_rows_on(layer, target, x, part)?;
-                    rest = tail;
-                }
-                Ok(())
-            },
-        );
-        done?;
+        let mut parts = Vec::with_capacity(lens.len());
+        let mut rest = deltas.as_mut_slice();
+        for &len in &lens {
+            let (part, tail) = rest.split_at_mut(len);
+            parts.push(Mutex::new(part));
+            rest = tail;
+        }
+        let failed = Mutex::new(None);
+        QuantMatrix::matmul_many_beside(&mut mats, x, tokens, targets.len(), &|i| {
+            let mut part = parts[i].lock().unwrap_or_else(|e| e.into_inner());
+            if let Err(e) = self.apply_rows_on(layer, targets[i], x, &mut part) {
+                *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+            }
+        });
+        if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            return Err(e);
+        }
         let mut delta = deltas.as_slice();
         for (((_, y), &target), &len) in mats.iter_mut().zip(&targets).zip(&lens) {
             let (part, tail) = delta.split_at(len);
@@ -235,8 +246,8 @@ impl<'a> LoraBatch<'a> {
                 rank,
                 scale: g.scale as f32,
                 x,
-                a: &weights.a,
-                bt: &weights.bt,
+                a: weights.a(),
+                bt: weights.bt(),
             };
             each(g, &s)?;
         }

@@ -78,10 +78,23 @@ pub(crate) fn low_rank_rows(s: &LowRank, rows: &[usize], y: &mut [f32]) -> Resul
         && rayon::current_num_threads() > 1
     {
         split_rank(s, rows, y);
+    } else if let [r] = rows {
+        one_row(s, *r, y);
     } else {
         both_halves(s, rows, y, 0);
     }
     Ok(())
+}
+
+/// One row, both halves, in the fixed order.
+fn one_row(s: &LowRank, r: usize, y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::vecmath::has_fma() {
+        // SAFETY: the CPU has AVX2, FMA and F16C.
+        unsafe { fused::one_row(s, r, y) };
+        return;
+    }
+    both_halves(s, &[r], y, 0);
 }
 
 /// `y_r += B (scale A x_r)` for each row `r` of `rows` straight onto `y`
@@ -414,6 +427,68 @@ mod fused {
         }
     }
 
+    /// Both rank halves of one row in one pass over it: every `h_j` first,
+    /// then for each eight outputs the first half's multiply-adds onto
+    /// `y`, the second half's from zero beside them, and their sum: the
+    /// same operations in the same order as [`half_fused`] on each half
+    /// (the second into zeroed scratch) and the scratch added after, so
+    /// the same bits, without the scratch, its second pass over the row or
+    /// a second burst of reads.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn one_row(s: &LowRank, r: usize, y: &mut [f32]) {
+        let (k, n, rank) = (s.k, s.n, s.rank);
+        assert!(rank * k <= s.a.len() && rank * n <= s.bt.len());
+        let x = &s.x[r * k..(r + 1) * k];
+        let y = &mut y[r * n..(r + 1) * n];
+        prefetch_ranks(s, &(0..rank));
+        let mut h = [0f32; 64];
+        let mut h_long = Vec::new();
+        let h: &mut [f32] = if rank <= h.len() {
+            &mut h[..rank]
+        } else {
+            h_long.resize(rank, 0.0);
+            &mut h_long
+        };
+        rank_steps!(0..rank, |j, M| {
+            // SAFETY: rows `j..j + M` of `A` are in bounds (asserted).
+            let d = unsafe { dots_half::<M>(x, s.a.as_ptr().add(j * k), k) };
+            for (h, d) in h[j..j + M].iter_mut().zip(d) {
+                *h = d * s.scale;
+            }
+        });
+        let (first, second) = h.split_at(rank / 2);
+        let b = s.bt.as_ptr();
+        let n8 = n / 8 * 8;
+        for i in (0..n8).step_by(8) {
+            // SAFETY: `i + 8 <= n` for `y` and every row of `B^T`.
+            unsafe {
+                let yp = y.as_mut_ptr().add(i);
+                let mut lo = _mm256_loadu_ps(yp);
+                for (t, &h) in first.iter().enumerate() {
+                    lo = _mm256_fmadd_ps(load8(b.add(t * n + i)), _mm256_set1_ps(h), lo);
+                }
+                let mut hi = _mm256_setzero_ps();
+                for (t, &h) in second.iter().enumerate() {
+                    let row = first.len() + t;
+                    hi = _mm256_fmadd_ps(load8(b.add(row * n + i)), _mm256_set1_ps(h), hi);
+                }
+                _mm256_storeu_ps(yp, _mm256_add_ps(lo, hi));
+            }
+        }
+        for (e, y) in y.iter_mut().enumerate().skip(n8) {
+            let w = |t: usize| half::f16::from_bits(s.bt[t * n + e]).to_f32();
+            let mut lo = *y;
+            for (t, &h) in first.iter().enumerate() {
+                lo = w(t).mul_add(h, lo);
+            }
+            let mut hi = 0f32;
+            for (t, &h) in second.iter().enumerate() {
+                hi = w(first.len() + t).mul_add(h, hi);
+            }
+            *y = lo + hi;
+        }
+    }
+
     /// [`super::half_body`] for a few rows, converting in registers, four
     /// ranks at a time (each output element still takes the ranks in
     /// ascending order, so the same bits).
@@ -452,7 +527,13 @@ mod tests {
     /// rows shared by rows, without FMA) against each other.
     #[test]
     fn low_rank_rows_match_a_plain_sum() {
-        for (k, n, rank) in [(576, 576, 8), (576, 192, 16), (1536, 576, 8), (37, 21, 3)] {
+        for (k, n, rank) in [
+            (576, 576, 8),
+            (576, 192, 16),
+            (1536, 576, 8),
+            (37, 21, 3),
+            (40, 19, 67),
+        ] {
             let val = |i: usize| ((i * 7919 % 1013) as f32 / 1013.0 - 0.5) * 0.1;
             let x: Vec<f32> = (0..4 * k).map(|i| val(i + 1)).collect();
             let (a16, a) = to_half(&(0..rank * k).map(|i| val(i + 7)).collect::<Vec<_>>());
