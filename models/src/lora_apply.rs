@@ -147,10 +147,15 @@ impl<'a> LoraBatch<'a> {
     /// CPU slices: `x` is `[tokens, in]`, each `out_i` `[tokens, n_i]`.
     ///
     /// Below [`DIRECT_ROWS`] rows the deltas are computed one row at a
-    /// time, into `deltas` (scratch) from zero, one task per projection in
-    /// the same parallel loop as the base matrices' chunks
+    /// time, into `deltas` (scratch) from zero, while the base matrices
+    /// run, then added to their rows. Where every group has one row (one
+    /// stream, or one row per adapter), one task per projection in the
+    /// same parallel loop as the base matrices' chunks
     /// ([`QuantMatrix::matmul_many_beside`]: the pool's threads share the
-    /// low-rank tasks and the chunks), then added to their rows. A row's delta is the same whatever else is in the
+    /// low-rank tasks and the chunks); else all of them on one branch of a
+    /// `rayon::join` beside the base products (the kernels of several rows
+    /// split their own work between threads, and as tasks of the loop they
+    /// were 2-4% slower at eight streams on one adapter). A row's delta is the same whatever else is in the
     /// batch, where a matrix product's summation order (candle's) changes
     /// with its row count, so a sequence recomputed in one chunk after
     /// preemption would not drift from the one-token steps it first ran as.
@@ -187,12 +192,20 @@ impl<'a> LoraBatch<'a> {
             rest = tail;
         }
         let failed = Mutex::new(None);
-        QuantMatrix::matmul_many_beside(&mut mats, x, tokens, targets.len(), &|i| {
+        let delta = |i: usize| {
             let mut part = parts[i].lock().unwrap_or_else(|e| e.into_inner());
             if let Err(e) = self.apply_rows_on(layer, targets[i], x, &mut part) {
                 *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
             }
-        });
+        };
+        if self.groups.iter().all(|g| g.row_ids.len() == 1) {
+            QuantMatrix::matmul_many_beside(&mut mats, x, tokens, targets.len(), &delta);
+        } else {
+            rayon::join(
+                || QuantMatrix::matmul_many(&mut mats, x, tokens),
+                || (0..targets.len()).for_each(delta),
+            );
+        }
         if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
             return Err(e);
         }
