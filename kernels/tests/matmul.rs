@@ -285,6 +285,35 @@ fn unrepresentable_q4_0_offset_is_an_error() {
     assert!(QuantMatrix::new(Format::Q4_0, &block, 1, 32).is_ok());
 }
 
+/// Three matrices of `k` columns: Q4_1, Q8_0 and Q4_K (32-value formats
+/// and K-quants mixed), of 576, 40 and 37 rows.
+fn mixed_matrices(rng: &mut Rng, k: usize) -> Vec<QuantMatrix> {
+    [(Format::Q4_1, 576), (Format::Q8_0, 40), (Format::Q4K, 37)]
+        .into_iter()
+        .map(|(format, n)| {
+            let (bytes, _, _) = quantize(format, &rng.matrix(n * k));
+            QuantMatrix::new(format, &bytes, n, k).unwrap()
+        })
+        .collect()
+}
+
+/// The outputs `run` writes for `m` rows through each of `mats` (NaN where
+/// it writes nothing).
+fn outputs_of(
+    mats: &[QuantMatrix],
+    m: usize,
+    run: impl FnOnce(&mut [(&QuantMatrix, &mut [f32])]),
+) -> Vec<Vec<f32>> {
+    let mut outs: Vec<Vec<f32>> = mats.iter().map(|w| vec![f32::NAN; m * w.n()]).collect();
+    let mut pairs: Vec<(&QuantMatrix, &mut [f32])> = mats
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(w, o)| (w, o.as_mut_slice()))
+        .collect();
+    run(&mut pairs);
+    outs
+}
+
 /// `matmul_many` (one quantized input, one parallel loop over the chunks of
 /// every matrix) gives each matrix exactly its own `matmul`, 32-value
 /// formats and K-quants mixed, on every instruction set.
@@ -292,23 +321,13 @@ fn unrepresentable_q4_0_offset_is_an_error() {
 fn many_matrices_share_one_input() {
     let mut rng = Rng(99);
     let k = 512;
-    let mats: Vec<QuantMatrix> = [(Format::Q4_1, 576), (Format::Q8_0, 40), (Format::Q4K, 37)]
-        .into_iter()
-        .map(|(format, n)| {
-            let (bytes, _, _) = quantize(format, &rng.matrix(n * k));
-            QuantMatrix::new(format, &bytes, n, k).unwrap()
-        })
-        .collect();
+    let mats = mixed_matrices(&mut rng, k);
     for isa in Isa::available() {
         for m in [1usize, 5, 64] {
             let x = rng.matrix(m * k);
-            let mut outs: Vec<Vec<f32>> = mats.iter().map(|w| vec![f32::NAN; m * w.n()]).collect();
-            let mut pairs: Vec<(&QuantMatrix, &mut [f32])> = mats
-                .iter()
-                .zip(outs.iter_mut())
-                .map(|(w, o)| (w, o.as_mut_slice()))
-                .collect();
-            QuantMatrix::matmul_many_with(isa, &mut pairs, &x, m);
+            let outs = outputs_of(&mats, m, |pairs| {
+                QuantMatrix::matmul_many_with(isa, pairs, &x, m)
+            });
             for (w, got) in mats.iter().zip(&outs) {
                 let mut want = vec![0f32; m * w.n()];
                 w.matmul_with(isa, &x, m, &mut want);
@@ -326,26 +345,16 @@ fn side_tasks_run_once_beside_the_chunks() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let mut rng = Rng(7);
     let k = 512;
-    let mats: Vec<QuantMatrix> = [(Format::Q4_1, 576), (Format::Q8_0, 40), (Format::Q4K, 37)]
-        .into_iter()
-        .map(|(format, n)| {
-            let (bytes, _, _) = quantize(format, &rng.matrix(n * k));
-            QuantMatrix::new(format, &bytes, n, k).unwrap()
-        })
-        .collect();
+    let mats = mixed_matrices(&mut rng, k);
     for (used, m) in [(3, 1usize), (3, 5), (1, 1), (1, 64)] {
         let mats = &mats[..used];
         let x = rng.matrix(m * k);
         for sides in [0usize, 1, 3, 20] {
             let runs: Vec<AtomicUsize> = (0..sides).map(|_| AtomicUsize::new(0)).collect();
-            let mut outs: Vec<Vec<f32>> = mats.iter().map(|w| vec![f32::NAN; m * w.n()]).collect();
-            let mut pairs: Vec<(&QuantMatrix, &mut [f32])> = mats
-                .iter()
-                .zip(outs.iter_mut())
-                .map(|(w, o)| (w, o.as_mut_slice()))
-                .collect();
-            QuantMatrix::matmul_many_beside(&mut pairs, &x, m, sides, &|i| {
-                runs[i].fetch_add(1, Ordering::Relaxed);
+            let outs = outputs_of(mats, m, |pairs| {
+                QuantMatrix::matmul_many_beside(pairs, &x, m, sides, &|i| {
+                    runs[i].fetch_add(1, Ordering::Relaxed);
+                })
             });
             for (w, got) in mats.iter().zip(&outs) {
                 let mut want = vec![0f32; m * w.n()];
