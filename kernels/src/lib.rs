@@ -479,12 +479,16 @@ impl QuantMatrix {
                 None => side(i),
                 Some(c) => work(&chunks[c]),
             };
-            let items = (0..sides + chunks.len()).into_par_iter();
-            if sides == 0 {
-                items.for_each(item);
+            // Without side tasks, rayon's own pieces (no bound).
+            let max_len = if sides == 0 {
+                usize::MAX
             } else {
-                items.with_max_len(SIDE_LEAF_ITEMS).for_each(item);
-            }
+                SIDE_LEAF_ITEMS
+            };
+            (0..sides + chunks.len())
+                .into_par_iter()
+                .with_max_len(max_len)
+                .for_each(item);
         } else {
             (0..sides).for_each(side);
             chunks.iter().for_each(work);

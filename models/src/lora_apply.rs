@@ -155,10 +155,11 @@ impl<'a> LoraBatch<'a> {
     /// low-rank tasks and the chunks); else all of them on one branch of a
     /// `rayon::join` beside the base products (the kernels of several rows
     /// split their own work between threads, and as tasks of the loop they
-    /// were 2-4% slower at eight streams on one adapter). A row's delta is the same whatever else is in the
-    /// batch, where a matrix product's summation order (candle's) changes
-    /// with its row count, so a sequence recomputed in one chunk after
-    /// preemption would not drift from the one-token steps it first ran as.
+    /// were 2-4% slower at eight streams on one adapter). A row's delta is
+    /// the same whatever else is in the batch, where a matrix product's
+    /// summation order (candle's) changes with its row count, so a
+    /// sequence recomputed in one chunk after preemption would not drift
+    /// from the one-token steps it first ran as.
     pub(crate) fn project(
         &self,
         layer: usize,
