@@ -486,7 +486,7 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
         for b in 0..nb {
             let i = g * nb + b;
             if PREFETCH {
-                self.prefetch::<_MM_HINT_T0>(i + Self::AHEAD);
+                self.prefetch_ahead(i);
             }
             let w = self.load(i);
             let wabs = w.map(|w| _mm256_abs_epi8(w));

@@ -226,7 +226,7 @@ impl Group8 for K2x8 {
         for b in 0..nb {
             let i = g * nb + b;
             if PREFETCH {
-                self.prefetch::<_MM_HINT_T0>(i + Self::AHEAD);
+                self.prefetch_ahead(i);
             }
             let p = self.qs.as_ptr().add(i) as *const __m256i;
             let w = Crumbs8::regs256(_mm256_load_si256(p), _mm256_load_si256(p.add(1)));

@@ -155,15 +155,24 @@ pub(crate) fn half_lanes(v: &[f32], n: usize, per_row: usize) -> Result<Vec<Half
 }
 
 /// How far ahead, in bytes of its main value plane, a kernel over a few
-/// activation rows (decoding sequences) prefetches its weights into L1
-/// ([`Group8::prefetch`]). The matrices are read in parallel in pieces of
-/// 16 rows; the hardware prefetchers restart at every piece and lag
-/// behind, and asking ahead keeps more of the memory bus busy. The
-/// distance is what keeps enough lines in flight to cover memory's
-/// latency: streaming 4-bit weights, 1 KiB (the first setting) read at
-/// 64-76% of `memory/read`'s rate, 8 KiB at 81-90%, and farther was no
-/// faster (`benches/README.md`).
+/// activation rows (decoding sequences) prefetches its weights into L2
+/// ([`Group8::prefetch_ahead`]); [`PREFETCH_L1_BYTES`] ahead it asks again
+/// for L1. The matrices are read in parallel in pieces of 16 rows; the
+/// hardware prefetchers restart at every piece and lag behind, and asking
+/// ahead keeps more of the memory bus busy. The distance is what keeps
+/// enough lines in flight to cover memory's latency: streaming 4-bit
+/// weights, 1 KiB (the first setting) read at 64-76% of `memory/read`'s
+/// rate, 8 KiB at 81-90%, and farther was no faster. Into L1 alone, each
+/// line held one of the core's few L1 fill buffers for the whole trip to
+/// memory; into L2 the requests wait in L2's deeper queue instead and the
+/// short L1 hop is from L2: on an Intel Xeon, 8B Q4_K_M decode 1.11-1.19x,
+/// 1B Q4_K_M 1.10-1.29x, 1B Q8_0 1.04-1.11x against 8 KiB into L1, and
+/// the default model (in cache) unchanged (`benches/README.md`).
 pub(crate) const PREFETCH_BYTES: usize = 8 << 10;
+
+/// How far ahead a kernel that prefetches into L2 ([`PREFETCH_BYTES`])
+/// asks for its weights in L1.
+pub(crate) const PREFETCH_L1_BYTES: usize = 1 << 10;
 
 /// [`PREFETCH_BYTES`] in blocks of a plane whose blocks are `T`.
 pub(crate) const fn prefetch_blocks<T>() -> usize {
@@ -216,6 +225,17 @@ pub(crate) trait Group8 {
     /// which does not fault).
     #[cfg(target_arch = "x86_64")]
     fn prefetch<const HINT: i32>(&self, i: usize);
+
+    /// The prefetches of a kernel over a few activation rows at block `i`:
+    /// [`PREFETCH_BYTES`] ahead into L2, [`PREFETCH_L1_BYTES`] ahead into
+    /// L1.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn prefetch_ahead(&self, i: usize) {
+        use std::arch::x86_64::{_MM_HINT_T0, _MM_HINT_T1};
+        self.prefetch::<_MM_HINT_T1>(i + Self::AHEAD);
+        self.prefetch::<_MM_HINT_T0>(i + Self::AHEAD * PREFETCH_L1_BYTES / PREFETCH_BYTES);
+    }
 
     /// Blocks per row.
     fn blocks(&self) -> usize;
@@ -278,8 +298,8 @@ pub(crate) trait Group8 {
     /// `#[inline(always)]`, compiled into the callers of [`simd`], which
     /// enable the instruction sets.
     ///
-    /// With `PREFETCH`, each block also asks for the weights
-    /// [`PREFETCH_BYTES`] ahead (see there).
+    /// With `PREFETCH`, each block also asks for the weights ahead
+    /// ([`Group8::prefetch_ahead`]).
     ///
     /// # Safety
     /// AVX2, FMA and F16C, and AVX-512 VNNI + VL if `VNNI`; the group and the

@@ -166,7 +166,7 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
             let i = g * nb + b;
             let p = self.qs.as_ptr().add(i) as *const __m256i;
             if PREFETCH {
-                self.prefetch::<_MM_HINT_T0>(i + Self::AHEAD);
+                self.prefetch_ahead(i);
             }
             let mut wv = [_mm256_setzero_si256(); G];
             for k in 0..4 {
