@@ -165,9 +165,10 @@ pub(crate) fn half_lanes(v: &[f32], n: usize, per_row: usize) -> Result<Vec<Half
 /// rate, 8 KiB at 81-90%, and farther was no faster. Into L1 alone, each
 /// line held one of the core's few L1 fill buffers for the whole trip to
 /// memory; into L2 the requests wait in L2's deeper queue instead and the
-/// short L1 hop is from L2: on an Intel Xeon, 8B Q4_K_M decode 1.11-1.19x,
-/// 1B Q4_K_M 1.10-1.29x, 1B Q8_0 1.04-1.11x against 8 KiB into L1, and
-/// the default model (in cache) unchanged (`benches/README.md`).
+/// short L1 hop is from L2: on an Intel Xeon with a busy host, 8B Q4_K_M
+/// decode 1.11-1.28x in seven of eight pairs (1.00x in one), 1B Q4_K_M
+/// 0.995-1.29x, 1B Q8_0 1.04-1.11x against 8 KiB into L1; 8B Q8_0 and the
+/// default model (in cache) unchanged (`benches/README.md`).
 pub(crate) const PREFETCH_BYTES: usize = 8 << 10;
 
 /// How far ahead a kernel that prefetches into L2 ([`PREFETCH_BYTES`])
