@@ -18,13 +18,25 @@ __device__ __forceinline__ float warp_sum(float x) {
     return x;
 }
 
-// out[r] = x[r] + h[r]; out[rows + r] = out[r] / rms(out[r]) * w.
+// v rounded as Q8_1 rounds the run of 32 values the calling warp holds
+// (one per lane, all lanes active): d = max|x| / 127, x = d * round(x / d).
+__device__ __forceinline__ float round_run(float v) {
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
+    const float d = amax / 127.0f;
+    return amax == 0.0f ? 0.0f : d * roundf(v / d);
+}
+
+// out[r] = x[r] + h[r]; out[rows + r] = out[r] / rms(out[r]) * w, with
+// round set each run of 32 of the latter rounded (round_run; cols then a
+// multiple of 32, so a warp's lanes hold one whole run per step).
 // One block per row; blockDim.x a multiple of 32, at most 1024.
 extern "C" __global__ void hearth_add_rms_norm(const float* __restrict__ x, int x_stride,
                                                const float* __restrict__ h, int h_stride,
                                                const float* __restrict__ w,
                                                float* __restrict__ out, int rows, int cols,
-                                               float eps) {
+                                               float eps, int round) {
     __shared__ float partial[32];
     const int r = blockIdx.x;
     const float* xr = x + (size_t)r * x_stride;
@@ -49,18 +61,25 @@ extern "C" __global__ void hearth_add_rms_norm(const float* __restrict__ x, int 
     __syncthreads();
     const float scale = rsqrtf(partial[0] / (float)cols + eps);
     // Each thread reads back only the sums it wrote.
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) norm[c] = sum[c] * scale * w[c];
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float v = sum[c] * scale * w[c];
+        norm[c] = round ? round_run(v) : v;
+    }
 }
 
-// out[r, c] = silu(gate[r, c]) * up[r, c], out contiguous [rows, cols].
+// out[r, c] = silu(gate[r, c]) * up[r, c], out contiguous [rows, cols];
+// with round set each run of 32 rounded (round_run; cols then a multiple
+// of 32, so every warp holds one whole run). blockDim.x a multiple of 32.
 extern "C" __global__ void hearth_swiglu(const float* __restrict__ gate, int gate_stride,
                                          const float* __restrict__ up, int up_stride,
-                                         float* __restrict__ out, int rows, int cols) {
+                                         float* __restrict__ out, int rows, int cols,
+                                         int round) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)rows * cols) return;
     const size_t r = i / cols, c = i % cols;
     const float g = gate[r * gate_stride + c];
-    out[i] = g / (1.0f + expf(-g)) * up[r * up_stride + c];
+    const float v = g / (1.0f + expf(-g)) * up[r * up_stride + c];
+    out[i] = round ? round_run(v) : v;
 }
 
 __device__ __forceinline__ void store(float* p, float v) { *p = v; }
@@ -122,10 +141,5 @@ extern "C" __global__ void hearth_round_q8(const float* __restrict__ x, float* _
     const int run = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (run >= runs) return;
     const int lane = threadIdx.x & 31;
-    const float v = x[(size_t)run * 32 + lane];
-    float amax = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
-    const float d = amax / 127.0f;
-    out[(size_t)run * 32 + lane] = amax == 0.0f ? 0.0f : d * roundf(v / d);
+    out[(size_t)run * 32 + lane] = round_run(x[(size_t)run * 32 + lane]);
 }

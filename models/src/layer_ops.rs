@@ -64,20 +64,49 @@ fn f32s(t: &Tensor) -> Result<Vec<f32>> {
     t.flatten_all()?.to_vec1::<f32>()
 }
 
-/// `(x + h, rms_norm(x + h) * weight)`, `x` and `h` f32 `[rows, cols]`.
+/// `(x + h, rms_norm(x + h) * weight)`, `x` and `h` f32 `[rows, cols]`;
+/// with `round`, the norm's runs of 32 rounded as [`round_q8`] rounds them
+/// (in the same kernel, for the quantized matmul it feeds; `cols` then a
+/// multiple of 32).
 pub(crate) fn add_rms_norm(
     x: &Tensor,
     h: &Tensor,
     weight: &Tensor,
     eps: f32,
+    round: bool,
 ) -> Result<(Tensor, Tensor)> {
-    let both = x.apply_op2_no_bwd(h, &AddRmsNorm { weight, eps })?;
+    let both = x.apply_op2_no_bwd(h, &AddRmsNorm { weight, eps, round })?;
     Ok((both.get(0)?, both.get(1)?))
 }
 
-/// `silu(gate) * up`, both f32 `[rows, cols]`; the result contiguous.
-pub(crate) fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
-    gate.apply_op2_no_bwd(up, &SwiGlu)
+/// `silu(gate) * up`, both f32 `[rows, cols]`; the result contiguous;
+/// with `round`, rounded as [`round_q8`] rounds (as [`add_rms_norm`]).
+pub(crate) fn swiglu(gate: &Tensor, up: &Tensor, round: bool) -> Result<Tensor> {
+    gate.apply_op2_no_bwd(up, &SwiGlu { round })
+}
+
+/// Each run of 32 values of `values` rounded to 8 bits in place (the CPU's
+/// [`round_q8`]).
+fn round_runs(values: &mut [f32]) {
+    for run in values.chunks_mut(32) {
+        let amax = run.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        for v in run {
+            *v = if amax == 0.0 {
+                0.0
+            } else {
+                d * (*v / d).round()
+            };
+        }
+    }
+}
+
+/// Refuses `round` on rows that are not whole runs of 32.
+fn check_round(round: bool, cols: usize, what: &str) -> Result<()> {
+    if round && !cols.is_multiple_of(32) {
+        candle_core::bail!("{what}: rounding rows of {cols}, want a multiple of 32")
+    }
+    Ok(())
 }
 
 /// Each run of 32 values of `x` (f32, rows a multiple of 32 long) rounded
@@ -111,19 +140,8 @@ impl CustomOp1 for RoundQ8 {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let runs = Self::runs(l)?;
-        let x = &s.as_slice::<f32>()?[l.start_offset()..][..runs * 32];
-        let mut out = Vec::with_capacity(x.len());
-        for run in x.chunks(32) {
-            let amax = run.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let d = amax / 127.0;
-            out.extend(run.iter().map(|&v| {
-                if amax == 0.0 {
-                    0.0
-                } else {
-                    d * (v / d).round()
-                }
-            }));
-        }
+        let mut out = s.as_slice::<f32>()?[l.start_offset()..][..runs * 32].to_vec();
+        round_runs(&mut out);
         Ok((CpuStorage::F32(out), l.shape().clone()))
     }
 
@@ -182,6 +200,7 @@ pub(crate) fn write_rows(
 struct AddRmsNorm<'a> {
     weight: &'a Tensor,
     eps: f32,
+    round: bool,
 }
 
 impl AddRmsNorm<'_> {
@@ -194,6 +213,7 @@ impl AddRmsNorm<'_> {
         if (x.rows, x.cols) != (h.rows, h.cols) || x.cols != n {
             candle_core::bail!("add-rms-norm: x {x:?}, h {h:?}, weight of {n}")
         }
+        check_round(self.round, x.cols, "add-rms-norm")?;
         Ok((x, h))
     }
 }
@@ -223,8 +243,12 @@ impl CustomOp2 for AddRmsNorm<'_> {
             }
             let squares: f32 = sum.iter().map(|v| v * v).sum();
             let scale = 1.0 / (squares / cols as f32 + self.eps).sqrt();
-            for ((n, s), w) in norms[r * cols..][..cols].iter_mut().zip(&*sum).zip(&w) {
+            let norm = &mut norms[r * cols..][..cols];
+            for ((n, s), w) in norm.iter_mut().zip(&*sum).zip(&w) {
                 *n = s * scale * w;
+            }
+            if self.round {
+                round_runs(norm);
             }
         }
         Ok((CpuStorage::F32(out), Shape::from((2, rows, cols))))
@@ -244,14 +268,17 @@ impl CustomOp2 for AddRmsNorm<'_> {
     }
 }
 
-struct SwiGlu;
+struct SwiGlu {
+    round: bool,
+}
 
 impl SwiGlu {
-    fn shapes(l1: &Layout, l2: &Layout) -> Result<(Rows, Rows)> {
+    fn shapes(&self, l1: &Layout, l2: &Layout) -> Result<(Rows, Rows)> {
         let (g, u) = (Rows::of(l1, "swiglu gate")?, Rows::of(l2, "swiglu up")?);
         if (g.rows, g.cols) != (u.rows, u.cols) {
             candle_core::bail!("swiglu: gate {g:?}, up {u:?}")
         }
+        check_round(self.round, g.cols, "swiglu")?;
         Ok((g, u))
     }
 }
@@ -268,7 +295,7 @@ impl CustomOp2 for SwiGlu {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (g, u) = Self::shapes(l1, l2)?;
+        let (g, u) = self.shapes(l1, l2)?;
         let (gs, us) = (s1.as_slice::<f32>()?, s2.as_slice::<f32>()?);
         let mut out = Vec::with_capacity(g.rows * g.cols);
         for r in 0..g.rows {
@@ -278,6 +305,9 @@ impl CustomOp2 for SwiGlu {
                     .zip(u.row(us, r))
                     .map(|(&a, &b)| a / (1.0 + (-a).exp()) * b),
             );
+        }
+        if self.round {
+            round_runs(&mut out);
         }
         Ok((CpuStorage::F32(out), Shape::from((g.rows, g.cols))))
     }
@@ -290,8 +320,8 @@ impl CustomOp2 for SwiGlu {
         s2: &candle_core::CudaStorage,
         l2: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let (g, u) = Self::shapes(l1, l2)?;
-        let out = cuda::swiglu((s1, g), (s2, u))?;
+        let (g, u) = self.shapes(l1, l2)?;
+        let out = cuda::swiglu(self, (s1, g), (s2, u))?;
         Ok((out, Shape::from((g.rows, g.cols))))
     }
 }

@@ -497,18 +497,38 @@ impl Llama {
         pool: &mut KvPool,
         at: &StepRows,
     ) -> Result<Tensor> {
-        let norm = |x: &Tensor, h: Option<Tensor>, by: &RmsNorm| match h {
-            Some(h) => layer_ops::add_rms_norm(x, &h, &by.weight, by.eps),
-            None => Ok((x.clone(), by.forward(x)?)),
+        // With `round`, the output is rounded in the op's kernel for the
+        // quantized matmuls it feeds (`Linear::rounds_input`), which then
+        // skip their own rounding launch.
+        let marked = |t: Tensor, round: bool| {
+            if round {
+                crate::linear::mark_rounded(&t);
+            }
+            t
         };
+        let norm = |x: &Tensor, h: Option<Tensor>, by: &RmsNorm, round: bool| -> Result<_> {
+            match h {
+                Some(h) => {
+                    let (sum, n) = layer_ops::add_rms_norm(x, &h, &by.weight, by.eps, round)?;
+                    Ok((sum, marked(n, round)))
+                }
+                None => Ok((x.clone(), by.forward(x)?)),
+            }
+        };
+        let any_rounds = |ls: &[&Linear]| ls.iter().any(|l| l.rounds_input());
         let mut pending: Option<Tensor> = None;
         for (i, block) in self.blocks.iter().enumerate() {
-            let (sum, n) = norm(&x, pending.take(), &block.attn_norm)?;
+            let (a, m) = (&block.attn, &block.mlp);
+            let round = any_rounds(&[&a.q, &a.k, &a.v]);
+            let (sum, n) = norm(&x, pending.take(), &block.attn_norm, round)?;
             let h = self.attention(i, &n, views, pool, at, lora)?;
-            let (sum, n) = norm(&sum, Some(h), &block.ffn_norm)?;
+            let round = any_rounds(&[&m.gate, &m.up]);
+            let (sum, n) = norm(&sum, Some(h), &block.ffn_norm, round)?;
             x = sum;
-            let [g, u] = block.mlp.gate_up(i, &n, lora)?;
-            pending = Some(block.mlp.down(i, &layer_ops::swiglu(&g, &u)?, lora)?);
+            let [g, u] = m.gate_up(i, &n, lora)?;
+            let round = m.down.rounds_input();
+            let h = marked(layer_ops::swiglu(&g, &u, round)?, round);
+            pending = Some(m.down(i, &h, lora)?);
         }
         match pending {
             Some(h) => x + h,

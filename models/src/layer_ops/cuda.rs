@@ -5,7 +5,7 @@ use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKe
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, Layout, Result, Tensor};
 
-use super::{AddRmsNorm, Rotate, Rows};
+use super::{AddRmsNorm, Rotate, Rows, SwiGlu};
 use crate::cuda_table::table;
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/layer_ops.ptx"));
@@ -48,6 +48,8 @@ pub(super) fn add_rms_norm(
     b.arg(&rows);
     b.arg(&cols);
     b.arg(&op.eps);
+    let round = i32::from(op.round);
+    b.arg(&round);
     let cfg = LaunchConfig {
         grid_dim: (x.rows as u32, 1, 1),
         block_dim: (THREADS, 1, 1),
@@ -60,6 +62,7 @@ pub(super) fn add_rms_norm(
 }
 
 pub(super) fn swiglu(
+    op: &SwiGlu,
     (s1, g): (&CudaStorage, Rows),
     (s2, u): (&CudaStorage, Rows),
 ) -> Result<CudaStorage> {
@@ -79,6 +82,8 @@ pub(super) fn swiglu(
     b.arg(&out);
     b.arg(&rows);
     b.arg(&cols);
+    let round = i32::from(op.round);
+    b.arg(&round);
     // SAFETY: arguments as the kernel declares them.
     unsafe { b.launch(grid(n)) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev))

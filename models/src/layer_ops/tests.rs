@@ -23,7 +23,7 @@ fn add_rms_norm_is_the_sum_and_candles_rms_norm() -> Result<()> {
     for t in [1, 5] {
         let [x, h, _] = slices(t, [96, 96, 8], 3, &dev)?;
         let w = random((1, 96), 7, &dev)?.flatten_all()?;
-        let (sum, norm) = add_rms_norm(&x, &h, &w, 1e-5)?;
+        let (sum, norm) = add_rms_norm(&x, &h, &w, 1e-5, false)?;
         let want_sum = (&x + &h)?;
         let want_norm = candle_nn::ops::rms_norm(&want_sum, &w, 1e-5)?;
         assert_eq!(max_diff(&sum, &want_sum)?, 0.0);
@@ -37,7 +37,7 @@ fn add_rms_norm_is_the_sum_and_candles_rms_norm() -> Result<()> {
     // A wrong weight length is an error, not a read past the end.
     let [x, h, _] = slices(2, [96, 96, 8], 3, &dev)?;
     let short = Tensor::zeros(95, DType::F32, &dev)?;
-    assert!(add_rms_norm(&x, &h, &short, 1e-5).is_err());
+    assert!(add_rms_norm(&x, &h, &short, 1e-5, false).is_err());
     Ok(())
 }
 
@@ -46,7 +46,7 @@ fn swiglu_is_silu_of_gate_times_up() -> Result<()> {
     let dev = Device::Cpu;
     for t in [1, 4] {
         let [g, u, _] = slices(t, [64, 64, 0], 11, &dev)?;
-        let got = swiglu(&g, &u)?;
+        let got = swiglu(&g, &u, false)?;
         let want = (candle_nn::ops::silu(&g.contiguous()?)? * &u)?;
         assert!(max_diff(&got, &want)? < 1e-6);
         assert_eq!(got.dims(), &[t, 64]);
@@ -149,6 +149,31 @@ fn round_q8_rounds_each_run_of_32_to_8_bits_and_is_idempotent() -> Result<()> {
     Ok(())
 }
 
+/// With `round`, the norm and SwiGLU give their plain outputs rounded as
+/// `round_q8` rounds them (the sum untouched); rows that are not whole
+/// runs of 32 are refused.
+#[test]
+fn rounding_layer_ops_give_round_q8_of_their_outputs() -> Result<()> {
+    let dev = Device::Cpu;
+    let [x, h, _] = slices(3, [96, 96, 8], 5, &dev)?;
+    let w = random((1, 96), 9, &dev)?.flatten_all()?;
+    let (sum, norm) = add_rms_norm(&x, &h, &w, 1e-5, false)?;
+    let (sum_r, norm_r) = add_rms_norm(&x, &h, &w, 1e-5, true)?;
+    assert_eq!(max_diff(&sum_r, &sum)?, 0.0);
+    assert_eq!(max_diff(&norm_r, &super::round_q8(&norm)?)?, 0.0);
+    assert!(max_diff(&norm_r, &norm)? > 0.0, "nothing was rounded");
+    let [g, u, _] = slices(2, [64, 64, 0], 17, &dev)?;
+    let plain = swiglu(&g, &u, false)?;
+    let rounded = swiglu(&g, &u, true)?;
+    assert_eq!(max_diff(&rounded, &super::round_q8(&plain)?)?, 0.0);
+    assert!(max_diff(&rounded, &plain)? > 0.0, "nothing was rounded");
+    let [x, h, _] = slices(2, [48, 48, 8], 5, &dev)?;
+    let w = random((1, 48), 9, &dev)?.flatten_all()?;
+    assert!(add_rms_norm(&x, &h, &w, 1e-5, true).is_err());
+    assert!(swiglu(&x, &h, true).is_err());
+    Ok(())
+}
+
 /// Each kernel against its CPU version, on strided inputs.
 #[cfg(feature = "cuda")]
 #[test]
@@ -170,13 +195,21 @@ fn cuda_layer_ops_match_the_cpu() -> Result<()> {
     );
     let gc = all_gpu.narrow(1, 2 * width, width)?;
 
-    let (sum, norm) = add_rms_norm(&a, &b, &w, 1e-6)?;
-    let (gsum, gnorm) = add_rms_norm(&ga, &gb, &on(&w)?, 1e-6)?;
+    let (sum, norm) = add_rms_norm(&a, &b, &w, 1e-6, false)?;
+    let (gsum, gnorm) = add_rms_norm(&ga, &gb, &on(&w)?, 1e-6, false)?;
     assert!(max_diff(&back(&gsum)?, &sum)? < 1e-6);
     assert!(max_diff(&back(&gnorm)?, &norm)? < 1e-5);
+    // Rounded in the kernel: the GPU's own norm, rounded (the CPU's
+    // rounding of the same values).
+    let (_, gnorm_r) = add_rms_norm(&ga, &gb, &on(&w)?, 1e-6, true)?;
+    let want = super::round_q8(&back(&gnorm)?)?;
+    assert!(max_diff(&back(&gnorm_r)?, &want)? < 1e-6);
 
-    let s = swiglu(&a, &c)?;
-    assert!(max_diff(&back(&swiglu(&ga, &gc)?)?, &s)? < 1e-5);
+    let s = swiglu(&a, &c, false)?;
+    let gs = swiglu(&ga, &gc, false)?;
+    assert!(max_diff(&back(&gs)?, &s)? < 1e-5);
+    let want = super::round_q8(&back(&gs)?)?;
+    assert!(max_diff(&back(&swiglu(&ga, &gc, true)?)?, &want)? < 1e-6);
 
     let r = super::round_q8(&a)?;
     assert!(max_diff(&back(&super::round_q8(&ga)?)?, &r)? < 1e-6);
