@@ -14,6 +14,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/paged/paged_decode.cu");
     println!("cargo:rerun-if-changed=src/layer_ops.cu");
     println!("cargo:rerun-if-changed=src/pick.cu");
+    println!("cargo:rerun-if-changed=src/round_run.cuh");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {

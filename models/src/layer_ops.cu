@@ -12,20 +12,12 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "round_run.cuh"
+
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffff, x, o);
     return x;
-}
-
-// v rounded as Q8_1 rounds the run of 32 values the calling warp holds
-// (one per lane, all lanes active): d = max|x| / 127, x = d * round(x / d).
-__device__ __forceinline__ float round_run(float v) {
-    float amax = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
-    const float d = amax / 127.0f;
-    return amax == 0.0f ? 0.0f : d * roundf(v / d);
 }
 
 // out[r] = x[r] + h[r]; out[rows + r] = out[r] / rms(out[r]) * w, with

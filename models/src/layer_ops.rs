@@ -87,7 +87,7 @@ pub(crate) fn swiglu(gate: &Tensor, up: &Tensor, round: bool) -> Result<Tensor> 
 
 /// Each run of 32 values of `values` rounded to 8 bits in place (the CPU's
 /// [`round_q8`]).
-fn round_runs(values: &mut [f32]) {
+pub(crate) fn round_runs(values: &mut [f32]) {
     for run in values.chunks_mut(32) {
         let amax = run.iter().fold(0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;

@@ -61,11 +61,12 @@ pub(crate) fn kernel_format(dtype: GgmlDType) -> Option<Format> {
 /// the activations' rounding accounts for, and the default model's
 /// teacher-forced log-probabilities miss llama.cpp's reference; on rounded
 /// activations every format is at the rounding's error (0.97-1.02x on an
-/// H200) and the reference is met (worst 0.31 against 0.75). Where a
-/// layer op produced the input it rounded it in its own kernel
-/// ([`mark_rounded`]); otherwise this is one more launch. On an H200, 64
-/// streams of the default model at 0.94x, one stream within the run's
-/// noise (`benches/README.md`); `=0` trades the accuracy for that.
+/// H200) and the reference is met (worst 0.31 against 0.75). Where one of
+/// Hearth's kernels produced the input it rounded it there
+/// ([`mark_rounded`]: the norms, SwiGLU, the attention's decode kernel);
+/// otherwise this is one more launch. On an H200, the default model at 1
+/// and 64 streams within the runs' noise of without (0.95-1.05x at 64;
+/// `benches/README.md`); `=0` gives candle's products as they are.
 fn rounds_activations(q: &QTensor, k: usize) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let on = *ON.get_or_init(|| {

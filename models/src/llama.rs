@@ -363,7 +363,12 @@ impl Llama {
                 kv.write(layer, plan, &k, &v)?;
                 rope(q, nh)?
             }; // [T, nh, d]
-            let y = kv.attend(layer, &q, plan)?;
+               // The attention's output rounded by its kernel for `o` where
+               // `o` would round it (`Linear::rounds_input`).
+            let (y, rounded) = kv.attend(layer, &q, plan, a.o.rounds_input())?;
+            if rounded {
+                crate::linear::mark_rounded(&y);
+            }
             return proj(&a.o, LoraTarget::O, &y);
         }
         let flat = |y: Tensor| -> Result<Vec<f32>> { y.flatten_all()?.to_vec1::<f32>() };

@@ -208,17 +208,73 @@ impl CustomOp3 for PagedDecode {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
+        self.cuda_run(false, (s1, l1), (s2, l2), (s3, l3))
+    }
+}
+
+impl PagedDecode {
+    /// The kernel's launch, its output rounded per run of 32 with `round`.
+    #[cfg(feature = "cuda")]
+    fn cuda_run(
+        &self,
+        round: bool,
+        (s1, l1): (&candle_core::CudaStorage, &Layout),
+        (s2, l2): (&candle_core::CudaStorage, &Layout),
+        (s3, l3): (&candle_core::CudaStorage, &Layout),
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
         self.check(l1, l2, l3)?;
         if !kernel_supports(self.head_dim) {
             candle_core::bail!("paged decode: no kernel for head_dim {}", self.head_dim)
         }
+        let args = (round, (s1, l1), (s2, l2), (s3, l3));
         let out = match s2.dtype() {
-            DType::F32 => cuda::launch::<f32>(self, "f32", (s1, l1), (s2, l2), (s3, l3))?,
-            DType::F16 => cuda::launch::<half::f16>(self, "f16", (s1, l1), (s2, l2), (s3, l3))?,
-            DType::BF16 => cuda::launch::<half::bf16>(self, "bf16", (s1, l1), (s2, l2), (s3, l3))?,
+            DType::F32 => cuda::launch::<f32>(self, "f32", args)?,
+            DType::F16 => cuda::launch::<half::f16>(self, "f16", args)?,
+            DType::BF16 => cuda::launch::<half::bf16>(self, "bf16", args)?,
             other => candle_core::bail!("paged decode: unsupported kv dtype {other:?}"),
         };
         Ok((out, self.out_shape()))
+    }
+}
+
+/// [`PagedDecode`] with its output's runs of 32 rounded to 8 bits as
+/// [`crate::layer_ops::round_q8`] rounds them, for the quantized matmul
+/// it feeds (on CUDA in the kernel, without another launch).
+struct Rounded<'a>(&'a PagedDecode);
+
+impl CustomOp3 for Rounded<'_> {
+    fn name(&self) -> &'static str {
+        "paged-decode-rounded"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (out, shape) = self.0.cpu_fwd(s1, l1, s2, l2, s3, l3)?;
+        let CpuStorage::F32(mut out) = out else {
+            candle_core::bail!("paged decode: f32 output expected")
+        };
+        crate::layer_ops::round_runs(&mut out);
+        Ok((CpuStorage::F32(out), shape))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        self.0.cuda_run(true, (s1, l1), (s2, l2), (s3, l3))
     }
 }
 
@@ -233,12 +289,18 @@ mod cuda {
 
     const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/paged_decode.ptx"));
 
+    /// Whether to round, then `q`, keys and values with their layouts.
+    type Args<'a> = (
+        bool,
+        (&'a CudaStorage, &'a Layout),
+        (&'a CudaStorage, &'a Layout),
+        (&'a CudaStorage, &'a Layout),
+    );
+
     pub(super) fn launch<T: CudaDType + DeviceRepr>(
         op: &PagedDecode,
         suffix: &str,
-        (s1, l1): (&CudaStorage, &Layout),
-        (s2, l2): (&CudaStorage, &Layout),
-        (s3, l3): (&CudaStorage, &Layout),
+        (round, (s1, l1), (s2, l2), (s3, l3)): Args<'_>,
     ) -> Result<CudaStorage> {
         let dev = s1.device();
         let q = s1.as_cuda_slice::<f32>()?.slice(l1.start_offset()..);
@@ -263,6 +325,8 @@ mod cuda {
         builder.arg(&nh);
         builder.arg(&nkv);
         builder.arg(&scale);
+        let round = i32::from(round);
+        builder.arg(&round);
         let cfg = LaunchConfig {
             grid_dim: (op.num_heads as u32, op.seqs as u32, 1),
             block_dim: (128, 1, 1),
@@ -275,12 +339,19 @@ mod cuda {
     }
 }
 
-/// Runs the op: `q` the step's `[tokens, num_heads, head_dim]` f32.
+/// Runs the op: `q` the step's `[tokens, num_heads, head_dim]` f32; with
+/// `round`, the output rounded per run of 32 ([`Rounded`]; `head_dim` is a
+/// multiple of 32 wherever the kernel runs).
 pub(crate) fn paged_decode(
     q: &Tensor,
     keys: &Tensor,
     values: &Tensor,
     op: &PagedDecode,
+    round: bool,
 ) -> Result<Tensor> {
-    q.apply_op3_no_bwd(keys, values, op)
+    if round {
+        q.apply_op3_no_bwd(keys, values, &Rounded(op))
+    } else {
+        q.apply_op3_no_bwd(keys, values, op)
+    }
 }

@@ -19,6 +19,8 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "../round_run.cuh"
+
 #define WARPS 4
 #define MAX_PER_LANE 8  // head_dim up to 256
 #define BLOCK_POSITIONS 16
@@ -47,12 +49,13 @@ __device__ __forceinline__ float warp_sum(float x) {
 //       meta[seqs + s]), rounded to T as it is loaded
 // meta: [seqs] context lengths, [seqs] query rows, [seqs] offsets into the
 //       tables that follow, then the block tables one after another (u32)
-// out:  [seqs, num_heads, head_dim] f32
+// out:  [seqs, num_heads, head_dim] f32, each run of 32 rounded to 8 bits
+//       when round is 1 (round_run.cuh)
 template <typename T, int PER_LANE>
 __device__ void paged_decode(const float* __restrict__ q, const T* __restrict__ keys,
                              const T* __restrict__ values, const uint32_t* __restrict__ meta,
                              float* __restrict__ out, int seqs, int num_heads, int num_kv_heads,
-                             float scale) {
+                             float scale, int round) {
     const int head_dim = PER_LANE * 32;
     const int h = blockIdx.x;
     const int s = blockIdx.y;
@@ -115,16 +118,18 @@ __device__ void paged_decode(const float* __restrict__ q, const T* __restrict__ 
         float y = 0.f;
 #pragma unroll
         for (int w = 0; w < WARPS; ++w) y += s_acc[w][e] * weight[w];
-        orow[e] = y / total;
+        // With round, rounded for the quantized matmul it feeds (a warp
+        // holds a whole run: head_dim is a multiple of 32).
+        orow[e] = round ? round_run(y / total) : y / total;
     }
 }
 
 #define PAGED_DECODE(NAME, T, PER_LANE)                                                          \
     extern "C" __global__ void NAME(const float* q, const T* keys, const T* values,              \
                                     const uint32_t* meta, float* out, int seqs, int num_heads,   \
-                                    int num_kv_heads, float scale) {                             \
+                                    int num_kv_heads, float scale, int round) {                  \
         paged_decode<T, PER_LANE>(q, keys, values, meta, out, seqs, num_heads, num_kv_heads,     \
-                                  scale);                                                        \
+                                  scale, round);                                                 \
     }
 
 #define PAGED_DECODE_DIMS(SUFFIX, T)          \

@@ -151,7 +151,17 @@ impl TensorKv {
     /// Sequences decoding one token are attended together (through the
     /// fused op, or their contexts gathered side by side, padded to the
     /// longest and masked); prompt chunks one sequence at a time.
-    pub(crate) fn attend(&self, layer: usize, q: &Tensor, plan: &StepPlan) -> Result<Tensor> {
+    ///
+    /// With `round_out`, the fused op rounds its output per run of 32 for the
+    /// quantized matmul it feeds; the second value says whether the whole
+    /// result came out rounded (every row from that op).
+    pub(crate) fn attend(
+        &self,
+        layer: usize,
+        q: &Tensor,
+        plan: &StepPlan,
+        round_out: bool,
+    ) -> Result<(Tensor, bool)> {
         let (t, nh, d) = q.dims3()?;
         // Queries are rounded to the storage precision (as the CPU op does
         // it): by the fused op as it loads them, here for the others.
@@ -159,10 +169,13 @@ impl TensorKv {
         let round = |q: Tensor| q.to_dtype(self.dtype)?.to_dtype(DType::F32);
         // Outputs in this order: the decoding rows, then each chunk's rows.
         let mut parts = Vec::with_capacity(plan.chunks.len() + 1);
+        let round_out = round_out && plan.chunks.is_empty();
+        let mut rounded = false;
         match &plan.decode {
             Some(Decode::Fused(op)) => {
                 let (keys, values) = &self.layers[layer];
-                parts.push(fused::paged_decode(&q, keys, values, op)?);
+                parts.push(fused::paged_decode(&q, keys, values, op, round_out)?);
+                rounded = round_out;
             }
             Some(Decode::Gathered(g)) => {
                 let qs = round(q.index_select(&g.at, 0)?)?; // [b, nh, d]
@@ -180,11 +193,13 @@ impl TensorKv {
             Tensor::cat(&parts, 0)?
         };
         debug_assert_eq!(y.dims2()?, (t, nh * d));
-        // Back to batch order where the groups interleave.
-        match &plan.inverse {
-            Some(inverse) => y.index_select(inverse, 0),
-            None => Ok(y),
-        }
+        // Back to batch order where the groups interleave (whole rows:
+        // rounded rows stay rounded).
+        let y = match &plan.inverse {
+            Some(inverse) => y.index_select(inverse, 0)?,
+            None => y,
+        };
+        Ok((y, rounded))
     }
 
     /// One sequence's chunk, `q` its `[len, num_heads, head_dim]`: `[len,
@@ -493,8 +508,24 @@ mod tests {
                 let tk = token_major(k, nkv)?.reshape((t, nkv * d))?;
                 let tv = token_major(v, nkv)?.reshape((t, nkv * d))?;
                 kv.write(layer, &plan, &tk, &tv)?;
-                let got = kv.attend(layer, &token_major(q, nh)?, &plan)?;
+                let q = token_major(q, nh)?;
+                let (got, _) = kv.attend(layer, &q, &plan, false)?;
                 assert_eq!(got.dims2()?, (t, nh * d));
+                if d % 32 == 0 {
+                    // Asked to round: the fused op's output rounded as
+                    // `round_q8` rounds it, when every row came from it;
+                    // otherwise untouched and said so.
+                    let (got_r, rounded) = kv.attend(layer, &q, &plan, true)?;
+                    let decoding_only = lens.iter().all(|&l| l == 1);
+                    assert_eq!(rounded, fused && decoding_only, "step {step}");
+                    let want_r = if rounded {
+                        crate::layer_ops::round_q8(&got)?
+                    } else {
+                        got.clone()
+                    };
+                    let diff = crate::test_util::max_diff(&got_r, &want_r)?;
+                    assert!(diff < 1e-6, "step {step}, rounded {rounded}: {diff}");
+                }
                 let got = got.flatten_all()?.to_vec1::<f32>()?;
                 for (a, b) in got.iter().zip(&want) {
                     worst = worst.max((a - b).abs());
