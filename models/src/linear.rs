@@ -68,15 +68,20 @@ pub(crate) fn kernel_format(dtype: GgmlDType) -> Option<Format> {
 /// and 64 streams within the runs' noise of without (0.95-1.05x at 64;
 /// `benches/README.md`); `=0` gives candle's products as they are.
 fn rounds_activations(q: &QTensor, k: usize) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| {
-        std::env::var("HEARTH_CUDA_ROUND_ACTIVATIONS").map_or(true, |v| v.trim() != "0")
-    });
     let with_min = matches!(
         q.dtype(),
         GgmlDType::Q4_1 | GgmlDType::Q5_1 | GgmlDType::Q2K | GgmlDType::Q4K | GgmlDType::Q5K
     );
-    on && with_min && k.is_multiple_of(32) && q.device().is_cuda()
+    cuda_rounds_activations() && with_min && k.is_multiple_of(32) && q.device().is_cuda()
+}
+
+/// Whether the rounding of [`rounds_activations`] is on:
+/// `HEARTH_CUDA_ROUND_ACTIVATIONS` unset or anything but `0`.
+pub fn cuda_rounds_activations() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var("HEARTH_CUDA_ROUND_ACTIVATIONS").map_or(true, |v| v.trim() != "0")
+    })
 }
 
 thread_local! {
@@ -263,13 +268,14 @@ impl Module for Linear {
                 .narrow(D::Minus1, *start, self.out_features);
         }
         let rows = x.elem_count() / k.max(1);
-        let rounded = is_rounded(x);
+        // Asked only where rounding applies (never on the CPU's path).
+        let already_rounded = || is_rounded(x);
         let x2 = x.reshape((rows, k))?;
         let y = match &self.weight {
             Weight::Quantized(w) => {
                 let x = x2.to_dtype(DType::F32)?.contiguous()?;
                 match w {
-                    QMatMul::QTensor(q) if !rounded && rounds_activations(q, k) => {
+                    QMatMul::QTensor(q) if rounds_activations(q, k) && !already_rounded() => {
                         w.forward(&crate::layer_ops::round_q8(&x)?)?
                     }
                     _ => w.forward(&x)?,

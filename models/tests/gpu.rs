@@ -34,11 +34,6 @@ fn quantized_lock() -> std::sync::MutexGuard<'static, ()> {
     QUANTIZED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Whether quantized matmuls on formats with a block minimum round their
-/// activations first (`HEARTH_CUDA_ROUND_ACTIVATIONS`, on unless `0`).
-fn rounding_on() -> bool {
-    std::env::var("HEARTH_CUDA_ROUND_ACTIVATIONS").map_or(true, |v| v.trim() != "0")
-}
 const FFN: usize = 512;
 const VOCAB: usize = 100;
 const CONTEXT: usize = 128;
@@ -364,7 +359,7 @@ fn quantized_matmul_errors_on_the_gpu_are_of_the_cpus_size() -> Result<()> {
                 e_rounded / theory
             );
             let gap = matches!(dtype, GgmlDType::Q4_1) || dtype == GgmlDType::Q4K && rows > 8;
-            let limit = if gap && !rounding_on() {
+            let limit = if gap && !hearth_models::cuda_rounds_activations() {
                 CANDLE_GAP
             } else {
                 1.25
