@@ -6,10 +6,10 @@
 //!   1536]` for the K-quants, whose rows must be whole 256-value
 //!   super-blocks), with the fastest instruction set of this CPU; throughput
 //!   in elements = multiply-adds (`m n k`).
-//! - `stream/<format>`: one activation row through 12 distinct `[2048,
-//!   4096]` matrices per iteration, whose weights thus come from memory as
-//!   in the decode step of a model larger than the caches; throughput in
-//!   bytes of the GGUF blocks.
+//! - `stream/<format>`: one activation row through distinct `[14336,
+//!   4096]` matrices of 1 GiB in all per iteration, whose weights thus
+//!   come from memory as in the decode step of a model larger than the
+//!   caches; throughput in bytes of the GGUF blocks.
 //! - `memory/read`: this machine's read bandwidth, the limit of a decode
 //!   step whose weights do not fit the caches: a 1 GiB buffer summed by
 //!   every thread of the pool, each its own contiguous part; throughput in
@@ -116,14 +116,20 @@ fn bench_matmul(c: &mut Criterion) {
     }
 }
 
-/// Matrices per `stream` pass and their shape: 12 x [2048, 4096] is 50-110
-/// MB (by format), well past any cache, as a decode step's weights are.
-const STREAM_MATS: usize = 12;
-const STREAM_SHAPE: (usize, usize) = (2048, 4096);
+/// The shape of the `stream` matrices (Llama-3.1-8B's feed-forward `gate`
+/// and `up`), and the bytes of GGUF blocks a pass reads at least: as many
+/// distinct matrices as make 1 GiB (as `memory/read`'s buffer), far past
+/// any last-level cache, as a decode step's weights are. Matrices of
+/// that size lie on huge pages as the model's do; 12 of `[2048, 4096]`
+/// (the earlier set, 50-110 MB) were partly in an Intel Xeon's 480 MB L3
+/// and only partly on huge pages.
+const STREAM_SHAPE: (usize, usize) = (14336, 4096);
+const STREAM_BYTES: usize = 1 << 30;
 
 /// One activation row through many distinct matrices, so that the weights
 /// come from memory every time (a decode step of a model larger than the
-/// caches): throughput in bytes of the GGUF blocks read.
+/// caches): throughput in bytes of the GGUF blocks read. A format's
+/// matrices are made only when its figure runs (they take a gigabyte).
 fn bench_stream(c: &mut Criterion) {
     let (n, k) = STREAM_SHAPE;
     let mut rng = Rng(11);
@@ -133,14 +139,20 @@ fn bench_stream(c: &mut Criterion) {
     configure(&mut group);
     for format in Format::ALL {
         let blocks = n * k / format.block_values();
-        let mats: Vec<QuantMatrix> = (0..STREAM_MATS)
-            .map(|_| QuantMatrix::new(format, &random_blocks(format, blocks), n, k))
-            .collect::<Result<_, _>>()
-            .expect("valid shape");
+        let count = STREAM_BYTES.div_ceil(blocks * format.block_bytes());
+        let mut mats: Vec<QuantMatrix> = Vec::new();
         group.throughput(Throughput::Bytes(
-            (STREAM_MATS * blocks * format.block_bytes()) as u64,
+            (count * blocks * format.block_bytes()) as u64,
         ));
         group.bench_function(format!("{format:?}"), |b| {
+            if mats.is_empty() {
+                // Distinct copies of one random matrix: the bytes, not
+                // their values, decide the speed.
+                let bytes = random_blocks(format, blocks);
+                mats = (0..count)
+                    .map(|_| QuantMatrix::new(format, &bytes, n, k).expect("valid shape"))
+                    .collect();
+            }
             b.iter_custom(|iters| {
                 in_pool(|| {
                     time(iters, || {

@@ -483,14 +483,19 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
         let mut mins = [_mm256_setzero_ps(); A];
         // With `SPAN256`, each row's integer sum of the span so far.
         let mut spans = [_mm256_setzero_si256(); A];
+        // The scales' shared part, loaded once per span.
+        let mut span = self.scales.span(g * nb);
         for b in 0..nb {
             let i = g * nb + b;
             if PREFETCH {
                 self.prefetch_ahead(i);
             }
+            if b.is_multiple_of(S::SPAN) {
+                span = self.scales.span(i);
+            }
             let w = self.load(i);
             let wabs = w.map(|w| _mm256_abs_epi8(w));
-            let [d0, d1] = self.scales.factors(i);
+            let [d0, d1] = self.scales.factors_in(span, i);
             // Not `Option::map`: a closure would not inherit the target
             // features, and its intrinsics would be calls.
             #[allow(clippy::manual_map)]
@@ -549,7 +554,7 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
                 }
             }
             if offsets {
-                let mw = self.scales.offsets(i);
+                let mw = self.scales.offsets_in(span, i);
                 for (j, mins) in mins.iter_mut().enumerate() {
                     let s = *acts.s.get_unchecked((a + j) * nb + b);
                     *mins = _mm256_fmadd_ps(mw, _mm256_set1_ps(s), *mins);

@@ -39,23 +39,66 @@ pub(crate) trait Scales: Send + Sync + std::fmt::Debug {
     /// offset there (0 without offsets).
     fn get(&self, i: usize, l: usize, j: usize) -> (f32, f32);
 
-    /// The eight rows' factors of block `i` as f32 lanes: values 0..16 and
-    /// 16..32 (the same unless [`Scales::HALVES`]).
+    /// Consecutive blocks that share a super-block's scales (`d`, `dmin`):
+    /// 8 for the K-quants, 1 for the flat ones. The kernels that walk a
+    /// row's blocks in order load those once per span ([`Scales::span`])
+    /// and ask for the scales of a whole span at once
+    /// ([`Scales::prefetch`]).
+    const SPAN: usize;
+
+    /// What the blocks of a span share, loaded once per span.
+    #[cfg(target_arch = "x86_64")]
+    type Span: Copy;
+
+    /// The shared part of block `i`'s span.
     ///
     /// # Safety
     /// AVX2 and F16C; block `i` exists.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn factors(&self, i: usize) -> [std::arch::x86_64::__m256; 2];
+    unsafe fn span(&self, i: usize) -> Self::Span;
 
-    /// The eight rows' offsets of block `i` (only called with offsets).
+    /// The eight rows' factors of block `i`, whose span's shared part is
+    /// `span`, as f32 lanes: values 0..16 and 16..32 (the same unless
+    /// [`Scales::HALVES`]).
     ///
     /// # Safety
-    /// As [`Scales::factors`].
+    /// As [`Scales::span`]; `span` is block `i`'s.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn offsets(&self, i: usize) -> std::arch::x86_64::__m256;
+    unsafe fn factors_in(&self, span: Self::Span, i: usize) -> [std::arch::x86_64::__m256; 2];
 
-    /// Asks for block `i`'s scales ahead of use into the cache `HINT`
-    /// names (a hint; any `i`).
+    /// The eight rows' offsets of block `i` (only called with offsets),
+    /// whose span's shared part is `span`.
+    ///
+    /// # Safety
+    /// As [`Scales::factors_in`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn offsets_in(&self, span: Self::Span, i: usize) -> std::arch::x86_64::__m256;
+
+    /// [`Scales::factors_in`] with block `i`'s span loaded for it.
+    ///
+    /// # Safety
+    /// As [`Scales::span`].
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn factors(&self, i: usize) -> [std::arch::x86_64::__m256; 2] {
+        self.factors_in(self.span(i), i)
+    }
+
+    /// [`Scales::offsets_in`] with block `i`'s span loaded for it.
+    ///
+    /// # Safety
+    /// As [`Scales::span`].
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn offsets(&self, i: usize) -> std::arch::x86_64::__m256 {
+        self.offsets_in(self.span(i), i)
+    }
+
+    /// Asks for the scales of the span that block `i` starts into the
+    /// cache `HINT` names; nothing where `i` does not start a span (a
+    /// hint; any `i`). One call per span, where each plane's line used to
+    /// be asked for once per block: with 8-byte scales per block, eight
+    /// times.
     #[cfg(target_arch = "x86_64")]
     fn prefetch<const HINT: i32>(&self, i: usize);
 
@@ -75,6 +118,9 @@ pub(crate) struct Flat {
 
 impl Scales for Flat {
     const HALVES: bool = false;
+    const SPAN: usize = 1;
+    #[cfg(target_arch = "x86_64")]
+    type Span = ();
 
     fn blocks(&self) -> usize {
         self.d.len()
@@ -93,14 +139,18 @@ impl Scales for Flat {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn factors(&self, i: usize) -> [std::arch::x86_64::__m256; 2] {
+    unsafe fn span(&self, _i: usize) {}
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn factors_in(&self, _: (), i: usize) -> [std::arch::x86_64::__m256; 2] {
         let d = self.d.get_unchecked(i).load();
         [d, d]
     }
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn offsets(&self, i: usize) -> std::arch::x86_64::__m256 {
+    unsafe fn offsets_in(&self, _: (), i: usize) -> std::arch::x86_64::__m256 {
         match &self.m {
             Some(m) => m.get_unchecked(i).load(),
             None => std::arch::x86_64::_mm256_setzero_ps(),
@@ -151,6 +201,10 @@ unsafe fn i8_lanes(b: &[i8; G]) -> std::arch::x86_64::__m256 {
 
 impl Scales for SuperK4 {
     const HALVES: bool = false;
+    const SPAN: usize = G;
+    /// `d` and `dmin`.
+    #[cfg(target_arch = "x86_64")]
+    type Span = [std::arch::x86_64::__m256; 2];
 
     fn blocks(&self) -> usize {
         self.sc.len()
@@ -170,31 +224,41 @@ impl Scales for SuperK4 {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn factors(&self, i: usize) -> [std::arch::x86_64::__m256; 2] {
-        use std::arch::x86_64::*;
-        let d = _mm256_mul_ps(
+    unsafe fn span(&self, i: usize) -> Self::Span {
+        [
             self.d.get_unchecked(i / G).load(),
-            u8_lanes(self.sc.get_unchecked(i)),
-        );
+            self.dmin.get_unchecked(i / G).load(),
+        ]
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn factors_in(&self, [d, _]: Self::Span, i: usize) -> [std::arch::x86_64::__m256; 2] {
+        use std::arch::x86_64::*;
+        let d = _mm256_mul_ps(d, u8_lanes(self.sc.get_unchecked(i)));
         [d, d]
     }
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn offsets(&self, i: usize) -> std::arch::x86_64::__m256 {
+    unsafe fn offsets_in(&self, [_, dmin]: Self::Span, i: usize) -> std::arch::x86_64::__m256 {
         use std::arch::x86_64::*;
-        let m = _mm256_mul_ps(
-            self.dmin.get_unchecked(i / G).load(),
-            u8_lanes(self.mn.get_unchecked(i)),
-        );
+        let m = _mm256_mul_ps(dmin, u8_lanes(self.mn.get_unchecked(i)));
         _mm256_sub_ps(_mm256_setzero_ps(), m)
     }
 
+    /// A span's 64 bytes of `sc` and of `mn` (two lines each, at any
+    /// alignment) and its `d` and `dmin`.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     fn prefetch<const HINT: i32>(&self, i: usize) {
-        hint::<HINT, _>(&self.sc, i, 1);
-        hint::<HINT, _>(&self.mn, i, 1);
+        if !i.is_multiple_of(G) {
+            return;
+        }
+        hint::<HINT, _>(&self.sc, i, 2);
+        hint::<HINT, _>(&self.mn, i, 2);
+        hint::<HINT, _>(&self.d, i / G, 1);
+        hint::<HINT, _>(&self.dmin, i / G, 1);
     }
 }
 
@@ -216,6 +280,10 @@ pub(crate) type SuperK3 = Super16<true>;
 
 impl<const INTEGER: bool> Scales for Super16<INTEGER> {
     const HALVES: bool = !INTEGER;
+    const SPAN: usize = G;
+    /// `d`.
+    #[cfg(target_arch = "x86_64")]
+    type Span = std::arch::x86_64::__m256;
 
     fn blocks(&self) -> usize {
         self.sc.len()
@@ -236,9 +304,14 @@ impl<const INTEGER: bool> Scales for Super16<INTEGER> {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn factors(&self, i: usize) -> [std::arch::x86_64::__m256; 2] {
+    unsafe fn span(&self, i: usize) -> Self::Span {
+        self.d.get_unchecked(i / G).load()
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn factors_in(&self, d: Self::Span, i: usize) -> [std::arch::x86_64::__m256; 2] {
         use std::arch::x86_64::*;
-        let d = self.d.get_unchecked(i / G).load();
         if INTEGER {
             return [d, d];
         }
@@ -251,14 +324,19 @@ impl<const INTEGER: bool> Scales for Super16<INTEGER> {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn offsets(&self, _i: usize) -> std::arch::x86_64::__m256 {
+    unsafe fn offsets_in(&self, _: Self::Span, _i: usize) -> std::arch::x86_64::__m256 {
         std::arch::x86_64::_mm256_setzero_ps()
     }
 
+    /// A span's 128 bytes of `sc` (two or three lines) and its `d`.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     fn prefetch<const HINT: i32>(&self, i: usize) {
-        hint::<HINT, _>(&self.sc, i, 1);
+        if !i.is_multiple_of(G) {
+            return;
+        }
+        hint::<HINT, _>(&self.sc, i, 3);
+        hint::<HINT, _>(&self.d, i / G, 1);
     }
 
     #[inline(always)]

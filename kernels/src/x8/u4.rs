@@ -162,11 +162,16 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
         let low4 = _mm256_set1_epi8(0x0F);
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); A];
+        // The scales' shared part, loaded once per span.
+        let mut span = self.scales.span(g * nb);
         for b in 0..nb {
             let i = g * nb + b;
             let p = self.qs.as_ptr().add(i) as *const __m256i;
             if PREFETCH {
                 self.prefetch_ahead(i);
+            }
+            if b.is_multiple_of(S::SPAN) {
+                span = self.scales.span(i);
             }
             let mut wv = [_mm256_setzero_si256(); G];
             for k in 0..4 {
@@ -194,8 +199,8 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
                     *w = _mm256_or_si256(*w, _mm256_and_si256(m, fifth));
                 }
             }
-            let [dw, _] = self.scales.factors(i);
-            let mw = self.scales.offsets(i);
+            let [dw, _] = self.scales.factors_in(span, i);
+            let mw = self.scales.offsets_in(span, i);
             for (j, acc) in acc.iter_mut().enumerate() {
                 let ai = (a + j) * nb + b;
                 let x = acts.qs.as_ptr().add(ai) as *const i32;
