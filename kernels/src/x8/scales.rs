@@ -96,9 +96,8 @@ pub(crate) trait Scales: Send + Sync + std::fmt::Debug {
 
     /// Asks for the scales of the span that block `i` starts into the
     /// cache `HINT` names; nothing where `i` does not start a span (a
-    /// hint; any `i`). One call per span, where each plane's line used to
-    /// be asked for once per block: with 8-byte scales per block, eight
-    /// times.
+    /// hint; any `i`). Asked for per block instead, each 64-byte line of
+    /// 8-byte scales would be asked for eight times.
     #[cfg(target_arch = "x86_64")]
     fn prefetch<const HINT: i32>(&self, i: usize);
 
