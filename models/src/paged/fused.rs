@@ -165,9 +165,22 @@ fn from_start<'a, T: WithDType>(storage: &'a CpuStorage, layout: &Layout) -> Res
     Ok(&storage.as_slice::<T>()?[layout.start_offset()..])
 }
 
-impl CustomOp3 for PagedDecode {
+/// One call of [`PagedDecode`] as a candle op, its output's runs of 32
+/// rounded to 8 bits as [`crate::layer_ops::round_q8`] rounds them with
+/// `round` (for the quantized matmul it feeds; on CUDA in the kernel,
+/// without another launch).
+struct Call<'a> {
+    op: &'a PagedDecode,
+    round: bool,
+}
+
+impl CustomOp3 for Call<'_> {
     fn name(&self) -> &'static str {
-        "paged-decode"
+        if self.round {
+            "paged-decode-rounded"
+        } else {
+            "paged-decode"
+        }
     }
 
     fn cpu_fwd(
@@ -179,23 +192,27 @@ impl CustomOp3 for PagedDecode {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        self.check(l1, l2, l3)?;
+        let op = self.op;
+        op.check(l1, l2, l3)?;
         let q = from_start::<f32>(s1, l1)?;
-        let out = match s2.dtype() {
-            DType::F32 => self.cpu(q, from_start::<f32>(s2, l2)?, from_start::<f32>(s3, l3)?),
-            DType::F16 => self.cpu(
+        let mut out = match s2.dtype() {
+            DType::F32 => op.cpu(q, from_start::<f32>(s2, l2)?, from_start::<f32>(s3, l3)?),
+            DType::F16 => op.cpu(
                 q,
                 from_start::<half::f16>(s2, l2)?,
                 from_start::<half::f16>(s3, l3)?,
             ),
-            DType::BF16 => self.cpu(
+            DType::BF16 => op.cpu(
                 q,
                 from_start::<half::bf16>(s2, l2)?,
                 from_start::<half::bf16>(s3, l3)?,
             ),
             other => candle_core::bail!("paged decode: unsupported kv dtype {other:?}"),
         };
-        Ok((CpuStorage::F32(out), self.out_shape()))
+        if self.round {
+            crate::layer_ops::round_runs(&mut out);
+        }
+        Ok((CpuStorage::F32(out), op.out_shape()))
     }
 
     #[cfg(feature = "cuda")]
@@ -208,73 +225,19 @@ impl CustomOp3 for PagedDecode {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        self.cuda_run(false, (s1, l1), (s2, l2), (s3, l3))
-    }
-}
-
-impl PagedDecode {
-    /// The kernel's launch, its output rounded per run of 32 with `round`.
-    #[cfg(feature = "cuda")]
-    fn cuda_run(
-        &self,
-        round: bool,
-        (s1, l1): (&candle_core::CudaStorage, &Layout),
-        (s2, l2): (&candle_core::CudaStorage, &Layout),
-        (s3, l3): (&candle_core::CudaStorage, &Layout),
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        self.check(l1, l2, l3)?;
-        if !kernel_supports(self.head_dim) {
-            candle_core::bail!("paged decode: no kernel for head_dim {}", self.head_dim)
+        let op = self.op;
+        op.check(l1, l2, l3)?;
+        if !kernel_supports(op.head_dim) {
+            candle_core::bail!("paged decode: no kernel for head_dim {}", op.head_dim)
         }
-        let args = (round, (s1, l1), (s2, l2), (s3, l3));
+        let args = (self.round, (s1, l1), (s2, l2), (s3, l3));
         let out = match s2.dtype() {
-            DType::F32 => cuda::launch::<f32>(self, "f32", args)?,
-            DType::F16 => cuda::launch::<half::f16>(self, "f16", args)?,
-            DType::BF16 => cuda::launch::<half::bf16>(self, "bf16", args)?,
+            DType::F32 => cuda::launch::<f32>(op, "f32", args)?,
+            DType::F16 => cuda::launch::<half::f16>(op, "f16", args)?,
+            DType::BF16 => cuda::launch::<half::bf16>(op, "bf16", args)?,
             other => candle_core::bail!("paged decode: unsupported kv dtype {other:?}"),
         };
-        Ok((out, self.out_shape()))
-    }
-}
-
-/// [`PagedDecode`] with its output's runs of 32 rounded to 8 bits as
-/// [`crate::layer_ops::round_q8`] rounds them, for the quantized matmul
-/// it feeds (on CUDA in the kernel, without another launch).
-struct Rounded<'a>(&'a PagedDecode);
-
-impl CustomOp3 for Rounded<'_> {
-    fn name(&self) -> &'static str {
-        "paged-decode-rounded"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (out, shape) = self.0.cpu_fwd(s1, l1, s2, l2, s3, l3)?;
-        let CpuStorage::F32(mut out) = out else {
-            candle_core::bail!("paged decode: f32 output expected")
-        };
-        crate::layer_ops::round_runs(&mut out);
-        Ok((CpuStorage::F32(out), shape))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-        s3: &candle_core::CudaStorage,
-        l3: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        self.0.cuda_run(true, (s1, l1), (s2, l2), (s3, l3))
+        Ok((out, op.out_shape()))
     }
 }
 
@@ -340,8 +303,8 @@ mod cuda {
 }
 
 /// Runs the op: `q` the step's `[tokens, num_heads, head_dim]` f32; with
-/// `round`, the output rounded per run of 32 ([`Rounded`]; `head_dim` is a
-/// multiple of 32 wherever the kernel runs).
+/// `round`, the output rounded per run of 32 (`head_dim` is a multiple of
+/// 32 wherever the kernel runs).
 pub(crate) fn paged_decode(
     q: &Tensor,
     keys: &Tensor,
@@ -349,9 +312,5 @@ pub(crate) fn paged_decode(
     op: &PagedDecode,
     round: bool,
 ) -> Result<Tensor> {
-    if round {
-        q.apply_op3_no_bwd(keys, values, &Rounded(op))
-    } else {
-        q.apply_op3_no_bwd(keys, values, op)
-    }
+    q.apply_op3_no_bwd(keys, values, &Call { op, round })
 }
