@@ -363,8 +363,9 @@ impl Llama {
                 kv.write(layer, plan, &k, &v)?;
                 rope(q, nh)?
             }; // [T, nh, d]
-               // Rounded by the attention's kernel where `o` would round it
-               // (`Linear::rounds_input`).
+
+            // Rounded by the attention's kernel where `o` would round it
+            // (`Linear::rounds_input`).
             let (y, rounded) = kv.attend(layer, &q, plan, a.o.rounds_input())?;
             if rounded {
                 crate::linear::mark_rounded(&y);
