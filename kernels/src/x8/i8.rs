@@ -237,17 +237,21 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
     }
 
     /// The eight registers of group block `i`: register `v` holds values
-    /// `4 v..4 v + 4` of every row (see the module docs).
+    /// `4 v..4 v + 4` of every row (see the module docs); with `SIGNED` the
+    /// values `q`, else unsigned bytes `q + 128` (8-bit) or `q + 32` (6-bit,
+    /// as stored), as [`Group8::SUMS`] has them; 3-bit values are always
+    /// signed.
     ///
     /// # Safety
     /// AVX2; block `i` exists.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn load(&self, i: usize) -> [std::arch::x86_64::__m256i; G] {
+    unsafe fn load<const SIGNED: bool>(&self, i: usize) -> [std::arch::x86_64::__m256i; G] {
         use std::arch::x86_64::*;
         if BITS == 8 {
             let p = self.qs.as_ptr().add(i) as *const __m256i;
-            return std::array::from_fn(|v| _mm256_load_si256(p.add(v)));
+            let flip = _mm256_set1_epi8(if SIGNED { 0 } else { i8::MIN });
+            return std::array::from_fn(|v| _mm256_xor_si256(_mm256_load_si256(p.add(v)), flip));
         }
         let bias = _mm256_set1_epi8(Self::BIAS);
         let h = self.hi.as_ptr().add(i) as *const __m256i;
@@ -297,7 +301,11 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
                 _mm256_and_si256(_mm256_srli_epi16::<4>(raw), low4)
             };
             let u = _mm256_or_si256(low, _mm256_and_si256(top[v], top2));
-            _mm256_sub_epi8(u, bias)
+            if SIGNED {
+                _mm256_sub_epi8(u, bias)
+            } else {
+                u
+            }
         })
     }
 
@@ -493,8 +501,18 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
             if b.is_multiple_of(S::SPAN) {
                 span = self.scales.span(i);
             }
-            let w = self.load(i);
-            let wabs = w.map(|w| _mm256_abs_epi8(w));
+            // Q6_K (and Q8_0 with VNNI) as unsigned bytes, whose sums start
+            // from the activations' bias corrections: no `vpsignb` per
+            // register, and Q6_K's `q + 32` (at most 63) lets two
+            // `vpmaddubsw` pairs add in 16 bits (2 * 2 * 63 * 127 = 32004).
+            let unsigned = BITS == 6 || (BITS == 8 && VNNI);
+            let (w, wabs) = if unsigned {
+                let w = self.load::<false>(i);
+                (w, w)
+            } else {
+                let w = self.load::<true>(i);
+                (w, w.map(|w| _mm256_abs_epi8(w)))
+            };
             let [d0, d1] = self.scales.factors_in(span, i);
             // Not `Option::map`: a closure would not inherit the target
             // features, and its intrinsics would be calls.
@@ -511,18 +529,53 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
                 let x = acts.qs.as_ptr().add(ai) as *const i32;
                 // Values 0..16 and 16..32 summed apart (Q6_K scales each).
                 let mut s = [_mm256_setzero_si256(); 2];
-                for (k, (&wk, &wa)) in w.iter().zip(&wabs).enumerate() {
-                    let xv = _mm256_set1_epi32(x.add(k).read());
-                    let signed = _mm256_sign_epi8(xv, wk);
-                    let h = &mut s[k / 4];
-                    *h = if VNNI {
-                        _mm256_dpbusd_epi32(*h, wa, signed)
+                if unsigned {
+                    let bias = &*acts.bias.as_ptr().add(ai);
+                    s = if BITS == 6 {
+                        [
+                            _mm256_set1_epi32(bias.halves32[0]),
+                            _mm256_set1_epi32(bias.halves32[1]),
+                        ]
                     } else {
-                        _mm256_add_epi32(
-                            *h,
-                            _mm256_madd_epi16(_mm256_maddubs_epi16(wa, signed), ones),
-                        )
+                        [_mm256_set1_epi32(bias.all128), _mm256_setzero_si256()]
                     };
+                }
+                if unsigned && !VNNI {
+                    // 6-bit: each half's four registers as two 16-bit pairs.
+                    // (No closures: they would not inherit the caller's
+                    // target features.)
+                    let mut p = [_mm256_setzero_si256(); G];
+                    for (k, (p, &wk)) in p.iter_mut().zip(&w).enumerate() {
+                        *p = _mm256_maddubs_epi16(wk, _mm256_set1_epi32(x.add(k).read()));
+                    }
+                    for (h, s) in s.iter_mut().enumerate() {
+                        let k = 4 * h;
+                        let p0 = _mm256_add_epi16(p[k], p[k + 1]);
+                        let p1 = _mm256_add_epi16(p[k + 2], p[k + 3]);
+                        let p = _mm256_add_epi32(
+                            _mm256_madd_epi16(p0, ones),
+                            _mm256_madd_epi16(p1, ones),
+                        );
+                        *s = _mm256_add_epi32(*s, p);
+                    }
+                } else {
+                    for (k, (&wk, &wa)) in w.iter().zip(&wabs).enumerate() {
+                        let xv = _mm256_set1_epi32(x.add(k).read());
+                        let xs = if unsigned {
+                            xv
+                        } else {
+                            _mm256_sign_epi8(xv, wk)
+                        };
+                        let h = &mut s[k / 4];
+                        *h = if VNNI {
+                            _mm256_dpbusd_epi32(*h, wa, xs)
+                        } else {
+                            _mm256_add_epi32(
+                                *h,
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xs), ones),
+                            )
+                        };
+                    }
                 }
                 let dx = _mm256_set1_ps(*acts.d.get_unchecked(ai));
                 if S::HALVES {
