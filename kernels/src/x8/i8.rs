@@ -237,10 +237,8 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
     }
 
     /// The eight registers of group block `i`: register `v` holds values
-    /// `4 v..4 v + 4` of every row (see the module docs); with `SIGNED` the
-    /// values `q`, else unsigned bytes `q + 128` (8-bit) or `q + 32` (6-bit,
-    /// as stored), as [`Group8::SUMS`] has them; 3-bit values are always
-    /// signed.
+    /// `4 v..4 v + 4` of every row (see the module docs), as `q`; 6-bit
+    /// values without `SIGNED` as stored, `q + 32`.
     ///
     /// # Safety
     /// AVX2; block `i` exists.
@@ -250,8 +248,7 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
         use std::arch::x86_64::*;
         if BITS == 8 {
             let p = self.qs.as_ptr().add(i) as *const __m256i;
-            let flip = _mm256_set1_epi8(if SIGNED { 0 } else { i8::MIN });
-            return std::array::from_fn(|v| _mm256_xor_si256(_mm256_load_si256(p.add(v)), flip));
+            return std::array::from_fn(|v| _mm256_load_si256(p.add(v)));
         }
         let bias = _mm256_set1_epi8(Self::BIAS);
         let h = self.hi.as_ptr().add(i) as *const __m256i;
@@ -501,11 +498,11 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
             if b.is_multiple_of(S::SPAN) {
                 span = self.scales.span(i);
             }
-            // Q6_K (and Q8_0 with VNNI) as unsigned bytes, whose sums start
-            // from the activations' bias corrections: no `vpsignb` per
-            // register, and Q6_K's `q + 32` (at most 63) lets two
-            // `vpmaddubsw` pairs add in 16 bits (2 * 2 * 63 * 127 = 32004).
-            let unsigned = BITS == 6 || (BITS == 8 && VNNI);
+            // Q6_K without VNNI as the stored unsigned bytes, whose sums
+            // start from the activations' bias corrections: no `vpabsb` or
+            // `vpsignb`, and `q + 32` (at most 63) lets two `vpmaddubsw`
+            // pairs add in 16 bits (2 * 2 * 63 * 127 = 32004).
+            let unsigned = BITS == 6 && !VNNI;
             let (w, wabs) = if unsigned {
                 let w = self.load::<false>(i);
                 (w, w)
@@ -530,20 +527,10 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
                 // Values 0..16 and 16..32 summed apart (Q6_K scales each).
                 let mut s = [_mm256_setzero_si256(); 2];
                 if unsigned {
+                    // Each half's four registers as two 16-bit pairs, from
+                    // the half's `-32 sum(x)`. (No closures: they would not
+                    // inherit the caller's target features.)
                     let bias = &*acts.bias.as_ptr().add(ai);
-                    s = if BITS == 6 {
-                        [
-                            _mm256_set1_epi32(bias.halves32[0]),
-                            _mm256_set1_epi32(bias.halves32[1]),
-                        ]
-                    } else {
-                        [_mm256_set1_epi32(bias.all128), _mm256_setzero_si256()]
-                    };
-                }
-                if unsigned && !VNNI {
-                    // 6-bit: each half's four registers as two 16-bit pairs.
-                    // (No closures: they would not inherit the caller's
-                    // target features.)
                     let mut p = [_mm256_setzero_si256(); G];
                     for (k, (p, &wk)) in p.iter_mut().zip(&w).enumerate() {
                         *p = _mm256_maddubs_epi16(wk, _mm256_set1_epi32(x.add(k).read()));
@@ -556,23 +543,19 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
                             _mm256_madd_epi16(p0, ones),
                             _mm256_madd_epi16(p1, ones),
                         );
-                        *s = _mm256_add_epi32(*s, p);
+                        *s = _mm256_add_epi32(_mm256_set1_epi32(bias.halves32[h]), p);
                     }
                 } else {
                     for (k, (&wk, &wa)) in w.iter().zip(&wabs).enumerate() {
                         let xv = _mm256_set1_epi32(x.add(k).read());
-                        let xs = if unsigned {
-                            xv
-                        } else {
-                            _mm256_sign_epi8(xv, wk)
-                        };
+                        let signed = _mm256_sign_epi8(xv, wk);
                         let h = &mut s[k / 4];
                         *h = if VNNI {
-                            _mm256_dpbusd_epi32(*h, wa, xs)
+                            _mm256_dpbusd_epi32(*h, wa, signed)
                         } else {
                             _mm256_add_epi32(
                                 *h,
-                                _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xs), ones),
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(wa, signed), ones),
                             )
                         };
                     }
