@@ -23,7 +23,10 @@
 //! to i32 at once (`vpmaddwd`) before the eight are added (with VNNI, eight
 //! `vpdpbusd`), as two sums of four (values 0..16 and 16..32) for Q6_K's
 //! two factors per block (for Q3_K, each half's sum times its integer
-//! scale, `vpmulld`: exactly the sum of the `p x`). The 512-bit kernels
+//! scale, `vpmulld`: exactly the sum of the `p x`). Without VNNI, Q6_K's
+//! 256-bit tile multiplies the stored `q + 32` instead (two pair sums of
+//! values at most 63 add in i16) from the activations' correction, as the
+//! 512-bit kernels do. The 512-bit kernels
 //! (`wide.rs`, no `vpsignb`) unpack the values with a bias instead, `q +
 //! 128`, `q + 32` or (Q3_K, multiplied by their scales at unpacking) `p +
 //! 127` as unsigned bytes, and start each sum from the activations'
@@ -503,12 +506,16 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
             // `vpsignb`, and `q + 32` (at most 63) lets two `vpmaddubsw`
             // pairs add in 16 bits (2 * 2 * 63 * 127 = 32004).
             let unsigned = BITS == 6 && !VNNI;
-            let (w, wabs) = if unsigned {
-                let w = self.load::<false>(i);
-                (w, w)
+            let w = if unsigned {
+                self.load::<false>(i)
             } else {
-                let w = self.load::<true>(i);
-                (w, w.map(|w| _mm256_abs_epi8(w)))
+                self.load::<true>(i)
+            };
+            // `|w|` for the signed paths only.
+            let wabs = if unsigned {
+                w
+            } else {
+                w.map(|w| _mm256_abs_epi8(w))
             };
             let [d0, d1] = self.scales.factors_in(span, i);
             // Not `Option::map`: a closure would not inherit the target
