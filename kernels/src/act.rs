@@ -11,10 +11,10 @@
 //! bit-exact Q4_1 op did (max |dlogprob| 0.10 instead of 0.22 on one case).
 //!
 //! With a span of 256 ([`crate::Format::activation_span`]: Q2_K and Q3_K
-//! weights), `max|x|` is taken over the whole span and `d` (f32, as
-//! llama.cpp's Q8_K keeps it) is shared by its eight blocks, whose fields
-//! stay per block; the kernels then add the span's integer sums before one
-//! float operation.
+//! weights, and Q4_K and Q5_K on CPUs without AVX-512 VNNI), `max|x|` is
+//! taken over the whole span and `d` (f32, as llama.cpp's Q8_K keeps it)
+//! is shared by its eight blocks, whose fields stay per block; the kernels
+//! then add the span's integer sums before one float operation.
 //!
 //! For the 512-bit prefill kernels, [`Acts::quantize_tiled`] lays the
 //! same blocks out with the rows regrouped by the kernels' tiles of eight
@@ -24,8 +24,9 @@
 //! at most `d / 2 + 127 |d - f16(d)| <= 0.5625 d`, and `s` by at most
 //! `2^-10 d |sum(q)|` from the dequantized values' sum, so `|y - y_ref| <=
 //! sum_j 0.5625 |w_j| d(j) + sum_b |m_b| 2^-10 (sum_{j in b} |x_j| + 16
-//! d_b)`. The other K-quants use 32-value scales too: finer than llama.cpp's
-//! Q8_K for them (one f32 scale per 256 values).
+//! d_b)`. Q6_K (and Q4_K and Q5_K with AVX-512 VNNI) use 32-value scales
+//! too: finer than llama.cpp's Q8_K for them (one f32 scale per 256
+//! values).
 
 use half::f16;
 
@@ -45,6 +46,12 @@ pub(crate) struct Acts {
     /// values (span `t` at `t`: blocks `8 t..8 t + 8`), where the 512-bit
     /// Q3_K sums start; else empty.
     pub start127: Vec<i32>,
+    /// With a span of 256, the sums of the quantized values of each two
+    /// consecutive blocks of a row as 16-bit integers in one word (block
+    /// `2 p` in the low half; each at most `32 * 127` in magnitude): pair
+    /// `p` of row `i` at `i * nb / 2 + p`, or where [`tiled_at`] puts it.
+    /// The Q4_K and Q5_K mins multiply them (`vpmaddwd`); else empty.
+    pub pairs: Vec<i32>,
     /// Whether the rows are regrouped by tiles ([`Acts::quantize_tiled`]).
     pub tiled: bool,
     /// Whether those tiles have 16 rows while 16 are left (the AMX tiles'
@@ -79,6 +86,18 @@ pub(crate) struct Bias {
 }
 
 impl Bias {
+    /// The sum of the block's quantized values.
+    #[inline(always)]
+    pub(crate) fn sum(&self) -> i32 {
+        (self.halves as i16 as i32) + ((self.halves >> 16) as i16 as i32)
+    }
+
+    /// Two blocks' sums as [`Acts::pairs`] has them.
+    #[inline(always)]
+    fn pair(b0: &Bias, b1: &Bias) -> i32 {
+        (b0.sum() as i16 as u16 as u32 | ((b1.sum() as i16 as u16 as u32) << 16)) as i32
+    }
+
     #[inline(always)]
     fn new(h0: i32, h1: i32) -> Self {
         Bias {
@@ -273,6 +292,7 @@ impl Acts {
             s: vec![0.0; blocks],
             bias: vec![Bias::default(); blocks],
             start127: Vec::new(),
+            pairs: Vec::new(),
             tiled,
             tiles16,
         }
@@ -323,6 +343,11 @@ impl Acts {
                 .bias
                 .chunks_exact(span / QK)
                 .map(|b| b.iter().map(|b| b.all127).sum())
+                .collect();
+            a.pairs = a
+                .bias
+                .chunks_exact(2)
+                .map(|b| Bias::pair(&b[0], &b[1]))
                 .collect();
         }
         a
@@ -391,6 +416,16 @@ impl Acts {
                         a.start127[tiled_at(spans, r, at, j, t)] = (t * per..(t + 1) * per)
                             .map(|b| a.bias[tiled_at(nb, r, at, j, b)].all127)
                             .sum();
+                    }
+                }
+            }
+            a.pairs = vec![0; blocks / 2];
+            for &(r, at) in &tiles {
+                for j in 0..at {
+                    for p in 0..nb / 2 {
+                        let bias = |b| &a.bias[tiled_at(nb, r, at, j, b)];
+                        a.pairs[tiled_at(nb / 2, r, at, j, p)] =
+                            Bias::pair(bias(2 * p), bias(2 * p + 1));
                     }
                 }
             }

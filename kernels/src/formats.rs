@@ -75,11 +75,15 @@ impl Format {
 
     /// Activation values that share one 8-bit scale when they meet this
     /// format's weights: 256 (one super-block, as llama.cpp's Q8_K) for
-    /// Q2_K and Q3_K, whose kernels then sum a whole super-block in
-    /// integers under one float operation; 32 for the others.
+    /// Q2_K and Q3_K, and for Q4_K and Q5_K on CPUs without AVX-512 VNNI
+    /// (every instruction set of such a CPU, the portable loops included,
+    /// so they all agree), whose kernels then sum a whole super-block in
+    /// integers under one float operation; 32 for the others. The 512-bit
+    /// VNNI kernels take Q4_K and Q5_K with 32-value scales.
     pub fn activation_span(self) -> usize {
         match self {
             Format::Q2K | Format::Q3K => 256,
+            Format::Q4K | Format::Q5K | Format::Q6K if !crate::wide_kernels() => 256,
             _ => QK,
         }
     }

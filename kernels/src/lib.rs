@@ -72,6 +72,13 @@ const SIDE_LEAF_ITEMS: usize = 8;
 /// Weight rows per unit of parallel work.
 const CHUNK_ROWS: usize = 16;
 
+/// Whether this CPU runs the 512-bit VNNI kernels (which take 32-value
+/// activation scales for every format but Q2_K and Q3_K); detected once.
+pub(crate) fn wide_kernels() -> bool {
+    static WIDE: OnceLock<bool> = OnceLock::new();
+    *WIDE.get_or_init(|| Isa::Avx512Vnni.is_available())
+}
+
 /// An invalid matrix description (sizes, byte counts).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error(pub String);

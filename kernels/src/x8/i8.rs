@@ -38,9 +38,9 @@ use super::scales::Scales;
 use super::u4::{Bits8, Nib8};
 #[cfg(target_arch = "x86_64")]
 use super::wide::{join_ps, load_pair, Sums, Unpacked};
-use super::{group_blocks, interleave, prefetch_blocks, Group8, G, SPAN_BLOCKS};
+use super::{dot_blocks, group_blocks, interleave, prefetch_blocks, Group8, Half8, G, SPAN_BLOCKS};
 use crate::act::Acts;
-use crate::formats::Q8;
+use crate::formats::{Q8, QK};
 
 /// One block of a group: 8 rows x 32 signed bytes (see the module docs).
 #[repr(C, align(32))]
@@ -413,6 +413,146 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
     }
 }
 
+/// Q6_K's kernels over activations with one scale per 256 values (only
+/// called with `BITS == 6`).
+impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
+    /// [`Group8::dot`] of Q6_K (`d`, `sc`: [`Scales::super_k6`]) over
+    /// activations with one scale per 256 values: per super-block `S =
+    /// sum_b sum_h sc_h sum_{j in h} q_j x_j` in integers, then `d d_x S`.
+    #[allow(clippy::too_many_arguments)]
+    fn dot_span256(
+        &self,
+        d: &[Half8],
+        sc: &[[[i8; G]; 2]],
+        acts: &Acts,
+        g: usize,
+        l: usize,
+        a: usize,
+    ) -> f32 {
+        let nb = self.nb;
+        let (mut acc, mut span) = (0f32, 0i32);
+        for b in 0..nb {
+            let (i, ai) = (g * nb + b, a * nb + b);
+            let x = &acts.qs[ai].0;
+            for (h, js) in [0..QK / 2, QK / 2..QK].into_iter().enumerate() {
+                let isum: i32 = js.map(|j| self.q(i, l, j) * x[j] as i32).sum();
+                span += sc[i][h][l] as i32 * isum;
+            }
+            if b % SPAN_BLOCKS == SPAN_BLOCKS - 1 {
+                acc += d[i / G].get(l) * acts.d[ai] * span as f32;
+                span = 0;
+            }
+        }
+        acc
+    }
+
+    /// Register `v` of Q6_K's block `i` as the stored unsigned bytes `q +
+    /// 32` ([`Ix8::load`]'s register `v` without the bias taken off).
+    ///
+    /// # Safety
+    /// AVX2; block `i` exists.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn value6(&self, i: usize, v: usize) -> std::arch::x86_64::__m256i {
+        use std::arch::x86_64::*;
+        let low4 = _mm256_set1_epi8(0x0F);
+        let top2 = _mm256_set1_epi8(0x30);
+        let raw = _mm256_load_si256((self.lo.as_ptr().add(i) as *const __m256i).add(v % 4));
+        let low = if v < 4 {
+            _mm256_and_si256(raw, low4)
+        } else {
+            _mm256_and_si256(_mm256_srli_epi16::<4>(raw), low4)
+        };
+        // As in `load`: bits `2 (v % 4)..` of the crumbs' bytes to bits 4
+        // and 5.
+        let c = _mm256_load_si256((self.hi.as_ptr().add(i) as *const __m256i).add(v / 4));
+        let top = match v % 4 {
+            0 => _mm256_slli_epi16::<4>(c),
+            1 => _mm256_slli_epi16::<2>(c),
+            2 => c,
+            _ => _mm256_srli_epi16::<2>(c),
+        };
+        _mm256_or_si256(low, _mm256_and_si256(top, top2))
+    }
+
+    /// [`Group8::tile`] of Q6_K without VNNI over activations with one
+    /// scale per 256 values, a super-block at a time: two registers of
+    /// values at a time meet every activation row, the two `vpmaddubsw`
+    /// pair sums added in i16 (at most `2 * 2 * 63 * 127 = 32004`) and
+    /// multiplied by the pairs of their half's scale (`vpmaddwd`) into the
+    /// row's sum, which starts each block from `-32 (sc_0 X_0 + sc_1 X_1)`
+    /// (the halves' activation sums, one `vpmaddwd`); one float operation
+    /// per super-block. A super-block's sum stays below `8 * 32 * 128 * 95
+    /// * 127 < 2^31`.
+    ///
+    /// # Safety
+    /// As [`Group8::tile`].
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn tile_span256<const A: usize, const PREFETCH: bool>(
+        &self,
+        d: &[Half8],
+        sc: &[[[i8; G]; 2]],
+        acts: &Acts,
+        g: usize,
+        a: usize,
+    ) -> [std::arch::x86_64::__m256; A] {
+        use std::arch::x86_64::*;
+        let nb = self.nb;
+        assert!((g + 1) * nb <= self.stored() && (a + A) * nb <= acts.qs.len());
+        assert!(sc.len() == self.stored() && d.len() * SPAN_BLOCKS == self.stored());
+        let mut acc = [_mm256_setzero_ps(); A];
+        for t in 0..nb / SPAN_BLOCKS {
+            let i0 = g * nb + t * SPAN_BLOCKS;
+            let mut s = [_mm256_setzero_si256(); A];
+            for i in i0..i0 + SPAN_BLOCKS {
+                if PREFETCH {
+                    self.prefetch_ahead(i);
+                }
+                let x: [*const i32; A] = std::array::from_fn(|j| {
+                    acts.qs.as_ptr().add((a + j) * nb + i - g * nb) as *const i32
+                });
+                // Each half's scale as 16-bit pairs (`sc` in both halves of
+                // each row's lane), and `-32 (sc_0, sc_1)` for the bias.
+                let [c0, c1] = sc.get_unchecked(i);
+                let (c0, c1) = (
+                    _mm_loadl_epi64(c0.as_ptr().cast()),
+                    _mm_loadl_epi64(c1.as_ptr().cast()),
+                );
+                let pairs = [
+                    _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(c0, c0)),
+                    _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(c1, c1)),
+                ];
+                let bias = _mm256_mullo_epi16(
+                    _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(c0, c1)),
+                    _mm256_set1_epi16(-32),
+                );
+                for (j, s) in s.iter_mut().enumerate() {
+                    let ai = (a + j) * nb + i - g * nb;
+                    let halves = _mm256_set1_epi32((*acts.bias.as_ptr().add(ai)).halves);
+                    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(bias, halves));
+                }
+                for q in 0..G / 2 {
+                    let (w0, w1) = (self.value6(i, 2 * q), self.value6(i, 2 * q + 1));
+                    for (s, x) in s.iter_mut().zip(&x) {
+                        let p = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(w0, _mm256_set1_epi32(x.add(2 * q).read())),
+                            _mm256_maddubs_epi16(w1, _mm256_set1_epi32(x.add(2 * q + 1).read())),
+                        );
+                        *s = _mm256_add_epi32(*s, _mm256_madd_epi16(p, pairs[q / 2]));
+                    }
+                }
+            }
+            let dw = d.get_unchecked(i0 / SPAN_BLOCKS).load();
+            for (j, (acc, s)) in acc.iter_mut().zip(s).enumerate() {
+                let dx = _mm256_set1_ps(*acts.d.get_unchecked((a + j) * nb + t * SPAN_BLOCKS));
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, dx), *acc);
+            }
+        }
+        acc
+    }
+}
+
 impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
     const HALVES: bool = S::HALVES;
     /// Q3_K: its values times their integer scales under one factor `d` per
@@ -471,6 +611,15 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
         self.scales.get(i, l, j)
     }
 
+    fn dot(&self, acts: &Acts, g: usize, l: usize, a: usize) -> f32 {
+        match self.scales.super_k6() {
+            Some((d, sc)) if BITS == 6 && acts.span == 256 => {
+                self.dot_span256(d, sc, acts, g, l, a)
+            }
+            _ => dot_blocks(self, acts, g, l, a),
+        }
+    }
+
     /// With `PREFETCH` (a few activation rows: a decode step streaming the
     /// weights from memory), each block asks for the block
     /// [`Group8::AHEAD`] ahead: its values and its scales.
@@ -483,6 +632,12 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
         a: usize,
     ) -> [std::arch::x86_64::__m256; A] {
         use std::arch::x86_64::*;
+        if let Some((d, sc)) = self.scales.super_k6() {
+            if BITS == 6 && acts.span == 256 {
+                assert!(!VNNI, "the VNNI kernels take 32-value activation scales");
+                return self.tile_span256::<A, PREFETCH>(d, sc, acts, g, a);
+            }
+        }
         let nb = self.nb;
         assert!((g + 1) * nb <= self.stored() && (a + A) * nb <= acts.qs.len());
         let ones = _mm256_set1_epi16(1);

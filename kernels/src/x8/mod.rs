@@ -251,34 +251,7 @@ pub(crate) trait Group8 {
     /// Row `8 g + l` . activation row `a`, exactly summed per block (or half
     /// block, with [`Group8::HALVES`]) in i32 (the portable kernel).
     fn dot(&self, acts: &Acts, g: usize, l: usize, a: usize) -> f32 {
-        let nb = self.blocks();
-        let mut acc = 0f32;
-        // With `SPAN256`, the span's integer sum so far.
-        let mut span = 0i32;
-        for b in 0..nb {
-            let (i, ai) = (g * nb + b, a * nb + b);
-            let x = &acts.qs[ai].0;
-            let isum =
-                |js: Range<usize>| -> i32 { js.map(|j| self.q(i, l, j) * x[j] as i32).sum() };
-            let (f, m) = self.scale_offset(i, l, 0);
-            let dx = acts.d[ai];
-            if Self::SPAN256 {
-                // One factor per span (see `SPAN256`), no offsets.
-                span += isum(0..QK);
-                if b % SPAN_BLOCKS == SPAN_BLOCKS - 1 {
-                    acc += f * dx * span as f32;
-                    span = 0;
-                }
-                continue;
-            }
-            acc += if Self::HALVES {
-                let f1 = self.scale_offset(i, l, QK / 2).0;
-                f * dx * isum(0..QK / 2) as f32 + f1 * dx * isum(QK / 2..QK) as f32
-            } else {
-                f * dx * isum(0..QK) as f32
-            } + m * acts.s[ai];
-        }
-        acc
+        dot_blocks(self, acts, g, l, a)
     }
 
     /// Appends row `r` as f32 (`blocks * 32` values).
@@ -336,6 +309,44 @@ pub(crate) trait Group8 {
     unsafe fn mins2(&self, _i0: usize, _i1: usize) -> std::arch::x86_64::__m512i {
         std::arch::x86_64::_mm512_setzero_si512()
     }
+}
+
+/// [`Group8::dot`]'s portable kernel, for the layouts that override it to
+/// call it for some activations.
+pub(crate) fn dot_blocks<W: Group8 + ?Sized>(
+    w: &W,
+    acts: &Acts,
+    g: usize,
+    l: usize,
+    a: usize,
+) -> f32 {
+    let nb = w.blocks();
+    let mut acc = 0f32;
+    // With `SPAN256`, the span's integer sum so far.
+    let mut span = 0i32;
+    for b in 0..nb {
+        let (i, ai) = (g * nb + b, a * nb + b);
+        let x = &acts.qs[ai].0;
+        let isum = |js: Range<usize>| -> i32 { js.map(|j| w.q(i, l, j) * x[j] as i32).sum() };
+        let (f, m) = w.scale_offset(i, l, 0);
+        let dx = acts.d[ai];
+        if W::SPAN256 {
+            // One factor per span (see `SPAN256`), no offsets.
+            span += isum(0..QK);
+            if b % SPAN_BLOCKS == SPAN_BLOCKS - 1 {
+                acc += f * dx * span as f32;
+                span = 0;
+            }
+            continue;
+        }
+        acc += if W::HALVES {
+            let f1 = w.scale_offset(i, l, QK / 2).0;
+            f * dx * isum(0..QK / 2) as f32 + f1 * dx * isum(QK / 2..QK) as f32
+        } else {
+            f * dx * isum(0..QK) as f32
+        } + m * acts.s[ai];
+    }
+    acc
 }
 
 /// Stores the rows of group `g` that exist (`t[l][j]` to `out[a + j][8 g +

@@ -106,6 +106,19 @@ pub(crate) trait Scales: Send + Sync + std::fmt::Debug {
     fn sub_scales(&self, _i: usize) -> Option<&[[i8; G]; 2]> {
         None
     }
+
+    /// The K-quant super-block scales of Q4_K and Q5_K, for their kernels
+    /// over activations with one scale per 256 values.
+    fn super_k4(&self) -> Option<&SuperK4> {
+        None
+    }
+
+    /// Q6_K's `d` per super-block and signed 16-value scales per block, for
+    /// its kernels over activations with one scale per 256 values.
+    #[allow(clippy::type_complexity)]
+    fn super_k6(&self) -> Option<(&[Half8], &[[[i8; G]; 2]])> {
+        None
+    }
 }
 
 /// An f16 scale and optional offset per row and block.
@@ -259,6 +272,11 @@ impl Scales for SuperK4 {
         hint::<HINT, _>(&self.d, i / G, 1);
         hint::<HINT, _>(&self.dmin, i / G, 1);
     }
+
+    #[inline(always)]
+    fn super_k4(&self) -> Option<&SuperK4> {
+        Some(self)
+    }
 }
 
 /// Q6_K and Q3_K: `d` per row and super-block (block `i`'s at `i / 8`),
@@ -336,6 +354,11 @@ impl<const INTEGER: bool> Scales for Super16<INTEGER> {
         }
         hint::<HINT, _>(&self.sc, i, 3);
         hint::<HINT, _>(&self.d, i / G, 1);
+    }
+
+    #[inline(always)]
+    fn super_k6(&self) -> Option<(&[Half8], &[[[i8; G]; 2]])> {
+        (!INTEGER).then_some((&self.d, &self.sc))
     }
 
     #[inline(always)]

@@ -24,15 +24,29 @@
 //! lane, eight of those are summed in i16 (at most `8 * 2 * 15 * 127 =
 //! 30480`: no overflow; 5-bit values by fours) and `vpmaddwd` makes each
 //! lane a row's block sum (with VNNI, eight `vpdpbusd` into i32).
+//!
+//! Q4_K and Q5_K on CPUs without AVX-512 VNNI meet activations with one
+//! scale per 256 values ([`crate::Format::activation_span`], llama.cpp's
+//! Q8_K), so a super-block sums in integers, as Q2_K's kernels do: `S1 =
+//! sum_b sc_b sum_j q_j x_j` (the 16-bit sums times the pairs of 6-bit
+//! scales, `vpmaddwd` in place of the one against ones) and `S2 = sum_b
+//! mn_b X_b` (the mins of each two blocks times the activations' block
+//! sums, [`Acts::pairs`]: four `vpmaddwd` per super-block), then `(d S1 -
+//! dmin S2) d_x` once per 256 values instead of two scales, a conversion
+//! and two FMAs per 32. That tile also takes one value register at a time
+//! to every activation row (the rows' sums and one register live, not the
+//! block's eight registers and spilled sums): Q4_K 1.26-1.41x, Q5_K
+//! 1.26-1.27x on an AVX2-only Zen 3 (`benches/README.md`). The VNNI
+//! kernels keep 32-value activation scales.
 
 #[cfg(target_arch = "x86_64")]
 use super::hint;
-use super::scales::Scales;
+use super::scales::{Scales, SuperK4};
 #[cfg(target_arch = "x86_64")]
 use super::wide::{join_ps, load_pair, Sums, Unpacked};
-use super::{group_blocks, interleave, prefetch_blocks, Group8, G};
+use super::{dot_blocks, group_blocks, interleave, prefetch_blocks, Group8, G, SPAN_BLOCKS};
 use crate::act::Acts;
-use crate::formats::Nib;
+use crate::formats::{Nib, QK};
 
 /// One block of a group: 8 rows x 32 values as nibbles (see the module
 /// docs).
@@ -105,6 +119,169 @@ impl<S: Scales, const FIVE: bool> Ux8<S, FIVE> {
         }
     }
 
+    /// [`Group8::dot`] of the K-quants `k` over activations with one scale
+    /// per 256 values: per super-block, `S1 = sum_b sc_b sum_j q_j x_j` and
+    /// `S2 = sum_b mn_b X_b` (`X_b` the sum of block `b`'s quantized
+    /// activations) in integers, then `(d S1 - dmin S2) d_x`.
+    fn dot_span256(&self, k: &SuperK4, acts: &Acts, g: usize, l: usize, a: usize) -> f32 {
+        let nb = self.nb;
+        let mut acc = 0f32;
+        let (mut s1, mut s2) = (0i32, 0i32);
+        for b in 0..nb {
+            let (i, ai) = (g * nb + b, a * nb + b);
+            let x = &acts.qs[ai].0;
+            let isum: i32 = (0..QK)
+                .map(|j| self.value(i, l, j) as i32 * x[j] as i32)
+                .sum();
+            s1 += k.sc[i][l] as i32 * isum;
+            s2 += k.mn[i][l] as i32 * acts.bias[ai].sum();
+            if b % SPAN_BLOCKS == SPAN_BLOCKS - 1 {
+                let (d, dmin) = (k.d[i / G].get(l), k.dmin[i / G].get(l));
+                acc += (d * s1 as f32 + -dmin * s2 as f32) * acts.d[ai];
+                (s1, s2) = (0, 0);
+            }
+        }
+        acc
+    }
+
+    /// Group block `i`'s values as the eight registers of the module docs.
+    ///
+    /// # Safety
+    /// AVX2; block `i` exists.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn values256(&self, i: usize) -> [std::arch::x86_64::__m256i; G] {
+        let mut wv = [std::arch::x86_64::_mm256_setzero_si256(); G];
+        for (v, w) in wv.iter_mut().enumerate() {
+            *w = self.value256(i, v);
+        }
+        wv
+    }
+
+    /// Register `v` of [`Ux8::values256`]: values `4 (v % 4)..+4` and, for
+    /// `v >= 4`, `16 + ..` of every row, from the 32-byte load `v % 4` (its
+    /// low nibbles, then its high ones); for 5-bit values OR'd with bit `v`
+    /// of the fifth bits' bytes, moved to bit 4 by one 16-bit shift (bits
+    /// crossing into the neighbouring byte land elsewhere than bit 4).
+    ///
+    /// # Safety
+    /// AVX2; block `i` exists.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn value256(&self, i: usize, v: usize) -> std::arch::x86_64::__m256i {
+        use std::arch::x86_64::*;
+        let low4 = _mm256_set1_epi8(0x0F);
+        let raw = _mm256_load_si256((self.qs.as_ptr().add(i) as *const __m256i).add(v % 4));
+        let w = if v < 4 {
+            _mm256_and_si256(raw, low4)
+        } else {
+            _mm256_and_si256(_mm256_srli_epi16::<4>(raw), low4)
+        };
+        if FIVE {
+            let h = _mm256_load_si256(self.qh.as_ptr().add(i).cast());
+            let moved = match v {
+                0 => _mm256_slli_epi16::<4>(h),
+                1 => _mm256_slli_epi16::<3>(h),
+                2 => _mm256_slli_epi16::<2>(h),
+                3 => _mm256_slli_epi16::<1>(h),
+                4 => h,
+                5 => _mm256_srli_epi16::<1>(h),
+                6 => _mm256_srli_epi16::<2>(h),
+                _ => _mm256_srli_epi16::<3>(h),
+            };
+            _mm256_or_si256(w, _mm256_and_si256(moved, _mm256_set1_epi8(0x10)))
+        } else {
+            w
+        }
+    }
+
+    /// [`Group8::tile`] without VNNI for the K-quants `k` over activations
+    /// with one scale per 256 values ([`Ux8::dot_span256`]'s sums), a
+    /// super-block at a time: each block's 16-bit sums meet the pairs of
+    /// sub-block scales in `vpmaddwd` into `S1`; after the eight blocks the
+    /// mins of each two blocks meet the activations' block sums
+    /// ([`Acts::pairs`]) in four more, and the float work is once per
+    /// super-block.
+    ///
+    /// # Safety
+    /// As [`Group8::tile`].
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn tile_span256<const A: usize, const PREFETCH: bool>(
+        &self,
+        k: &SuperK4,
+        acts: &Acts,
+        g: usize,
+        a: usize,
+    ) -> [std::arch::x86_64::__m256; A] {
+        use std::arch::x86_64::*;
+        let nb = self.nb;
+        assert!((g + 1) * nb <= self.qs.len() && (a + A) * nb <= acts.qs.len());
+        assert!(k.sc.len() == self.qs.len() && k.d.len() * SPAN_BLOCKS == self.qs.len());
+        assert!(!acts.tiled && acts.pairs.len() * 2 == acts.qs.len());
+        let mut acc = [_mm256_setzero_ps(); A];
+        for t in 0..nb / SPAN_BLOCKS {
+            let i0 = g * nb + t * SPAN_BLOCKS;
+            let mut s1 = [_mm256_setzero_si256(); A];
+            for i in i0..i0 + SPAN_BLOCKS {
+                if PREFETCH {
+                    self.prefetch_ahead(i);
+                }
+                let sc = u8_pairs(k.sc.get_unchecked(i));
+                // One value register at a time, met by every row's
+                // activations: few registers live (the rows' sums), none
+                // spilled.
+                let x: [*const i32; A] = std::array::from_fn(|j| {
+                    acts.qs.as_ptr().add((a + j) * nb + i - g * nb) as *const i32
+                });
+                let mut s16 = [[_mm256_setzero_si256(); 2]; A];
+                for v in 0..G {
+                    let w = self.value256(i, v);
+                    for (s16, x) in s16.iter_mut().zip(&x) {
+                        let xv = _mm256_set1_epi32(x.add(v).read());
+                        let h = &mut s16[if FIVE { v / 4 } else { 0 }];
+                        *h = _mm256_add_epi16(*h, _mm256_maddubs_epi16(w, xv));
+                    }
+                }
+                for (s1, s16) in s1.iter_mut().zip(&s16) {
+                    *s1 = _mm256_add_epi32(*s1, _mm256_madd_epi16(s16[0], sc));
+                    if FIVE {
+                        *s1 = _mm256_add_epi32(*s1, _mm256_madd_epi16(s16[1], sc));
+                    }
+                }
+            }
+            // The mins of blocks `2 p` and `2 p + 1` as 16-bit pairs.
+            let mn: [__m256i; SPAN_BLOCKS / 2] = std::array::from_fn(|p| {
+                let m0 = _mm_loadl_epi64(k.mn.get_unchecked(i0 + 2 * p).as_ptr().cast());
+                let m1 = _mm_loadl_epi64(k.mn.get_unchecked(i0 + 2 * p + 1).as_ptr().cast());
+                _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m0, m1))
+            });
+            let d = k.d.get_unchecked(i0 / SPAN_BLOCKS).load();
+            let nd = _mm256_sub_ps(
+                _mm256_setzero_ps(),
+                k.dmin.get_unchecked(i0 / SPAN_BLOCKS).load(),
+            );
+            for (j, (acc, s1)) in acc.iter_mut().zip(s1).enumerate() {
+                let row = (a + j) * nb + t * SPAN_BLOCKS;
+                let pairs = acts.pairs.as_ptr().add(row / 2);
+                let mut s2 = _mm256_setzero_si256();
+                for (p, &mn) in mn.iter().enumerate() {
+                    let x = _mm256_set1_epi32(pairs.add(p).read());
+                    s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(mn, x));
+                }
+                // `(d S1 - dmin S2) d_x`.
+                let f = _mm256_fmadd_ps(
+                    nd,
+                    _mm256_cvtepi32_ps(s2),
+                    _mm256_mul_ps(d, _mm256_cvtepi32_ps(s1)),
+                );
+                let dx = _mm256_set1_ps(*acts.d.get_unchecked(row));
+                *acc = _mm256_fmadd_ps(f, dx, *acc);
+            }
+        }
+        acc
+    }
+
     /// Value `j` (0..32) of row `l` of block `i`.
     fn value(&self, i: usize, l: usize, j: usize) -> u8 {
         let (k, t, high) = ((j % 16) / 4, j % 4, j >= 16);
@@ -148,6 +325,13 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
         self.scales.get(i, l, j)
     }
 
+    fn dot(&self, acts: &Acts, g: usize, l: usize, a: usize) -> f32 {
+        match self.scales.super_k4() {
+            Some(k) if acts.span == 256 => self.dot_span256(k, acts, g, l, a),
+            _ => dot_blocks(self, acts, g, l, a),
+        }
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn tile<const A: usize, const VNNI: bool, const PREFETCH: bool>(
@@ -157,48 +341,27 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
         a: usize,
     ) -> [std::arch::x86_64::__m256; A] {
         use std::arch::x86_64::*;
+        if let Some(k) = self.scales.super_k4() {
+            if acts.span == 256 {
+                assert!(!VNNI, "the VNNI kernels take 32-value activation scales");
+                return self.tile_span256::<A, PREFETCH>(k, acts, g, a);
+            }
+        }
         let nb = self.nb;
         assert!((g + 1) * nb <= self.qs.len() && (a + A) * nb <= acts.qs.len());
-        let low4 = _mm256_set1_epi8(0x0F);
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); A];
         // The scales' shared part, loaded once per span.
         let mut span = self.scales.span(g * nb);
         for b in 0..nb {
             let i = g * nb + b;
-            let p = self.qs.as_ptr().add(i) as *const __m256i;
             if PREFETCH {
                 self.prefetch_ahead(i);
             }
             if b.is_multiple_of(S::SPAN) {
                 span = self.scales.span(i);
             }
-            let mut wv = [_mm256_setzero_si256(); G];
-            for k in 0..4 {
-                let raw = _mm256_load_si256(p.add(k));
-                wv[k] = _mm256_and_si256(raw, low4);
-                wv[k + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-            }
-            if FIVE {
-                // Bit `v` of each byte to bit 4, for register `v`: 16-bit
-                // shifts keep each byte's own bit there (bits crossing into
-                // the neighbouring byte land elsewhere than bit 4).
-                let h = _mm256_load_si256(self.qh.as_ptr().add(i).cast());
-                let fifth = _mm256_set1_epi8(0x10);
-                let moved = [
-                    _mm256_slli_epi16::<4>(h),
-                    _mm256_slli_epi16::<3>(h),
-                    _mm256_slli_epi16::<2>(h),
-                    _mm256_slli_epi16::<1>(h),
-                    h,
-                    _mm256_srli_epi16::<1>(h),
-                    _mm256_srli_epi16::<2>(h),
-                    _mm256_srli_epi16::<3>(h),
-                ];
-                for (w, m) in wv.iter_mut().zip(moved) {
-                    *w = _mm256_or_si256(*w, _mm256_and_si256(m, fifth));
-                }
-            }
+            let wv = self.values256(i);
             let [dw, _] = self.scales.factors_in(span, i);
             let mw = self.scales.offsets_in(span, i);
             for (j, acc) in acc.iter_mut().enumerate() {
@@ -278,4 +441,16 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
             m: join_ps(self.scales.offsets(i0), self.scales.offsets(i1)),
         }
     }
+}
+
+/// Eight bytes as 16-bit pairs, one per 32-bit lane (`b` in both halves).
+///
+/// # Safety
+/// AVX2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn u8_pairs(b: &[u8; G]) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(b.as_ptr().cast()));
+    _mm256_or_si256(x, _mm256_slli_epi32::<16>(x))
 }
