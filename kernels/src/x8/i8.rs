@@ -501,6 +501,7 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
         let nb = self.nb;
         assert!((g + 1) * nb <= self.stored() && (a + A) * nb <= acts.qs.len());
         assert!(sc.len() == self.stored() && d.len() * SPAN_BLOCKS == self.stored());
+        assert!(!acts.tiled, "activation rows in order");
         let mut acc = [_mm256_setzero_ps(); A];
         for t in 0..nb / SPAN_BLOCKS {
             let i0 = g * nb + t * SPAN_BLOCKS;
