@@ -15,7 +15,11 @@
 //!   values (`x8/k2.rs`); the weights are reproduced exactly, in about the
 //!   GGUF's bytes;
 //! - the activations are quantized to 8 bits per 32 values as llama.cpp's
-//!   Q8_0/Q8_1 (`act.rs`, which states the error bounds);
+//!   Q8_0/Q8_1 (`act.rs`, which states the error bounds), or with one
+//!   scale per 256 values as its Q8_K for Q2_K and Q3_K, and for Q4_K,
+//!   Q5_K and Q6_K on CPUs without AVX-512 VNNI
+//!   ([`Format::activation_span`]), whose kernels then sum a super-block
+//!   in integers;
 //! - each 32-value block pair contributes `f_w d_x sum(q_w q_x) + m_w s_x`
 //!   (Q6_K: one such sum per 16 values). One activation block's bytes,
 //!   broadcast, meet eight weight rows in one register, so eight rows'

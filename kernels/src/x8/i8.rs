@@ -31,6 +31,14 @@
 //! 128`, `q + 32` or (Q3_K, multiplied by their scales at unpacking) `p +
 //! 127` as unsigned bytes, and start each sum from the activations'
 //! correction, so both give the same integer sums and the same bits.
+//!
+//! On CPUs without AVX-512 VNNI, Q6_K's activations have one scale per 256
+//! values ([`crate::Format::activation_span`]) and its 256-bit tile sums a
+//! super-block in integers: each pair of `vpmaddubsw` sums of the stored
+//! `q + 32` meets its half's scale in `vpmaddwd` (in place of ones), each
+//! block's sum starts from `-32 (sc_0 X_0 + sc_1 X_1)` (one `vpmaddwd` of
+//! the scales against the activations' half sums), and one float
+//! operation per super-block applies `d d_x`.
 
 #[cfg(target_arch = "x86_64")]
 use super::hint;
