@@ -483,6 +483,60 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
         _mm256_or_si256(low, _mm256_and_si256(top, top2))
     }
 
+    /// [`Group8::tile`] of Q8_0 without VNNI: one register of values at a
+    /// time (and its `|w|`) meets every activation row, so only the rows'
+    /// sums stay live (the general tile keeps a block's eight registers and
+    /// their eight magnitudes, more than AVX2's sixteen); the same integer
+    /// sums and float operations as the general tile, so the same bits.
+    ///
+    /// # Safety
+    /// As [`Group8::tile`] (only called with `BITS == 8`).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn tile_q8<const A: usize, const PREFETCH: bool>(
+        &self,
+        acts: &Acts,
+        g: usize,
+        a: usize,
+    ) -> [std::arch::x86_64::__m256; A] {
+        use std::arch::x86_64::*;
+        let nb = self.nb;
+        assert!(BITS == 8 && !self.scales.has_offset() && !S::HALVES);
+        assert!((g + 1) * nb <= self.qs.len() && (a + A) * nb <= acts.qs.len());
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); A];
+        for b in 0..nb {
+            let i = g * nb + b;
+            if PREFETCH {
+                self.prefetch_ahead(i);
+            }
+            let p = self.qs.as_ptr().add(i) as *const __m256i;
+            let x: [*const i32; A] =
+                std::array::from_fn(|j| acts.qs.as_ptr().add((a + j) * nb + b) as *const i32);
+            // A pair of products reaches 2 * 127 * 127: to i32 at once.
+            let mut s = [_mm256_setzero_si256(); A];
+            for v in 0..G {
+                let w = _mm256_load_si256(p.add(v));
+                let wa = _mm256_abs_epi8(w);
+                for (s, x) in s.iter_mut().zip(&x) {
+                    let signed = _mm256_sign_epi8(_mm256_set1_epi32(x.add(v).read()), w);
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, signed), ones);
+                    *s = _mm256_add_epi32(*s, p);
+                }
+            }
+            let [d, _] = self.scales.factors(i);
+            for (j, (acc, s)) in acc.iter_mut().zip(s).enumerate() {
+                let dx = _mm256_set1_ps(*acts.d.get_unchecked((a + j) * nb + b));
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, dx), *acc);
+            }
+        }
+        // As the general tile, which adds its (zero) offsets' sums.
+        for acc in &mut acc {
+            *acc = _mm256_add_ps(*acc, _mm256_setzero_ps());
+        }
+        acc
+    }
+
     /// [`Group8::tile`] of Q6_K without VNNI over activations with one
     /// scale per 256 values, a super-block at a time: two registers of
     /// values at a time meet every activation row, the two `vpmaddubsw`
@@ -646,6 +700,9 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
                 assert!(!VNNI, "the VNNI kernels take 32-value activation scales");
                 return self.tile_span256::<A, PREFETCH>(d, sc, acts, g, a);
             }
+        }
+        if BITS == 8 && !VNNI {
+            return self.tile_q8::<A, PREFETCH>(acts, g, a);
         }
         let nb = self.nb;
         assert!((g + 1) * nb <= self.stored() && (a + A) * nb <= acts.qs.len());
