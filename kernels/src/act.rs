@@ -49,8 +49,9 @@ pub(crate) struct Acts {
     /// With a span of 256, the sums of the quantized values of each two
     /// consecutive blocks of a row as 16-bit integers in one word (block
     /// `2 p` in the low half; each at most `32 * 127` in magnitude): pair
-    /// `p` of row `i` at `i * nb / 2 + p`, or where [`tiled_at`] puts it.
-    /// The Q4_K and Q5_K mins multiply them (`vpmaddwd`); else empty.
+    /// `p` of row `i` at `i * nb / 2 + p`. The Q4_K and Q5_K mins of the
+    /// 256-bit tiles multiply them (`vpmaddwd`); else empty (also with the
+    /// rows regrouped by tiles, which only the 512-bit kernels read).
     pub pairs: Vec<i32>,
     /// Whether the rows are regrouped by tiles ([`Acts::quantize_tiled`]).
     pub tiled: bool,
@@ -416,16 +417,6 @@ impl Acts {
                         a.start127[tiled_at(spans, r, at, j, t)] = (t * per..(t + 1) * per)
                             .map(|b| a.bias[tiled_at(nb, r, at, j, b)].all127)
                             .sum();
-                    }
-                }
-            }
-            a.pairs = vec![0; blocks / 2];
-            for &(r, at) in &tiles {
-                for j in 0..at {
-                    for p in 0..nb / 2 {
-                        let bias = |b| &a.bias[tiled_at(nb, r, at, j, b)];
-                        a.pairs[tiled_at(nb / 2, r, at, j, p)] =
-                            Bias::pair(bias(2 * p), bias(2 * p + 1));
                     }
                 }
             }
