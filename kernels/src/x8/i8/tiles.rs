@@ -76,6 +76,14 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
     /// their eight magnitudes, more than AVX2's sixteen); the same integer
     /// sums and float operations as the general tile, so the same bits.
     ///
+    /// Four vector operations per register and activation row (`vpsignb`,
+    /// `vpmaddubsw`, `vpmaddwd` by ones, `vpaddd`): with two signed bytes
+    /// a pair of products reaches `2 * 127 * 127`, so no two `vpmaddubsw`
+    /// results add in 16 bits as the 4- and 6-bit tiles' do. Forms without
+    /// the sign step need 7-bit activations (biased `w + 128` against
+    /// `|x| <= 63`); that loss was not taken (`benches/README.md`, "Q8_0
+    /// prefill against what AVX2 allows").
+    ///
     /// # Safety
     /// As [`Group8::tile`] (only called with `BITS == 8`).
     #[cfg(target_arch = "x86_64")]
