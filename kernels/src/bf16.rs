@@ -27,7 +27,7 @@
 
 use rayon::prelude::*;
 
-use crate::Error;
+use crate::{Error, SendPtr};
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
@@ -238,13 +238,6 @@ fn pack_rows(x: &[f32], k: usize, kp: usize, a: &mut Vec<u32>) {
             }
         });
 }
-
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: the tasks that share it write disjoint elements (see
-// `matmul_acc`).
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {

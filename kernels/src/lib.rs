@@ -40,10 +40,13 @@
 //!
 //! [`Bf16Matrix`] is the one unquantized format: an f32 layer computed
 //! with bf16 inputs and f32 sums (`vdpbf16ps`) on CPUs with AVX-512 BF16,
-//! for the encoders' dense layers (`bf16.rs`).
+//! for the encoders' dense layers (`bf16.rs`); on other x86 CPUs with AVX2
+//! and FMA those layers run in f32 on weights packed once ([`F32Matrix`],
+//! `f32fma.rs`).
 
 mod act;
 mod bf16;
+mod f32fma;
 mod formats;
 mod huge_pages;
 mod kquants;
@@ -56,6 +59,7 @@ use rayon::prelude::*;
 
 use act::Acts;
 pub use bf16::Bf16Matrix;
+pub use f32fma::F32Matrix;
 pub use formats::{quantize_q8_0, Format};
 use formats::{with_layout, Repr, QK};
 pub use huge_pages::HugePageAlloc;
@@ -94,6 +98,14 @@ impl std::fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// An output buffer shared by parallel tasks that each write their own
+/// elements (the callers' SAFETY notes say which).
+#[derive(Clone, Copy)]
+pub(crate) struct SendPtr(pub(crate) *mut f32);
+// SAFETY: the tasks that share it write disjoint elements.
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
 
 /// An instruction set the kernels can run with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -10,8 +10,10 @@
 //! place on the FFN activations: the only full passes left are the ones
 //! that compute something.
 //!
-//! The dense layers run in f32 or, on CPUs that multiply bf16 natively,
-//! with bf16 inputs and f32 sums ([`EncoderPrecision`]).
+//! The dense layers run in f32 (on CPUs with AVX2 and FMA, on weights
+//! packed once at load: [`hearth_kernels::F32Matrix`]) or, on CPUs that
+//! multiply bf16 natively, with bf16 inputs and f32 sums
+//! ([`EncoderPrecision`]).
 
 use candle_core::{DType, Result, Tensor};
 use rayon::prelude::*;
@@ -25,7 +27,8 @@ pub enum EncoderPrecision {
     /// bf16 where the CPU multiplies bf16 natively (AVX-512 BF16), else f32.
     #[default]
     Auto,
-    /// f32 weights and activations (candle's GEMM).
+    /// f32 weights and activations ([`hearth_kernels::F32Matrix`] on CPUs
+    /// with AVX2 and FMA, else candle's GEMM).
     F32,
     /// Weights and activations rounded to bf16, sums in f32
     /// ([`hearth_kernels::Bf16Matrix`]); only on CPUs with AVX-512 BF16.
@@ -71,11 +74,34 @@ impl std::str::FromStr for EncoderPrecision {
     }
 }
 
-/// A dense layer's weights: f32 `[out, in]` row-major as stored, or
-/// rounded to bf16 and packed for the bf16 kernel.
+/// A dense layer's weights: f32 packed for the AVX2 + FMA kernel, f32
+/// `[out, in]` row-major as stored (other CPUs: candle's GEMM), or rounded
+/// to bf16 and packed for the bf16 kernel.
 enum Weights {
+    Packed(hearth_kernels::F32Matrix),
     F32(Vec<f32>),
     Bf16(hearth_kernels::Bf16Matrix),
+}
+
+impl Weights {
+    /// f32 weights `[out, in]` in the form this CPU runs fastest.
+    fn f32(w: Vec<f32>, out: usize, inp: usize) -> Result<Self> {
+        if !hearth_kernels::F32Matrix::is_supported() {
+            return Ok(Self::F32(w));
+        }
+        hearth_kernels::F32Matrix::new(&w, out, inp)
+            .map(Self::Packed)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))
+    }
+
+    /// The weights as the kernel sees them, `[out, in]` in f32.
+    fn to_f32(&self) -> Vec<f32> {
+        match self {
+            Self::Packed(m) => m.weights(),
+            Self::F32(w) => w.clone(),
+            Self::Bf16(m) => m.weights_f32(),
+        }
+    }
 }
 
 /// `[out, in]` weights and an `[out]` bias.
@@ -93,7 +119,7 @@ impl Dense {
             candle_core::bail!("bias of {} for {out} outputs", b.dims1()?)
         }
         Ok(Self {
-            w: Weights::F32(flat(w)?),
+            w: Weights::f32(flat(w)?, out, inp)?,
             b: flat(b)?,
             inp,
             out,
@@ -104,11 +130,13 @@ impl Dense {
     /// from bf16 back to f32 the weights stay rounded.
     fn set_precision(&mut self, precision: EncoderPrecision) -> Result<()> {
         let w = match (&self.w, precision) {
-            (Weights::F32(w), EncoderPrecision::Bf16) => Weights::Bf16(
-                hearth_kernels::Bf16Matrix::new(w, self.out, self.inp)
+            (Weights::Packed(_) | Weights::F32(_), EncoderPrecision::Bf16) => Weights::Bf16(
+                hearth_kernels::Bf16Matrix::new(&self.w.to_f32(), self.out, self.inp)
                     .map_err(|e| candle_core::Error::Msg(e.to_string()))?,
             ),
-            (Weights::Bf16(m), EncoderPrecision::F32) => Weights::F32(m.weights_f32()),
+            (Weights::Bf16(_), EncoderPrecision::F32) => {
+                Weights::f32(self.w.to_f32(), self.out, self.inp)?
+            }
             _ => return Ok(()),
         };
         self.w = w;
@@ -125,6 +153,7 @@ impl Dense {
         }
         let w = match &self.w {
             Weights::F32(w) => w,
+            Weights::Packed(m) => return m.matmul_acc(x, rows, dst),
             Weights::Bf16(m) => return m.matmul_acc(x, rows, dst),
         };
         let threads = rayon::current_num_threads();
