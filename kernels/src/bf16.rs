@@ -337,17 +337,10 @@ mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dense_test_util::{assert_near_f64, seeded};
 
-    fn seeded(len: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed;
-        (0..len)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
+    fn bf16_f64(v: f32) -> f64 {
+        half::bf16::from_f32(v).to_f64()
     }
 
     #[test]
@@ -384,36 +377,7 @@ mod tests {
             let mat = Bf16Matrix::new(&w, n, k).unwrap();
             let mut dst = base.clone();
             mat.matmul_acc(&x, m, &mut dst);
-            assert_near_f64(&x, &w, &base, &dst, (m, n, k));
-        }
-    }
-
-    /// `dst` against `base + x W^T` in f64 on the bf16-rounded inputs.
-    fn assert_near_f64(
-        x: &[f32],
-        w: &[f32],
-        base: &[f32],
-        dst: &[f32],
-        mnk: (usize, usize, usize),
-    ) {
-        let (m, n, k) = mnk;
-        let round = |v: &[f32]| -> Vec<f64> {
-            v.iter()
-                .map(|&x| half::bf16::from_f32(x).to_f64())
-                .collect()
-        };
-        let (xr, wr) = (round(x), round(w));
-        for r in 0..m {
-            for c in 0..n {
-                let dot: f64 = (0..k).map(|i| xr[r * k + i] * wr[c * k + i]).sum();
-                let want = base[r * n + c] as f64 + dot;
-                let got = dst[r * n + c] as f64;
-                let scale: f64 = (0..k).map(|i| (xr[r * k + i] * wr[c * k + i]).abs()).sum();
-                assert!(
-                    (got - want).abs() <= 1e-6 * (scale + 1.0),
-                    "[{m}, {n}, {k}] ({r}, {c}): {got} vs {want}"
-                );
-            }
+            assert_near_f64(&x, &w, &base, &dst, (m, n, k), bf16_f64);
         }
     }
 
@@ -434,7 +398,7 @@ mod tests {
             let mat = Bf16Matrix::new(&w, n, k).unwrap();
             let mut dst = base.clone();
             mat.run_with(true, &mut Vec::new(), &x, m, &mut dst);
-            assert_near_f64(&x, &w, &base, &dst, (m, n, k));
+            assert_near_f64(&x, &w, &base, &dst, (m, n, k), bf16_f64);
         }
     }
 

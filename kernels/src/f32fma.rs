@@ -333,18 +333,7 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn seeded(len: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed;
-        (0..len)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::dense_test_util::{assert_near_f64, seeded};
 
     #[test]
     fn packing_keeps_the_weights() {
@@ -382,22 +371,7 @@ mod tests {
             let mat = F32Matrix::new(&w, n, k).unwrap();
             let mut dst = base.clone();
             mat.matmul_acc(&x, m, &mut dst);
-            for r in 0..m {
-                for c in 0..n {
-                    let dot: f64 = (0..k)
-                        .map(|i| x[r * k + i] as f64 * w[c * k + i] as f64)
-                        .sum();
-                    let want = base[r * n + c] as f64 + dot;
-                    let got = dst[r * n + c] as f64;
-                    let scale: f64 = (0..k)
-                        .map(|i| (x[r * k + i] as f64 * w[c * k + i] as f64).abs())
-                        .sum();
-                    assert!(
-                        (got - want).abs() <= 1e-6 * (scale + 1.0),
-                        "[{m}, {n}, {k}] ({r}, {c}): {got} vs {want}"
-                    );
-                }
-            }
+            assert_near_f64(&x, &w, &base, &dst, (m, n, k), f64::from);
         }
     }
 

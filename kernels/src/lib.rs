@@ -46,6 +46,8 @@
 
 mod act;
 mod bf16;
+#[cfg(test)]
+mod dense_test_util;
 mod f32fma;
 mod formats;
 mod huge_pages;
