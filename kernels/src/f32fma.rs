@@ -238,12 +238,15 @@ mod avx2 {
                 let t = a.as_ptr().add(r / MR * tile_len);
                 let d = dst.0.add(r * ldd + cols.start);
                 // The next tile's outputs, asked for while this one runs
-                // (on the first pass they come from L3 or memory).
+                // (on the first pass they come from L3 or memory); the
+                // line of a row's last column may lie past a partial
+                // panel's end, hence `wrapping_add` (a prefetch of any
+                // address is harmless).
                 if r + MR < rows.end {
                     for i in 0..MR.min(rows.end - r - MR) {
                         let at = d.add((MR + i) * ldd);
                         _mm_prefetch::<_MM_HINT_T0>(at.cast());
-                        _mm_prefetch::<_MM_HINT_T0>(at.add(NR - 1).cast());
+                        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(NR - 1).cast());
                     }
                 }
                 let q = q.clone();
