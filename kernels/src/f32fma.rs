@@ -59,6 +59,21 @@ impl F32Matrix {
         }
     }
 
+    /// Whether this kernel is the faster f32 path here: AVX2 and FMA
+    /// without AVX-512F. On AVX-512 CPUs a general GEMM has 512-bit kernels
+    /// with twice the lanes of these 256-bit tiles (not measured against
+    /// them), so callers keep it there.
+    pub fn is_preferred() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            Self::is_supported() && !std::is_x86_feature_detected!("avx512f")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
     /// Packs `w` (`[n, k]`, row major).
     pub fn new(w: &[f32], n: usize, k: usize) -> Result<Self, Error> {
         if w.len() != n * k || n == 0 || k == 0 {

@@ -40,8 +40,8 @@
 //!
 //! [`Bf16Matrix`] is the one unquantized format: an f32 layer computed
 //! with bf16 inputs and f32 sums (`vdpbf16ps`) on CPUs with AVX-512 BF16,
-//! for the encoders' dense layers (`bf16.rs`); on other x86 CPUs with AVX2
-//! and FMA those layers run in f32 on weights packed once ([`F32Matrix`],
+//! for the encoders' dense layers (`bf16.rs`); on x86 CPUs with AVX2 and
+//! FMA but no AVX-512 those layers run in f32 on weights packed once ([`F32Matrix`],
 //! `f32fma.rs`).
 
 mod act;

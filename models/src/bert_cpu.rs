@@ -10,8 +10,8 @@
 //! place on the FFN activations: the only full passes left are the ones
 //! that compute something.
 //!
-//! The dense layers run in f32 (on CPUs with AVX2 and FMA, on weights
-//! packed once at load: [`hearth_kernels::F32Matrix`]) or, on CPUs that
+//! The dense layers run in f32 (on CPUs with AVX2 and FMA but no AVX-512,
+//! on weights packed once at load: [`hearth_kernels::F32Matrix`]) or, on CPUs that
 //! multiply bf16 natively, with bf16 inputs and f32 sums
 //! ([`EncoderPrecision`]).
 
@@ -28,7 +28,7 @@ pub enum EncoderPrecision {
     #[default]
     Auto,
     /// f32 weights and activations ([`hearth_kernels::F32Matrix`] on CPUs
-    /// with AVX2 and FMA, else candle's GEMM).
+    /// with AVX2 and FMA but no AVX-512, else candle's GEMM).
     F32,
     /// Weights and activations rounded to bf16, sums in f32
     /// ([`hearth_kernels::Bf16Matrix`]); only on CPUs with AVX-512 BF16.
@@ -74,9 +74,9 @@ impl std::str::FromStr for EncoderPrecision {
     }
 }
 
-/// A dense layer's weights: f32 packed for the AVX2 + FMA kernel, f32
-/// `[out, in]` row-major as stored (other CPUs: candle's GEMM), or rounded
-/// to bf16 and packed for the bf16 kernel.
+/// A dense layer's weights: f32 packed for the AVX2 + FMA kernel (CPUs
+/// without AVX-512), f32 `[out, in]` row-major as stored (other CPUs:
+/// candle's GEMM), or rounded to bf16 and packed for the bf16 kernel.
 enum Weights {
     Packed(hearth_kernels::F32Matrix),
     F32(Vec<f32>),
@@ -86,7 +86,7 @@ enum Weights {
 impl Weights {
     /// f32 weights `[out, in]` in the form this CPU runs fastest.
     fn f32(w: Vec<f32>, out: usize, inp: usize) -> Result<Self> {
-        if !hearth_kernels::F32Matrix::is_supported() {
+        if !hearth_kernels::F32Matrix::is_preferred() {
             return Ok(Self::F32(w));
         }
         hearth_kernels::F32Matrix::new(&w, out, inp)
