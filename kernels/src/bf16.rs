@@ -143,17 +143,7 @@ impl Bf16Matrix {
         if m == 0 {
             return;
         }
-        // A nested call (rayon may run other work while this thread waits)
-        // finds the buffer taken and uses a fresh one.
-        PACKED.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut a) => {
-                self.run(&mut a, x, m, dst);
-                if a.capacity() * size_of::<u32>() > KEEP_PACKED_BYTES {
-                    *a = Vec::new();
-                }
-            }
-            Err(_) => self.run(&mut Vec::new(), x, m, dst),
-        });
+        crate::with_scratch(&PACKED, KEEP_PACKED_BYTES, |a| self.run(a, x, m, dst));
     }
 
     /// Whether this matrix's products run on AMX-BF16 tiles (where the

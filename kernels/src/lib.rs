@@ -109,6 +109,28 @@ pub(crate) struct SendPtr(pub(crate) *mut f32);
 unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
 
+/// Runs `f` with this thread's scratch buffer from `key`, kept for the next
+/// call (a fresh multi-megabyte buffer costs page faults every time) unless
+/// it grew past `keep_bytes`, when it goes back to the system instead of
+/// staying resident for the life of the thread. A nested call (rayon may
+/// run other work while this thread waits) finds the buffer taken and
+/// uses a fresh one.
+pub(crate) fn with_scratch<T: 'static>(
+    key: &'static std::thread::LocalKey<std::cell::RefCell<Vec<T>>>,
+    keep_bytes: usize,
+    f: impl FnOnce(&mut Vec<T>),
+) {
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            f(&mut buf);
+            if buf.capacity() * size_of::<T>() > keep_bytes {
+                *buf = Vec::new();
+            }
+        }
+        Err(_) => f(&mut Vec::new()),
+    });
+}
+
 /// An instruction set the kernels can run with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Isa {

@@ -94,12 +94,13 @@ impl Weights {
             .map_err(|e| candle_core::Error::Msg(e.to_string()))
     }
 
-    /// The weights as the kernel sees them, `[out, in]` in f32.
-    fn to_f32(&self) -> Vec<f32> {
+    /// The weights as the kernel sees them, `[out, in]` in f32 (borrowed
+    /// where they are kept in that form).
+    fn to_f32(&self) -> std::borrow::Cow<'_, [f32]> {
         match self {
-            Self::Packed(m) => m.weights(),
-            Self::F32(w) => w.clone(),
-            Self::Bf16(m) => m.weights_f32(),
+            Self::Packed(m) => m.weights().into(),
+            Self::F32(w) => w.as_slice().into(),
+            Self::Bf16(m) => m.weights_f32().into(),
         }
     }
 }
@@ -135,7 +136,7 @@ impl Dense {
                     .map_err(|e| candle_core::Error::Msg(e.to_string()))?,
             ),
             (Weights::Bf16(_), EncoderPrecision::F32) => {
-                Weights::f32(self.w.to_f32(), self.out, self.inp)?
+                Weights::f32(self.w.to_f32().into_owned(), self.out, self.inp)?
             }
             _ => return Ok(()),
         };
