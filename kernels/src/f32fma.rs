@@ -3,11 +3,15 @@
 //!
 //! [`F32Matrix`] holds `W` (`[n, k]`) in panels of 16 output columns: for
 //! each input `q`, the 16 columns' weights side by side (64 bytes, one
-//! cache line, two registers). [`F32Matrix::matmul_acc`] adds `x W^T` onto
-//! the destination in tiles of 6 rows x 16 columns: twelve accumulators,
-//! and per input two weight loads, six broadcasts of the rows' activations
-//! (read where they lie, no packing) and twelve FMAs, which keeps both FMA
-//! pipes busy. A general GEMM (candle's, the `gemm` crate) packs the
+//! cache line, two registers). [`F32Matrix::matmul`] computes `x W^T` in
+//! tiles of 6 rows x 16 columns: twelve accumulators, and per input two
+//! weight loads, six broadcasts of the rows' activations and twelve FMAs,
+//! which keeps both FMA pipes busy. The activations are read regrouped by
+//! tiles ([`TiledRows`]; a tile's broadcasts read one stream): regrouped
+//! by the call, or kept in that form by the caller from the layer that
+//! wrote them. The sums start from the destination, or from a bias (and a
+//! residual), and may leave through the exact GELU, so a layer's bias,
+//! residual and activation need no passes of their own. A general GEMM (candle's, the `gemm` crate) packs the
 //! weights again on every call and picks its blocking per call; encoder
 //! layers have a few hundred rows against weights of a few hundred
 //! kilobytes, where that work is a large share.
@@ -20,6 +24,12 @@
 use rayon::prelude::*;
 
 use crate::{Error, SendPtr};
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod tiled;
+
+pub use tiled::{TileMut, TiledIndex, TiledRows};
 
 /// Output columns per panel (two registers of 8 lanes).
 const NR: usize = 16;
@@ -122,23 +132,86 @@ impl F32Matrix {
     /// If the CPU lacks AVX2 or FMA ([`F32Matrix::is_supported`]) or the
     /// lengths do not match.
     pub fn matmul_acc(&self, x: &[f32], m: usize, dst: &mut [f32]) {
+        self.matmul(
+            Input::Rows(x),
+            m,
+            Start::Dst,
+            Activation::None,
+            Output::Rows(dst),
+        );
+    }
+
+    /// `out[m, n] = act(start + x[m, k] . W^T)`, across the rayon pool.
+    /// A tiled output is shaped `[m, n]` by the call (with [`Start::Dst`]
+    /// it must already be).
+    ///
+    /// # Panics
+    /// If the CPU lacks AVX2 or FMA ([`F32Matrix::is_supported`]) or the
+    /// shapes do not match.
+    pub fn matmul(&self, x: Input, m: usize, start: Start, act: Activation, out: Output) {
         assert!(Self::is_supported(), "this CPU has no AVX2 and FMA");
-        assert_eq!(x.len(), m * self.k, "x is not [{m}, {}]", self.k);
-        assert_eq!(dst.len(), m * self.n, "dst is not [{m}, {}]", self.n);
+        let (n, k) = (self.n, self.k);
+        match x {
+            Input::Rows(x) => assert_eq!(x.len(), m * k, "x is not [{m}, {k}]"),
+            Input::Tiled(t) => assert_eq!((t.rows(), t.k()), (m, k), "x is not [{m}, {k}]"),
+        }
+        match start {
+            Start::Dst => {}
+            Start::Bias(b) => assert_eq!(b.len(), n, "bias is not [{n}]"),
+            Start::BiasResidual(b, r) => {
+                assert_eq!(b.len(), n, "bias is not [{n}]");
+                assert_eq!(r.len(), m * n, "residual is not [{m}, {n}]");
+            }
+        }
+        let out = match out {
+            Output::Rows(d) => {
+                assert_eq!(d.len(), m * n, "dst is not [{m}, {n}]");
+                Dest {
+                    ptr: SendPtr(d.as_mut_ptr()),
+                    tiled: false,
+                    ld: n,
+                }
+            }
+            Output::Tiled(t) => {
+                if matches!(start, Start::Dst) {
+                    assert_eq!((t.rows(), t.k()), (m, n), "dst is not [{m}, {n}]");
+                } else {
+                    t.reshape(m, n);
+                }
+                {
+                    let ld = t.tile_len();
+                    Dest {
+                        ptr: SendPtr(t.as_mut_ptr()),
+                        tiled: true,
+                        ld,
+                    }
+                }
+            }
+        };
         if m == 0 {
             return;
         }
-        crate::with_scratch(&PACKED, KEEP_PACKED_BYTES, |a| self.run(a, x, m, dst));
+        match x {
+            Input::Tiled(t) => self.run(&t.data, out, start, act, m),
+            Input::Rows(x) => crate::with_scratch(&PACKED, KEEP_PACKED_BYTES, |buf| {
+                let mut t = TiledRows::from_buffer(std::mem::take(buf));
+                t.pack(x, k);
+                self.run(&t.data, out, start, act, m);
+                *buf = t.data;
+            }),
+        }
     }
 
-    fn run(&self, a: &mut Vec<f32>, x: &[f32], m: usize, dst: &mut [f32]) {
+    fn run(&self, a: &[f32], out: Dest, start: Start, act: Activation, m: usize) {
         let k = self.k;
-        let tile_len = MR * k.next_multiple_of(8);
-        pack_tiles(x, k, tile_len, a);
-        let a = &a[..];
+        let tile_len = tiled::tile_len(k);
         let row_tasks = m.div_ceil(MR * TILES_PER_TASK);
         let panels_n = self.n.div_ceil(NR);
-        let out = SendPtr(dst.as_mut_ptr());
+        let (bias, residual) = match start {
+            Start::Dst => (None, None),
+            Start::Bias(b) => (Some(b), None),
+            Start::BiasResidual(b, r) => (Some(b), Some(r)),
+        };
         // Consecutive tasks share their rows and take the next panel: a
         // thread's rows stay in cache while the panels stream past.
         (0..row_tasks * panels_n).into_par_iter().for_each(|t| {
@@ -146,196 +219,109 @@ impl F32Matrix {
             let rows = rt * MR * TILES_PER_TASK..m.min((rt + 1) * MR * TILES_PER_TASK);
             let cols = j * NR..self.n.min((j + 1) * NR);
             let panel = &self.panels[j * k..][..k];
-            // SAFETY: the CPU has AVX2 and FMA (asserted by `matmul_acc`);
-            // `a` holds the packed tiles of `m` rows of `k`, the panel `k`
-            // lines; each task writes only its own rows x columns of `dst`
-            // (`[m, n]`), so no two tasks touch the same element.
             #[cfg(target_arch = "x86_64")]
-            unsafe {
-                avx2::block(a, k, tile_len, panel, out, self.n, rows, cols)
+            {
+                let init = avx2::Init {
+                    bias: bias.map_or(std::ptr::null(), |b| b[cols.start..].as_ptr()),
+                    residual: residual.map_or(std::ptr::null(), |r| {
+                        r[rows.start * self.n + cols.start..].as_ptr()
+                    }),
+                    ldr: self.n,
+                };
+                let out = out.avx2();
+                // SAFETY: the CPU has AVX2 and FMA (asserted by `matmul`);
+                // `a` holds the packed tiles of `m` rows of `k`, the panel
+                // `k` lines; `out`, the bias and the residual cover `[m,
+                // n]` in their layouts (checked by `matmul`); each task
+                // writes only its own rows x columns, so no two tasks
+                // touch the same element.
+                unsafe {
+                    avx2::block(
+                        a,
+                        k,
+                        tile_len,
+                        panel,
+                        out,
+                        init,
+                        act == Activation::GeluErf,
+                        rows,
+                        cols,
+                    )
+                }
             }
             #[cfg(not(target_arch = "x86_64"))]
-            let _ = (a, panel, out, rows, cols);
+            let _ = (a, panel, out, rows, cols, bias, residual, tile_len);
         });
+    }
+}
+
+/// The activations of [`F32Matrix::matmul`].
+#[derive(Clone, Copy)]
+pub enum Input<'a> {
+    /// Row major `[m, k]` (regrouped by the call).
+    Rows(&'a [f32]),
+    /// Already regrouped.
+    Tiled(&'a TiledRows),
+}
+
+/// The destination of [`F32Matrix::matmul`].
+pub enum Output<'a> {
+    /// Row major `[m, n]`.
+    Rows(&'a mut [f32]),
+    /// Regrouped by tiles, as the input of another [`F32Matrix`].
+    Tiled(&'a mut TiledRows),
+}
+
+/// Where the sums of [`F32Matrix::matmul`] start.
+#[derive(Clone, Copy)]
+pub enum Start<'a> {
+    /// The destination's values (`dst += x W^T`).
+    Dst,
+    /// A bias `[n]`.
+    Bias(&'a [f32]),
+    /// A bias `[n]` plus a row-major residual `[m, n]` (added first).
+    BiasResidual(&'a [f32], &'a [f32]),
+}
+
+/// A function applied to [`F32Matrix::matmul`]'s sums before they are
+/// stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    None,
+    /// `x (1 + erf(x / sqrt 2)) / 2` ([`crate::math::gelu_erf`], the same
+    /// bits).
+    GeluErf,
+}
+
+/// The output as the tasks see it: its buffer, whether tiled, and the
+/// distance between its rows (row major) or tiles.
+#[derive(Clone, Copy)]
+struct Dest {
+    ptr: SendPtr,
+    tiled: bool,
+    ld: usize,
+}
+
+impl Dest {
+    /// Takes the whole value (a closure reading `ptr.0` would capture the
+    /// bare pointer, which is not `Sync`).
+    #[cfg(target_arch = "x86_64")]
+    fn avx2(self) -> avx2::Out {
+        avx2::Out {
+            ptr: self.ptr.0,
+            tiled: self.tiled,
+            ld: self.ld,
+        }
     }
 }
 
 /// Largest packed activation buffer kept for the next call (see
-/// `bf16.rs`'s).
+/// [`crate::with_scratch`]).
 const KEEP_PACKED_BYTES: usize = 16 << 20;
 
 thread_local! {
-    /// The packed activations of the last call on this thread, kept for
-    /// the next up to [`KEEP_PACKED_BYTES`].
+    /// The regrouped activations of the last call on this thread.
     static PACKED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// The activations regrouped by tiles of [`MR`] rows into `a`: tile `t`
-/// at `t * tile_len`, inputs `8 b..8 b + 8` of its row `i` at `(6 b + i)
-/// * 8`, so a tile's broadcasts read one stream; inputs past `k` are 0.
-fn pack_tiles(x: &[f32], k: usize, tile_len: usize, a: &mut Vec<f32>) {
-    let tiles = (x.len() / k).div_ceil(MR);
-    // Every element is written below; zeroing is only for new capacity.
-    a.resize(tiles * tile_len, 0.0);
-    a.par_chunks_mut(tile_len)
-        .zip(x.par_chunks(MR * k))
-        .for_each(|(tile, rows)| {
-            for (i, row) in rows.chunks(k).enumerate() {
-                // Whole arrays of 8: moves of one register, not `memcpy`
-                // calls of a run-time length.
-                let mut eights = row.chunks_exact(8);
-                for (b, eight) in eights.by_ref().enumerate() {
-                    let at = (MR * b + i) * 8;
-                    let to: &mut [f32; 8] = (&mut tile[at..at + 8]).try_into().unwrap();
-                    *to = eight.try_into().unwrap();
-                }
-                let rest = eights.remainder();
-                if !rest.is_empty() {
-                    let at = (MR * (k / 8) + i) * 8;
-                    let mut last = [0f32; 8];
-                    last[..rest.len()].copy_from_slice(rest);
-                    tile[at..at + 8].copy_from_slice(&last);
-                }
-            }
-        });
-}
-
-#[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use std::arch::x86_64::*;
-    use std::ops::Range;
-
-    use super::{Line, KC, MR, NR};
-    use crate::SendPtr;
-
-    /// `dst[rows, cols] += x[rows] . panel` in tiles of [`MR`] rows (`a`:
-    /// the packed tiles, `tile_len` apart), [`KC`] inputs at a time over
-    /// all the tiles, so that slice of the panel stays in L1.
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn block(
-        a: &[f32],
-        k: usize,
-        tile_len: usize,
-        panel: &[Line],
-        dst: SendPtr,
-        ldd: usize,
-        rows: Range<usize>,
-        cols: Range<usize>,
-    ) {
-        assert!(rows.start.is_multiple_of(MR) && rows.end.div_ceil(MR) * tile_len <= a.len());
-        assert!(panel.len() == k && tile_len >= MR * k);
-        assert!(cols.len() <= NR && cols.start + cols.len() <= ldd);
-        let masks: [__m256i; 2] = std::array::from_fn(|t| {
-            let lanes = cols.len().saturating_sub(8 * t).min(8) as i32;
-            _mm256_cmpgt_epi32(
-                _mm256_set1_epi32(lanes),
-                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-            )
-        });
-        let p = panel.as_ptr().cast::<f32>();
-        let full = cols.len() == NR;
-        let mut q0 = 0;
-        while q0 < k {
-            let q = q0..k.min(q0 + KC);
-            let mut r = rows.start;
-            while r < rows.end {
-                let t = a.as_ptr().add(r / MR * tile_len);
-                let d = dst.0.add(r * ldd + cols.start);
-                // The next tile's outputs, asked for while this one runs
-                // (on the first pass they come from L3 or memory); the
-                // line of a row's last column may lie past a partial
-                // panel's end, hence `wrapping_add` (a prefetch of any
-                // address is harmless).
-                if r + MR < rows.end {
-                    for i in 0..MR.min(rows.end - r - MR) {
-                        let at = d.add((MR + i) * ldd);
-                        _mm_prefetch::<_MM_HINT_T0>(at.cast());
-                        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(NR - 1).cast());
-                    }
-                }
-                let q = q.clone();
-                match (rows.end - r, full) {
-                    (1, _) => tile::<1, false>(t, q, p, d, ldd, masks),
-                    (2, _) => tile::<2, false>(t, q, p, d, ldd, masks),
-                    (3, _) => tile::<3, false>(t, q, p, d, ldd, masks),
-                    (4, _) => tile::<4, false>(t, q, p, d, ldd, masks),
-                    (5, _) => tile::<5, false>(t, q, p, d, ldd, masks),
-                    (_, true) => tile::<MR, true>(t, q, p, d, ldd, masks),
-                    (_, false) => tile::<MR, false>(t, q, p, d, ldd, masks),
-                }
-                r += MR;
-            }
-            q0 += KC;
-        }
-    }
-
-    /// Input `q` of a tile (see [`tile`]): two weight registers, `R`
-    /// broadcasts, `2 R` FMAs. Not a closure: closures do not take the
-    /// caller's target features, and the intrinsics would become calls.
-    #[inline(always)]
-    unsafe fn step<const R: usize>(
-        acc: &mut [[__m256; 2]; R],
-        t: *const f32,
-        p: *const f32,
-        q: usize,
-    ) {
-        let b = p.add(q * NR);
-        let w = [_mm256_load_ps(b), _mm256_load_ps(b.add(8))];
-        let x = t.add((q / 8) * MR * 8 + q % 8);
-        for (i, acc) in acc.iter_mut().enumerate() {
-            let xv = _mm256_broadcast_ss(&*x.add(8 * i));
-            acc[0] = _mm256_fmadd_ps(xv, w[0], acc[0]);
-            acc[1] = _mm256_fmadd_ps(xv, w[1], acc[1]);
-        }
-    }
-
-    /// `R` rows x 16 columns over inputs `q` (starting at a multiple of
-    /// 8): `t` at the packed tile, `p` at the panel's start (64-byte
-    /// aligned lines), `d` at the tile's first output. Each sum continues
-    /// from the destination's value, so splitting the inputs changes no
-    /// bits.
-    #[inline(always)]
-    unsafe fn tile<const R: usize, const FULL: bool>(
-        t: *const f32,
-        q: std::ops::Range<usize>,
-        p: *const f32,
-        d: *mut f32,
-        ldd: usize,
-        masks: [__m256i; 2],
-    ) {
-        // Masked moves only for a last, partial panel (they are slow on
-        // some CPUs, and every full tile would pay for them).
-        let mut acc: [[__m256; 2]; R] = std::array::from_fn(|i| {
-            std::array::from_fn(|h| {
-                let at = d.add(i * ldd + 8 * h);
-                if FULL {
-                    _mm256_loadu_ps(at)
-                } else {
-                    _mm256_maskload_ps(at, masks[h])
-                }
-            })
-        });
-        let full = q.start + (q.end - q.start) / 8 * 8;
-        for q8 in (q.start..full).step_by(8) {
-            for u in 0..8 {
-                step(&mut acc, t, p, q8 + u);
-            }
-        }
-        for q in full..q.end {
-            step(&mut acc, t, p, q);
-        }
-        for (i, acc) in acc.iter().enumerate() {
-            for h in 0..2 {
-                let at = d.add(i * ldd + 8 * h);
-                if FULL {
-                    _mm256_storeu_ps(at, acc[h]);
-                } else {
-                    _mm256_maskstore_ps(at, masks[h], acc[h]);
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -400,6 +386,139 @@ mod tests {
             w.matmul_acc(&x[r * k..][..k], 1, &mut one[..n]);
             assert_eq!(one[..n], all[r * n..][..n]);
             assert_eq!(one[n..], [0.0; 3]);
+        }
+    }
+
+    /// Bias, residual and GELU in the kernel give the bits of the separate
+    /// passes they replace (the sums start from `residual + bias`; GELU is
+    /// the scalar function's operations), and tiled inputs and outputs
+    /// hold the same values as rows.
+    #[test]
+    fn fused_starts_gelu_and_tiles_equal_the_separate_passes() {
+        if !F32Matrix::is_supported() {
+            return;
+        }
+        for (m, n, k) in [(13, 70, 33), (50, 384, 96), (6, 16, 8), (1, 8, 260)] {
+            let (x, w) = (seeded(m * k, 11), seeded(n * k, 12));
+            let (bias, residual) = (seeded(n, 13), seeded(m * n, 14));
+            let mat = F32Matrix::new(&w, n, k).unwrap();
+            let mut want = residual.clone();
+            for row in want.chunks_mut(n) {
+                row.iter_mut().zip(&bias).for_each(|(v, b)| *v += b);
+            }
+            mat.matmul_acc(&x, m, &mut want);
+            let want_gelu: Vec<f32> = want
+                .iter()
+                .map(|&v| crate::math::gelu_erf::<true>(v))
+                .collect();
+            let mut got = vec![f32::NAN; m * n];
+            let start = Start::BiasResidual(&bias, &residual);
+            mat.matmul(
+                Input::Rows(&x),
+                m,
+                start,
+                Activation::None,
+                Output::Rows(&mut got),
+            );
+            assert_eq!(got, want, "[{m}, {n}, {k}] bias + residual");
+            let mut tiled_x = TiledRows::new();
+            tiled_x.pack(&x, k);
+            assert_eq!(tiled_x.to_rows(), x);
+            let mut tiled = TiledRows::new();
+            let act = Activation::GeluErf;
+            mat.matmul(
+                Input::Tiled(&tiled_x),
+                m,
+                start,
+                act,
+                Output::Tiled(&mut tiled),
+            );
+            assert_eq!((tiled.rows(), tiled.k()), (m, n));
+            assert_eq!(tiled.to_rows(), want_gelu, "[{m}, {n}, {k}] GELU, tiled");
+            // Bias alone, then accumulating onto a tiled destination.
+            let mut only_bias = vec![0f32; m * n];
+            let start = Start::Bias(&bias);
+            mat.matmul(
+                Input::Rows(&x),
+                m,
+                start,
+                Activation::None,
+                Output::Rows(&mut only_bias),
+            );
+            let mut twice = TiledRows::new();
+            twice.pack(&only_bias, n);
+            mat.matmul(
+                Input::Tiled(&tiled_x),
+                m,
+                Start::Dst,
+                act,
+                Output::Tiled(&mut twice),
+            );
+            let mut want_twice = only_bias.clone();
+            mat.matmul_acc(&x, m, &mut want_twice);
+            want_twice
+                .iter_mut()
+                .for_each(|v| *v = crate::math::gelu_erf::<true>(*v));
+            assert_eq!(twice.to_rows(), want_twice, "[{m}, {n}, {k}] accumulated");
+        }
+    }
+
+    #[test]
+    fn tile_offsets_address_the_regrouped_rows() {
+        let (m, k) = (13, 21);
+        let x = seeded(m * k, 15);
+        let mut t = TiledRows::new();
+        t.pack(&x, k);
+        let index = t.index();
+        let p = t.as_mut_ptr();
+        for r in 0..m {
+            for c in 0..k {
+                // SAFETY: `offset` is within the buffer (it checks the
+                // bounds), which `t` owns and nothing else borrows.
+                assert_eq!(unsafe { *p.add(index.offset(r, c)) }, x[r * k + c]);
+            }
+        }
+        let rows: Vec<usize> = t.tiles_mut().map(|tile| tile.rows()).collect();
+        assert_eq!(rows, [6, 6, 1]);
+    }
+
+    /// The AVX2 GELU gives the scalar function's bits (with FMA), over
+    /// small and large values of both signs.
+    #[test]
+    fn vector_gelu_equals_the_scalar_one() {
+        if !F32Matrix::is_supported() {
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx2,fma")]
+            fn gelu8(x: [f32; 8]) -> [f32; 8] {
+                use std::arch::x86_64::*;
+                let mut out = [0f32; 8];
+                // SAFETY: the arrays hold 8 values; the CPU has AVX2 and FMA.
+                unsafe {
+                    _mm256_storeu_ps(
+                        out.as_mut_ptr(),
+                        avx2::gelu_erf(_mm256_loadu_ps(x.as_ptr())),
+                    )
+                };
+                out
+            }
+            let mut x = -12.0f32;
+            while x < 12.0 {
+                let v: [f32; 8] = std::array::from_fn(|i| x + i as f32 * 0.000_37);
+                // SAFETY: the CPU has AVX2 and FMA (checked above).
+                let got = unsafe { gelu8(v) };
+                let want = v.map(crate::math::gelu_erf::<true>);
+                assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{v:?}");
+                x += 0.0031;
+            }
+            // SAFETY: as above.
+            let got = unsafe { gelu8([0.0, -0.0, 1e-30, -1e-30, 100.0, -100.0, 1e30, -1e30]) };
+            assert_eq!(got[..2], [0.0; 2]);
+            // x / 2 near zero.
+            assert!((got[2] - 5e-31).abs() < 1e-36 && (got[3] + 5e-31).abs() < 1e-36);
+            assert_eq!((got[4], got[5], got[6], got[7]), (100.0, 0.0, 1e30, 0.0));
         }
     }
 }

@@ -52,6 +52,7 @@ mod f32fma;
 mod formats;
 mod huge_pages;
 mod kquants;
+pub mod math;
 mod x8;
 
 use std::ops::Range;
@@ -61,7 +62,7 @@ use rayon::prelude::*;
 
 use act::Acts;
 pub use bf16::Bf16Matrix;
-pub use f32fma::F32Matrix;
+pub use f32fma::{Activation, F32Matrix, Input, Output, Start, TileMut, TiledIndex, TiledRows};
 pub use formats::{quantize_q8_0, Format};
 use formats::{with_layout, Repr, QK};
 pub use huge_pages::HugePageAlloc;

@@ -14,11 +14,22 @@
 //! on weights packed once at load: [`hearth_kernels::F32Matrix`]) or, on CPUs that
 //! multiply bf16 natively, with bf16 inputs and f32 sums
 //! ([`EncoderPrecision`]).
+//!
+//! On the packed f32 kernel a layer goes further
+//! ([`CpuLayer::forward_tiled`]): the kernel starts its sums from the bias
+//! (and residual) and applies GELU as it stores them, and each matrix's
+//! input is written regrouped by the kernel's tiles by the step before it
+//! (attention, the LayerNorms, the first feed-forward matrix), so only
+//! attention and the LayerNorms pass over the activations.
 
 use candle_core::{DType, Result, Tensor};
 use rayon::prelude::*;
 
-use crate::packed_attention::{packed_attention, packed_attention_rows};
+use hearth_kernels::{Activation, F32Matrix, Input, Output, Start, TiledRows};
+
+use crate::packed_attention::{
+    packed_attention_into, packed_attention_rows, packed_attention_tiled,
+};
 use crate::vecmath;
 
 /// The arithmetic of an encoder's dense layers on the CPU.
@@ -144,6 +155,14 @@ impl Dense {
         Ok(())
     }
 
+    /// The matrix of the packed f32 kernel, when the layer runs on it.
+    fn packed(&self) -> Option<&F32Matrix> {
+        match &self.w {
+            Weights::Packed(m) => Some(m),
+            _ => None,
+        }
+    }
+
     /// `dst[rows, out] += x[rows, in] . W^T`.
     fn accumulate(&self, x: &[f32], dst: &mut [f32]) {
         let rows = x.len() / self.inp;
@@ -243,6 +262,21 @@ impl Norm {
         x.par_chunks_mut(h * 32)
             .for_each(|c| vecmath::layer_norm_rows(c, &self.w, &self.b, self.eps));
     }
+
+    /// [`Norm::apply`], also writing the normalised rows regrouped into `t`
+    /// for the next layer's f32 kernel (while they are in cache).
+    fn apply_tiled(&self, x: &mut [f32], t: &mut TiledRows) {
+        let h = self.w.len();
+        t.reshape(x.len() / h, h);
+        x.par_chunks_mut(h * TiledRows::TILE_ROWS)
+            .zip(t.tiles_mut())
+            .for_each(|(c, mut tile)| {
+                vecmath::layer_norm_rows(c, &self.w, &self.b, self.eps);
+                for (i, row) in c.chunks_exact(h).enumerate() {
+                    tile.set_row(i, row);
+                }
+            });
+    }
 }
 
 /// One encoder layer's weights as slices.
@@ -303,17 +337,80 @@ impl CpuLayer {
         scratch: &mut Scratch,
     ) {
         let h = self.attn_out.out;
+        if let Some(p) = self.packed().filter(|_| (h / heads).is_multiple_of(8)) {
+            return self.forward_tiled(p, x, lens, heads, scratch);
+        }
+        scratch.x_tiled = false;
         let Scratch {
             qkv,
+            ctx,
             y,
             f,
             residual,
+            ..
         } = scratch;
         self.qkv.forward_into(x, None, qkv);
-        let ctx = packed_attention(qkv, h, heads, lens);
+        packed_attention_into(qkv, h, heads, lens, ctx);
         // The input becomes the residual; its old buffer takes the output.
         std::mem::swap(x, residual);
-        self.finish(&ctx, residual, x, y, f);
+        self.finish(ctx, residual, x, y, f);
+    }
+
+    /// The layer's four dense matrices, when all run on the packed f32
+    /// kernel.
+    fn packed(&self) -> Option<[&F32Matrix; 4]> {
+        Some([
+            self.qkv.packed()?,
+            self.attn_out.packed()?,
+            self.ffn_in.packed()?,
+            self.ffn_out.packed()?,
+        ])
+    }
+
+    /// [`CpuLayer::forward`] on the packed f32 kernel: the biases and
+    /// residuals are where the kernel's sums start, GELU is applied as the
+    /// feed-forward sums are stored, and the inputs of the matrices stay
+    /// regrouped by tiles from the step that writes them (attention, the
+    /// LayerNorms, the first feed-forward matrix), so the layer has no
+    /// passes of its own besides attention and the LayerNorms.
+    fn forward_tiled(
+        &self,
+        [w_qkv, w_out, w_in, w_ffn]: [&F32Matrix; 4],
+        x: &mut [f32],
+        lens: &[usize],
+        heads: usize,
+        scratch: &mut Scratch,
+    ) {
+        let h = self.attn_out.out;
+        let m = x.len() / h;
+        let Scratch {
+            qkv,
+            y,
+            xt,
+            ctx_t,
+            yt,
+            ft,
+            x_tiled,
+            ..
+        } = scratch;
+        if !*x_tiled {
+            xt.pack(x, h);
+        }
+        let none = Activation::None;
+        qkv.resize(m * 3 * h, 0.0);
+        let start = Start::Bias(&self.qkv.b);
+        w_qkv.matmul(Input::Tiled(xt), m, start, none, Output::Rows(qkv));
+        packed_attention_tiled(qkv, h, heads, lens, ctx_t);
+        y.resize(m * h, 0.0);
+        let start = Start::BiasResidual(&self.attn_out.b, x);
+        w_out.matmul(Input::Tiled(ctx_t), m, start, none, Output::Rows(y));
+        self.attn_norm.apply_tiled(y, yt);
+        let (start, gelu) = (Start::Bias(&self.ffn_in.b), Activation::GeluErf);
+        w_in.matmul(Input::Tiled(yt), m, start, gelu, Output::Tiled(ft));
+        let start = Start::BiasResidual(&self.ffn_out.b, y);
+        w_ffn.matmul(Input::Tiled(ft), m, start, none, Output::Rows(x));
+        self.ffn_norm.apply_tiled(x, xt);
+        *x_tiled = true;
     }
 
     /// [`CpuLayer::forward`] for one row per sequence (`picks[s]` within
@@ -371,9 +468,18 @@ pub(crate) fn pick_rows(x: &[f32], lens: &[usize], picks: &[usize], h: usize) ->
 #[derive(Default)]
 pub(crate) struct Scratch {
     qkv: Vec<f32>,
+    ctx: Vec<f32>,
     y: Vec<f32>,
     f: Vec<f32>,
     residual: Vec<f32>,
+    /// Regrouped by tiles ([`CpuLayer::forward_tiled`]): the layer's
+    /// input (valid when `x_tiled`), the attention context, the
+    /// LayerNorm's output and the feed-forward activations.
+    xt: TiledRows,
+    ctx_t: TiledRows,
+    yt: TiledRows,
+    ft: TiledRows,
+    x_tiled: bool,
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 
 use std::ops::Range;
 
+use hearth_kernels::TiledRows;
 use rayon::prelude::*;
 
 use crate::vecmath;
@@ -33,7 +34,40 @@ pub(crate) fn packed_attention(
     heads: usize,
     lens: &[usize],
 ) -> Vec<f32> {
-    attention(qkv, hidden, heads, lens, None)
+    let mut ctx = Vec::new();
+    attention(qkv, hidden, heads, lens, None, Ctx::Rows(&mut ctx));
+    ctx
+}
+
+/// [`packed_attention`] into `ctx`, reusing its allocation.
+pub(crate) fn packed_attention_into(
+    qkv: &[f32],
+    hidden: usize,
+    heads: usize,
+    lens: &[usize],
+    ctx: &mut Vec<f32>,
+) {
+    attention(qkv, hidden, heads, lens, None, Ctx::Rows(ctx));
+}
+
+/// [`packed_attention`] written regrouped by tiles for the next layer's f32
+/// kernel ([`TiledRows`]), with no row-major copy in between.
+///
+/// # Panics
+/// As [`packed_attention`], or if the head size is not a multiple of 8.
+pub(crate) fn packed_attention_tiled(
+    qkv: &[f32],
+    hidden: usize,
+    heads: usize,
+    lens: &[usize],
+    ctx: &mut TiledRows,
+) {
+    assert!(
+        heads > 0 && (hidden / heads).is_multiple_of(8),
+        "a head size of {} is not whole groups of 8",
+        hidden / heads.max(1)
+    );
+    attention(qkv, hidden, heads, lens, None, Ctx::Tiled(ctx));
 }
 
 /// [`packed_attention`] for one query per sequence, `picks[s]` (an index
@@ -54,7 +88,17 @@ pub(crate) fn packed_attention_rows(
         picks.iter().zip(lens).all(|(p, l)| p < l),
         "a pick is outside its sequence"
     );
-    attention(qkv, hidden, heads, lens, Some(picks))
+    let mut ctx = Vec::new();
+    attention(qkv, hidden, heads, lens, Some(picks), Ctx::Rows(&mut ctx));
+    ctx
+}
+
+/// Where [`attention`] writes the context.
+enum Ctx<'a> {
+    /// Row major `[rows, hidden]`.
+    Rows(&'a mut Vec<f32>),
+    /// Regrouped by tiles.
+    Tiled(&'a mut TiledRows),
 }
 
 /// One (sequence, head) task: the sequence's first row, its length, the
@@ -67,7 +111,8 @@ fn attention(
     heads: usize,
     lens: &[usize],
     picks: Option<&[usize]>,
-) -> Vec<f32> {
+    ctx: Ctx,
+) {
     let total: usize = lens.iter().sum();
     assert_eq!(
         qkv.len(),
@@ -90,8 +135,18 @@ fn attention(
     let shape = Shape { hidden, hd, scale };
     // Output rows: every token, or one per sequence.
     let rows = if picks.is_some() { lens.len() } else { total };
-    let mut ctx = vec![0f32; rows * hidden];
-    let out = CtxPtr(ctx.as_mut_ptr());
+    // Every element is written by exactly one task below; zeroing only
+    // touches new capacity.
+    let (out, tiled) = match ctx {
+        Ctx::Rows(v) => {
+            v.resize(rows * hidden, 0.0);
+            (CtxPtr(v.as_mut_ptr()), None)
+        }
+        Ctx::Tiled(t) => {
+            t.reshape(rows, hidden);
+            (CtxPtr(t.as_mut_ptr()), Some(t.index()))
+        }
+    };
     let run = |b: &mut Buffers, (t, task): (usize, &Task)| {
         #[cfg(target_arch = "x86_64")]
         if vecmath::has_fma() {
@@ -113,12 +168,25 @@ fn attention(
             offset + queries.start
         };
         for (i, r) in b.o.chunks_exact(hd).enumerate() {
-            let at = (first_row + i) * hidden + head * hd;
-            // SAFETY: `at..at + hd` lies in `ctx` (row < rows, head * hd +
-            // hd <= hidden), and no other task writes it: tasks differ in
-            // their sequence (so rows) or head (so columns). `ctx` outlives
-            // the loop.
-            unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), out.at(at), hd) };
+            let row = first_row + i;
+            // SAFETY (both arms): the places written lie in the context's
+            // buffer (row < rows, head * hd + hd <= hidden; `offset`
+            // checks its bounds), and no other task writes them: tasks
+            // differ in their sequence (so rows) or head (so columns). The
+            // buffer outlives the loop.
+            match tiled {
+                None => unsafe {
+                    std::ptr::copy_nonoverlapping(r.as_ptr(), out.at(row * hidden + head * hd), hd)
+                },
+                // Runs of 8 (the head size is a multiple of 8).
+                Some(index) => {
+                    for (j, eight) in r.chunks_exact(8).enumerate() {
+                        let eight: &[f32; 8] = eight.try_into().expect("8 values");
+                        let at = index.offset(row, head * hd + 8 * j);
+                        unsafe { out.at(at).cast::<[f32; 8]>().write_unaligned(*eight) };
+                    }
+                }
+            }
         }
     };
     if tasks.len() > 1 {
@@ -130,7 +198,6 @@ fn attention(
         let mut b = Buffers::default();
         tasks.iter().enumerate().for_each(|task| run(&mut b, task));
     }
-    ctx
 }
 
 /// `ctx`'s buffer, written by the tasks at disjoint places.

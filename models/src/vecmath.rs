@@ -11,65 +11,19 @@
 //! is a fused multiply-add in the first and a plain multiply and add in the
 //! second (without the instruction `mul_add` is a slow library call).
 
-/// `a * b + c`, fused when `FMA`.
-#[inline(always)]
-pub fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
-    if FMA {
-        a.mul_add(b, c)
-    } else {
-        a * b + c
-    }
-}
+pub use hearth_kernels::math::{erf, exp_consts, exp_with, madd};
 
 /// `e^x` in f32 without a library call (so loops over it vectorise):
 /// `2^n e^r` with `n = round(x / ln 2)`, `|r| <= ln 2 / 2`, and a degree-6
 /// polynomial for `e^r` (Cephes' `expf` coefficients). Relative error
 /// below 2e-7 over the clamped range; `x` is clamped to `[-87, 88]`, so
 /// very negative inputs (and `-inf`) give about 1.6e-38 rather than 0.
+/// The decoder keeps this unfused form rather than [`exp_with`]'s fused
+/// one: its greedy tokens are compared with llama.cpp's, and some of those
+/// choices are close enough for a last bit to flip them.
 #[inline(always)]
 pub(crate) fn exp(x: f32) -> f32 {
     exp_with::<false>(x)
-}
-
-/// [`exp`] with fused multiply-adds when `FMA` (a shorter dependency chain
-/// and fewer instructions; last-bit differences from [`exp`]). The decoder
-/// keeps [`exp`]: its greedy tokens are compared with llama.cpp's, and some
-/// of those choices are close enough for a last bit to flip them.
-#[inline(always)]
-pub fn exp_with<const FMA: bool>(x: f32) -> f32 {
-    use exp_consts::*;
-    let x = x.clamp(-87.0, 88.0);
-    let n = (madd::<FMA>(x, LOG2E, 0.5)).floor();
-    let r = madd::<FMA>(-n, C2, madd::<FMA>(-n, C1, x));
-    let mut p = P0;
-    for c in P {
-        p = madd::<FMA>(p, r, c);
-    }
-    let e_r = madd::<FMA>(p * r, r, r) + 1.0;
-    // 2^n from the bits of `n + 127` placed in the exponent field. `n + 127`
-    // is an integer in 1..=254 (from the clamp), so adding 1.5 * 2^23 puts
-    // it in the low mantissa bits exactly, and the shift drops the rest:
-    // the same bits as `(n as i32 + 127) << 23`, without the saturating
-    // float-to-int conversion, which the compiler does not vectorise.
-    e_r * f32::from_bits((n + (127.0 + MAGIC)).to_bits() << 23)
-}
-
-/// The constants of [`exp_with`] (also the 512-bit attention's `exp16`):
-/// `ln 2` split in two (`C1 - C2`), the polynomial's coefficients from the
-/// highest, and the exponent field's rounding constant.
-pub(crate) mod exp_consts {
-    pub(crate) const LOG2E: f32 = std::f32::consts::LOG2_E;
-    pub(crate) const C1: f32 = 0.693_359_4;
-    pub(crate) const C2: f32 = -2.121_944_4e-4;
-    pub(crate) const P0: f32 = 1.987_569_1e-4;
-    pub(crate) const P: [f32; 5] = [
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        1.666_666_5e-1,
-        0.5,
-    ];
-    pub(crate) const MAGIC: f32 = 12_582_912.0;
 }
 
 /// Folds `x` into 16 interleaved accumulators (`step`), then merges them
@@ -128,30 +82,12 @@ pub fn max(x: &[f32]) -> f32 {
     fold16(x, f32::NEG_INFINITY, f32::max, f32::max)
 }
 
-/// `erf(x)` in f32 without a library call: Abramowitz and Stegun 7.1.26,
-/// `1 - (a1 t + ... + a5 t^5) e^(-x^2)` with `t = 1 / (1 + p |x|)`, odd in
-/// `x`; absolute error below 1e-6 (1.5e-7 for the formula, the rest f32
-/// rounding), against candle's (libm's) f32 `erf` at about 1e-7.
-#[inline(always)]
-pub(crate) fn erf<const FMA: bool>(x: f32) -> f32 {
-    let a = x.abs();
-    let t = 1.0 / madd::<FMA>(0.327_591_1, a, 1.0);
-    let mut poly = 1.061_405_4;
-    for c in [-1.453_152_1, 1.421_413_7, -0.284_496_74, 0.254_829_6] {
-        poly = madd::<FMA>(poly, t, c);
-    }
-    let y = madd::<FMA>(-(poly * t), exp_with::<FMA>(-a * a), 1.0);
-    y.copysign(x)
-}
-
 /// Exact (erf) GELU in place, `x (1 + erf(x / sqrt 2)) / 2` with [`erf`],
 /// compiled for AVX2 + FMA where present.
 pub(crate) fn gelu_erf_inplace(x: &mut [f32]) {
     #[inline(always)]
     fn body<const FMA: bool>(x: &mut [f32]) {
-        let gelu = |y: &mut f32| {
-            *y = 0.5 * *y * (1.0 + erf::<FMA>(*y * std::f32::consts::FRAC_1_SQRT_2));
-        };
+        let gelu = |y: &mut f32| *y = hearth_kernels::math::gelu_erf::<FMA>(*y);
         // Two vectors' worth per step: each value is a long chain of
         // dependent operations, and two independent chains keep the
         // multiply-add units busier than one.

@@ -1,0 +1,271 @@
+//! The AVX2 + FMA kernel of [`super::F32Matrix`]: tiles of [`MR`] rows x
+//! [`NR`] columns, and the exact GELU on 8 lanes for its epilogue.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use super::{Line, KC, MR, NR};
+use crate::math::{erf_consts, exp_consts};
+
+/// Where a task's outputs go: element `(r, c)` at `base(r, c)` from `ptr`,
+/// with the rows of a tile `row_stride` apart and a panel's two halves of
+/// 8 columns `half_stride` apart.
+#[derive(Clone, Copy)]
+pub(super) struct Out {
+    pub ptr: *mut f32,
+    /// Row major with rows `ld` apart, or tiled ([`super::TiledRows`]) with
+    /// tiles `ld` apart.
+    pub tiled: bool,
+    pub ld: usize,
+}
+
+impl Out {
+    /// Offset of `(r, c)` for `r` at a tile's first row (a multiple of
+    /// [`MR`]) and `c` at a panel's first column.
+    fn base(self, r: usize, c: usize) -> usize {
+        if self.tiled {
+            r / MR * self.ld + c / 8 * MR * 8
+        } else {
+            r * self.ld + c
+        }
+    }
+
+    /// (row stride, half stride).
+    fn strides(self) -> (usize, usize) {
+        if self.tiled {
+            (8, MR * 8)
+        } else {
+            (self.ld, 8)
+        }
+    }
+}
+
+/// Where the sums start: the destination's values (`bias` null), or the
+/// bias (at the panel's first column) plus, unless null, a row-major
+/// residual with rows `ldr` apart (at the task's first row and column).
+#[derive(Clone, Copy)]
+pub(super) struct Init {
+    pub bias: *const f32,
+    pub residual: *const f32,
+    pub ldr: usize,
+}
+
+/// `out[rows, cols] (+)= x[rows] . panel` in tiles of [`MR`] rows (`a`:
+/// the packed tiles, `tile_len` apart), [`KC`] inputs at a time over all
+/// the tiles, so that slice of the panel stays in L1; sums start as
+/// `init` says, and with `gelu` the last pass stores `gelu(sum)`.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; `out` (and `init`'s pointers) cover
+/// `rows x cols` at their layouts, and no other thread touches those
+/// elements meanwhile.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn block(
+    a: &[f32],
+    k: usize,
+    tile_len: usize,
+    panel: &[Line],
+    out: Out,
+    init: Init,
+    gelu: bool,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
+    assert!(rows.start.is_multiple_of(MR) && rows.end.div_ceil(MR) * tile_len <= a.len());
+    assert!(panel.len() == k && tile_len >= MR * k);
+    assert!(cols.len() <= NR && cols.start.is_multiple_of(NR));
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let mut masks = [lane; 2];
+    for (t, mask) in masks.iter_mut().enumerate() {
+        let lanes = cols.len().saturating_sub(8 * t).min(8) as i32;
+        *mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), lane);
+    }
+    let p = panel.as_ptr().cast::<f32>();
+    let full = cols.len() == NR;
+    let (rs, hs) = out.strides();
+    let mut q0 = 0;
+    while q0 < k {
+        let q = q0..k.min(q0 + KC);
+        let last = q.end == k;
+        let mut r = rows.start;
+        while r < rows.end {
+            let t = a.as_ptr().add(r / MR * tile_len);
+            let d = out.ptr.add(out.base(r, cols.start));
+            // The next tile's outputs, asked for while this one runs (on
+            // the first pass they come from L3 or memory); the line of a
+            // row's last column may lie past a partial panel's end, hence
+            // `wrapping_add` (a prefetch of any address is harmless).
+            if r + MR < rows.end {
+                let next = out.ptr.wrapping_add(out.base(r + MR, cols.start));
+                for i in 0..MR.min(rows.end - r - MR) {
+                    let at = next.wrapping_add(i * rs);
+                    _mm_prefetch::<_MM_HINT_T0>(at.cast());
+                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(hs + 7).cast());
+                }
+            }
+            let start = if q0 == 0 && !init.bias.is_null() {
+                let residual = if init.residual.is_null() {
+                    init.residual
+                } else {
+                    init.residual.add((r - rows.start) * init.ldr)
+                };
+                Some(Init { residual, ..init })
+            } else {
+                None
+            };
+            let s = Tile {
+                t,
+                p,
+                d,
+                rs,
+                hs,
+                masks,
+                start,
+                gelu: gelu && last,
+            };
+            let q = q.clone();
+            match (rows.end - r, full) {
+                (1, _) => tile::<1, false>(s, q),
+                (2, _) => tile::<2, false>(s, q),
+                (3, _) => tile::<3, false>(s, q),
+                (4, _) => tile::<4, false>(s, q),
+                (5, _) => tile::<5, false>(s, q),
+                (_, true) => tile::<MR, true>(s, q),
+                (_, false) => tile::<MR, false>(s, q),
+            }
+            r += MR;
+        }
+        q0 += KC;
+    }
+}
+
+/// One tile's places: `t` at its packed activations, `p` at the panel's
+/// start (64-byte aligned lines), `d` at its first output with rows `rs`
+/// and halves `hs` apart; the lanes of a partial panel (`masks`); where
+/// its sums start on this pass (`None`: from `d`); whether to store
+/// `gelu` of them.
+#[derive(Clone, Copy)]
+struct Tile {
+    t: *const f32,
+    p: *const f32,
+    d: *mut f32,
+    rs: usize,
+    hs: usize,
+    masks: [__m256i; 2],
+    start: Option<Init>,
+    gelu: bool,
+}
+
+/// Input `q` of a tile (see [`tile`]): two weight registers, `R`
+/// broadcasts, `2 R` FMAs. Not a closure: closures do not take the
+/// caller's target features, and the intrinsics would become calls.
+#[inline(always)]
+unsafe fn step<const R: usize>(acc: &mut [[__m256; 2]; R], t: *const f32, p: *const f32, q: usize) {
+    let b = p.add(q * NR);
+    let w = [_mm256_load_ps(b), _mm256_load_ps(b.add(8))];
+    let x = t.add((q / 8) * MR * 8 + q % 8);
+    for (i, acc) in acc.iter_mut().enumerate() {
+        let xv = _mm256_broadcast_ss(&*x.add(8 * i));
+        acc[0] = _mm256_fmadd_ps(xv, w[0], acc[0]);
+        acc[1] = _mm256_fmadd_ps(xv, w[1], acc[1]);
+    }
+}
+
+/// 8 values at `at`: all of them when `FULL`, else the lanes of `mask`.
+#[inline(always)]
+unsafe fn load<const FULL: bool>(at: *const f32, mask: __m256i) -> __m256 {
+    if FULL {
+        _mm256_loadu_ps(at)
+    } else {
+        _mm256_maskload_ps(at, mask)
+    }
+}
+
+/// `R` rows x 16 columns over inputs `q` (starting at a multiple of 8).
+/// Each sum continues from its start (the destination's value, or bias
+/// plus residual on the first pass), so splitting the inputs changes no
+/// bits.
+#[inline(always)]
+unsafe fn tile<const R: usize, const FULL: bool>(s: Tile, q: Range<usize>) {
+    // Masked moves only for a last, partial panel (they are slow on some
+    // CPUs, and every full tile would pay for them).
+    // Loops, not `array::from_fn`: its closure would not take the target
+    // features (see `step`).
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    for (i, acc) in acc.iter_mut().enumerate() {
+        for (h, acc) in acc.iter_mut().enumerate() {
+            *acc = match s.start {
+                None => load::<FULL>(s.d.add(i * s.rs + s.hs * h), s.masks[h]),
+                Some(init) => {
+                    let b = load::<FULL>(init.bias.add(8 * h), s.masks[h]);
+                    if init.residual.is_null() {
+                        b
+                    } else {
+                        let at = init.residual.add(i * init.ldr + 8 * h);
+                        _mm256_add_ps(load::<FULL>(at, s.masks[h]), b)
+                    }
+                }
+            };
+        }
+    }
+    let full = q.start + (q.end - q.start) / 8 * 8;
+    for q8 in (q.start..full).step_by(8) {
+        for u in 0..8 {
+            step(&mut acc, s.t, s.p, q8 + u);
+        }
+    }
+    for q in full..q.end {
+        step(&mut acc, s.t, s.p, q);
+    }
+    for (i, acc) in acc.iter().enumerate() {
+        for (h, &v) in acc.iter().enumerate() {
+            let v = if s.gelu { gelu_erf(v) } else { v };
+            let at = s.d.add(i * s.rs + s.hs * h);
+            if FULL {
+                _mm256_storeu_ps(at, v);
+            } else {
+                _mm256_maskstore_ps(at, s.masks[h], v);
+            }
+        }
+    }
+}
+
+/// [`crate::math::exp_with`]`::<true>` on 8 lanes: the same operations in
+/// the same order, so the same bits.
+#[inline(always)]
+unsafe fn exp(x: __m256) -> __m256 {
+    use exp_consts::*;
+    let set = _mm256_set1_ps;
+    let x = _mm256_min_ps(_mm256_max_ps(x, set(-87.0)), set(88.0));
+    let n = _mm256_floor_ps(_mm256_fmadd_ps(x, set(LOG2E), set(0.5)));
+    let neg_n = _mm256_xor_ps(n, set(-0.0));
+    let r = _mm256_fmadd_ps(neg_n, set(C2), _mm256_fmadd_ps(neg_n, set(C1), x));
+    let mut p = set(P0);
+    for c in P {
+        p = _mm256_fmadd_ps(p, r, set(c));
+    }
+    let e_r = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), set(1.0));
+    let two_n = _mm256_slli_epi32::<23>(_mm256_castps_si256(_mm256_add_ps(n, set(127.0 + MAGIC))));
+    _mm256_mul_ps(e_r, _mm256_castsi256_ps(two_n))
+}
+
+/// [`crate::math::gelu_erf`]`::<true>` on 8 lanes (the same operations,
+/// so the same bits).
+#[inline(always)]
+pub(super) unsafe fn gelu_erf(x: __m256) -> __m256 {
+    use erf_consts::*;
+    let set = _mm256_set1_ps;
+    let sign = set(-0.0);
+    let z = _mm256_mul_ps(x, set(std::f32::consts::FRAC_1_SQRT_2));
+    let a = _mm256_andnot_ps(sign, z);
+    let t = _mm256_div_ps(set(1.0), _mm256_fmadd_ps(set(P), a, set(1.0)));
+    let mut poly = set(A5);
+    for c in A {
+        poly = _mm256_fmadd_ps(poly, t, set(c));
+    }
+    let e = exp(_mm256_mul_ps(_mm256_xor_ps(a, sign), a));
+    let y = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(poly, t), sign), e, set(1.0));
+    let erf = _mm256_or_ps(_mm256_andnot_ps(sign, y), _mm256_and_ps(sign, z));
+    _mm256_mul_ps(_mm256_mul_ps(set(0.5), x), _mm256_add_ps(set(1.0), erf))
+}
