@@ -167,7 +167,8 @@ fn attention(
         } else {
             offset + queries.start
         };
-        for (i, r) in b.o.chunks_exact(hd).enumerate() {
+        // `b.o` may be longer (kept from a longer task).
+        for (i, r) in b.o[..queries.len() * hd].chunks_exact(hd).enumerate() {
             let row = first_row + i;
             // SAFETY (both arms): the places written lie in the context's
             // buffer (row < rows, head * hd + hd <= hidden; `offset`
@@ -217,8 +218,8 @@ unsafe impl Send for CtxPtr {}
 // SAFETY: as above.
 unsafe impl Sync for CtxPtr {}
 
-/// A worker's buffers, reused from task to task: the head's keys
-/// transposed, a tile's scores, the task's output rows.
+/// A worker's buffers, reused from task to task (never shrunk): the
+/// head's keys transposed, a tile's scores, the task's output rows.
 #[derive(Default)]
 struct Buffers {
     kt: Vec<f32>,
@@ -234,19 +235,23 @@ struct Shape {
     scale: f32,
 }
 
-/// Queries per score tile, and keys per block.
+/// Queries per score tile, and keys per block (two AVX2 vectors).
 const QT: usize = 4;
-const KB: usize = 8;
-/// Output values per register-held accumulator (four AVX2 vectors).
+const KB: usize = 16;
+/// Output values per register-held accumulator (four AVX2 vectors), and
+/// queries per pass over the values.
 const PV: usize = 32;
+const PQ: usize = 2;
 
 /// One sequence (rows `offset..offset + len`), one head, the task's
 /// queries: `[queries, hd]` into `b.o`.
 ///
-/// The head's keys are copied transposed (`[hd, len]`, padded with zero
-/// keys to a multiple of 8), so scores come in tiles of 4 queries x 8 keys:
-/// 32 accumulators in registers, one broadcast query value and one 8-key
-/// load per step, no horizontal sums.
+/// The head's keys are copied transposed (`[hd, len]`, padded to a
+/// multiple of 16 keys), so scores come in tiles of 4 queries x 16 keys:
+/// 8 vector accumulators (independent chains, enough to keep both FMA
+/// units busy), one broadcast query value per query and two 8-key loads
+/// per step, no horizontal sums. The weighted sums of the values take two
+/// queries at a time for the same reason.
 #[inline(always)]
 fn attend<const FMA: bool>(qkv: &[f32], s: Shape, task: &Task, b: &mut Buffers) {
     let Shape { hidden, hd, scale } = s;
@@ -257,18 +262,14 @@ fn attend<const FMA: bool>(qkv: &[f32], s: Shape, task: &Task, b: &mut Buffers) 
         &qkv[start..start + hd]
     };
     let lp = len.div_ceil(KB) * KB;
-    b.kt.clear();
-    b.kt.resize(hd * lp, 0.0);
-    for j in 0..len {
-        for (d, &k) in at(offset + j, 1).iter().enumerate() {
-            b.kt[d * lp + j] = k;
-        }
-    }
+    // No zeroing: every value read below is written first, but for the
+    // keys past `len` (old values or zeros, finite), whose scores are
+    // replaced before the softmax.
+    grow(&mut b.kt, hd * lp);
+    transpose_keys::<FMA>(qkv, s, offset, len, head, lp, &mut b.kt);
     let nq = queries.len();
-    b.scores.clear();
-    b.scores.resize(QT * lp, 0.0);
-    b.o.clear();
-    b.o.resize(nq * hd, 0.0);
+    grow(&mut b.scores, QT * lp);
+    grow(&mut b.o, nq * hd);
     for q0 in (0..nq).step_by(QT) {
         // A short last tile repeats its last query (results unused).
         let qs: [&[f32]; QT] =
@@ -276,7 +277,7 @@ fn attend<const FMA: bool>(qkv: &[f32], s: Shape, task: &Task, b: &mut Buffers) 
         for jb in (0..lp).step_by(KB) {
             let mut acc = [[0f32; KB]; QT];
             for d in 0..hd {
-                let k: &[f32; KB] = b.kt[d * lp + jb..][..KB].try_into().expect("8 keys");
+                let k: &[f32; KB] = b.kt[d * lp + jb..][..KB].try_into().expect("16 keys");
                 for (acc, q) in acc.iter_mut().zip(&qs) {
                     let qd = q[d];
                     for l in 0..KB {
@@ -288,39 +289,152 @@ fn attend<const FMA: bool>(qkv: &[f32], s: Shape, task: &Task, b: &mut Buffers) 
                 b.scores[a * lp + jb..][..KB].copy_from_slice(acc);
             }
         }
-        for a in 0..QT.min(nq - q0) {
-            let sc = &mut b.scores[a * lp..a * lp + len];
-            // Separate passes, so that each vectorises: a loop that also
-            // carries a running max or sum is one serial chain.
+        let tile = QT.min(nq - q0);
+        for a in 0..tile {
+            // Over whole vectors, the padding keys at -inf: their weights
+            // come out as e^-87 (`exp`'s clamp, ~1.6e-38), below the last
+            // bit of a sum that holds the largest score's 1, and are not
+            // read. Separate passes, so that each vectorises: a loop that
+            // also carries a running max or sum is one serial chain.
+            let sc = &mut b.scores[a * lp..(a + 1) * lp];
+            sc[len..].fill(f32::NEG_INFINITY);
             sc.iter_mut().for_each(|x| *x *= scale);
             let max = vecmath::max(sc);
             sc.iter_mut().for_each(|x| *x = vecmath::exp(*x - max));
             let inv = 1.0 / vecmath::sum_by(sc, |x| x);
             sc.iter_mut().for_each(|p| *p *= inv);
-            // The output in registers, 32 values at a time: accumulated in
-            // place it was a load and a store per key, each waiting on the
-            // last.
-            let o = &mut b.o[(q0 + a) * hd..][..hd];
-            for (c, o) in o.chunks_mut(PV).enumerate() {
-                let col = c * PV;
-                if let Ok(o) = <&mut [f32; PV]>::try_from(&mut *o) {
-                    let mut acc = [0f32; PV];
-                    for (j, &p) in sc.iter().enumerate() {
+        }
+        for a0 in (0..tile).step_by(PQ) {
+            // A lone last query is taken twice (the copy is not stored).
+            let rows: [usize; PQ] = std::array::from_fn(|i| (a0 + i).min(tile - 1));
+            let probs: [&[f32]; PQ] = rows.map(|a| &b.scores[a * lp..a * lp + len]);
+            for col in (0..hd).step_by(PV) {
+                let width = PV.min(hd - col);
+                // The outputs in registers, 32 values x 2 queries at a time:
+                // accumulated in place it was a load and a store per key,
+                // each waiting on the last.
+                let mut acc = [[0f32; PV]; PQ];
+                if width == PV {
+                    for j in 0..len {
                         let v: &[f32; PV] = at(offset + j, 2)[col..col + PV]
                             .try_into()
                             .expect("PV values");
-                        for (acc, &v) in acc.iter_mut().zip(v) {
-                            *acc = vecmath::madd::<FMA>(p, v, *acc);
+                        for (acc, p) in acc.iter_mut().zip(&probs) {
+                            let p = p[j];
+                            for (acc, &v) in acc.iter_mut().zip(v) {
+                                *acc = vecmath::madd::<FMA>(p, v, *acc);
+                            }
                         }
                     }
-                    *o = acc;
                 } else {
-                    for (j, &p) in sc.iter().enumerate() {
-                        for (o, &v) in o.iter_mut().zip(&at(offset + j, 2)[col..]) {
-                            *o = vecmath::madd::<FMA>(p, v, *o);
+                    for j in 0..len {
+                        let v = &at(offset + j, 2)[col..];
+                        for (acc, p) in acc.iter_mut().zip(&probs) {
+                            for (acc, &v) in acc.iter_mut().zip(v) {
+                                *acc = vecmath::madd::<FMA>(p[j], v, *acc);
+                            }
                         }
                     }
                 }
+                for (i, acc) in acc.iter().enumerate().take(tile - a0) {
+                    b.o[(q0 + a0 + i) * hd + col..][..width].copy_from_slice(&acc[..width]);
+                }
+            }
+        }
+    }
+}
+
+/// `v` at least `len` long (new places zeroed, old ones kept).
+fn grow(v: &mut Vec<f32>, len: usize) {
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+}
+
+/// The head's keys of rows `offset..offset + len` transposed into `kt`
+/// (`[hd, lp]`; keys past `len` left as they are): in 8 x 8 blocks on AVX2 (`FMA` is
+/// only set where the CPU has it) when the head size is a multiple of 8,
+/// else one value at a time (strided stores, one per cycle).
+#[inline(always)]
+fn transpose_keys<const FMA: bool>(
+    qkv: &[f32],
+    s: Shape,
+    offset: usize,
+    len: usize,
+    head: usize,
+    lp: usize,
+    kt: &mut [f32],
+) {
+    let (hidden, hd) = (s.hidden, s.hd);
+    let key = |t: usize| &qkv[t * 3 * hidden + hidden + head * hd..][..hd];
+    assert!(kt.len() >= hd * lp && lp >= len);
+    #[cfg(target_arch = "x86_64")]
+    if FMA && hd.is_multiple_of(8) {
+        let keys = &qkv[offset * 3 * hidden..(offset + len) * 3 * hidden];
+        // SAFETY: `FMA` is only set in code compiled for (and run on) CPUs
+        // with AVX2; `keys` holds `len` rows of `3 hidden` with this head's
+        // key `hd` long at `hidden + head * hd`; `kt` holds `hd x lp`.
+        return unsafe { transpose_avx2(keys, 3 * hidden, hidden + head * hd, hd, lp, kt) };
+    }
+    for j in 0..len {
+        for (d, &k) in key(offset + j).iter().enumerate() {
+            kt[d * lp + j] = k;
+        }
+    }
+}
+
+/// `kt[d * lp + j] = rows[j * stride + at + d]` for `d < hd`, in 8 x 8
+/// blocks (the places of keys past the last are left as they are).
+///
+/// # Safety
+/// The CPU has AVX2; `hd` is a multiple of 8, `at + hd <= stride`, `kt`
+/// holds `hd x lp` and `lp` is at least the rows' count rounded up to 8.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn transpose_avx2(
+    rows: &[f32],
+    stride: usize,
+    at: usize,
+    hd: usize,
+    lp: usize,
+    kt: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let len = rows.len() / stride;
+    assert!(at + hd <= stride && kt.len() >= hd * lp);
+    assert!(hd.is_multiple_of(8) && lp >= len.next_multiple_of(8));
+    for j0 in (0..len).step_by(8) {
+        for d0 in (0..hd).step_by(8) {
+            let mut r = [_mm256_setzero_ps(); 8];
+            for (i, r) in r.iter_mut().enumerate().take(len - j0) {
+                let key = &rows[(j0 + i) * stride + at + d0..][..8];
+                *r = _mm256_loadu_ps(key.as_ptr());
+            }
+            let t = [
+                _mm256_unpacklo_ps(r[0], r[1]),
+                _mm256_unpackhi_ps(r[0], r[1]),
+                _mm256_unpacklo_ps(r[2], r[3]),
+                _mm256_unpackhi_ps(r[2], r[3]),
+                _mm256_unpacklo_ps(r[4], r[5]),
+                _mm256_unpackhi_ps(r[4], r[5]),
+                _mm256_unpacklo_ps(r[6], r[7]),
+                _mm256_unpackhi_ps(r[6], r[7]),
+            ];
+            let u = [
+                _mm256_shuffle_ps::<0x44>(t[0], t[2]),
+                _mm256_shuffle_ps::<0xEE>(t[0], t[2]),
+                _mm256_shuffle_ps::<0x44>(t[1], t[3]),
+                _mm256_shuffle_ps::<0xEE>(t[1], t[3]),
+                _mm256_shuffle_ps::<0x44>(t[4], t[6]),
+                _mm256_shuffle_ps::<0xEE>(t[4], t[6]),
+                _mm256_shuffle_ps::<0x44>(t[5], t[7]),
+                _mm256_shuffle_ps::<0xEE>(t[5], t[7]),
+            ];
+            for i in 0..4 {
+                let lo = _mm256_permute2f128_ps::<0x20>(u[i], u[i + 4]);
+                let hi = _mm256_permute2f128_ps::<0x31>(u[i], u[i + 4]);
+                _mm256_storeu_ps(kt[(d0 + i) * lp + j0..][..8].as_mut_ptr(), lo);
+                _mm256_storeu_ps(kt[(d0 + i + 4) * lp + j0..][..8].as_mut_ptr(), hi);
             }
         }
     }

@@ -134,6 +134,7 @@ impl TiledIndex {
     ///
     /// # Panics
     /// If `(r, c)` is outside the rows.
+    #[inline]
     pub fn offset(&self, r: usize, c: usize) -> usize {
         assert!(
             r < self.rows && c < self.k,
@@ -168,6 +169,7 @@ impl TileMut<'_> {
     ///
     /// # Panics
     /// If `i` is not a row of the tile or `row` is not `k` long.
+    #[inline]
     pub fn set_row(&mut self, i: usize, row: &[f32]) {
         assert!(
             i < self.rows && row.len() == self.k,
