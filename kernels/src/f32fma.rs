@@ -178,13 +178,11 @@ impl F32Matrix {
                 } else {
                     t.reshape(m, n);
                 }
-                {
-                    let ld = t.tile_len();
-                    Dest {
-                        ptr: SendPtr(t.as_mut_ptr()),
-                        tiled: true,
-                        ld,
-                    }
+                let ld = t.tile_len();
+                Dest {
+                    ptr: SendPtr(t.as_mut_ptr()),
+                    tiled: true,
+                    ld,
                 }
             }
         };
@@ -228,7 +226,6 @@ impl F32Matrix {
                     }),
                     ldr: self.n,
                 };
-                let out = out.avx2();
                 // SAFETY: the CPU has AVX2 and FMA (asserted by `matmul`);
                 // `a` holds the packed tiles of `m` rows of `k`, the panel
                 // `k` lines; `out`, the bias and the residual cover `[m,
@@ -252,6 +249,42 @@ impl F32Matrix {
             #[cfg(not(target_arch = "x86_64"))]
             let _ = (a, panel, out, rows, cols, bias, residual, tile_len);
         });
+    }
+}
+
+/// Where a task's outputs go: element `(r, c)` at `base(r, c)` from `ptr`,
+/// with the rows of a tile `row_stride` apart and a panel's two halves of
+/// 8 columns `half_stride` apart.
+#[derive(Clone, Copy)]
+struct Dest {
+    /// Passed whole into the tasks (a closure reading `ptr.0` would
+    /// capture the bare pointer, which is not `Sync`).
+    ptr: SendPtr,
+    /// Row major with rows `ld` apart, or tiled ([`TiledRows`]) with
+    /// tiles `ld` apart.
+    tiled: bool,
+    ld: usize,
+}
+
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+impl Dest {
+    /// Offset of `(r, c)` for `r` at a tile's first row (a multiple of
+    /// [`MR`]) and `c` at a panel's first column.
+    fn base(self, r: usize, c: usize) -> usize {
+        if self.tiled {
+            r / MR * self.ld + c / 8 * MR * 8
+        } else {
+            r * self.ld + c
+        }
+    }
+
+    /// (row stride, half stride).
+    fn strides(self) -> (usize, usize) {
+        if self.tiled {
+            (8, MR * 8)
+        } else {
+            (self.ld, 8)
+        }
     }
 }
 
@@ -291,28 +324,6 @@ pub enum Activation {
     /// `x (1 + erf(x / sqrt 2)) / 2` ([`crate::math::gelu_erf`], the same
     /// bits).
     GeluErf,
-}
-
-/// The output as the tasks see it: its buffer, whether tiled, and the
-/// distance between its rows (row major) or tiles.
-#[derive(Clone, Copy)]
-struct Dest {
-    ptr: SendPtr,
-    tiled: bool,
-    ld: usize,
-}
-
-impl Dest {
-    /// Takes the whole value (a closure reading `ptr.0` would capture the
-    /// bare pointer, which is not `Sync`).
-    #[cfg(target_arch = "x86_64")]
-    fn avx2(self) -> avx2::Out {
-        avx2::Out {
-            ptr: self.ptr.0,
-            tiled: self.tiled,
-            ld: self.ld,
-        }
-    }
 }
 
 /// Largest packed activation buffer kept for the next call (see

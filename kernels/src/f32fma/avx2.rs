@@ -4,41 +4,8 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::{Line, KC, MR, NR};
+use super::{Dest, Line, KC, MR, NR};
 use crate::math::{erf_consts, exp_consts};
-
-/// Where a task's outputs go: element `(r, c)` at `base(r, c)` from `ptr`,
-/// with the rows of a tile `row_stride` apart and a panel's two halves of
-/// 8 columns `half_stride` apart.
-#[derive(Clone, Copy)]
-pub(super) struct Out {
-    pub ptr: *mut f32,
-    /// Row major with rows `ld` apart, or tiled ([`super::TiledRows`]) with
-    /// tiles `ld` apart.
-    pub tiled: bool,
-    pub ld: usize,
-}
-
-impl Out {
-    /// Offset of `(r, c)` for `r` at a tile's first row (a multiple of
-    /// [`MR`]) and `c` at a panel's first column.
-    fn base(self, r: usize, c: usize) -> usize {
-        if self.tiled {
-            r / MR * self.ld + c / 8 * MR * 8
-        } else {
-            r * self.ld + c
-        }
-    }
-
-    /// (row stride, half stride).
-    fn strides(self) -> (usize, usize) {
-        if self.tiled {
-            (8, MR * 8)
-        } else {
-            (self.ld, 8)
-        }
-    }
-}
 
 /// Where the sums start: the destination's values (`bias` null), or the
 /// bias (at the panel's first column) plus, unless null, a row-major
@@ -66,7 +33,7 @@ pub(super) unsafe fn block(
     k: usize,
     tile_len: usize,
     panel: &[Line],
-    out: Out,
+    out: Dest,
     init: Init,
     gelu: bool,
     rows: Range<usize>,
@@ -91,13 +58,13 @@ pub(super) unsafe fn block(
         let mut r = rows.start;
         while r < rows.end {
             let t = a.as_ptr().add(r / MR * tile_len);
-            let d = out.ptr.add(out.base(r, cols.start));
+            let d = out.ptr.0.add(out.base(r, cols.start));
             // The next tile's outputs, asked for while this one runs (on
             // the first pass they come from L3 or memory); the line of a
             // row's last column may lie past a partial panel's end, hence
             // `wrapping_add` (a prefetch of any address is harmless).
             if r + MR < rows.end {
-                let next = out.ptr.wrapping_add(out.base(r + MR, cols.start));
+                let next = out.ptr.0.wrapping_add(out.base(r + MR, cols.start));
                 for i in 0..MR.min(rows.end - r - MR) {
                     let at = next.wrapping_add(i * rs);
                     _mm_prefetch::<_MM_HINT_T0>(at.cast());
