@@ -20,8 +20,13 @@
 //!   384]`, FFN `[1536, 384]` and `[384, 1536]`) for 208 and 832 rows
 //!   (batches of 8 and 32 sentences of 26 tokens), as the encoder calls
 //!   it: inputs regrouped by tiles, sums from a bias, and the first FFN
-//!   matrix's output through GELU into tiles; throughput in elements = floating-point operations (`2 m n k`), to
-//!   set beside the CPU's FMA peak. Skipped on CPUs without AVX2 and FMA.
+//!   matrix's output through GELU into tiles; throughput in elements =
+//!   floating-point operations (`2 m n k`), to set beside the CPU's FMA
+//!   peak. Skipped on CPUs without AVX2 and FMA.
+//! - `dense_i16/<n>x<k>/M<m>`: `I16Matrix` (the encoders' `int16`
+//!   arithmetic) on the same shapes and calls, the activations' rounding
+//!   included; the same operation count, so the two groups' figures
+//!   compare directly.
 //! - `paged_attention/decode/B<b>`: one new query row for each of B
 //!   sequences over 512 cached positions each (SmolLM2's 9 query heads, 3 KV
 //!   heads, head_dim 64, f16 pool), keys/values written then attended, as one
@@ -42,7 +47,9 @@ use std::time::Duration;
 static ALLOC: hearth_kernels::HugePageAlloc = hearth_kernels::HugePageAlloc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
-use hearth_kernels::{Activation, F32Matrix, Format, Input, Output, QuantMatrix, Start, TiledRows};
+use hearth_kernels::{
+    Activation, F32Matrix, Format, I16Matrix, Input, Output, QuantMatrix, Start, TiledRows,
+};
 use hearth_models::{paged_attention_step, DType, KvPool, PagedSeq, BLOCK_SIZE};
 
 const ROWS: [usize; 5] = [1, 4, 16, 64, 256];
@@ -123,45 +130,72 @@ fn bench_matmul(c: &mut Criterion) {
     }
 }
 
-/// The f32 kernel on the encoder's shapes, as the encoder calls it (see
-/// the module docs).
-fn bench_dense_f32(c: &mut Criterion) {
+/// An encoder dense matrix on one of the two AVX2 kernels.
+enum Dense {
+    F32(F32Matrix),
+    I16(I16Matrix),
+}
+
+impl Dense {
+    fn matmul(&self, x: Input, m: usize, start: Start, act: Activation, out: Output) {
+        match self {
+            Dense::F32(w) => w.matmul(x, m, start, act, out),
+            Dense::I16(w) => w.matmul(x, m, start, act, out),
+        }
+    }
+}
+
+/// The f32 and int16 kernels on the encoder's shapes, as the encoder
+/// calls them (see the module docs).
+fn bench_dense(c: &mut Criterion) {
     if !F32Matrix::is_supported() {
-        eprintln!("dense_f32: this CPU has no AVX2 and FMA");
+        eprintln!("dense_f32, dense_i16: this CPU has no AVX2 and FMA");
         return;
     }
     let mut rng = Rng(5);
     for (n, k) in [(1152, 384), (1536, 384), (384, 1536)] {
-        let w = F32Matrix::new(&rng.f32s(n * k), n, k).expect("valid shape");
+        let values = rng.f32s(n * k);
         let bias = rng.f32s(n);
-        let mut group = c.benchmark_group(format!("dense_f32/{n}x{k}"));
-        configure(&mut group);
+        let kernels = [
+            (
+                "f32",
+                Dense::F32(F32Matrix::new(&values, n, k).expect("valid shape")),
+            ),
+            (
+                "i16",
+                Dense::I16(I16Matrix::new(&values, n, k).expect("valid shape")),
+            ),
+        ];
         for m in [208, 832] {
             let mut x = TiledRows::new();
             x.pack(&rng.f32s(m * k), k);
             let mut rows = vec![0f32; m * n];
             let mut tiled = TiledRows::new();
-            group.throughput(Throughput::Elements((2 * m * n * k) as u64));
-            group.bench_function(format!("M{m}"), |b| {
-                b.iter_custom(|iters| {
-                    in_pool(|| {
-                        time(iters, || {
-                            let (x, start) = (Input::Tiled(&x), Start::Bias(&bias));
-                            // The first feed-forward matrix feeds the
-                            // second: tiled, through GELU.
-                            if n == 1536 {
-                                let out = Output::Tiled(&mut tiled);
-                                w.matmul(x, m, start, Activation::GeluErf, out)
-                            } else {
-                                let out = Output::Rows(&mut rows);
-                                w.matmul(x, m, start, Activation::None, out)
-                            }
+            for (name, w) in &kernels {
+                let mut group = c.benchmark_group(format!("dense_{name}/{n}x{k}"));
+                configure(&mut group);
+                group.throughput(Throughput::Elements((2 * m * n * k) as u64));
+                group.bench_function(format!("M{m}"), |b| {
+                    b.iter_custom(|iters| {
+                        in_pool(|| {
+                            time(iters, || {
+                                let (x, start) = (Input::Tiled(&x), Start::Bias(&bias));
+                                // The first feed-forward matrix feeds the
+                                // second: tiled, through GELU.
+                                if n == 1536 {
+                                    let out = Output::Tiled(&mut tiled);
+                                    w.matmul(x, m, start, Activation::GeluErf, out)
+                                } else {
+                                    let out = Output::Rows(&mut rows);
+                                    w.matmul(x, m, start, Activation::None, out)
+                                }
+                            })
                         })
                     })
-                })
-            });
+                });
+                group.finish();
+            }
         }
-        group.finish();
     }
 }
 
@@ -342,7 +376,7 @@ fn bench_attention(c: &mut Criterion) {
 criterion_group!(
     benches,
     bench_matmul,
-    bench_dense_f32,
+    bench_dense,
     bench_stream,
     bench_memory,
     bench_attention

@@ -21,26 +21,28 @@
 //! row's result depends on that row alone, not on the other rows of the
 //! call.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use crate::{Error, SendPtr};
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
-mod tiled;
+pub(crate) mod avx2;
+pub(crate) mod tiled;
 
 pub use tiled::{TileMut, TiledIndex, TiledRows};
 
 /// Output columns per panel (two registers of 8 lanes).
-const NR: usize = 16;
+pub(crate) const NR: usize = 16;
 /// Activation rows per tile.
-const MR: usize = 6;
+pub(crate) const MR: usize = 6;
 /// Tiles of rows per unit of parallel work (the panel stays in cache over
 /// them).
 const TILES_PER_TASK: usize = 8;
 /// Inputs per pass over a task's tiles: a panel's 16 KiB slice stays in
 /// L1 while the tiles pass it.
-const KC: usize = 256;
+pub(crate) const KC: usize = 256;
 
 /// One input's weights for a panel's 16 columns: one cache line.
 #[repr(C, align(64))]
@@ -151,6 +153,136 @@ impl F32Matrix {
     pub fn matmul(&self, x: Input, m: usize, start: Start, act: Activation, out: Output) {
         assert!(Self::is_supported(), "this CPU has no AVX2 and FMA");
         let (n, k) = (self.n, self.k);
+        let out = Dest::prepare(&x, (m, n, k), &start, out);
+        if m == 0 {
+            return;
+        }
+        match x {
+            Input::Tiled(t) => self.run(&t.data, out, start, act, m),
+            Input::Rows(x) => crate::with_scratch(&PACKED, KEEP_PACKED_BYTES, |buf| {
+                let mut t = TiledRows::from_buffer(std::mem::take(buf));
+                t.pack(x, k);
+                self.run(&t.data, out, start, act, m);
+                *buf = t.data;
+            }),
+        }
+    }
+
+    fn run(&self, a: &[f32], out: Dest, start: Start, act: Activation, m: usize) {
+        let k = self.k;
+        let tile_len = tiled::tile_len(k);
+        for_each_task(m, self.n, start, |rows, cols, init| {
+            let panel = &self.panels[cols.start / NR * k..][..k];
+            #[cfg(target_arch = "x86_64")]
+            {
+                let tiles = avx2::F32Tiles {
+                    a: a.as_ptr(),
+                    tile_len,
+                    panel: panel.as_ptr().cast(),
+                };
+                assert!(rows.end.div_ceil(MR) * tile_len <= a.len() && tile_len >= MR * k);
+                // SAFETY: the CPU has AVX2 and FMA (asserted by `matmul`);
+                // `a` holds the packed tiles of `m` rows of `k` (checked
+                // above), the panel `k` lines; `out`, the bias and the
+                // residual cover `[m, n]` in their layouts (checked by
+                // `matmul`); each task writes only its own rows x columns,
+                // so no two tasks touch the same element.
+                unsafe { avx2::block(tiles, k, out, init, act == Activation::GeluErf, rows, cols) }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = (a, panel, out, rows, cols, init, tile_len, act);
+        });
+    }
+}
+
+/// Runs `task(rows, cols, init)` across the rayon pool for every block of
+/// up to [`TILES_PER_TASK`] tiles of rows (of `m`) x one panel of columns
+/// (of `n`), with `init` at the block's place in `start`'s bias and
+/// residual. Consecutive tasks share their rows and take the next panel: a
+/// thread's rows stay in cache while the panels stream past.
+pub(crate) fn for_each_task(
+    m: usize,
+    n: usize,
+    start: Start,
+    task: impl Fn(Range<usize>, Range<usize>, Init) + Sync + Send,
+) {
+    let row_tasks = m.div_ceil(MR * TILES_PER_TASK);
+    let panels_n = n.div_ceil(NR);
+    let (bias, residual) = match start {
+        Start::Dst => (None, None),
+        Start::Bias(b) => (Some(b), None),
+        Start::BiasResidual(b, r) => (Some(b), Some(r)),
+    };
+    (0..row_tasks * panels_n).into_par_iter().for_each(|t| {
+        let (rt, j) = (t / panels_n, t % panels_n);
+        let rows = rt * MR * TILES_PER_TASK..m.min((rt + 1) * MR * TILES_PER_TASK);
+        let cols = j * NR..n.min((j + 1) * NR);
+        let init = Init {
+            bias: bias.map_or(std::ptr::null(), |b| b[cols.start..].as_ptr()),
+            residual: residual.map_or(std::ptr::null(), |r| {
+                r[rows.start * n + cols.start..].as_ptr()
+            }),
+            ldr: n,
+        };
+        task(rows, cols, init)
+    });
+}
+
+/// Where a task's sums start: the destination's values (`bias` null), or
+/// the bias (at the panel's first column) plus, unless null, a row-major
+/// residual with rows `ldr` apart (at the task's first row and column).
+#[derive(Clone, Copy)]
+pub(crate) struct Init {
+    pub(crate) bias: *const f32,
+    pub(crate) residual: *const f32,
+    pub(crate) ldr: usize,
+}
+
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+impl Init {
+    /// The start of the rows `i` below this one's, or `None` when the sums
+    /// start from the destination.
+    pub(crate) fn rows_down(self, i: usize) -> Option<Init> {
+        if self.bias.is_null() {
+            return None;
+        }
+        let residual = if self.residual.is_null() {
+            self.residual
+        } else {
+            self.residual.wrapping_add(i * self.ldr)
+        };
+        Some(Init { residual, ..self })
+    }
+}
+
+/// Where a task's outputs go: element `(r, c)` at `base(r, c)` from `ptr`,
+/// with the rows of a tile `row_stride` apart and a panel's two halves of
+/// 8 columns `half_stride` apart.
+#[derive(Clone, Copy)]
+pub(crate) struct Dest {
+    /// Passed whole into the tasks (a closure reading `ptr.0` would
+    /// capture the bare pointer, which is not `Sync`).
+    ptr: SendPtr,
+    /// Row major with rows `ld` apart, or tiled ([`TiledRows`]) with
+    /// tiles `ld` apart.
+    tiled: bool,
+    ld: usize,
+}
+
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+impl Dest {
+    /// Checks the shapes of a matmul of `x` (`[m, k]`) into `out` (`[m,
+    /// n]`) from `start` (a tiled output is shaped by the call unless the
+    /// sums start from it) and describes the output.
+    ///
+    /// # Panics
+    /// If a shape does not match.
+    pub(crate) fn prepare(
+        x: &Input,
+        (m, n, k): (usize, usize, usize),
+        start: &Start,
+        out: Output,
+    ) -> Self {
         match x {
             Input::Rows(x) => assert_eq!(x.len(), m * k, "x is not [{m}, {k}]"),
             Input::Tiled(t) => assert_eq!((t.rows(), t.k()), (m, k), "x is not [{m}, {k}]"),
@@ -163,7 +295,7 @@ impl F32Matrix {
                 assert_eq!(r.len(), m * n, "residual is not [{m}, {n}]");
             }
         }
-        let out = match out {
+        match out {
             Output::Rows(d) => {
                 assert_eq!(d.len(), m * n, "dst is not [{m}, {n}]");
                 Dest {
@@ -185,89 +317,9 @@ impl F32Matrix {
                     ld,
                 }
             }
-        };
-        if m == 0 {
-            return;
-        }
-        match x {
-            Input::Tiled(t) => self.run(&t.data, out, start, act, m),
-            Input::Rows(x) => crate::with_scratch(&PACKED, KEEP_PACKED_BYTES, |buf| {
-                let mut t = TiledRows::from_buffer(std::mem::take(buf));
-                t.pack(x, k);
-                self.run(&t.data, out, start, act, m);
-                *buf = t.data;
-            }),
         }
     }
 
-    fn run(&self, a: &[f32], out: Dest, start: Start, act: Activation, m: usize) {
-        let k = self.k;
-        let tile_len = tiled::tile_len(k);
-        let row_tasks = m.div_ceil(MR * TILES_PER_TASK);
-        let panels_n = self.n.div_ceil(NR);
-        let (bias, residual) = match start {
-            Start::Dst => (None, None),
-            Start::Bias(b) => (Some(b), None),
-            Start::BiasResidual(b, r) => (Some(b), Some(r)),
-        };
-        // Consecutive tasks share their rows and take the next panel: a
-        // thread's rows stay in cache while the panels stream past.
-        (0..row_tasks * panels_n).into_par_iter().for_each(|t| {
-            let (rt, j) = (t / panels_n, t % panels_n);
-            let rows = rt * MR * TILES_PER_TASK..m.min((rt + 1) * MR * TILES_PER_TASK);
-            let cols = j * NR..self.n.min((j + 1) * NR);
-            let panel = &self.panels[j * k..][..k];
-            #[cfg(target_arch = "x86_64")]
-            {
-                let init = avx2::Init {
-                    bias: bias.map_or(std::ptr::null(), |b| b[cols.start..].as_ptr()),
-                    residual: residual.map_or(std::ptr::null(), |r| {
-                        r[rows.start * self.n + cols.start..].as_ptr()
-                    }),
-                    ldr: self.n,
-                };
-                // SAFETY: the CPU has AVX2 and FMA (asserted by `matmul`);
-                // `a` holds the packed tiles of `m` rows of `k`, the panel
-                // `k` lines; `out`, the bias and the residual cover `[m,
-                // n]` in their layouts (checked by `matmul`); each task
-                // writes only its own rows x columns, so no two tasks
-                // touch the same element.
-                unsafe {
-                    avx2::block(
-                        a,
-                        k,
-                        tile_len,
-                        panel,
-                        out,
-                        init,
-                        act == Activation::GeluErf,
-                        rows,
-                        cols,
-                    )
-                }
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            let _ = (a, panel, out, rows, cols, bias, residual, tile_len);
-        });
-    }
-}
-
-/// Where a task's outputs go: element `(r, c)` at `base(r, c)` from `ptr`,
-/// with the rows of a tile `row_stride` apart and a panel's two halves of
-/// 8 columns `half_stride` apart.
-#[derive(Clone, Copy)]
-struct Dest {
-    /// Passed whole into the tasks (a closure reading `ptr.0` would
-    /// capture the bare pointer, which is not `Sync`).
-    ptr: SendPtr,
-    /// Row major with rows `ld` apart, or tiled ([`TiledRows`]) with
-    /// tiles `ld` apart.
-    tiled: bool,
-    ld: usize,
-}
-
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-impl Dest {
     /// Offset of `(r, c)` for `r` at a tile's first row (a multiple of
     /// [`MR`]) and `c` at a panel's first column.
     fn base(self, r: usize, c: usize) -> usize {

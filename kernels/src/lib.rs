@@ -51,6 +51,7 @@ mod dense_test_util;
 mod f32fma;
 mod formats;
 mod huge_pages;
+mod i16madd;
 mod kquants;
 pub mod math;
 mod x8;
@@ -66,6 +67,7 @@ pub use f32fma::{Activation, F32Matrix, Input, Output, Start, TileMut, TiledInde
 pub use formats::{quantize_q8_0, Format};
 use formats::{with_layout, Repr, QK};
 pub use huge_pages::HugePageAlloc;
+pub use i16madd::I16Matrix;
 
 /// Multiply-adds below which a matmul stays on the calling thread.
 const PARALLEL_MIN_WORK: usize = 1 << 18;

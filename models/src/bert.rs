@@ -258,7 +258,7 @@ pub struct Bert {
     /// `embed_norm` on slices, for the slice layers.
     embed_norm_rows: Option<Norm>,
     layers: Layers,
-    /// The dense layers' arithmetic in effect (`F32` or `Bf16`).
+    /// The dense layers' arithmetic in effect (`F32`, `Bf16` or `Int16`).
     precision: EncoderPrecision,
     cfg: BertConfig,
     layout: Layout,
@@ -340,11 +340,13 @@ impl Bert {
     }
 
     /// Runs the dense layers at `precision` from now on (loading gives
-    /// f32) and returns what that means here: `Auto` becomes `Bf16` on CPU
-    /// slice layers where the CPU has AVX-512 BF16, `F32` otherwise; `Bf16`
-    /// is an error where it cannot run. With `Bf16` the word-embedding
-    /// table is kept in f16 as well. Going back to `F32` keeps the rounded
-    /// weights and table.
+    /// f32) and returns what that means here: on CPU slice layers `Auto`
+    /// becomes `Bf16` where the CPU has AVX-512 BF16, `Int16` on CPUs with
+    /// AVX2 and FMA but no AVX-512, `F32` otherwise
+    /// ([`EncoderPrecision::resolve`]); on the candle path always `F32`.
+    /// `Bf16` or `Int16` is an error where it cannot run. With `Bf16` the
+    /// word-embedding table is kept in f16 as well. Going back to `F32`
+    /// keeps the rounded weights and table.
     pub fn set_precision(&mut self, precision: EncoderPrecision) -> Result<EncoderPrecision> {
         let resolved = match &mut self.layers {
             Layers::Slices(layers) => {
@@ -362,8 +364,13 @@ impl Bert {
                 }
                 p
             }
-            Layers::Candle(_) if precision == EncoderPrecision::Bf16 => {
-                candle_core::bail!("bf16 encoder arithmetic is for f32 weights on the CPU")
+            Layers::Candle(_)
+                if matches!(precision, EncoderPrecision::Bf16 | EncoderPrecision::Int16) =>
+            {
+                candle_core::bail!(
+                    "{} encoder arithmetic is for f32 weights on the CPU",
+                    precision.as_str()
+                )
             }
             Layers::Candle(_) => EncoderPrecision::F32,
         };
@@ -371,7 +378,7 @@ impl Bert {
         Ok(resolved)
     }
 
-    /// The dense layers' arithmetic in effect (`F32` or `Bf16`).
+    /// The dense layers' arithmetic in effect (`F32`, `Bf16` or `Int16`).
     pub fn precision(&self) -> EncoderPrecision {
         self.precision
     }

@@ -25,7 +25,7 @@
 use candle_core::{DType, Result, Tensor};
 use rayon::prelude::*;
 
-use hearth_kernels::{Activation, F32Matrix, Input, Output, Start, TiledRows};
+use hearth_kernels::{Activation, F32Matrix, I16Matrix, Input, Output, Start, TiledRows};
 
 use crate::packed_attention::{
     packed_attention_into, packed_attention_rows, packed_attention_tiled,
@@ -44,19 +44,30 @@ pub enum EncoderPrecision {
     /// Weights and activations rounded to bf16, sums in f32
     /// ([`hearth_kernels::Bf16Matrix`]); only on CPUs with AVX-512 BF16.
     Bf16,
+    /// Weights rounded to 12-bit and activations to 13-bit integers with
+    /// one scale per output column and per row, exact integer sums
+    /// ([`hearth_kernels::I16Matrix`]); only on x86 CPUs with AVX2 and FMA.
+    Int16,
 }
 
 impl EncoderPrecision {
-    /// What `self` means on this CPU: [`EncoderPrecision::F32`] or
-    /// [`EncoderPrecision::Bf16`].
+    /// What `self` means on this CPU: [`EncoderPrecision::F32`],
+    /// [`EncoderPrecision::Bf16`] or [`EncoderPrecision::Int16`]. `Auto`
+    /// takes bf16 where the CPU multiplies it natively, else int16 on the
+    /// CPUs the f32 kernel is for (AVX2 and FMA without AVX-512), else f32.
     pub fn resolve(self) -> Result<Self> {
-        let native = hearth_kernels::Bf16Matrix::is_supported();
+        let bf16 = hearth_kernels::Bf16Matrix::is_supported();
         match self {
-            Self::Auto if native => Ok(Self::Bf16),
+            Self::Auto if bf16 => Ok(Self::Bf16),
+            Self::Auto if I16Matrix::is_preferred() => Ok(Self::Int16),
             Self::Auto | Self::F32 => Ok(Self::F32),
-            Self::Bf16 if native => Ok(Self::Bf16),
+            Self::Bf16 if bf16 => Ok(Self::Bf16),
             Self::Bf16 => candle_core::bail!(
-                "bf16 encoder arithmetic needs a CPU with AVX-512 BF16; this one has none (use f32 or auto)"
+                "bf16 encoder arithmetic needs a CPU with AVX-512 BF16; this one has none (use f32, int16 or auto)"
+            ),
+            Self::Int16 if I16Matrix::is_supported() => Ok(Self::Int16),
+            Self::Int16 => candle_core::bail!(
+                "int16 encoder arithmetic needs an x86 CPU with AVX2 and FMA; this one has none (use f32 or auto)"
             ),
         }
     }
@@ -66,6 +77,7 @@ impl EncoderPrecision {
             Self::Auto => "auto",
             Self::F32 => "f32",
             Self::Bf16 => "bf16",
+            Self::Int16 => "int16",
         }
     }
 }
@@ -78,8 +90,9 @@ impl std::str::FromStr for EncoderPrecision {
             "auto" => Ok(Self::Auto),
             "f32" => Ok(Self::F32),
             "bf16" => Ok(Self::Bf16),
+            "int16" => Ok(Self::Int16),
             other => Err(format!(
-                "`{other}` is not an encoder precision (auto, f32, bf16)"
+                "`{other}` is not an encoder precision (auto, f32, bf16, int16)"
             )),
         }
     }
@@ -87,11 +100,13 @@ impl std::str::FromStr for EncoderPrecision {
 
 /// A dense layer's weights: f32 packed for the AVX2 + FMA kernel (CPUs
 /// without AVX-512), f32 `[out, in]` row-major as stored (other CPUs:
-/// candle's GEMM), or rounded to bf16 and packed for the bf16 kernel.
+/// candle's GEMM), or rounded to bf16 or to integers and packed for their
+/// kernels.
 enum Weights {
     Packed(hearth_kernels::F32Matrix),
     F32(Vec<f32>),
     Bf16(hearth_kernels::Bf16Matrix),
+    I16(I16Matrix),
 }
 
 impl Weights {
@@ -112,6 +127,7 @@ impl Weights {
             Self::Packed(m) => m.weights().into(),
             Self::F32(w) => w.as_slice().into(),
             Self::Bf16(m) => m.weights_f32().into(),
+            Self::I16(m) => m.weights().into(),
         }
     }
 }
@@ -138,27 +154,34 @@ impl Dense {
         })
     }
 
-    /// Switches the weights to `precision` (resolved: `F32` or `Bf16`);
-    /// from bf16 back to f32 the weights stay rounded.
+    /// Switches the weights to `precision` (resolved: `F32`, `Bf16` or
+    /// `Int16`); from a rounded form the weights stay rounded.
     fn set_precision(&mut self, precision: EncoderPrecision) -> Result<()> {
+        let kernel = |e: hearth_kernels::Error| candle_core::Error::Msg(e.to_string());
+        let (out, inp) = (self.out, self.inp);
         let w = match (&self.w, precision) {
-            (Weights::Packed(_) | Weights::F32(_), EncoderPrecision::Bf16) => Weights::Bf16(
-                hearth_kernels::Bf16Matrix::new(&self.w.to_f32(), self.out, self.inp)
-                    .map_err(|e| candle_core::Error::Msg(e.to_string()))?,
+            (Weights::Packed(_) | Weights::F32(_), EncoderPrecision::F32)
+            | (Weights::Bf16(_), EncoderPrecision::Bf16)
+            | (Weights::I16(_), EncoderPrecision::Int16)
+            | (_, EncoderPrecision::Auto) => return Ok(()),
+            (_, EncoderPrecision::F32) => Weights::f32(self.w.to_f32().into_owned(), out, inp)?,
+            (_, EncoderPrecision::Bf16) => Weights::Bf16(
+                hearth_kernels::Bf16Matrix::new(&self.w.to_f32(), out, inp).map_err(kernel)?,
             ),
-            (Weights::Bf16(_), EncoderPrecision::F32) => {
-                Weights::f32(self.w.to_f32().into_owned(), self.out, self.inp)?
+            (_, EncoderPrecision::Int16) => {
+                Weights::I16(I16Matrix::new(&self.w.to_f32(), out, inp).map_err(kernel)?)
             }
-            _ => return Ok(()),
         };
         self.w = w;
         Ok(())
     }
 
-    /// The matrix of the packed f32 kernel, when the layer runs on it.
-    fn packed(&self) -> Option<&F32Matrix> {
+    /// The matrix of a kernel that runs on tiled inputs, when the layer
+    /// runs on one.
+    fn packed(&self) -> Option<Packed<'_>> {
         match &self.w {
-            Weights::Packed(m) => Some(m),
+            Weights::Packed(m) => Some(Packed::F32(m)),
+            Weights::I16(m) => Some(Packed::I16(m)),
             _ => None,
         }
     }
@@ -175,6 +198,7 @@ impl Dense {
             Weights::F32(w) => w,
             Weights::Packed(m) => return m.matmul_acc(x, rows, dst),
             Weights::Bf16(m) => return m.matmul_acc(x, rows, dst),
+            Weights::I16(m) => return m.matmul_acc(x, rows, dst),
         };
         let threads = rayon::current_num_threads();
         let parallelism = if threads > 1 {
@@ -234,6 +258,23 @@ impl Dense {
         // (`n` is a multiple of `out`, and each chunk is whole rows).
         unsafe { dst.set_len(n) };
         self.accumulate(x, dst);
+    }
+}
+
+/// A matrix of one of the kernels with tiled inputs and fused starts
+/// ([`CpuLayer::forward_tiled`]).
+#[derive(Clone, Copy)]
+enum Packed<'a> {
+    F32(&'a F32Matrix),
+    I16(&'a I16Matrix),
+}
+
+impl Packed<'_> {
+    fn matmul(self, x: Input, m: usize, start: Start, act: Activation, out: Output) {
+        match self {
+            Packed::F32(w) => w.matmul(x, m, start, act, out),
+            Packed::I16(w) => w.matmul(x, m, start, act, out),
+        }
     }
 }
 
@@ -356,9 +397,9 @@ impl CpuLayer {
         self.finish(ctx, residual, x, y, f);
     }
 
-    /// The layer's four dense matrices, when all run on the packed f32
-    /// kernel.
-    fn packed(&self) -> Option<[&F32Matrix; 4]> {
+    /// The layer's four dense matrices, when all run on a kernel with
+    /// tiled inputs.
+    fn packed(&self) -> Option<[Packed<'_>; 4]> {
         Some([
             self.qkv.packed()?,
             self.attn_out.packed()?,
@@ -375,7 +416,7 @@ impl CpuLayer {
     /// passes of its own besides attention and the LayerNorms.
     fn forward_tiled(
         &self,
-        [w_qkv, w_out, w_in, w_ffn]: [&F32Matrix; 4],
+        [w_qkv, w_out, w_in, w_ffn]: [Packed<'_>; 4],
         x: &mut [f32],
         lens: &[usize],
         heads: usize,
@@ -492,11 +533,12 @@ mod tests {
             EncoderPrecision::Auto,
             EncoderPrecision::F32,
             EncoderPrecision::Bf16,
+            EncoderPrecision::Int16,
         ] {
             assert_eq!(p.as_str().parse::<EncoderPrecision>(), Ok(p));
         }
         let err = "fp16".parse::<EncoderPrecision>().unwrap_err();
-        assert!(err.contains("auto, f32, bf16"), "{err}");
+        assert!(err.contains("auto, f32, bf16, int16"), "{err}");
         // Auto always resolves; F32 always to itself.
         assert_ne!(
             EncoderPrecision::Auto.resolve().unwrap(),

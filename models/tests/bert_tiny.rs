@@ -430,38 +430,59 @@ fn slice_layers_match_candle_ops() -> Result<()> {
 
 #[test]
 fn bf16_layers_stay_close_to_f32() -> Result<()> {
+    rounded_layers_stay_close_to_f32(EncoderPrecision::Bf16)
+}
+
+#[test]
+fn int16_layers_stay_close_to_f32() -> Result<()> {
+    rounded_layers_stay_close_to_f32(EncoderPrecision::Int16)
+}
+
+/// `Auto` is what this CPU resolves it to, on the slice layers.
+#[test]
+fn auto_precision_is_the_cpus() -> Result<()> {
+    let w = weights(1, Arch::Bert);
+    let mut model = Bert::load(&config(1), vb(&w))?;
+    let here = EncoderPrecision::Auto.resolve()?;
+    assert_ne!(here, EncoderPrecision::Auto);
+    assert_eq!(model.set_precision(EncoderPrecision::Auto)?, here);
+    assert_eq!(model.precision(), here);
+    Ok(())
+}
+
+/// Dense layers with rounded inputs (`precision`: bf16 or int16) against
+/// the same weights in f32; where the CPU cannot run them, asking is an
+/// error.
+fn rounded_layers_stay_close_to_f32(precision: EncoderPrecision) -> Result<()> {
     let w = weights(1, Arch::Bert);
     let f32_model = Bert::load(&config(1), vb(&w))?;
     assert_eq!(f32_model.precision(), EncoderPrecision::F32);
     let mut candle = Bert::load_candle_ops(&config(1), vb(&w))?;
-    // The candle path (GPUs, half weights) has no bf16 kernel: auto keeps
-    // f32 there and asking for bf16 is an error.
+    // The candle path (GPUs, half weights) has no such kernels: auto keeps
+    // f32 there and asking for them is an error.
     assert_eq!(
         candle.set_precision(EncoderPrecision::Auto)?,
         EncoderPrecision::F32
     );
-    assert!(candle.set_precision(EncoderPrecision::Bf16).is_err());
+    assert!(candle.set_precision(precision).is_err());
     let mut model = Bert::load(&config(1), vb(&w))?;
-    if EncoderPrecision::Bf16.resolve().is_err() {
-        assert!(model.set_precision(EncoderPrecision::Bf16).is_err());
-        assert_eq!(
-            model.set_precision(EncoderPrecision::Auto)?,
-            EncoderPrecision::F32
+    if precision.resolve().is_err() {
+        assert!(model.set_precision(precision).is_err());
+        eprintln!(
+            "this CPU cannot run {}: those layers not run",
+            precision.as_str()
         );
-        eprintln!("no AVX-512 BF16 on this CPU: bf16 layers not run");
         return Ok(());
     }
-    assert_eq!(
-        model.set_precision(EncoderPrecision::Auto)?,
-        EncoderPrecision::Bf16
-    );
-    assert_eq!(model.precision(), EncoderPrecision::Bf16);
+    assert_eq!(model.set_precision(precision)?, precision);
+    assert_eq!(model.precision(), precision);
     let seqs = seqs();
     let inputs: Vec<EncoderInput> = seqs.iter().map(|s| EncoderInput::new(s)).collect();
     let want = f32_model.forward_pooled(&inputs, Pooling::Mean)?;
     let got = model.forward_pooled(&inputs, Pooling::Mean)?;
     let d = max_diff(&got, &want);
-    // Inputs rounded to 8 mantissa bits: close, but not the same.
+    // Inputs rounded (bf16: 8 mantissa bits; int16: 13 and 12 bits of the
+    // row's and column's largest): close, but not the same.
     assert!(d > 0.0 && d < 0.05, "{d}");
     let (rows, want_rows) = (got.to_vec2::<f32>()?, want.to_vec2::<f32>()?);
     for (g, w) in rows.iter().zip(&want_rows) {

@@ -50,6 +50,21 @@ fn minilm_in_bf16_matches_reference_vectors() {
     );
 }
 
+#[test]
+fn minilm_in_int16_matches_reference_vectors() {
+    if EncoderPrecision::Int16.resolve().is_err() {
+        eprintln!("no AVX2 and FMA on this CPU: int16 fidelity not checked");
+        return;
+    }
+    check(
+        EncoderPrecision::Int16,
+        Tolerance {
+            component: 3e-3,
+            pairwise: 3e-3,
+        },
+    );
+}
+
 fn check(precision: EncoderPrecision, tol: Tolerance) {
     let fixture = common::fixture("minilm_embeddings.json");
     let mut loaded = load_sentence_encoder(&minilm_dir(), &hearth_engine::Device::Cpu).unwrap();

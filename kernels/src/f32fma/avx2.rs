@@ -4,43 +4,42 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::{Dest, Line, KC, MR, NR};
+use super::{Dest, Init, KC, MR, NR};
 use crate::math::{erf_consts, exp_consts};
 
-/// Where the sums start: the destination's values (`bias` null), or the
-/// bias (at the panel's first column) plus, unless null, a row-major
-/// residual with rows `ldr` apart (at the task's first row and column).
-#[derive(Clone, Copy)]
-pub(super) struct Init {
-    pub bias: *const f32,
-    pub residual: *const f32,
-    pub ldr: usize,
+/// The input side of a tile kernel: the activations and weights of one
+/// task, multiplied into a tile's sums.
+pub(crate) trait TileKernel: Copy {
+    /// `R` rows (from row `r`, a multiple of [`MR`]) x the panel's 16
+    /// columns over inputs `q` (a pass; it starts at a multiple of 8),
+    /// continuing each sum from where `sink` says and storing it there.
+    ///
+    /// # Safety
+    /// As [`block`]'s.
+    unsafe fn tile<const R: usize, const FULL: bool>(self, r: usize, q: Range<usize>, sink: Sink);
 }
 
-/// `out[rows, cols] (+)= x[rows] . panel` in tiles of [`MR`] rows (`a`:
-/// the packed tiles, `tile_len` apart), [`KC`] inputs at a time over all
-/// the tiles, so that slice of the panel stays in L1; sums start as
-/// `init` says, and with `gelu` the last pass stores `gelu(sum)`.
+/// `out[rows, cols] (+)= x[rows] . panel` in tiles of [`MR`] rows, [`KC`]
+/// inputs at a time over all the tiles, so that slice of the panel stays
+/// in L1; sums start as `init` says, and with `gelu` the last pass stores
+/// `gelu(sum)`.
 ///
 /// # Safety
-/// The CPU has AVX2 and FMA; `out` (and `init`'s pointers) cover
+/// The CPU has AVX2 and FMA; `kern`'s activations cover the tiles of
+/// `rows` and its panel `k` inputs; `out` (and `init`'s pointers) cover
 /// `rows x cols` at their layouts, and no other thread touches those
 /// elements meanwhile.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn block(
-    a: &[f32],
+pub(crate) unsafe fn block<K: TileKernel>(
+    kern: K,
     k: usize,
-    tile_len: usize,
-    panel: &[Line],
     out: Dest,
     init: Init,
     gelu: bool,
     rows: Range<usize>,
     cols: Range<usize>,
 ) {
-    assert!(rows.start.is_multiple_of(MR) && rows.end.div_ceil(MR) * tile_len <= a.len());
-    assert!(panel.len() == k && tile_len >= MR * k);
+    assert!(rows.start.is_multiple_of(MR));
     assert!(cols.len() <= NR && cols.start.is_multiple_of(NR));
     let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     let mut masks = [lane; 2];
@@ -48,7 +47,6 @@ pub(super) unsafe fn block(
         let lanes = cols.len().saturating_sub(8 * t).min(8) as i32;
         *mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), lane);
     }
-    let p = panel.as_ptr().cast::<f32>();
     let full = cols.len() == NR;
     let (rs, hs) = out.strides();
     let mut q0 = 0;
@@ -57,7 +55,6 @@ pub(super) unsafe fn block(
         let last = q.end == k;
         let mut r = rows.start;
         while r < rows.end {
-            let t = a.as_ptr().add(r / MR * tile_len);
             let d = out.ptr.0.add(out.base(r, cols.start));
             // The next tile's outputs, asked for while this one runs (on
             // the first pass they come from L3 or memory); the line of a
@@ -71,35 +68,27 @@ pub(super) unsafe fn block(
                     _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(hs + 7).cast());
                 }
             }
-            let start = if q0 == 0 && !init.bias.is_null() {
-                let residual = if init.residual.is_null() {
-                    init.residual
-                } else {
-                    init.residual.add((r - rows.start) * init.ldr)
-                };
-                Some(Init { residual, ..init })
-            } else {
-                None
-            };
-            let s = Tile {
-                t,
-                p,
+            let sink = Sink {
                 d,
                 rs,
                 hs,
                 masks,
-                start,
+                start: if q0 == 0 {
+                    init.rows_down(r - rows.start)
+                } else {
+                    None
+                },
                 gelu: gelu && last,
             };
             let q = q.clone();
             match (rows.end - r, full) {
-                (1, _) => tile::<1, false>(s, q),
-                (2, _) => tile::<2, false>(s, q),
-                (3, _) => tile::<3, false>(s, q),
-                (4, _) => tile::<4, false>(s, q),
-                (5, _) => tile::<5, false>(s, q),
-                (_, true) => tile::<MR, true>(s, q),
-                (_, false) => tile::<MR, false>(s, q),
+                (1, _) => kern.tile::<1, false>(r, q, sink),
+                (2, _) => kern.tile::<2, false>(r, q, sink),
+                (3, _) => kern.tile::<3, false>(r, q, sink),
+                (4, _) => kern.tile::<4, false>(r, q, sink),
+                (5, _) => kern.tile::<5, false>(r, q, sink),
+                (_, true) => kern.tile::<MR, true>(r, q, sink),
+                (_, false) => kern.tile::<MR, false>(r, q, sink),
             }
             r += MR;
         }
@@ -107,15 +96,12 @@ pub(super) unsafe fn block(
     }
 }
 
-/// One tile's places: `t` at its packed activations, `p` at the panel's
-/// start (64-byte aligned lines), `d` at its first output with rows `rs`
-/// and halves `hs` apart; the lanes of a partial panel (`masks`); where
-/// its sums start on this pass (`None`: from `d`); whether to store
+/// Where one tile's sums start and go: `d` at its first output with rows
+/// `rs` and halves `hs` apart; the lanes of a partial panel (`masks`);
+/// where its sums start on this pass (`None`: from `d`); whether to store
 /// `gelu` of them.
 #[derive(Clone, Copy)]
-struct Tile {
-    t: *const f32,
-    p: *const f32,
+pub(crate) struct Sink {
     d: *mut f32,
     rs: usize,
     hs: usize,
@@ -124,8 +110,50 @@ struct Tile {
     gelu: bool,
 }
 
-/// Input `q` of a tile (see [`tile`]): two weight registers, `R`
-/// broadcasts, `2 R` FMAs. Not a closure: closures do not take the
+impl Sink {
+    /// Where the sums of row `i`, half `h` start: the destination's
+    /// values, or bias plus residual.
+    #[inline(always)]
+    pub(crate) unsafe fn first<const FULL: bool>(self, i: usize, h: usize) -> __m256 {
+        match self.start {
+            None => load::<FULL>(self.d.add(i * self.rs + self.hs * h), self.masks[h]),
+            Some(init) => {
+                let b = load::<FULL>(init.bias.add(8 * h), self.masks[h]);
+                if init.residual.is_null() {
+                    b
+                } else {
+                    let at = init.residual.add(i * init.ldr + 8 * h);
+                    _mm256_add_ps(load::<FULL>(at, self.masks[h]), b)
+                }
+            }
+        }
+    }
+
+    /// Stores the sums of row `i`, half `h` (through GELU on the last
+    /// pass when asked).
+    #[inline(always)]
+    pub(crate) unsafe fn store<const FULL: bool>(self, i: usize, h: usize, v: __m256) {
+        let v = if self.gelu { gelu_erf(v) } else { v };
+        let at = self.d.add(i * self.rs + self.hs * h);
+        if FULL {
+            _mm256_storeu_ps(at, v);
+        } else {
+            _mm256_maskstore_ps(at, self.masks[h], v);
+        }
+    }
+}
+
+/// The f32 kernel's inputs: `a` at the packed tiles (`tile_len` apart),
+/// `panel` at the panel's start (64-byte aligned lines of 16 columns).
+#[derive(Clone, Copy)]
+pub(super) struct F32Tiles {
+    pub a: *const f32,
+    pub tile_len: usize,
+    pub panel: *const f32,
+}
+
+/// Input `q` of a tile (see [`F32Tiles::tile`]): two weight registers,
+/// `R` broadcasts, `2 R` FMAs. Not a closure: closures do not take the
 /// caller's target features, and the intrinsics would become calls.
 #[inline(always)]
 unsafe fn step<const R: usize>(acc: &mut [[__m256; 2]; R], t: *const f32, p: *const f32, q: usize) {
@@ -149,50 +177,35 @@ unsafe fn load<const FULL: bool>(at: *const f32, mask: __m256i) -> __m256 {
     }
 }
 
-/// `R` rows x 16 columns over inputs `q` (starting at a multiple of 8).
-/// Each sum continues from its start (the destination's value, or bias
-/// plus residual on the first pass), so splitting the inputs changes no
-/// bits.
-#[inline(always)]
-unsafe fn tile<const R: usize, const FULL: bool>(s: Tile, q: Range<usize>) {
-    // Masked moves only for a last, partial panel (they are slow on some
-    // CPUs, and every full tile would pay for them).
-    // Loops, not `array::from_fn`: its closure would not take the target
-    // features (see `step`).
-    let mut acc = [[_mm256_setzero_ps(); 2]; R];
-    for (i, acc) in acc.iter_mut().enumerate() {
-        for (h, acc) in acc.iter_mut().enumerate() {
-            *acc = match s.start {
-                None => load::<FULL>(s.d.add(i * s.rs + s.hs * h), s.masks[h]),
-                Some(init) => {
-                    let b = load::<FULL>(init.bias.add(8 * h), s.masks[h]);
-                    if init.residual.is_null() {
-                        b
-                    } else {
-                        let at = init.residual.add(i * init.ldr + 8 * h);
-                        _mm256_add_ps(load::<FULL>(at, s.masks[h]), b)
-                    }
-                }
-            };
+impl TileKernel for F32Tiles {
+    /// Each sum continues from its start (the destination's value, or
+    /// bias plus residual on the first pass), so splitting the inputs
+    /// changes no bits.
+    #[inline(always)]
+    unsafe fn tile<const R: usize, const FULL: bool>(self, r: usize, q: Range<usize>, sink: Sink) {
+        // Masked moves only for a last, partial panel (they are slow on
+        // some CPUs, and every full tile would pay for them).
+        // Loops, not `array::from_fn`: its closure would not take the
+        // target features (see `step`).
+        let t = self.a.add(r / MR * self.tile_len);
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        for (i, acc) in acc.iter_mut().enumerate() {
+            for (h, acc) in acc.iter_mut().enumerate() {
+                *acc = sink.first::<FULL>(i, h);
+            }
         }
-    }
-    let full = q.start + (q.end - q.start) / 8 * 8;
-    for q8 in (q.start..full).step_by(8) {
-        for u in 0..8 {
-            step(&mut acc, s.t, s.p, q8 + u);
+        let full = q.start + (q.end - q.start) / 8 * 8;
+        for q8 in (q.start..full).step_by(8) {
+            for u in 0..8 {
+                step(&mut acc, t, self.panel, q8 + u);
+            }
         }
-    }
-    for q in full..q.end {
-        step(&mut acc, s.t, s.p, q);
-    }
-    for (i, acc) in acc.iter().enumerate() {
-        for (h, &v) in acc.iter().enumerate() {
-            let v = if s.gelu { gelu_erf(v) } else { v };
-            let at = s.d.add(i * s.rs + s.hs * h);
-            if FULL {
-                _mm256_storeu_ps(at, v);
-            } else {
-                _mm256_maskstore_ps(at, s.masks[h], v);
+        for q in full..q.end {
+            step(&mut acc, t, self.panel, q);
+        }
+        for (i, acc) in acc.iter().enumerate() {
+            for (h, &v) in acc.iter().enumerate() {
+                sink.store::<FULL>(i, h, v);
             }
         }
     }
@@ -220,7 +233,7 @@ unsafe fn exp(x: __m256) -> __m256 {
 /// [`crate::math::gelu_erf`]`::<true>` on 8 lanes (the same operations,
 /// so the same bits).
 #[inline(always)]
-pub(super) unsafe fn gelu_erf(x: __m256) -> __m256 {
+pub(crate) unsafe fn gelu_erf(x: __m256) -> __m256 {
     use erf_consts::*;
     let set = _mm256_set1_ps;
     let sign = set(-0.0);

@@ -12,7 +12,7 @@ use super::MR;
 /// skip the regrouping.
 #[derive(Debug, Clone, Default)]
 pub struct TiledRows {
-    pub(super) data: Vec<f32>,
+    pub(crate) data: Vec<f32>,
     rows: usize,
     k: usize,
 }
@@ -46,7 +46,7 @@ impl TiledRows {
     }
 
     /// Floats from one tile to the next.
-    pub(super) fn tile_len(&self) -> usize {
+    pub(crate) fn tile_len(&self) -> usize {
         tile_len(self.k)
     }
 
@@ -147,7 +147,7 @@ impl TiledIndex {
 }
 
 /// Floats per tile for rows of `k`.
-pub(super) fn tile_len(k: usize) -> usize {
+pub(crate) fn tile_len(k: usize) -> usize {
     MR * k.next_multiple_of(8)
 }
 
