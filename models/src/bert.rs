@@ -248,6 +248,11 @@ impl Layout {
     };
 }
 
+/// Largest layer buffers a [`Bert`] keeps between forward passes (a batch
+/// of 128 sentences of 24 tokens of MiniLM takes 52 MB; the default
+/// 8192-token batches of long inputs 140 MB, given back after each pass).
+const KEEP_SCRATCH_BYTES: usize = 64 << 20;
+
 /// A BERT-family encoder (`BertModel` without its pooler; RoBERTa through
 /// `roberta.rs`).
 pub struct Bert {
@@ -263,6 +268,9 @@ pub struct Bert {
     cfg: BertConfig,
     layout: Layout,
     device: Device,
+    /// The slice layers' buffers, kept from one forward pass to the next
+    /// (see [`Bert::with_scratch`]).
+    scratch: std::sync::Mutex<Scratch>,
 }
 
 impl Bert {
@@ -319,7 +327,27 @@ impl Bert {
             cfg: cfg.clone(),
             layout,
             device: vb.device().clone(),
+            scratch: Default::default(),
         })
+    }
+
+    /// Runs `f` with the slice layers' buffers of the last forward pass
+    /// (fresh ones cost page faults for every pass: on a batch of 128
+    /// sentences, 50 MB of them), kept for the next unless they grew past
+    /// [`KEEP_SCRATCH_BYTES`]; a pass that finds them in use by another
+    /// thread takes fresh ones.
+    fn with_scratch<R>(&self, f: impl FnOnce(&mut Scratch) -> R) -> R {
+        match self.scratch.try_lock() {
+            Ok(mut scratch) => {
+                scratch.begin();
+                let out = f(&mut scratch);
+                if scratch.bytes() > KEEP_SCRATCH_BYTES {
+                    *scratch = Scratch::default();
+                }
+                out
+            }
+            Err(_) => f(&mut Scratch::default()),
+        }
     }
 
     /// Loads from a checkpoint root, looking under `bert.` when the weights
@@ -412,10 +440,11 @@ impl Bert {
             }
             Layers::Slices(layers) => {
                 let (mut v, lens) = self.embed_rows(batch)?;
-                let mut scratch = Scratch::default();
-                for layer in layers {
-                    layer.forward(&mut v, &lens, heads, &mut scratch);
-                }
+                self.with_scratch(|scratch| {
+                    for layer in layers {
+                        layer.forward(&mut v, &lens, heads, scratch);
+                    }
+                });
                 let rows = v.len() / self.cfg.hidden_size;
                 Tensor::from_vec(v, (rows, self.cfg.hidden_size), &self.device)
             }
@@ -438,24 +467,23 @@ impl Bert {
         };
         let (mut v, lens) = self.embed_rows(batch)?;
         let (h, heads) = (self.cfg.hidden_size, self.cfg.num_attention_heads);
-        let mut scratch = Scratch::default();
-        let pooled = match (picks, layers.split_last()) {
+        let pooled = self.with_scratch(|scratch| match (picks, layers.split_last()) {
             (Some(picks), Some((last, rest))) => {
                 for layer in rest {
-                    layer.forward(&mut v, &lens, heads, &mut scratch);
+                    layer.forward(&mut v, &lens, heads, scratch);
                 }
-                last.forward_rows(&v, &lens, &picks, heads, &mut scratch)
+                last.forward_rows(&v, &lens, &picks, heads, scratch)
             }
             (picks, _) => {
                 for layer in layers {
-                    layer.forward(&mut v, &lens, heads, &mut scratch);
+                    layer.forward(&mut v, &lens, heads, scratch);
                 }
                 match picks {
                     Some(picks) => pick_rows(&v, &lens, &picks, h),
                     None => mean_rows(&v, &lens, h),
                 }
             }
-        };
+        });
         Tensor::from_vec(pooled, (lens.len(), h), &self.device)
     }
 

@@ -523,6 +523,27 @@ pub(crate) struct Scratch {
     x_tiled: bool,
 }
 
+impl Scratch {
+    /// Readies the buffers for a new forward pass (its input is not
+    /// regrouped yet).
+    pub(crate) fn begin(&mut self) {
+        self.x_tiled = false;
+    }
+
+    /// Bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        let floats = [&self.qkv, &self.ctx, &self.y, &self.f, &self.residual]
+            .iter()
+            .map(|v| v.capacity())
+            .sum::<usize>()
+            + [&self.xt, &self.ctx_t, &self.yt, &self.ft]
+                .iter()
+                .map(|t| t.capacity())
+                .sum::<usize>();
+        floats * size_of::<f32>()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::EncoderPrecision;

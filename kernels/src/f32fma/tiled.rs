@@ -45,6 +45,11 @@ impl TiledRows {
         self.k
     }
 
+    /// Floats the buffer holds room for.
+    pub fn capacity(&self) -> usize {
+        self.data.capacity()
+    }
+
     /// Floats from one tile to the next.
     pub(crate) fn tile_len(&self) -> usize {
         tile_len(self.k)
