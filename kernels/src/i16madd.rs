@@ -220,9 +220,9 @@ fn round(v: f32, inv: f32, max: i32) -> i32 {
     ((v * inv).round_ties_even() as i32).clamp(-max, max)
 }
 
-/// Rounds the rows of `x` into `q` (tiles of [`MR`] rows laid out as
-/// [`crate::TiledRows`], in i16, two to an i32) and their scales into `s`,
-/// across the rayon pool.
+/// Rounds the rows of `x` into `q` (tiles of [`MR`] rows, each pair of
+/// inputs' rows side by side as two i16 in an i32) and their scales into
+/// `s`, across the rayon pool.
 fn quantize(x: Input, m: usize, k: usize, q: &mut Vec<i32>, s: &mut Vec<f32>) {
     use rayon::prelude::*;
     // Two values per i32 (the pairs `vpmaddwd` takes).

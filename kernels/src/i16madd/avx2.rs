@@ -36,9 +36,9 @@ unsafe fn step<const R: usize>(
         _mm256_load_si256(b.cast()),
         _mm256_load_si256(b.add(16).cast()),
     ];
-    let x = t.add((pair / 4) * MR * 4 + pair % 4);
+    let x = t.add(pair * MR);
     for (i, acc) in acc.iter_mut().enumerate() {
-        let xv = _mm256_set1_epi32(x.add(4 * i).read());
+        let xv = _mm256_set1_epi32(x.add(i).read());
         acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(xv, w[0]));
         acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(xv, w[1]));
     }
@@ -52,7 +52,9 @@ impl TileKernel for I16Tiles {
         let t = self.a.add(r / MR * self.tile_len);
         let mut acc = [[_mm256_setzero_si256(); 2]; R];
         // One pair per iteration: unrolled, the compiler loads several
-        // pairs' weights ahead and spills accumulators.
+        // pairs' weights ahead and spills accumulators. Two pointer
+        // increments a pair (a pair's rows side by side): 35 instructions
+        // for 12 `vpmaddwd`, which the 6-wide dispatch keeps up with.
         for pair in q.start / 2..q.end.div_ceil(8) * 4 {
             step(&mut acc, t, self.panel, pair);
         }
@@ -83,8 +85,9 @@ unsafe fn load_group(row: *const f32, g: usize, groups: usize, gs: usize, mask: 
 
 /// Rounds `rows` rows of `k` values (row `i`'s values `8 g..8 g + 8` at
 /// `src + i rs + g gs`) to integers within [`A_MAX`] of one scale per row
-/// (into `s`): pairs of i16 in `q`, values `8 g..` of row `i` at `(g MR +
-/// i) 4` (the f32 tiles' layout); the last group's missing values are 0.
+/// (into `s`): pairs of i16 in `q`, pair `p` of row `i` at `p MR + i` (a
+/// pair's rows side by side, for the kernel's broadcasts); the last
+/// group's missing values are 0.
 ///
 /// # Safety
 /// The CPU has AVX2 and FMA; the rows lie at `src` as described; `q`
@@ -105,30 +108,39 @@ pub(super) unsafe fn quantize_tile(
     let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(tail as i32), lane);
     let magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX));
     let (lo, hi) = (_mm256_set1_epi32(-A_MAX), _mm256_set1_epi32(A_MAX));
+    let all = groups + usize::from(tail > 0);
+    let mut inv = [_mm256_setzero_ps(); MR];
     for i in 0..rows {
         let row = src.add(i * rs);
-        let all = groups + usize::from(tail > 0);
         let mut top = _mm256_setzero_ps();
         for g in 0..all {
-            top = _mm256_max_ps(
-                top,
-                _mm256_and_ps(load_group(row, g, groups, gs, mask), magnitude),
-            );
+            let v = load_group(row, g, groups, gs, mask);
+            top = _mm256_max_ps(top, _mm256_and_ps(v, magnitude));
         }
         let top4 = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps::<1>(top));
         let top2 = _mm_max_ps(top4, _mm_movehl_ps(top4, top4));
         let top1 = _mm_max_ss(top2, _mm_shuffle_ps::<1>(top2, top2));
-        let (scale, inv) = super::scale_for(_mm_cvtss_f32(top1), A_MAX);
+        let (scale, row_inv) = super::scale_for(_mm_cvtss_f32(top1), A_MAX);
         s[i] = scale;
-        let inv = _mm256_set1_ps(inv);
-        for g in 0..all {
-            let n = _mm256_cvtps_epi32(_mm256_mul_ps(load_group(row, g, groups, gs, mask), inv));
-            let n = _mm256_min_epi32(_mm256_max_epi32(n, lo), hi);
+        inv[i] = _mm256_set1_ps(row_inv);
+    }
+    // A group's 4 pairs of each row, then placed pair by pair.
+    let mut pairs = [[0i32; 4]; MR];
+    for g in 0..all {
+        for (i, pairs) in pairs.iter_mut().enumerate().take(rows) {
+            let row = src.add(i * rs);
+            let v = _mm256_mul_ps(load_group(row, g, groups, gs, mask), inv[i]);
+            let n = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(v), lo), hi);
             // i16 values 0-3 twice in the low half, 4-7 twice in the
             // high; the first copy of each, in order, to the low 128 bits.
             let packed = _mm256_permute4x64_epi64::<0b1000>(_mm256_packs_epi32(n, n));
-            let at = q[(g * MR + i) * 4..][..4].as_mut_ptr();
-            _mm_storeu_si128(at.cast(), _mm256_castsi256_si128(packed));
+            _mm_storeu_si128(pairs.as_mut_ptr().cast(), _mm256_castsi256_si128(packed));
+        }
+        let out = &mut q[4 * g * MR..][..4 * MR];
+        for (u, out) in out.chunks_exact_mut(MR).enumerate() {
+            for (i, v) in out.iter_mut().enumerate().take(rows) {
+                *v = pairs[i][u];
+            }
         }
     }
 }
