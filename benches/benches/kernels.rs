@@ -48,7 +48,8 @@ static ALLOC: hearth_kernels::HugePageAlloc = hearth_kernels::HugePageAlloc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use hearth_kernels::{
-    Activation, F32Matrix, Format, I16Matrix, Input, Output, QuantMatrix, Start, TiledRows,
+    Activation, F32Matrix, Format, I16Matrix, Input, Output, PackedMatrix, QuantMatrix, Start,
+    TiledRows,
 };
 use hearth_models::{paged_attention_step, DType, KvPool, PagedSeq, BLOCK_SIZE};
 
@@ -130,21 +131,6 @@ fn bench_matmul(c: &mut Criterion) {
     }
 }
 
-/// An encoder dense matrix on one of the two AVX2 kernels.
-enum Dense {
-    F32(F32Matrix),
-    I16(I16Matrix),
-}
-
-impl Dense {
-    fn matmul(&self, x: Input, m: usize, start: Start, act: Activation, out: Output) {
-        match self {
-            Dense::F32(w) => w.matmul(x, m, start, act, out),
-            Dense::I16(w) => w.matmul(x, m, start, act, out),
-        }
-    }
-}
-
 /// The f32 and int16 kernels on the encoder's shapes, as the encoder
 /// calls them (see the module docs).
 fn bench_dense(c: &mut Criterion) {
@@ -156,15 +142,11 @@ fn bench_dense(c: &mut Criterion) {
     for (n, k) in [(1152, 384), (1536, 384), (384, 1536)] {
         let values = rng.f32s(n * k);
         let bias = rng.f32s(n);
+        let f32 = F32Matrix::new(&values, n, k).expect("valid shape");
+        let i16 = I16Matrix::new(&values, n, k).expect("valid shape");
         let kernels = [
-            (
-                "f32",
-                Dense::F32(F32Matrix::new(&values, n, k).expect("valid shape")),
-            ),
-            (
-                "i16",
-                Dense::I16(I16Matrix::new(&values, n, k).expect("valid shape")),
-            ),
+            ("f32", PackedMatrix::F32(&f32)),
+            ("i16", PackedMatrix::I16(&i16)),
         ];
         for m in [208, 832] {
             let mut x = TiledRows::new();

@@ -206,7 +206,7 @@ fn scale_of(values: &[f32], max: i32) -> (f32, f32) {
 }
 
 /// [`scale_of`] for a largest magnitude `top`.
-pub(crate) fn scale_for(top: f32, max: i32) -> (f32, f32) {
+fn scale_for(top: f32, max: i32) -> (f32, f32) {
     if top > 0.0 {
         (top / max as f32, max as f32 / top)
     } else {
@@ -226,7 +226,7 @@ fn round(v: f32, inv: f32, max: i32) -> i32 {
 fn quantize(x: Input, m: usize, k: usize, q: &mut Vec<i32>, s: &mut Vec<f32>) {
     use rayon::prelude::*;
     // Two values per i32 (the pairs `vpmaddwd` takes).
-    let len = tile_len(k) / 2;
+    let (f32_len, len) = (tile_len(k), tile_len(k) / 2);
     let tiles = m.div_ceil(MR);
     q.resize(tiles * len, 0);
     s.resize(tiles * MR, 0.0);
@@ -242,7 +242,7 @@ fn quantize(x: Input, m: usize, k: usize, q: &mut Vec<i32>, s: &mut Vec<f32>) {
             let rows = MR.min(m - t * MR);
             let src = match x {
                 Input::Rows(x) => x[t * MR * k..].as_ptr(),
-                Input::Tiled(x) => x.data[t * 2 * len..].as_ptr(),
+                Input::Tiled(x) => x.data[t * f32_len..].as_ptr(),
             };
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the CPU has AVX2 and FMA (asserted by `matmul`); the
@@ -255,6 +255,26 @@ fn quantize(x: Input, m: usize, k: usize, q: &mut Vec<i32>, s: &mut Vec<f32>) {
             #[cfg(not(target_arch = "x86_64"))]
             let _ = (src, rs, gs, rows, q, s);
         });
+}
+
+/// A matrix of either kernel that takes tiled inputs and fused starts
+/// ([`crate::F32Matrix`], [`I16Matrix`]), for callers that run one or the
+/// other by their precision.
+#[derive(Debug, Clone, Copy)]
+pub enum PackedMatrix<'a> {
+    F32(&'a crate::F32Matrix),
+    I16(&'a I16Matrix),
+}
+
+impl PackedMatrix<'_> {
+    /// The matrix's `matmul` ([`crate::F32Matrix::matmul`],
+    /// [`I16Matrix::matmul`]).
+    pub fn matmul(self, x: Input, m: usize, start: Start, act: Activation, out: Output) {
+        match self {
+            PackedMatrix::F32(w) => w.matmul(x, m, start, act, out),
+            PackedMatrix::I16(w) => w.matmul(x, m, start, act, out),
+        }
+    }
 }
 
 /// Largest rounded-activation and scale buffers kept for the next call

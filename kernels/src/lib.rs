@@ -67,7 +67,7 @@ pub use f32fma::{Activation, F32Matrix, Input, Output, Start, TileMut, TiledInde
 pub use formats::{quantize_q8_0, Format};
 use formats::{with_layout, Repr, QK};
 pub use huge_pages::HugePageAlloc;
-pub use i16madd::I16Matrix;
+pub use i16madd::{I16Matrix, PackedMatrix};
 
 /// Multiply-adds below which a matmul stays on the calling thread.
 const PARALLEL_MIN_WORK: usize = 1 << 18;

@@ -11,11 +11,12 @@
 //! that compute something.
 //!
 //! The dense layers run in f32 (on CPUs with AVX2 and FMA but no AVX-512,
-//! on weights packed once at load: [`hearth_kernels::F32Matrix`]) or, on CPUs that
-//! multiply bf16 natively, with bf16 inputs and f32 sums
-//! ([`EncoderPrecision`]).
+//! on weights packed once at load: [`hearth_kernels::F32Matrix`]), with
+//! bf16 inputs and f32 sums on CPUs that multiply bf16 natively, or with
+//! integer products on AVX2 CPUs ([`hearth_kernels::I16Matrix`], the
+//! default on those without AVX-512) ([`EncoderPrecision`]).
 //!
-//! On the packed f32 kernel a layer goes further
+//! On the packed f32 or int16 kernel a layer goes further
 //! ([`CpuLayer::forward_tiled`]): the kernel starts its sums from the bias
 //! (and residual) and applies GELU as it stores them, and each matrix's
 //! input is written regrouped by the kernel's tiles by the step before it
@@ -25,7 +26,7 @@
 use candle_core::{DType, Result, Tensor};
 use rayon::prelude::*;
 
-use hearth_kernels::{Activation, F32Matrix, I16Matrix, Input, Output, Start, TiledRows};
+use hearth_kernels::{Activation, I16Matrix, Input, Output, PackedMatrix, Start, TiledRows};
 
 use crate::packed_attention::{
     packed_attention_into, packed_attention_rows, packed_attention_tiled,
@@ -178,10 +179,10 @@ impl Dense {
 
     /// The matrix of a kernel that runs on tiled inputs, when the layer
     /// runs on one.
-    fn packed(&self) -> Option<Packed<'_>> {
+    fn packed(&self) -> Option<PackedMatrix<'_>> {
         match &self.w {
-            Weights::Packed(m) => Some(Packed::F32(m)),
-            Weights::I16(m) => Some(Packed::I16(m)),
+            Weights::Packed(m) => Some(PackedMatrix::F32(m)),
+            Weights::I16(m) => Some(PackedMatrix::I16(m)),
             _ => None,
         }
     }
@@ -258,23 +259,6 @@ impl Dense {
         // (`n` is a multiple of `out`, and each chunk is whole rows).
         unsafe { dst.set_len(n) };
         self.accumulate(x, dst);
-    }
-}
-
-/// A matrix of one of the kernels with tiled inputs and fused starts
-/// ([`CpuLayer::forward_tiled`]).
-#[derive(Clone, Copy)]
-enum Packed<'a> {
-    F32(&'a F32Matrix),
-    I16(&'a I16Matrix),
-}
-
-impl Packed<'_> {
-    fn matmul(self, x: Input, m: usize, start: Start, act: Activation, out: Output) {
-        match self {
-            Packed::F32(w) => w.matmul(x, m, start, act, out),
-            Packed::I16(w) => w.matmul(x, m, start, act, out),
-        }
     }
 }
 
@@ -399,7 +383,7 @@ impl CpuLayer {
 
     /// The layer's four dense matrices, when all run on a kernel with
     /// tiled inputs.
-    fn packed(&self) -> Option<[Packed<'_>; 4]> {
+    fn packed(&self) -> Option<[PackedMatrix<'_>; 4]> {
         Some([
             self.qkv.packed()?,
             self.attn_out.packed()?,
@@ -416,7 +400,7 @@ impl CpuLayer {
     /// passes of its own besides attention and the LayerNorms.
     fn forward_tiled(
         &self,
-        [w_qkv, w_out, w_in, w_ffn]: [Packed<'_>; 4],
+        [w_qkv, w_out, w_in, w_ffn]: [PackedMatrix<'_>; 4],
         x: &mut [f32],
         lens: &[usize],
         heads: usize,
