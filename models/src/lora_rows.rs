@@ -4,9 +4,25 @@
 
 use candle_core::Result;
 
-/// `body` for ranks `ranks` in steps of up to four: `$j` the step's first
-/// rank, `$m` its number of ranks as a constant (4, then what is left).
+/// `body` for ranks `ranks` in steps of up to four (or, written
+/// `rank_steps!(2; ..)`, two): `$j` the step's first rank, `$m` its number
+/// of ranks as a constant (4 or 2, then what is left).
 macro_rules! rank_steps {
+    (2; $ranks:expr, |$j:ident, $m:ident| $body:expr) => {{
+        let ranks: std::ops::Range<usize> = $ranks;
+        let mut $j = ranks.start;
+        while $j < ranks.end {
+            $j += if ranks.end - $j >= 2 {
+                const $m: usize = 2;
+                $body;
+                2
+            } else {
+                const $m: usize = 1;
+                $body;
+                1
+            };
+        }
+    }};
     ($ranks:expr, |$j:ident, $m:ident| $body:expr) => {{
         let ranks: std::ops::Range<usize> = $ranks;
         let mut $j = ranks.start;
@@ -100,25 +116,41 @@ fn one_row(s: &LowRank, r: usize, y: &mut [f32]) {
 /// `y_r += B (scale A x_r)` for each row `r` of `rows` straight onto `y`
 /// (the rows of `y` are the batch's), with the same bits as
 /// [`low_rank_rows`] into zeroed scratch added to `y` after: on AVX-512
-/// tiles (`lora_tiles.rs`), the rows shared between threads. For many rows
-/// (a prompt's), where a pass over scratch and another adding it cost as
-/// much as the low-rank products. Returns `false`, having done nothing,
-/// where the CPU lacks AVX-512, the rank is above the tiles' limit or the
-/// rows are not ascending.
+/// tiles (`lora_tiles.rs`, 512- or 256-bit), the rows shared between
+/// threads. For many rows (a prompt's), where a pass over scratch and
+/// another adding it cost as much as the low-rank products. Returns
+/// `false`, having done nothing, where the CPU has neither AVX-512 nor
+/// AVX2 with FMA and F16C, the rank is above the tiles' limit or the rows
+/// are not ascending.
 pub(crate) fn add_low_rank_rows(s: &LowRank, rows: &[usize], y: &mut [f32]) -> Result<bool> {
     check_fits(s, rows, y)?;
     #[cfg(target_arch = "x86_64")]
-    if crate::lora_tiles::available()
-        && s.rank <= crate::lora_tiles::MAX_RANK
-        && rows.windows(2).all(|w| w[0] < w[1])
-    {
-        split_rows_with(rows, s.n, y, 0, &|rows, y, first| {
-            // SAFETY: the CPU has AVX-512F, FMA and F16C.
-            unsafe { crate::lora_tiles::add_tiled(s, rows, y, first) }
-        });
-        return Ok(true);
+    if let Some(isa) = crate::lora_tiles::available() {
+        add_low_rank_rows_on(isa, s, rows, y)
+    } else {
+        Ok(false)
     }
+    #[cfg(not(target_arch = "x86_64"))]
     Ok(false)
+}
+
+/// [`add_low_rank_rows`] on `isa`'s tiles, which the CPU runs.
+#[cfg(target_arch = "x86_64")]
+fn add_low_rank_rows_on(
+    isa: crate::lora_tiles::Isa,
+    s: &LowRank,
+    rows: &[usize],
+    y: &mut [f32],
+) -> Result<bool> {
+    check_fits(s, rows, y)?;
+    if s.rank > crate::lora_tiles::MAX_RANK || !rows.windows(2).all(|w| w[0] < w[1]) {
+        return Ok(false);
+    }
+    split_rows_with(rows, s.n, y, 0, &|rows, y, first| {
+        // SAFETY: the CPU runs `isa`'s tiles (the caller's `available`).
+        unsafe { crate::lora_tiles::add_tiled(isa, s, rows, y, first) }
+    });
+    Ok(true)
 }
 
 /// Refuses rows of `x` or `y`, or weights, shorter than the shapes say.
@@ -225,7 +257,9 @@ fn half(
         ) {
             half_body::<true>(s, rows, ranks, out, at)
         }
-        if rows.len() >= TILED_MIN_ROWS && crate::lora_tiles::available() {
+        if rows.len() >= TILED_MIN_ROWS
+            && crate::lora_tiles::available() == Some(crate::lora_tiles::Isa::Avx512)
+        {
             prefetch_ranks(s, &ranks);
             // SAFETY: the CPU has AVX-512F, FMA and F16C.
             unsafe { crate::lora_tiles::half_tiled(s, rows, ranks, out, at) };
@@ -617,13 +651,28 @@ mod tests {
             // row and four: the same bits.
             #[cfg(target_arch = "x86_64")]
             if crate::vecmath::has_fma() {
-                for rows in [&rows[..1], &[0, 1, 2, 3][..]] {
+                for rows in [&rows[..1], &rows[..], &[0, 1, 2, 3][..]] {
                     let mut widened = vec![1f32; 4 * n];
                     let mut fused = vec![1f32; 4 * n];
                     half_body::<true>(&shape, rows, 0..rank, &mut widened, |_, r| r);
                     // SAFETY: the CPU has AVX2, FMA and F16C.
                     unsafe { fused::half_fused(&shape, rows, 0..rank, &mut fused, |_, r| r) };
                     assert_eq!(fused, widened, "{k}x{n} r{rank}, {} rows", rows.len());
+                    // Tiles of rows and ranks where the CPU has AVX-512.
+                    if crate::lora_tiles::available() == Some(crate::lora_tiles::Isa::Avx512) {
+                        let mut tiled = vec![1f32; 4 * n];
+                        // SAFETY: the CPU has AVX-512F, FMA and F16C.
+                        unsafe {
+                            crate::lora_tiles::half_tiled(
+                                &shape,
+                                rows,
+                                0..rank,
+                                &mut tiled,
+                                |_, r| r,
+                            )
+                        };
+                        assert_eq!(tiled, widened, "{k}x{n} r{rank}, {} rows", rows.len());
+                    }
                 }
             }
             let mut short = vec![0f32; n];
@@ -677,7 +726,14 @@ mod tests {
                     assert_eq!(got, want, "{k}x{n} r{rank}, {} rows", rows.len());
                 } else {
                     assert_eq!(got, base, "declined, yet changed");
-                    eprintln!("no AVX-512 here: the direct path is not taken");
+                    eprintln!("no AVX2 here: the direct path is not taken");
+                }
+                // Each kind of tile the CPU runs (AVX-512 CPUs run both).
+                #[cfg(target_arch = "x86_64")]
+                for isa in crate::lora_tiles::runnable() {
+                    let mut got = base.clone();
+                    assert!(add_low_rank_rows_on(isa, &shape, &rows, &mut got).unwrap());
+                    assert_eq!(got, want, "{isa:?} {k}x{n} r{rank}, {} rows", rows.len());
                 }
             }
         }

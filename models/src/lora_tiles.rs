@@ -1,15 +1,18 @@
 //! The row kernel of LoRA deltas ([`crate::lora_rows`]) for several rows at
-//! once on 512-bit registers: tiles of up to four rows by up to four ranks,
-//! so that each loaded (and widened) half-precision weight serves every row
-//! of the tile and each loaded input value every rank.
+//! once: tiles of a few rows by a few ranks, so that each loaded (and
+//! widened) half-precision weight serves every row of the tile and each
+//! loaded input value every rank. On 512-bit registers (AVX-512) tiles of
+//! up to four rows by four ranks; on 256-bit ones (AVX2) two by two, which
+//! keeps a tile's sixteen-lane sums (two registers each), its inputs and a
+//! widened weight within the sixteen registers.
 //!
 //! A row's result is the same bits as the one-row kernels give it: the dot
 //! product `A_j x_r` keeps sixteen partial sums, lane `i` taking the values
-//! at `i` mod 16 in order (one 512-bit register holds what the 256-bit
-//! kernels keep in two), summed in lane order, then the tail in order; the
-//! update adds `h_j B^T_j` to each output element for the ranks in
-//! ascending order with fused multiply-adds. Only the sharing of loads
-//! between rows and ranks changes, never the arithmetic of a row.
+//! at `i` mod 16 in order (one 512-bit register or two 256-bit ones),
+//! summed in lane order, then the tail in order; the update adds `h_j
+//! B^T_j` to each output element for the ranks in ascending order with
+//! fused multiply-adds. Only the sharing of loads between rows and ranks
+//! changes, never the arithmetic of a row.
 
 // A tile's registers are indexed by row and rank, as the arithmetic is
 // written; iterators over one of the two would hide the other.
@@ -18,50 +21,165 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use crate::lora_rows::{rank_steps, LowRank};
+use crate::lora_rows::LowRank;
 
-/// Whether this CPU runs [`half_tiled`] (AVX-512F with FMA and F16C).
-#[cfg(target_arch = "x86_64")]
-pub(crate) fn available() -> bool {
-    std::is_x86_feature_detected!("avx512f")
-        && std::is_x86_feature_detected!("fma")
-        && std::is_x86_feature_detected!("f16c")
+/// The registers a CPU's tiles run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// 512-bit registers: AVX-512F with FMA and F16C.
+    Avx512,
+    /// 256-bit registers: AVX2 with FMA and F16C.
+    Avx2,
 }
 
-/// Sixteen half-precision values at `p` as f32.
+/// The widest tiles this CPU runs, if any.
+pub(crate) fn available() -> Option<Isa> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let base = std::is_x86_feature_detected!("fma") && std::is_x86_feature_detected!("f16c");
+        if base && std::is_x86_feature_detected!("avx512f") {
+            return Some(Isa::Avx512);
+        }
+        if base && std::is_x86_feature_detected!("avx2") {
+            return Some(Isa::Avx2);
+        }
+    }
+    None
+}
+
+/// Every kind of tile this CPU runs (for tests: AVX-512 CPUs run both).
+#[cfg(test)]
+pub(crate) fn runnable() -> Vec<Isa> {
+    match available() {
+        Some(Isa::Avx512) => vec![Isa::Avx512, Isa::Avx2],
+        Some(Isa::Avx2) => vec![Isa::Avx2],
+        None => Vec::new(),
+    }
+}
+
+/// One register of `N` f32 lanes and the operations the tiles take on it.
 ///
 /// # Safety
-/// AVX-512F; 16 values readable at `p`.
+/// Every method needs the CPU features of its register type (AVX-512F, or
+/// AVX2, FMA and F16C); they are inlined into functions compiled for them.
 #[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn load16(p: *const u16) -> __m512 {
-    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+trait Lanes: Copy {
+    const N: usize;
+    unsafe fn zero() -> Self;
+    /// `N` half-precision values at `p`, widened.
+    unsafe fn half(p: *const u16) -> Self;
+    unsafe fn load(p: *const f32) -> Self;
+    unsafe fn store(self, p: *mut f32);
+    unsafe fn splat(v: f32) -> Self;
+    /// `self * b + c`, fused.
+    unsafe fn fmadd(self, b: Self, c: Self) -> Self;
+    unsafe fn add(self, b: Self) -> Self;
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Lanes for __m512 {
+    const N: usize = 16;
+    #[inline(always)]
+    unsafe fn zero() -> Self {
+        unsafe { _mm512_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn half(p: *const u16) -> Self {
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        unsafe { _mm512_storeu_ps(p, self) }
+    }
+    #[inline(always)]
+    unsafe fn splat(v: f32) -> Self {
+        unsafe { _mm512_set1_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(self, b: Self, c: Self) -> Self {
+        unsafe { _mm512_fmadd_ps(self, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn add(self, b: Self) -> Self {
+        unsafe { _mm512_add_ps(self, b) }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Lanes for __m256 {
+    const N: usize = 8;
+    #[inline(always)]
+    unsafe fn zero() -> Self {
+        unsafe { _mm256_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn half(p: *const u16) -> Self {
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        unsafe { _mm256_storeu_ps(p, self) }
+    }
+    #[inline(always)]
+    unsafe fn splat(v: f32) -> Self {
+        unsafe { _mm256_set1_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(self, b: Self, c: Self) -> Self {
+        unsafe { _mm256_fmadd_ps(self, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn add(self, b: Self) -> Self {
+        unsafe { _mm256_add_ps(self, b) }
+    }
 }
 
 /// `h[r][t] = scale * A_{j+t} x_{rows[r]}` for the `R` rows and `M` ranks
-/// of a tile (`a` points at rank `j`'s row of `A`).
+/// of a tile (`a` points at rank `j`'s row of `A`); the sixteen partial
+/// sums of each are `P` registers of `V` (`P * V::N == 16`).
 ///
 /// # Safety
-/// AVX-512F; `a` holds `M * k` values; every row of `x` has `k` values.
+/// `V`'s features; `a` holds `M * k` values; every row of `x` has `k`
+/// values.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn dots<const R: usize, const M: usize>(
+unsafe fn dots<V: Lanes, const P: usize, const R: usize, const M: usize>(
     s: &LowRank,
     rows: &[usize; R],
     a: *const u16,
 ) -> [[f32; M]; R] {
+    assert!(P * V::N == 16);
     let k = s.k;
     let k16 = k / 16 * 16;
-    let xs: [&[f32]; R] = std::array::from_fn(|r| &s.x[rows[r] * k..(rows[r] + 1) * k]);
-    let mut acc = [[_mm512_setzero_ps(); M]; R];
+    let mut xs: [&[f32]; R] = [&[]; R];
+    for r in 0..R {
+        xs[r] = &s.x[rows[r] * k..(rows[r] + 1) * k];
+    }
+    // SAFETY (all blocks below): `V`'s features are the caller's.
+    let mut acc = [[[unsafe { V::zero() }; P]; M]; R];
     for i in (0..k16).step_by(16) {
         // SAFETY: `i + 16 <= k` for every row of `x` and of `A`.
         unsafe {
-            let xv: [__m512; R] = std::array::from_fn(|r| _mm512_loadu_ps(xs[r].as_ptr().add(i)));
+            let mut xv = [[V::zero(); P]; R];
+            for r in 0..R {
+                for p in 0..P {
+                    xv[r][p] = V::load(xs[r].as_ptr().add(i + p * V::N));
+                }
+            }
             for t in 0..M {
-                let w = load16(a.add(t * k + i));
-                for r in 0..R {
-                    acc[r][t] = _mm512_fmadd_ps(xv[r], w, acc[r][t]);
+                for p in 0..P {
+                    let w = V::half(a.add(t * k + i + p * V::N));
+                    for r in 0..R {
+                        acc[r][t][p] = xv[r][p].fmadd(w, acc[r][t][p]);
+                    }
                 }
             }
         }
@@ -73,7 +191,9 @@ unsafe fn dots<const R: usize, const M: usize>(
             // SAFETY: `lanes` holds sixteen values; the row of `A` is in
             // bounds (`M * k` values from `a`).
             let w = unsafe {
-                _mm512_storeu_ps(lanes.as_mut_ptr(), acc[r][t]);
+                for p in 0..P {
+                    acc[r][t][p].store(lanes.as_mut_ptr().add(p * V::N));
+                }
                 std::slice::from_raw_parts(a.add(t * k), k)
             };
             let mut tail = 0f32;
@@ -91,42 +211,50 @@ unsafe fn dots<const R: usize, const M: usize>(
 /// rank `j`'s row of `B^T`).
 ///
 /// # Safety
-/// AVX-512F; `b` holds `M * n` values; the output rows are distinct and in
-/// `out`.
+/// `V`'s features; `b` holds `M * n` values; the output rows are distinct
+/// and in `out`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn updates<const R: usize, const M: usize>(
+unsafe fn updates<V: Lanes, const R: usize, const M: usize>(
     n: usize,
     h: &[[f32; M]; R],
     b: *const u16,
     out: &mut [f32],
     outs: &[usize; R],
 ) {
-    let n16 = n / 16 * 16;
+    let nv = n / V::N * V::N;
     for o in outs {
         assert!((o + 1) * n <= out.len());
     }
-    let hv: [[__m512; M]; R] =
-        std::array::from_fn(|r| std::array::from_fn(|t| _mm512_set1_ps(h[r][t])));
+    // SAFETY (all blocks below): `V`'s features are the caller's.
+    let mut hv = [[unsafe { V::zero() }; M]; R];
+    for r in 0..R {
+        for t in 0..M {
+            hv[r][t] = unsafe { V::splat(h[r][t]) };
+        }
+    }
     let base = out.as_mut_ptr();
-    for i in (0..n16).step_by(16) {
-        // SAFETY: `i + 16 <= n` for `B^T`'s rows and each output row
+    for i in (0..nv).step_by(V::N) {
+        // SAFETY: `i + N <= n` for `B^T`'s rows and each output row
         // (checked above).
         unsafe {
-            let w: [__m512; M] = std::array::from_fn(|t| load16(b.add(t * n + i)));
+            let mut w = [V::zero(); M];
+            for t in 0..M {
+                w[t] = V::half(b.add(t * n + i));
+            }
             for r in 0..R {
                 let yp = base.add(outs[r] * n + i);
-                let mut y = _mm512_loadu_ps(yp);
+                let mut y = V::load(yp);
                 for t in 0..M {
-                    y = _mm512_fmadd_ps(w[t], hv[r][t], y);
+                    y = w[t].fmadd(hv[r][t], y);
                 }
-                _mm512_storeu_ps(yp, y);
+                y.store(yp);
             }
         }
     }
     for r in 0..R {
         let row = &mut out[outs[r] * n..(outs[r] + 1) * n];
-        for (e, y) in row.iter_mut().enumerate().skip(n16) {
+        for (e, y) in row.iter_mut().enumerate().skip(nv) {
             for t in 0..M {
                 // SAFETY: `e < n`, rank `t` of the tile's `M`.
                 let w = unsafe { *b.add(t * n + e) };
@@ -139,10 +267,10 @@ unsafe fn updates<const R: usize, const M: usize>(
 /// One tile: rows `rows` (output rows `outs`), ranks `j..j + M`.
 ///
 /// # Safety
-/// AVX-512F, FMA, F16C.
+/// `V`'s features.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn tile<const R: usize, const M: usize>(
+unsafe fn tile<V: Lanes, const P: usize, const R: usize, const M: usize>(
     s: &LowRank,
     rows: &[usize; R],
     outs: &[usize; R],
@@ -156,18 +284,30 @@ unsafe fn tile<const R: usize, const M: usize>(
     // SAFETY: the ranks' rows of `A` and `B^T` and the rows of `x` are
     // checked above; `updates` checks the output rows.
     unsafe {
-        let h = dots::<R, M>(s, rows, s.a.as_ptr().add(j * s.k));
-        updates::<R, M>(s.n, &h, s.bt.as_ptr().add(j * s.n), out, outs);
+        let h = dots::<V, P, R, M>(s, rows, s.a.as_ptr().add(j * s.k));
+        updates::<V, R, M>(s.n, &h, s.bt.as_ptr().add(j * s.n), out, outs);
     }
 }
 
-/// Ranks `j..j + M` for every row, in tiles of four rows (then the rest).
+/// Rows of a tile on `V` registers: four on 512-bit ones (`P == 1`), two
+/// on 256-bit ones.
+#[cfg(target_arch = "x86_64")]
+const fn tile_rows(p: usize) -> usize {
+    if p == 1 {
+        4
+    } else {
+        2
+    }
+}
+
+/// Ranks `j..j + M` for every row, in tiles of [`tile_rows`] rows (then
+/// the rest).
 ///
 /// # Safety
-/// AVX-512F, FMA, F16C.
+/// `V`'s features.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn ranks<const M: usize>(
+unsafe fn ranks<V: Lanes, const P: usize, const M: usize>(
     s: &LowRank,
     rows: &[usize],
     j: usize,
@@ -176,22 +316,22 @@ unsafe fn ranks<const M: usize>(
 ) {
     let mut i = 0;
     while i < rows.len() {
-        let take = (rows.len() - i).min(4);
+        let take = (rows.len() - i).min(tile_rows(P));
         let r = |d: usize| rows[i + d];
         let o = |d: usize| at(i + d, rows[i + d]);
         // SAFETY: the caller's features.
         unsafe {
             match take {
-                4 => tile::<4, M>(
+                4 => tile::<V, P, 4, M>(
                     s,
                     &[r(0), r(1), r(2), r(3)],
                     &[o(0), o(1), o(2), o(3)],
                     j,
                     out,
                 ),
-                3 => tile::<3, M>(s, &[r(0), r(1), r(2)], &[o(0), o(1), o(2)], j, out),
-                2 => tile::<2, M>(s, &[r(0), r(1)], &[o(0), o(1)], j, out),
-                _ => tile::<1, M>(s, &[r(0)], &[o(0)], j, out),
+                3 => tile::<V, P, 3, M>(s, &[r(0), r(1), r(2)], &[o(0), o(1), o(2)], j, out),
+                2 => tile::<V, P, 2, M>(s, &[r(0), r(1)], &[o(0), o(1)], j, out),
+                _ => tile::<V, P, 1, M>(s, &[r(0)], &[o(0)], j, out),
             }
         }
         i += take;
@@ -201,7 +341,9 @@ unsafe fn ranks<const M: usize>(
 /// For each row `r` (the `i`-th of `rows`), output row `at(i, r)` of `out`
 /// gets `sum over j in ranks of h_j B^T_j`, `h_j = scale A_j x_r`, in
 /// ascending `j` (the same bits as `lora_rows`'s one-row kernels), four
-/// ranks and four rows at a time.
+/// ranks and four rows at a time on 512-bit registers. (A decode step's
+/// few rows on 256-bit tiles of two by two measured no faster than the
+/// one-row kernels, so AVX2 CPUs keep those.)
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 pub(crate) fn half_tiled(
@@ -212,7 +354,9 @@ pub(crate) fn half_tiled(
     at: impl Fn(usize, usize) -> usize,
 ) {
     // SAFETY: the features are enabled; `tile` checks the ranks.
-    rank_steps!(ranks_of, |j, M| unsafe { ranks::<M>(s, rows, j, out, &at) });
+    crate::lora_rows::rank_steps!(ranks_of, |j, M| unsafe {
+        ranks::<__m512, 1, M>(s, rows, j, out, &at)
+    });
 }
 
 /// Ranks up to which [`add_tiled`] runs (a tile's `h` is kept on the
@@ -224,50 +368,50 @@ pub(crate) const MAX_RANK: usize = 64;
 /// second half's, per output element.
 ///
 /// # Safety
-/// AVX-512F; `bt` holds `rank * n` values; the output rows are in `y`.
+/// `V`'s features; `bt` holds `rank * n` values; the output rows are in
+/// `y`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn add_halves<const R: usize>(
+unsafe fn add_halves<V: Lanes, const R: usize>(
     s: &LowRank,
     h: &[[f32; MAX_RANK]; R],
     y: &mut [f32],
     outs: &[usize; R],
 ) {
     let (n, rank, half) = (s.n, s.rank, s.rank / 2);
-    let n16 = n / 16 * 16;
+    let nv = n / V::N * V::N;
     for o in outs {
         assert!((o + 1) * n <= y.len());
     }
     assert!(rank * n <= s.bt.len() && rank <= MAX_RANK);
     let (b, base) = (s.bt.as_ptr(), y.as_mut_ptr());
-    for i in (0..n16).step_by(16) {
-        // SAFETY: `i + 16 <= n` for every rank's row of `B^T` and each
-        // output row (checked above).
+    for i in (0..nv).step_by(V::N) {
+        // SAFETY: `i + N <= n` for every rank's row of `B^T` and each
+        // output row (checked above); `V`'s features are the caller's.
         unsafe {
-            let mut d1 = [_mm512_setzero_ps(); R];
-            let mut d2 = [_mm512_setzero_ps(); R];
+            let mut d1 = [V::zero(); R];
+            let mut d2 = [V::zero(); R];
             for j in 0..half {
-                let w = load16(b.add(j * n + i));
+                let w = V::half(b.add(j * n + i));
                 for r in 0..R {
-                    d1[r] = _mm512_fmadd_ps(w, _mm512_set1_ps(h[r][j]), d1[r]);
+                    d1[r] = w.fmadd(V::splat(h[r][j]), d1[r]);
                 }
             }
             for j in half..rank {
-                let w = load16(b.add(j * n + i));
+                let w = V::half(b.add(j * n + i));
                 for r in 0..R {
-                    d2[r] = _mm512_fmadd_ps(w, _mm512_set1_ps(h[r][j]), d2[r]);
+                    d2[r] = w.fmadd(V::splat(h[r][j]), d2[r]);
                 }
             }
             for r in 0..R {
                 let yp = base.add(outs[r] * n + i);
-                let d = _mm512_add_ps(d1[r], d2[r]);
-                _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), d));
+                V::load(yp).add(d1[r].add(d2[r])).store(yp);
             }
         }
     }
     for r in 0..R {
         let row = &mut y[outs[r] * n..(outs[r] + 1) * n];
-        for (e, y) in row.iter_mut().enumerate().skip(n16) {
+        for (e, y) in row.iter_mut().enumerate().skip(nv) {
             let (mut d1, mut d2) = (0f32, 0f32);
             for j in 0..rank {
                 let w = half::f16::from_bits(s.bt[j * n + e]).to_f32();
@@ -282,14 +426,15 @@ unsafe fn add_halves<const R: usize>(
     }
 }
 
-/// One tile of [`add_tiled`]: every rank's `h` for the `R` rows, then the
+/// One tile of [`add_tiled`]: every rank's `h` for the `R` rows (in steps
+/// of four ranks on 512-bit registers, two on 256-bit ones), then the
 /// update of their output rows.
 ///
 /// # Safety
-/// AVX-512F, FMA, F16C.
+/// `V`'s features.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn add_tile<const R: usize>(
+unsafe fn add_tile<V: Lanes, const P: usize, const R: usize>(
     s: &LowRank,
     rows: &[usize; R],
     outs: &[usize; R],
@@ -302,39 +447,84 @@ unsafe fn add_tile<const R: usize>(
     }
     let mut h = [[0f32; MAX_RANK]; R];
     let a = s.a.as_ptr();
-    // SAFETY: ranks `j..j + M` are the adapter's (checked above), as are
-    // the rows of `x`.
-    rank_steps!(0..rank, |j, M| unsafe {
-        let d = dots::<R, M>(s, rows, a.add(j * k));
-        for r in 0..R {
-            h[r][j..j + M].copy_from_slice(&d[r]);
-        }
-    });
+    // SAFETY (both steps): ranks `j..j + M` are the adapter's (checked
+    // above), as are the rows of `x`; the caller's features.
+    if P == 1 {
+        crate::lora_rows::rank_steps!(0..rank, |j, M| unsafe {
+            let d = dots::<V, P, R, M>(s, rows, a.add(j * k));
+            for r in 0..R {
+                h[r][j..j + M].copy_from_slice(&d[r]);
+            }
+        });
+    } else {
+        crate::lora_rows::rank_steps!(2; 0..rank, |j, M| unsafe {
+            let d = dots::<V, P, R, M>(s, rows, a.add(j * k));
+            for r in 0..R {
+                h[r][j..j + M].copy_from_slice(&d[r]);
+            }
+        });
+    }
     // SAFETY: `add_halves` checks the output rows and the weights.
-    unsafe { add_halves::<R>(s, &h, y, outs) };
+    unsafe { add_halves::<V, R>(s, &h, y, outs) };
+}
+
+/// [`add_tiled`] on `V` registers.
+///
+/// # Safety
+/// `V`'s features.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn add_tiles<V: Lanes, const P: usize>(
+    s: &LowRank,
+    rows: &[usize],
+    y: &mut [f32],
+    first: usize,
+) {
+    let mut i = 0;
+    while i < rows.len() {
+        let take = (rows.len() - i).min(tile_rows(P));
+        let r = |d: usize| rows[i + d];
+        let o = |d: usize| rows[i + d] - first;
+        // SAFETY: the caller's features; `add_tile` checks the rest.
+        unsafe {
+            match take {
+                4 => {
+                    add_tile::<V, P, 4>(s, &[r(0), r(1), r(2), r(3)], &[o(0), o(1), o(2), o(3)], y)
+                }
+                3 => add_tile::<V, P, 3>(s, &[r(0), r(1), r(2)], &[o(0), o(1), o(2)], y),
+                2 => add_tile::<V, P, 2>(s, &[r(0), r(1)], &[o(0), o(1)], y),
+                _ => add_tile::<V, P, 1>(s, &[r(0)], &[o(0)], y),
+            }
+        }
+        i += take;
+    }
 }
 
 /// `y_{r - first} += B (scale A x_r)` for each row `r` of `rows`, straight
 /// onto `y` in one pass: the same bits as the scratch path of
 /// `lora_rows` (each rank half summed from zero, the halves added, the
-/// sum added to `y`), four rows at a time. Ranks up to [`MAX_RANK`].
+/// sum added to `y`), in tiles of rows on `isa`'s registers. Ranks up to
+/// [`MAX_RANK`].
+///
+/// # Safety
+/// The CPU runs `isa`'s tiles ([`available`]).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
-pub(crate) fn add_tiled(s: &LowRank, rows: &[usize], y: &mut [f32], first: usize) {
-    let mut i = 0;
-    while i < rows.len() {
-        let take = (rows.len() - i).min(4);
-        let r = |d: usize| rows[i + d];
-        let o = |d: usize| rows[i + d] - first;
-        // SAFETY: the features are enabled; `add_tile` checks the rest.
-        unsafe {
-            match take {
-                4 => add_tile::<4>(s, &[r(0), r(1), r(2), r(3)], &[o(0), o(1), o(2), o(3)], y),
-                3 => add_tile::<3>(s, &[r(0), r(1), r(2)], &[o(0), o(1), o(2)], y),
-                2 => add_tile::<2>(s, &[r(0), r(1)], &[o(0), o(1)], y),
-                _ => add_tile::<1>(s, &[r(0)], &[o(0)], y),
-            }
+pub(crate) unsafe fn add_tiled(isa: Isa, s: &LowRank, rows: &[usize], y: &mut [f32], first: usize) {
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    fn wide(s: &LowRank, rows: &[usize], y: &mut [f32], first: usize) {
+        // SAFETY: the features are enabled.
+        unsafe { add_tiles::<__m512, 1>(s, rows, y, first) }
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn narrow(s: &LowRank, rows: &[usize], y: &mut [f32], first: usize) {
+        // SAFETY: the features are enabled.
+        unsafe { add_tiles::<__m256, 2>(s, rows, y, first) }
+    }
+    // SAFETY: the caller's CPU runs `isa`.
+    unsafe {
+        match isa {
+            Isa::Avx512 => wide(s, rows, y, first),
+            Isa::Avx2 => narrow(s, rows, y, first),
         }
-        i += take;
     }
 }
