@@ -11,7 +11,9 @@
 //!
 //! [`synth_gguf`] writes random-weight GGUF files shaped like Llama-3.2-1B
 //! and Llama-3.1-8B (the `hearth-synth-gguf` tool) for measurements at the
-//! sizes people run.
+//! sizes people run; [`synth_lora`] writes random LoRA adapters and a
+//! catalogue naming them (the `hearth-synth-lora` tool) for measurements of
+//! adapter serving.
 //!
 //! The criterion benches (`benches/engine.rs`, `benches/encoder.rs`) measure
 //! the engine and the embedding encoder in-process; see `README.md`.
@@ -22,6 +24,7 @@ pub mod run;
 pub mod sse;
 pub mod stats;
 pub mod synth_gguf;
+pub mod synth_lora;
 
 pub use run::{run, Endpoint, LoadConfig, RequestResult, Summary, Target};
 
