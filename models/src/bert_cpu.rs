@@ -514,13 +514,26 @@ impl Scratch {
         self.x_tiled = false;
     }
 
-    /// Bytes held.
+    /// Bytes held. (The destructuring names every field, so a new buffer
+    /// does not compile until it is counted here.)
     pub(crate) fn bytes(&self) -> usize {
-        let floats = [&self.qkv, &self.ctx, &self.y, &self.f, &self.residual]
+        let Scratch {
+            qkv,
+            ctx,
+            y,
+            f,
+            residual,
+            xt,
+            ctx_t,
+            yt,
+            ft,
+            x_tiled: _,
+        } = self;
+        let floats = [qkv, ctx, y, f, residual]
             .iter()
             .map(|v| v.capacity())
             .sum::<usize>()
-            + [&self.xt, &self.ctx_t, &self.yt, &self.ft]
+            + [xt, ctx_t, yt, ft]
                 .iter()
                 .map(|t| t.capacity())
                 .sum::<usize>();
