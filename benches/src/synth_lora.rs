@@ -22,20 +22,6 @@ fn random(rng: &mut Rng, rows: usize, cols: usize, scale: f32) -> anyhow::Result
     Ok(Tensor::from_vec(v, (rows, cols), &Device::Cpu)?)
 }
 
-/// The `(in, out)` features of `target` in a model of `spec`'s shapes.
-pub fn target_shape(spec: &LoraSpec, target: LoraTarget) -> (usize, usize) {
-    let i = &spec.info;
-    let (hidden, inter) = (i.hidden_size, spec.intermediate_size);
-    let (q, kv) = (i.num_heads * i.head_dim, i.num_kv_heads * i.head_dim);
-    match target {
-        LoraTarget::Q => (hidden, q),
-        LoraTarget::K | LoraTarget::V => (hidden, kv),
-        LoraTarget::O => (q, hidden),
-        LoraTarget::Gate | LoraTarget::Up => (hidden, inter),
-        LoraTarget::Down => (inter, hidden),
-    }
-}
-
 /// A random rank-`rank` adapter on all seven projections of every layer of
 /// a model of `spec`'s shapes, in Hugging Face layout.
 pub fn random_adapter(
@@ -51,7 +37,7 @@ pub fn random_adapter(
     for _ in 0..spec.info.num_layers {
         let mut layer = std::collections::BTreeMap::new();
         for target in LoraTarget::ALL {
-            let (k, n) = target_shape(spec, target);
+            let (n, k) = target.features(&spec.info, spec.intermediate_size);
             let a = random(&mut rng, rank, k, 2.5)?;
             let b = random(&mut rng, n, rank, 1.0)?;
             layer.insert(target, LoraWeights::new(a, b));
@@ -88,18 +74,9 @@ pub fn catalogue(entries: &[(String, PathBuf)], base: &str) -> String {
     out
 }
 
-/// A TOML basic string.
+/// `s` as a TOML string.
 fn quoted(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out += "\\\"",
-            '\\' => out += "\\\\",
-            c if c.is_control() => out += &format!("\\u{:04X}", c as u32),
-            c => out.push(c),
-        }
-    }
-    out + "\""
+    toml::Value::String(s.to_string()).to_string()
 }
 
 /// Writes `count` random adapters into `out/lora0`, `out/lora1`, ... and

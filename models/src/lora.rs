@@ -72,6 +72,24 @@ impl LoraTarget {
     pub fn from_peft_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|t| t.peft_name() == name)
     }
+
+    /// The projection's `(out, in)` features in a Llama model of `info`'s
+    /// shapes with feed-forward width `intermediate_size` (`A` is `[r,
+    /// in]`, `B` `[out, r]`).
+    pub fn features(self, info: &crate::ModelInfo, intermediate_size: usize) -> (usize, usize) {
+        let (h, q, kv) = (
+            info.hidden_size,
+            info.num_heads * info.head_dim,
+            info.num_kv_heads * info.head_dim,
+        );
+        match self {
+            LoraTarget::Q => (q, h),
+            LoraTarget::K | LoraTarget::V => (kv, h),
+            LoraTarget::O => (h, q),
+            LoraTarget::Gate | LoraTarget::Up => (intermediate_size, h),
+            LoraTarget::Down => (h, intermediate_size),
+        }
+    }
 }
 
 /// The settings of an adapter (`adapter_config.json`).
@@ -442,20 +460,9 @@ impl LoraAdapter {
                 info.num_layers
             )
         }
-        let (h, q, kv) = (
-            info.hidden_size,
-            info.num_heads * info.head_dim,
-            info.num_kv_heads * info.head_dim,
-        );
         for (i, layer) in self.layers.iter().enumerate() {
             for (t, w) in layer {
-                let (out, inp) = match t {
-                    LoraTarget::Q => (q, h),
-                    LoraTarget::K | LoraTarget::V => (kv, h),
-                    LoraTarget::O => (h, q),
-                    LoraTarget::Gate | LoraTarget::Up => (intermediate_size, h),
-                    LoraTarget::Down => (h, intermediate_size),
-                };
+                let (out, inp) = t.features(info, intermediate_size);
                 let r = self.config.r;
                 if w.a.dims2()? != (r, inp) || w.b.dims2()? != (out, r) {
                     candle_core::bail!(
