@@ -52,6 +52,7 @@ mod f32fma;
 mod formats;
 mod huge_pages;
 mod i16madd;
+mod isolated;
 mod kquants;
 pub mod math;
 mod x8;
@@ -68,6 +69,7 @@ pub use formats::{quantize_q8_0, Format};
 use formats::{with_layout, Repr, QK};
 pub use huge_pages::HugePageAlloc;
 pub use i16madd::{I16Matrix, PackedMatrix};
+use isolated::isolated;
 
 /// Multiply-adds below which a matmul stays on the calling thread.
 const PARALLEL_MIN_WORK: usize = 1 << 18;
@@ -228,10 +230,16 @@ impl Isa {
                 _ => [Isa::Amx, Isa::Avx512Vnni]
                     .into_iter()
                     .filter(|&i| usable(i))
-                    .find(|&isa| match isa.self_check(base) {
-                        Ok(()) => true,
-                        Err(e) => {
+                    .find(|&isa| match isolated(|| isa.self_check(base)) {
+                        Some(Ok(())) => true,
+                        Some(Err(e)) => {
                             eprintln!("hearth-kernels: {isa:?} kernels not used: {e}");
+                            false
+                        }
+                        None => {
+                            eprintln!(
+                                "hearth-kernels: {isa:?} kernels not used: the check did not run"
+                            );
                             false
                         }
                     })

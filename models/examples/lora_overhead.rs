@@ -74,12 +74,6 @@ fn prefill_medians(model: &Llama, adapters: &[Option<&LoraAdapter>]) -> Result<V
 
 fn adapter(spec: &LoraSpec, r: usize, seed: u64) -> Result<LoraAdapter> {
     let i = &spec.info;
-    let (h, q, kv, ff) = (
-        i.hidden_size,
-        i.num_heads * i.head_dim,
-        i.num_kv_heads * i.head_dim,
-        spec.intermediate_size,
-    );
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut m = |rows: usize, cols: usize| -> Result<Tensor> {
         let v: Vec<f32> = (0..rows * cols)
@@ -96,13 +90,7 @@ fn adapter(spec: &LoraSpec, r: usize, seed: u64) -> Result<LoraAdapter> {
     for _ in 0..i.num_layers {
         let mut l = BTreeMap::new();
         for t in LoraTarget::ALL {
-            let (o, inp) = match t {
-                LoraTarget::Q => (q, h),
-                LoraTarget::K | LoraTarget::V => (kv, h),
-                LoraTarget::O => (h, q),
-                LoraTarget::Gate | LoraTarget::Up => (ff, h),
-                LoraTarget::Down => (h, ff),
-            };
+            let (o, inp) = t.features(i, spec.intermediate_size);
             l.insert(t, LoraWeights::new(m(r, inp)?, m(o, r)?));
         }
         layers.push(l);

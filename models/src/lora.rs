@@ -77,17 +77,23 @@ impl LoraTarget {
     /// shapes with feed-forward width `intermediate_size` (`A` is `[r,
     /// in]`, `B` `[out, r]`).
     pub fn features(self, info: &crate::ModelInfo, intermediate_size: usize) -> (usize, usize) {
-        let (h, q, kv) = (
+        self.features_of(
             info.hidden_size,
             info.num_heads * info.head_dim,
             info.num_kv_heads * info.head_dim,
-        );
+            intermediate_size,
+        )
+    }
+
+    /// The same from the widths themselves: the hidden size, the queries'
+    /// and the keys' (heads times head size) and the feed-forward width.
+    pub fn features_of(self, hidden: usize, q: usize, kv: usize, ff: usize) -> (usize, usize) {
         match self {
-            LoraTarget::Q => (q, h),
-            LoraTarget::K | LoraTarget::V => (kv, h),
-            LoraTarget::O => (h, q),
-            LoraTarget::Gate | LoraTarget::Up => (intermediate_size, h),
-            LoraTarget::Down => (h, intermediate_size),
+            LoraTarget::Q => (q, hidden),
+            LoraTarget::K | LoraTarget::V => (kv, hidden),
+            LoraTarget::O => (hidden, q),
+            LoraTarget::Gate | LoraTarget::Up => (ff, hidden),
+            LoraTarget::Down => (hidden, ff),
         }
     }
 }

@@ -50,13 +50,7 @@ fn random_adapter(seed: u64, layers: usize, ff: usize) -> Result<LoraAdapter> {
     for i in 0..layers {
         let mut layer = BTreeMap::new();
         for (j, t) in LoraTarget::ALL.into_iter().enumerate() {
-            let (o, inp) = match t {
-                LoraTarget::Q => (q, h),
-                LoraTarget::K | LoraTarget::V => (kv, h),
-                LoraTarget::O => (h, q),
-                LoraTarget::Gate | LoraTarget::Up => (ff, h),
-                LoraTarget::Down => (h, ff),
-            };
+            let (o, inp) = t.features_of(h, q, kv, ff);
             let s = seed * 1000 + (i * 10 + j) as u64 * 2;
             layer.insert(
                 t,

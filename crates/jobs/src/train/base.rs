@@ -101,13 +101,7 @@ impl BaseWeights {
         }
         for (i, l) in self.layers.iter().enumerate() {
             for (t, w) in LoraTarget::ALL.iter().zip(&l.linears) {
-                let want = match t {
-                    LoraTarget::Q => (q, d.hidden),
-                    LoraTarget::K | LoraTarget::V => (kv, d.hidden),
-                    LoraTarget::O => (d.hidden, q),
-                    LoraTarget::Gate | LoraTarget::Up => (d.intermediate, d.hidden),
-                    LoraTarget::Down => (d.hidden, d.intermediate),
-                };
+                let want = t.features_of(d.hidden, q, kv, d.intermediate);
                 if w.dims2()? != want {
                     return Err(err(format!(
                         "layer {i} {}: shape {:?}, expected {want:?}",
