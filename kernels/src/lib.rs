@@ -230,18 +230,13 @@ impl Isa {
                 _ => [Isa::Amx, Isa::Avx512Vnni]
                     .into_iter()
                     .filter(|&i| usable(i))
-                    .find(|&isa| match isolated(|| isa.self_check(base)) {
-                        Some(Ok(())) => true,
-                        Some(Err(e)) => {
+                    .find(|&isa| {
+                        let checked = isolated(|| isa.self_check(base))
+                            .unwrap_or_else(|| Err(Error("the check did not run".into())));
+                        if let Err(e) = &checked {
                             eprintln!("hearth-kernels: {isa:?} kernels not used: {e}");
-                            false
                         }
-                        None => {
-                            eprintln!(
-                                "hearth-kernels: {isa:?} kernels not used: the check did not run"
-                            );
-                            false
-                        }
+                        checked.is_ok()
                     })
                     .unwrap_or(base),
             }
