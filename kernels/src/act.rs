@@ -11,10 +11,12 @@
 //! bit-exact Q4_1 op did (max |dlogprob| 0.10 instead of 0.22 on one case).
 //!
 //! With a span of 256 ([`crate::Format::activation_span`]: Q2_K and Q3_K
-//! weights, and Q4_K and Q5_K on CPUs without AVX-512 VNNI), `max|x|` is
-//! taken over the whole span and `d` (f32, as llama.cpp's Q8_K keeps it)
-//! is shared by its eight blocks, whose fields stay per block; the kernels
-//! then add the span's integer sums before one float operation.
+//! weights, Q4_K, Q5_K and Q6_K on CPUs without AVX-512 VNNI, and Q4_K
+//! and Q5_K in prompt steps on CPUs with it),
+//! `max|x|` is taken over the whole span and `d` (f32, as llama.cpp's Q8_K
+//! keeps it) is shared by its eight blocks, whose fields stay per block
+//! (`s` is then the block's quant sum, unscaled); the kernels apply `d`
+//! once per span.
 //!
 //! For the 512-bit prefill kernels, [`Acts::quantize_tiled`] lays the
 //! same blocks out with the rows regrouped by the kernels' tiles of eight
@@ -24,9 +26,9 @@
 //! at most `d / 2 + 127 |d - f16(d)| <= 0.5625 d`, and `s` by at most
 //! `2^-10 d |sum(q)|` from the dequantized values' sum, so `|y - y_ref| <=
 //! sum_j 0.5625 |w_j| d(j) + sum_b |m_b| 2^-10 (sum_{j in b} |x_j| + 16
-//! d_b)`. Q6_K (and Q4_K and Q5_K with AVX-512 VNNI) use 32-value scales
-//! too: finer than llama.cpp's Q8_K for them (one f32 scale per 256
-//! values).
+//! d_b)`. Q6_K (and Q4_K and Q5_K in decode steps) on CPUs with AVX-512
+//! VNNI use 32-value scales too: finer than llama.cpp's Q8_K for them (one
+//! f32 scale per 256 values).
 
 use half::f16;
 
@@ -40,6 +42,8 @@ pub(crate) struct Acts {
     pub span: usize,
     pub qs: Vec<Q8>,
     pub d: Vec<f32>,
+    /// `d` times the block's quant sum (f16-rounded) with a span of 32;
+    /// the quant sum alone with a span of 256.
     pub s: Vec<f32>,
     pub bias: Vec<Bias>,
     /// With a span of 256, `-127` times the sum of each span's quantized
@@ -163,8 +167,10 @@ fn quantize_blocks(x: &[f32], span: usize, mut out: Blocks<'_>) {
 }
 
 /// `d` and `s` of a block from its scale's largest magnitude and its quant
-/// sum: with llama.cpp's f16 roundings for a span of 32, f32 (as its Q8_K)
-/// for longer spans.
+/// sum: with llama.cpp's f16 roundings for a span of 32; for longer spans
+/// `d` in f32 (as its Q8_K) and `s` the quant sum itself (exact in f32),
+/// which the Q4_K and Q5_K kernels multiply by the block's offsets before
+/// the span's `d` applies to the whole span.
 #[inline(always)]
 fn scales(amax: f32, sum: i32, span: usize) -> (f32, f32) {
     let d = amax / 127.0;
@@ -174,7 +180,7 @@ fn scales(amax: f32, sum: i32, span: usize) -> (f32, f32) {
             f16::from_f32(d * sum as f32).to_f32(),
         )
     } else {
-        (d, d * sum as f32)
+        (d, sum as f32)
     }
 }
 

@@ -16,10 +16,10 @@
 //!   GGUF's bytes;
 //! - the activations are quantized to 8 bits per 32 values as llama.cpp's
 //!   Q8_0/Q8_1 (`act.rs`, which states the error bounds), or with one
-//!   scale per 256 values as its Q8_K for Q2_K and Q3_K, and for Q4_K,
-//!   Q5_K and Q6_K on CPUs without AVX-512 VNNI
-//!   ([`Format::activation_span`]), whose kernels then sum a super-block
-//!   in integers;
+//!   scale per 256 values as its Q8_K for Q2_K and Q3_K, for Q4_K, Q5_K
+//!   and Q6_K on CPUs without AVX-512 VNNI, and for Q4_K and Q5_K in
+//!   prompt steps on CPUs with it ([`Format::activation_span`]), whose
+//!   kernels then apply the activations' scale once per super-block;
 //! - each 32-value block pair contributes `f_w d_x sum(q_w q_x) + m_w s_x`
 //!   (Q6_K: one such sum per 16 values). One activation block's bytes,
 //!   broadcast, meet eight weight rows in one register, so eight rows'
@@ -458,7 +458,7 @@ impl QuantMatrix {
             return;
         }
         // The input quantized once per activation span the matrices want.
-        let span_of = |w: &QuantMatrix| w.format.activation_span();
+        let span_of = |w: &QuantMatrix| w.format.activation_span(m);
         // The 512-bit prefill kernels read the rows regrouped by tiles,
         // where every matrix runs on them alone.
         #[cfg(target_arch = "x86_64")]
@@ -557,7 +557,7 @@ impl QuantMatrix {
     unsafe fn block(&self, isa: Isa, acts: &Acts, rows: Range<usize>, out: Out) {
         assert_eq!(
             acts.span,
-            self.format.activation_span(),
+            self.format.activation_span(acts.rows()),
             "activations of another span"
         );
         let groups = groups(rows);

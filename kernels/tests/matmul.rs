@@ -148,7 +148,7 @@ fn check_format(format: Format, ks: &[usize]) {
                     })
                     .collect();
                 let (want, bound, mag, var) =
-                    reference(&deq, &offsets, &x, n, k, format.activation_span());
+                    reference(&deq, &offsets, &x, n, k, format.activation_span(m));
                 let max_ref = want.iter().fold(0f32, |a, v| a.max(v.abs()));
                 let mut scalar = vec![0f32; m * n];
                 q.matmul_with(Isa::Scalar, &x, m, &mut scalar);
@@ -489,5 +489,30 @@ fn vnni_kernels_equal_avx2_bit_for_bit() {
                 assert_equals_avx2_bit_for_bit(Isa::Avx512Vnni, &q, &x, m, &what);
             }
         }
+    }
+}
+
+/// The activations' scale spans: Q4_K and Q5_K take llama.cpp's Q8_K
+/// spans of 256 values in prompt steps (more than four rows) everywhere,
+/// and in decode steps where the CPU has no AVX-512 VNNI; on CPUs with it
+/// their decode steps keep 32-value scales. Q2_K and Q3_K always take
+/// 256, the 32-value formats 32.
+#[test]
+fn k_quant_activation_spans_follow_the_step() {
+    let vnni = Isa::Avx512Vnni.is_available();
+    for format in [Format::Q4K, Format::Q5K] {
+        for rows in [5usize, 16, 512] {
+            assert_eq!(format.activation_span(rows), 256, "{format:?} {rows}");
+        }
+        for rows in 1..=4 {
+            let want = if vnni { 32 } else { 256 };
+            assert_eq!(format.activation_span(rows), want, "{format:?} {rows}");
+        }
+    }
+    for rows in [1usize, 4, 5, 64] {
+        assert_eq!(Format::Q2K.activation_span(rows), 256);
+        assert_eq!(Format::Q3K.activation_span(rows), 256);
+        assert_eq!(Format::Q8_0.activation_span(rows), 32);
+        assert_eq!(Format::Q4_1.activation_span(rows), 32);
     }
 }

@@ -368,26 +368,30 @@ mod tests {
     /// layouts agree), and the outputs are within the activation-rounding
     /// bound of `hearth-kernels`' `act.rs` of f32 math on those weights:
     /// `sum_j 0.5625 |w_j| d(j) + sum_b |m_b| 2^-10 (sum_b |x| + 16 d_b)`
-    /// (`d = max|x| / 127` per 32 values, or per 256 for Q2_K and Q3_K:
-    /// `Format::activation_span`), plus 1e-5 relative for summation
-    /// order. The block offsets `m_b` are not visible here; candle's
+    /// (`d = max|x| / 127` per 32 values, or per 256 for Q2_K and Q3_K and
+    /// as `Format::activation_span` says for the other K-quants), plus 1e-5
+    /// relative for summation order. The block offsets `m_b` are not visible here; candle's
     /// quantizers keep them within `1.5 max_b |w|`, which the bound uses.
     #[test]
     fn kernel_formats_match_candle_dequantization() -> Result<()> {
         let dev = Device::Cpu;
-        let (n, k, rows) = (40, 512, 3);
-        for dtype in [
-            GgmlDType::Q4_0,
-            GgmlDType::Q4_1,
-            GgmlDType::Q5_0,
-            GgmlDType::Q5_1,
-            GgmlDType::Q8_0,
-            GgmlDType::Q2K,
-            GgmlDType::Q3K,
-            GgmlDType::Q4K,
-            GgmlDType::Q5K,
-            GgmlDType::Q6K,
-        ] {
+        let (n, k) = (40, 512);
+        // 3 rows: a decode step's kernels; 6: a prompt step's.
+        for (rows, dtype) in [3, 6].into_iter().flat_map(|r| {
+            [
+                GgmlDType::Q4_0,
+                GgmlDType::Q4_1,
+                GgmlDType::Q5_0,
+                GgmlDType::Q5_1,
+                GgmlDType::Q8_0,
+                GgmlDType::Q2K,
+                GgmlDType::Q3K,
+                GgmlDType::Q4K,
+                GgmlDType::Q5K,
+                GgmlDType::Q6K,
+            ]
+            .map(|d| (r, d))
+        }) {
             let w = Tensor::randn(0f32, 1.0, (n, k), &dev)?;
             let x = Tensor::randn(0f32, 1.0, (rows, k), &dev)?;
             let q = QTensor::quantize(&w, dtype)?;
@@ -411,7 +415,7 @@ mod tests {
                 for o in 0..n {
                     let wr = &ws[o * k..(o + 1) * k];
                     let (mut want, mut bound) = (0f64, 0f64);
-                    let span = format.activation_span();
+                    let span = format.activation_span(rows);
                     for (b, (wb, xb)) in wr.chunks(32).zip(xr.chunks(32)).enumerate() {
                         let xs = &xr[b * 32 / span * span..][..span];
                         let d = xs.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;

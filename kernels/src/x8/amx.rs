@@ -18,8 +18,8 @@
 //! ([`crate::act::Bias`]; adding that per row and block instead cost more
 //! than the second product); Q3_K's span sums (`p + 127`) start from the
 //! span's correction, as on the 512-bit tiles. The sums then take
-//! [`finish`]'s float operations in the same order, so the results are the
-//! 512-bit tiles' bits.
+//! [`finish`]'s float operations (Q4_K's and Q5_K's, [`finish_span`]'s) in
+//! the same order, so the results are the 512-bit tiles' bits.
 //!
 //! Each step's sums are stored (`tilestored`) while the previous step's
 //! are read back for the float operations, which is what the loop waits on:
@@ -36,7 +36,7 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use super::wide::{finish, Sums, Unpacked};
+use super::wide::{finish, finish_span, Sums, Unpacked};
 use super::{Group8, G, SPAN_BLOCKS};
 use crate::act::{tiled_at, Acts};
 use crate::formats::QK;
@@ -368,6 +368,31 @@ pub(crate) unsafe fn tile<W: Group8, const TILED: bool>(
                 }
             }
         }
+        Sums::SpanOffsets => {
+            // Two blocks per step, as below (spans of eight blocks: never
+            // an odd last one), each row's blocks into its span sum.
+            assert!(acts.span == 256 && nb.is_multiple_of(SPAN_BLOCKS));
+            let mut sp = [_mm512_setzero_ps(); ROWS];
+            let steps = nb / 2;
+            for i in 0..=steps {
+                if i < steps {
+                    let (b0, b1) = (2 * i, 2 * i + 1);
+                    dot2!(true, false, x(b0), wb(b0), x(b1), wb(b1), stride);
+                    let [c0, c1] = &mut bufs[i % 2];
+                    store2(c0, c1);
+                }
+                if i > 0 {
+                    let b = 2 * (i - 1);
+                    let [c0, c1] = &bufs[(i - 1) % 2];
+                    let (u0, u1) = (blocks.get_unchecked(b), blocks.get_unchecked(b + 1));
+                    let last = (b + 1) % SPAN_BLOCKS == SPAN_BLOCKS - 1;
+                    rows!(j; {
+                        finish_span(u0, acts, at(nb, j, b), c0.row(j), false, &mut sp[j], &mut acc[j]);
+                        finish_span(u1, acts, at(nb, j, b + 1), c1.row(j), last, &mut sp[j], &mut acc[j]);
+                    });
+                }
+            }
+        }
         _ => {
             // Two blocks per step (one in each sum tile); an odd last
             // block twice, its second sums not read.
@@ -390,7 +415,7 @@ pub(crate) unsafe fn tile<W: Group8, const TILED: bool>(
             }
         }
     }
-    if W::SUMS != Sums::Offsets {
+    if !matches!(W::SUMS, Sums::Offsets | Sums::SpanOffsets) {
         // As the 512-bit tiles: the signed layouts add their (zero)
         // offsets' sums last.
         for acc in &mut acc {

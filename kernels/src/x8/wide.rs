@@ -80,8 +80,13 @@ pub(crate) struct Unpacked {
 /// How [`tile_unpacked`] sums a layout's blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Sums {
-    /// 4- and 5-bit values: `d_x d isum + m s_x` per block.
+    /// Q4_0, Q4_1, Q5_0 and Q5_1: `d_x d isum + m s_x` per block.
     Offsets,
+    /// Q4_K's and Q5_K's 4- and 5-bit values over activations with one
+    /// scale per span of 256 values: `d isum + m X` per block (`d` the
+    /// block's factor `d sc`, `X` its activations' quant sum) into the
+    /// span's sum, which takes the span's `d_x` once ([`finish_span`]).
+    SpanOffsets,
     /// Q6_K's `q + 32`: two half-block sums, each from `-32 sum(x)`, each
     /// with its factor.
     Halves32,
@@ -203,7 +208,34 @@ pub(crate) unsafe fn finish<W: Group8>(
         }
         Sums::Halves32 => _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1]), _mm512_mul_ps(u.m, dx), acc),
         Sums::All128 => acc,
+        Sums::SpanOffsets => unreachable!("summed per span by `finish_span`"),
         Sums::All127 | Sums::Mins16 => unreachable!("summed per span by `tile_span`"),
+    }
+}
+
+/// [`Sums::SpanOffsets`]' float operations of activation block `ai` times
+/// an unpacked block `u` whose integer sum is `s`: `sp += d s` then `sp +=
+/// m X` (the span's sum); at a span's last block (`last`), `acc += sp d_x`
+/// and `sp` starts again from zero. One multiply fewer per block than
+/// [`finish`]'s `Offsets`, and the span's `d_x` read once.
+///
+/// # Safety
+/// AVX-512 F; the activation block exists.
+#[inline(always)]
+pub(crate) unsafe fn finish_span(
+    u: &Unpacked,
+    acts: &Acts,
+    ai: usize,
+    s: __m512i,
+    last: bool,
+    sp: &mut __m512,
+    acc: &mut __m512,
+) {
+    *sp = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), u.d, *sp);
+    *sp = _mm512_fmadd_ps(u.m, _mm512_set1_ps(*acts.s.get_unchecked(ai)), *sp);
+    if last {
+        *acc = _mm512_fmadd_ps(*sp, _mm512_set1_ps(*acts.d.get_unchecked(ai)), *acc);
+        *sp = _mm512_setzero_ps();
     }
 }
 
@@ -276,7 +308,11 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
     // Where value registers 4..8's sums go: Q6_K's second half block has
     // its own, the others add to the first.
     let h = usize::from(W::SUMS == Sums::Halves32);
+    let kspan = W::SUMS == Sums::SpanOffsets;
+    assert!(!kspan || (acts.span == 256 && nb.is_multiple_of(SPAN_BLOCKS)));
     let mut acc = [_mm512_setzero_ps(); A];
+    // With `SpanOffsets`, each row's span sum.
+    let mut sp = [_mm512_setzero_ps(); A];
     for b in 0..nb {
         if a == 0 {
             prefetch_next_pair(w, g, b);
@@ -308,7 +344,7 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
                 }
             };
         }
-        if W::SUMS == Sums::Offsets || (TILED && W::SUMS == Sums::Halves32) {
+        if W::SUMS == Sums::Offsets || kspan || (TILED && W::SUMS == Sums::Halves32) {
             // Every row's sum first, register by register across the rows,
             // then their float operations: one row's chain of eight
             // `vpdpbusd` after another left the core waiting on each chain
@@ -324,7 +360,12 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
             for v in G / 2..G {
                 rows!(j; { dots!(j, s[j], v..v + 1, h); });
             }
-            rows!(j; { acc[j] = finish::<W>(u, acts, ix!(j, b), s[j], acc[j]) });
+            if kspan {
+                let last = b % SPAN_BLOCKS == SPAN_BLOCKS - 1;
+                rows!(j; { finish_span(u, acts, ix!(j, b), s[j][0], last, &mut sp[j], &mut acc[j]) });
+            } else {
+                rows!(j; { acc[j] = finish::<W>(u, acts, ix!(j, b), s[j], acc[j]) });
+            }
         } else {
             rows!(j; {
                 let ai = ix!(j, b);
@@ -335,7 +376,7 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
             });
         }
     }
-    if W::SUMS != Sums::Offsets {
+    if !matches!(W::SUMS, Sums::Offsets | Sums::SpanOffsets) {
         // The 256-bit signed tiles add their (zero) offsets' sums last.
         // A loop: `map`'s closure is compiled without AVX-512, so the add
         // became a call per register.
