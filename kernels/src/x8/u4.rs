@@ -45,7 +45,7 @@
 //! the span's sum in floats, which takes the span's `d_x` once
 //! ([`Ux8::tile_span_float`], the 512-bit and AMX tiles'
 //! [`Sums::SpanOffsets`], the same bits): one multiply fewer per block
-//! and row, Q4_K prompt steps 1.10-1.24x faster on an Intel Xeon with AMX
+//! and row, Q4_K_M prefill 1.07-1.26x faster on an Intel Xeon with AMX
 //! (`benches/README.md`).
 
 #[cfg(target_arch = "x86_64")]
@@ -291,6 +291,44 @@ impl<S: Scales, const FIVE: bool> Ux8<S, FIVE> {
         acc
     }
 
+    /// One activation row's integer sums over a block whose values are
+    /// `wv` ([`Ux8::values256`]), the row's quantized block at `x`: eight
+    /// `vpdpbusd` with VNNI; else `vpmaddubsw` pair sums added in i16
+    /// (eight reach `8 * 2 * 15 * 127 = 30480` for 4-bit values; 5-bit
+    /// ones go to i32 by fours, `4 * 2 * 31 * 127 = 31496`) and widened by
+    /// `vpmaddwd` against `ones` (sixteen 1s).
+    ///
+    /// # Safety
+    /// AVX2, and AVX-512 VNNI + VL if `VNNI`; `x` points at 32 bytes.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn isum256<const VNNI: bool>(
+        wv: &[std::arch::x86_64::__m256i; G],
+        x: *const i32,
+        ones: std::arch::x86_64::__m256i,
+    ) -> std::arch::x86_64::__m256i {
+        use std::arch::x86_64::*;
+        if VNNI {
+            let mut s = _mm256_setzero_si256();
+            for (v, &wk) in wv.iter().enumerate() {
+                s = _mm256_dpbusd_epi32(s, wk, _mm256_set1_epi32(x.add(v).read()));
+            }
+            return s;
+        }
+        let mut s16 = [_mm256_setzero_si256(); 2];
+        for (v, &wk) in wv.iter().enumerate() {
+            let xv = _mm256_set1_epi32(x.add(v).read());
+            let h = &mut s16[if FIVE { v / 4 } else { 0 }];
+            *h = _mm256_add_epi16(*h, _mm256_maddubs_epi16(wk, xv));
+        }
+        let lo = _mm256_madd_epi16(s16[0], ones);
+        if FIVE {
+            _mm256_add_epi32(lo, _mm256_madd_epi16(s16[1], ones))
+        } else {
+            lo
+        }
+    }
+
     /// [`Group8::tile`] for the K-quants over activations with one scale
     /// per 256 values on CPUs with AVX-512 VNNI (prompt steps; the 512-bit
     /// and AMX tiles' [`Sums::SpanOffsets`], with the same bits): each
@@ -327,27 +365,7 @@ impl<S: Scales, const FIVE: bool> Ux8<S, FIVE> {
                 for (j, sp) in sp.iter_mut().enumerate() {
                     let ai = (a + j) * nb + b;
                     let x = acts.qs.as_ptr().add(ai) as *const i32;
-                    let isum = if VNNI {
-                        let mut s = _mm256_setzero_si256();
-                        for (v, &wk) in wv.iter().enumerate() {
-                            s = _mm256_dpbusd_epi32(s, wk, _mm256_set1_epi32(x.add(v).read()));
-                        }
-                        s
-                    } else {
-                        // As in `tile`.
-                        let mut s16 = [_mm256_setzero_si256(); 2];
-                        for (v, &wk) in wv.iter().enumerate() {
-                            let xv = _mm256_set1_epi32(x.add(v).read());
-                            let h = &mut s16[if FIVE { v / 4 } else { 0 }];
-                            *h = _mm256_add_epi16(*h, _mm256_maddubs_epi16(wk, xv));
-                        }
-                        let lo = _mm256_madd_epi16(s16[0], ones);
-                        if FIVE {
-                            _mm256_add_epi32(lo, _mm256_madd_epi16(s16[1], ones))
-                        } else {
-                            lo
-                        }
-                    };
+                    let isum = Self::isum256::<VNNI>(&wv, x, ones);
                     *sp = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dw, *sp);
                     *sp = _mm256_fmadd_ps(mw, _mm256_set1_ps(*acts.s.get_unchecked(ai)), *sp);
                 }
@@ -449,29 +467,7 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
             for (j, acc) in acc.iter_mut().enumerate() {
                 let ai = (a + j) * nb + b;
                 let x = acts.qs.as_ptr().add(ai) as *const i32;
-                let isum = if VNNI {
-                    let mut s = _mm256_setzero_si256();
-                    for (v, &wk) in wv.iter().enumerate() {
-                        s = _mm256_dpbusd_epi32(s, wk, _mm256_set1_epi32(x.add(v).read()));
-                    }
-                    s
-                } else {
-                    // i16 sums of pairs: eight reach 8 * 2 * 15 * 127 =
-                    // 30480 for 4-bit values; 5-bit ones go to i32 by fours
-                    // (4 * 2 * 31 * 127 = 31496).
-                    let mut s16 = [_mm256_setzero_si256(); 2];
-                    for (v, &wk) in wv.iter().enumerate() {
-                        let xv = _mm256_set1_epi32(x.add(v).read());
-                        let h = &mut s16[if FIVE { v / 4 } else { 0 }];
-                        *h = _mm256_add_epi16(*h, _mm256_maddubs_epi16(wk, xv));
-                    }
-                    let lo = _mm256_madd_epi16(s16[0], ones);
-                    if FIVE {
-                        _mm256_add_epi32(lo, _mm256_madd_epi16(s16[1], ones))
-                    } else {
-                        lo
-                    }
-                };
+                let isum = Self::isum256::<VNNI>(&wv, x, ones);
                 let scale = _mm256_mul_ps(dw, _mm256_set1_ps(*acts.d.get_unchecked(ai)));
                 *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, *acc);
                 *acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(*acts.s.get_unchecked(ai)), *acc);
