@@ -12,11 +12,10 @@
 //!
 //! With a span of 256 ([`crate::Format::activation_span`]: Q2_K and Q3_K
 //! weights, Q4_K, Q5_K and Q6_K on CPUs without AVX-512 VNNI, and Q4_K
-//! and Q5_K in prompt steps on CPUs with it),
-//! `max|x|` is taken over the whole span and `d` (f32, as llama.cpp's Q8_K
-//! keeps it) is shared by its eight blocks, whose fields stay per block
-//! (`s` is then the block's quant sum, unscaled); the kernels apply `d`
-//! once per span.
+//! and Q5_K in prompt steps on CPUs with it), `max|x|` is taken over the
+//! whole span and `d` (f32, as llama.cpp's Q8_K keeps it) is shared by its
+//! eight blocks, whose fields stay per block (`s` is then the block's
+//! quant sum, unscaled); the kernels apply `d` once per span.
 //!
 //! For the 512-bit prefill kernels, [`Acts::quantize_tiled`] lays the
 //! same blocks out with the rows regrouped by the kernels' tiles of eight

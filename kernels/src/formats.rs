@@ -87,11 +87,14 @@ impl Format {
     /// decode steps of up to that many rows on CPUs with VNNI, which are
     /// bound by memory and kept as they were measured fastest.
     pub fn activation_span(self, rows: usize) -> usize {
-        let wide = crate::wide_kernels();
         match self {
             Format::Q2K | Format::Q3K => 256,
-            Format::Q4K | Format::Q5K if !wide || rows > crate::x8::PREFETCH_MAX_ROWS => 256,
-            Format::Q6K if !wide => 256,
+            Format::Q4K | Format::Q5K
+                if rows > crate::x8::PREFETCH_MAX_ROWS || !crate::wide_kernels() =>
+            {
+                256
+            }
+            Format::Q6K if !crate::wide_kernels() => 256,
             _ => QK,
         }
     }

@@ -370,8 +370,9 @@ mod tests {
     /// `sum_j 0.5625 |w_j| d(j) + sum_b |m_b| 2^-10 (sum_b |x| + 16 d_b)`
     /// (`d = max|x| / 127` per 32 values, or per 256 for Q2_K and Q3_K and
     /// as `Format::activation_span` says for the other K-quants), plus 1e-5
-    /// relative for summation order. The block offsets `m_b` are not visible here; candle's
-    /// quantizers keep them within `1.5 max_b |w|`, which the bound uses.
+    /// relative for summation order. The block offsets `m_b` are not
+    /// visible here; candle's quantizers keep them within `1.5 max_b |w|`,
+    /// which the bound uses.
     #[test]
     fn kernel_formats_match_candle_dequantization() -> Result<()> {
         let dev = Device::Cpu;

@@ -439,10 +439,10 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
     ) -> [std::arch::x86_64::__m256; A] {
         use std::arch::x86_64::*;
         if let Some(k) = self.scales.super_k4() {
-            if acts.span == 256 && crate::wide_kernels() {
-                return self.tile_span_float::<A, VNNI, PREFETCH>(acts, g, a);
-            }
             if acts.span == 256 {
+                if crate::wide_kernels() {
+                    return self.tile_span_float::<A, VNNI, PREFETCH>(acts, g, a);
+                }
                 assert!(!VNNI, "VNNI kernels on a CPU without them");
                 return self.tile_span256::<A, PREFETCH>(k, acts, g, a);
             }
