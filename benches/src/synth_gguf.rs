@@ -6,9 +6,10 @@
 //! (the default chat model's), padded with reserved control tokens up to the
 //! shape's vocabulary, and random weights (uniform, standard deviation 0.02;
 //! norms 1) quantized the way llama.cpp's `llama-quantize` types a
-//! [`Quant::Q4KM`], [`Quant::Q3KM`], [`Quant::Q2K`] or [`Quant::Q8_0`] file. Tensors are generated, quantized
-//! and written one row chunk at a time, so an 8B file needs a few hundred
-//! megabytes of memory, not its size.
+//! [`Quant::Q4KM`], [`Quant::Q3KM`], [`Quant::Q2K`], [`Quant::Q6K`] or
+//! [`Quant::Q8_0`] file. Tensors are generated, quantized and written one
+//! row chunk at a time, so an 8B file needs a few hundred megabytes of
+//! memory, not its size.
 //!
 //! ```sh
 //! cargo run --release -p hearth-benches --bin hearth-synth-gguf -- \
@@ -125,6 +126,8 @@ impl Shape {
 pub enum Quant {
     /// Every matrix Q8_0.
     Q8_0,
+    /// Every matrix Q6_K (llama.cpp's `Q6_K`).
+    Q6K,
     /// llama.cpp's `Q4_K_M`: Q4_K, with Q6_K for the output head (or the
     /// tied token table) and for `attn_v` and `ffn_down` in the layers where
     /// llama.cpp's `use_more_bits` says so.
@@ -145,10 +148,11 @@ impl Quant {
     pub fn parse(s: &str) -> anyhow::Result<Quant> {
         match s.to_ascii_lowercase().as_str() {
             "q8_0" => Ok(Quant::Q8_0),
+            "q6_k" => Ok(Quant::Q6K),
             "q4_k_m" => Ok(Quant::Q4KM),
             "q3_k_m" => Ok(Quant::Q3KM),
             "q2_k" => Ok(Quant::Q2K),
-            other => bail!("unknown quantization `{other}` (q8_0, q4_k_m, q3_k_m or q2_k)"),
+            other => bail!("unknown quantization `{other}` (q8_0, q6_k, q4_k_m, q3_k_m or q2_k)"),
         }
     }
 
@@ -156,6 +160,7 @@ impl Quant {
     fn file_type(self) -> u32 {
         match self {
             Quant::Q8_0 => 7,
+            Quant::Q6K => 18,
             Quant::Q4KM => 15,
             Quant::Q3KM => 12,
             Quant::Q2K => 10,
@@ -177,6 +182,7 @@ pub fn tensor_type(name: &str, layer: Option<usize>, shape: &Shape, quant: Quant
     }
     match quant {
         Quant::Q8_0 => GgmlDType::Q8_0,
+        Quant::Q6K => GgmlDType::Q6K,
         Quant::Q4KM => {
             let head = name == "output.weight" || (shape.tied && name == "token_embd.weight");
             let more = |l: Option<usize>| l.is_some_and(|l| use_more_bits(l, shape.layers));
@@ -526,6 +532,13 @@ mod tests {
         assert_eq!(
             tensor_type("token_embd.weight", None, &tied, Quant::Q8_0),
             GgmlDType::Q8_0
+        );
+        for name in ["token_embd.weight", "blk.4.attn_q.weight", "output.weight"] {
+            assert_eq!(tensor_type(name, Some(4), &s, Quant::Q6K), GgmlDType::Q6K);
+        }
+        assert_eq!(
+            tensor_type("blk.4.ffn_norm.weight", Some(4), &s, Quant::Q6K),
+            GgmlDType::F32
         );
     }
 

@@ -25,9 +25,9 @@
 //! at most `d / 2 + 127 |d - f16(d)| <= 0.5625 d`, and `s` by at most
 //! `2^-10 d |sum(q)|` from the dequantized values' sum, so `|y - y_ref| <=
 //! sum_j 0.5625 |w_j| d(j) + sum_b |m_b| 2^-10 (sum_{j in b} |x_j| + 16
-//! d_b)`. Q6_K (and Q4_K and Q5_K in decode steps) on CPUs with AVX-512
-//! VNNI use 32-value scales too: finer than llama.cpp's Q8_K for them (one
-//! f32 scale per 256 values).
+//! d_b)`. Q4_K, Q5_K and Q6_K in decode steps on CPUs with AVX-512 VNNI
+//! use 32-value scales too: finer than llama.cpp's Q8_K for them (one f32
+//! scale per 256 values).
 
 use half::f16;
 

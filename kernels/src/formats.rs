@@ -79,22 +79,22 @@ impl Format {
     /// and Q6_K on CPUs without AVX-512 VNNI (every instruction set of such
     /// a CPU, the portable loops included, so they all agree), whose
     /// kernels then sum a whole super-block in integers under one float
-    /// operation; and on CPUs with it for Q4_K and Q5_K in products of more
-    /// than [`crate::x8::PREFETCH_MAX_ROWS`] rows (prompt steps, bound by
-    /// compute), whose kernels add a super-block's blocks in floats before
-    /// the span's scale (`x8::wide::Sums::SpanOffsets`: one multiply fewer
-    /// per block and row). 32 for the others, and for Q4_K and Q5_K in
-    /// decode steps of up to that many rows on CPUs with VNNI, which are
-    /// bound by memory and kept as they were measured fastest.
+    /// operation; and on CPUs with it for Q4_K, Q5_K and Q6_K in products
+    /// of more than [`crate::x8::PREFETCH_MAX_ROWS`] rows (prompt steps,
+    /// bound by compute), whose kernels add a super-block's blocks in
+    /// floats before the span's scale (`x8::wide::Sums::SpanOffsets`,
+    /// `SpanHalves32`: one multiply fewer per block and row, two for
+    /// Q6_K). 32 for the others, and for these three in decode steps of up
+    /// to that many rows on CPUs with VNNI, which are bound by memory and
+    /// kept as they were measured fastest.
     pub fn activation_span(self, rows: usize) -> usize {
         match self {
             Format::Q2K | Format::Q3K => 256,
-            Format::Q4K | Format::Q5K
+            Format::Q4K | Format::Q5K | Format::Q6K
                 if rows > crate::x8::PREFETCH_MAX_ROWS || !crate::wide_kernels() =>
             {
                 256
             }
-            Format::Q6K if !crate::wide_kernels() => 256,
             _ => QK,
         }
     }

@@ -17,7 +17,7 @@
 //! - the activations are quantized to 8 bits per 32 values as llama.cpp's
 //!   Q8_0/Q8_1 (`act.rs`, which states the error bounds), or with one
 //!   scale per 256 values as its Q8_K for Q2_K and Q3_K, for Q4_K, Q5_K
-//!   and Q6_K on CPUs without AVX-512 VNNI, and for Q4_K and Q5_K in
+//!   and Q6_K on CPUs without AVX-512 VNNI, and for those three in
 //!   prompt steps on CPUs with it ([`Format::activation_span`]), whose
 //!   kernels then apply the activations' scale once per super-block;
 //! - each 32-value block pair contributes `f_w d_x sum(q_w q_x) + m_w s_x`

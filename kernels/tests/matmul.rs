@@ -492,15 +492,15 @@ fn vnni_kernels_equal_avx2_bit_for_bit() {
     }
 }
 
-/// The activations' scale spans: Q4_K and Q5_K take llama.cpp's Q8_K
-/// spans of 256 values in prompt steps (more than four rows) everywhere,
-/// and in decode steps where the CPU has no AVX-512 VNNI; on CPUs with it
-/// their decode steps keep 32-value scales. Q2_K and Q3_K always take
-/// 256, the 32-value formats 32.
+/// The activations' scale spans: Q4_K, Q5_K and Q6_K take llama.cpp's
+/// Q8_K spans of 256 values in prompt steps (more than four rows)
+/// everywhere, and in decode steps where the CPU has no AVX-512 VNNI; on
+/// CPUs with it their decode steps keep 32-value scales. Q2_K and Q3_K
+/// always take 256, the 32-value formats 32.
 #[test]
 fn k_quant_activation_spans_follow_the_step() {
     let vnni = Isa::Avx512Vnni.is_available();
-    for format in [Format::Q4K, Format::Q5K] {
+    for format in [Format::Q4K, Format::Q5K, Format::Q6K] {
         for rows in [5usize, 16, 512] {
             assert_eq!(format.activation_span(rows), 256, "{format:?} {rows}");
         }

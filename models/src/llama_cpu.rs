@@ -15,8 +15,8 @@
 //! LoRA adapters add their low-rank deltas to the projections' outputs on
 //! their own sequences' rows, one row at a time, computed while the base
 //! products run (`LoraBatch::project`): every row, with or without an
-//! adapter, comes out the same whatever else is in the batch (with Q4_K
-//! and Q5_K weights on CPUs with AVX-512 VNNI, the same among steps of up
+//! adapter, comes out the same whatever else is in the batch (with Q4_K,
+//! Q5_K and Q6_K weights on CPUs with AVX-512 VNNI, the same among steps of up
 //! to four rows and among larger steps: the two take different activation
 //! scales, `hearth_kernels::Format::activation_span`).
 

@@ -1,5 +1,5 @@
 //! `hearth-synth-gguf`: writes a random-weight GGUF shaped like Llama-3.2-1B
-//! or Llama-3.1-8B, in Q4_K_M or Q8_0, with the default chat model's
+//! or Llama-3.1-8B, in Q4_K_M, Q3_K_M, Q2_K, Q6_K or Q8_0, with the default chat model's
 //! tokenizer metadata (padded to the shape's vocabulary), so that decode and
 //! prefill can be measured at those sizes without a download.
 //!
@@ -22,7 +22,7 @@ struct Args {
     /// `llama-3.2-1b` or `llama-3.1-8b`.
     #[arg(long)]
     shape: String,
-    /// `q4_k_m`, `q3_k_m`, `q2_k` or `q8_0`.
+    /// `q4_k_m`, `q3_k_m`, `q2_k`, `q6_k` or `q8_0`.
     #[arg(long)]
     quant: String,
     /// The GGUF to write.

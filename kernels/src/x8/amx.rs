@@ -12,14 +12,18 @@
 //! (signed `A` times unsigned `B`) leaves in row `j`, column `l` of `C` the
 //! integer sum of activation row `a + j` against weight row `l` over the
 //! block: lane `l` of the 512-bit tile's sum for that row. Q8_0 and Q6_K,
-//! stored with a bias (`q + 128`, `q + 32`), take a second product of the
-//! same `A` with a constant tile of the bias's negative (`tdpbssd`), which
-//! leaves exactly the 512-bit tile's sum started from its bias correction
-//! ([`crate::act::Bias`]; adding that per row and block instead cost more
-//! than the second product); Q3_K's span sums (`p + 127`) start from the
-//! span's correction, as on the 512-bit tiles. The sums then take
-//! [`finish`]'s float operations (Q4_K's and Q5_K's, [`finish_span`]'s) in
-//! the same order, so the results are the 512-bit tiles' bits.
+//! unpacked with a bias for `vpdpbusd` (`q + 128`, `q + 32`), have it
+//! taken off their unpacked blocks for the AMX tiles ([`unbias`]) and run
+//! on `tdpbssd` (signed times signed), which leaves exactly the 512-bit
+//! tile's sum started from its bias correction ([`crate::act::Bias`]);
+//! before, a second product of the same `A` with a constant tile of the
+//! bias's negative did (one `tdpbssd` more per product: Q6_K's prompt
+//! kernel 1.1-1.2x faster without it). Q3_K's span sums (`p + 127`, where
+//! `p = 128` does not fit a signed byte) start from the span's correction,
+//! as on the 512-bit tiles. The sums then take
+//! [`finish`]'s float operations (Q4_K's, Q5_K's and Q6_K's,
+//! [`finish_span`]'s) in the same order, so the results are the 512-bit
+//! tiles' bits.
 //!
 //! Each step's sums are stored (`tilestored`) while the previous step's
 //! are read back for the float operations, which is what the loop waits on:
@@ -99,8 +103,7 @@ pub(crate) struct Config {
 impl Config {
     /// `tmm0`, `tmm1`: sums (16 rows of 16 i32); `tmm2`, `tmm3`: activation
     /// bytes (16 rows of `k` values); `tmm4`, `tmm5`: weight bytes (`k / 4`
-    /// rows of 64); `tmm6`: the bias tile, as the weights; where `k` is 16
-    /// with `halves` (Q6_K) and 32 otherwise.
+    /// rows of 64); where `k` is 16 with `halves` (Q6_K) and 32 otherwise.
     const fn new(halves: bool) -> Self {
         let k = if halves { QK / 2 } else { QK };
         let (sums, acts, weights) = (
@@ -108,7 +111,7 @@ impl Config {
             (k as u16, ROWS as u8),
             (64, (k / 4) as u8),
         );
-        Self::of(&[sums, sums, acts, acts, weights, weights, weights])
+        Self::of(&[sums, sums, acts, acts, weights, weights])
     }
 
     /// Tile `t` with `shapes[t]` (bytes per row, rows); the rest unused.
@@ -149,7 +152,7 @@ static HALVES: Config = Config::new(true);
 /// tiles.
 #[inline(always)]
 pub(crate) unsafe fn configure<W: Group8>() {
-    let cfg: &Config = if W::SUMS == Sums::Halves32 {
+    let cfg: &Config = if W::SUMS == Sums::SpanHalves32 {
         &HALVES
     } else {
         &WHOLE
@@ -178,23 +181,42 @@ impl SumTile {
     }
 }
 
-/// A constant weight tile of one byte value, as many rows as a `B` tile
-/// has at most.
-#[repr(C, align(64))]
-struct ConstTile([i8; 8 * 64]);
+/// Whether layout `W`'s unpacked values carry a bias that the AMX tiles
+/// take off ([`unbias`]): Q8_0's `q + 128` and Q6_K's `q + 32`.
+pub(crate) fn signed<W: Group8>() -> bool {
+    matches!(W::SUMS, Sums::All128 | Sums::SpanHalves32)
+}
 
-/// The bias corrections' tiles: the negated biases of Q8_0 (`q + 128`)
-/// and Q6_K (`q + 32`).
-static MINUS128: ConstTile = ConstTile([-128; 512]);
-static MINUS32: ConstTile = ConstTile([-32; 512]);
+/// Takes the bias of a [`signed`] layout off every unpacked block's values
+/// (`off`: from `q + 128` or `q + 32` to `q`, as signed bytes) or puts it
+/// back (`!off`); the other layouts' blocks are left as they are.
+///
+/// # Safety
+/// AVX-512 F/BW.
+#[inline(always)]
+pub(crate) unsafe fn unbias<W: Group8>(blocks: &mut [Unpacked], off: bool) {
+    // A loop, not `iter_mut().for_each`: a closure would be compiled
+    // without the caller's AVX-512.
+    for u in blocks {
+        for w in &mut u.w {
+            *w = match W::SUMS {
+                // Adding or taking 128 off a byte is the same flip.
+                Sums::All128 => _mm512_xor_si512(*w, _mm512_set1_epi8(i8::MIN)),
+                Sums::SpanHalves32 if off => _mm512_sub_epi8(*w, _mm512_set1_epi8(32)),
+                Sums::SpanHalves32 => _mm512_add_epi8(*w, _mm512_set1_epi8(32)),
+                _ => *w,
+            };
+        }
+    }
+}
 
 /// Sums of activation rows `$x0` (the first row's block, the rows
 /// `$stride` bytes apart) against weight bytes `$w0` (rows 64 bytes apart)
-/// added to `tmm0`, and of `$x1` against `$w1` to `tmm1`; with `zero`, the
-/// two start from zero; with `bias`, each also takes its activations
-/// times `tmm6` (the bias tile).
+/// added to `tmm0`, and of `$x1` against `$w1` to `tmm1`: with `signed`,
+/// signed weights (`tdpbssd`), else unsigned (`tdpbsud`); with `zero`, the
+/// two start from zero.
 macro_rules! dot2 {
-    ($zero:expr, $bias:expr, $x0:expr, $w0:expr, $x1:expr, $w1:expr, $stride:expr) => {
+    ($zero:expr, $signed:expr, $x0:expr, $w0:expr, $x1:expr, $w1:expr, $stride:expr) => {
         if $zero {
             asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
         }
@@ -203,8 +225,6 @@ macro_rules! dot2 {
             "tileloadd tmm4, [{w0} + {s64}*1]",
             "tileloadd tmm3, [{x1} + {st}*1]",
             "tileloadd tmm5, [{w1} + {s64}*1]",
-            "tdpbsud tmm0, tmm2, tmm4",
-            "tdpbsud tmm1, tmm3, tmm5",
             x0 = in(reg) $x0,
             w0 = in(reg) $w0,
             x1 = in(reg) $x1,
@@ -213,10 +233,16 @@ macro_rules! dot2 {
             s64 = in(reg) 64usize,
             options(nostack, readonly),
         );
-        if $bias {
+        if $signed {
             asm!(
-                "tdpbssd tmm0, tmm2, tmm6",
-                "tdpbssd tmm1, tmm3, tmm6",
+                "tdpbssd tmm0, tmm2, tmm4",
+                "tdpbssd tmm1, tmm3, tmm5",
+                options(nostack, nomem)
+            );
+        } else {
+            asm!(
+                "tdpbsud tmm0, tmm2, tmm4",
+                "tdpbsud tmm1, tmm3, tmm5",
                 options(nostack, nomem)
             );
         }
@@ -243,8 +269,9 @@ unsafe fn store2(c0: &mut SumTile, c1: &mut SumTile) {
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AMX-INT8 with [`configure`]`::<W>()` done on this
-/// thread; [`supports`]`(W::SUMS)`; `blocks` holds the pair's every block;
-/// the activation rows exist, in row order or in a tile of 16 from `a`,
+/// thread; [`supports`]`(W::SUMS)`; `blocks` holds the pair's every block,
+/// with the bias of [`signed`] layouts taken off ([`unbias`]); the
+/// activation rows exist, in row order or in a tile of 16 from `a`,
 /// and have as many blocks.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline(never)]
@@ -295,21 +322,8 @@ pub(crate) unsafe fn tile<W: Group8, const TILED: bool>(
             $body
         })*};
     }
-    // The bias tile of the layouts that take one.
-    let bias = match W::SUMS {
-        Sums::All128 => Some(&MINUS128),
-        Sums::Halves32 => Some(&MINUS32),
-        _ => None,
-    };
-    if let Some(tile) = bias {
-        asm!(
-            "tileloadd tmm6, [{t} + {s64}*1]",
-            t = in(reg) tile.0.as_ptr(),
-            s64 = in(reg) 64usize,
-            options(nostack, readonly),
-        );
-    }
-    let bias = bias.is_some();
+    // The layouts whose bias [`unbias`] took off.
+    let signed = signed::<W>();
     // Each row's sums (whole, with their bias corrections) and float
     // operations, as `tile_unpacked` does them.
     macro_rules! finish_rows {
@@ -322,18 +336,35 @@ pub(crate) unsafe fn tile<W: Group8, const TILED: bool>(
         };
     }
     match W::SUMS {
-        Sums::Halves32 => {
-            // A block per step: values 0..16 into `tmm0`, 16..32 into `tmm1`.
+        Sums::SpanHalves32 => {
+            // A block per step: values 0..16 into `tmm0`, 16..32 into
+            // `tmm1`; each row's two sums into its span sum.
+            assert!(acts.span == 256 && nb.is_multiple_of(SPAN_BLOCKS));
+            let mut sp = [_mm512_setzero_ps(); ROWS];
             for i in 0..=nb {
                 if i < nb {
                     let (xb, w) = (x(i), wb(i));
-                    dot2!(true, bias, xb, w, xb.add(QK / 2), w.add(G / 2 * 64), stride);
+                    dot2!(
+                        true,
+                        signed,
+                        xb,
+                        w,
+                        xb.add(QK / 2),
+                        w.add(G / 2 * 64),
+                        stride
+                    );
                     let [c0, c1] = &mut bufs[i % 2];
                     store2(c0, c1);
                 }
                 if i > 0 {
-                    let [c0, c1] = &bufs[(i - 1) % 2];
-                    finish_rows!(i - 1, c0, c1);
+                    let b = i - 1;
+                    let [c0, c1] = &bufs[b % 2];
+                    let u = blocks.get_unchecked(b);
+                    let last = b % SPAN_BLOCKS == SPAN_BLOCKS - 1;
+                    rows!(j; {
+                        let s = [c0.row(j), c1.row(j)];
+                        finish_span::<W>(u, acts, at(nb, j, b), s, last, &mut sp[j], &mut acc[j]);
+                    });
                 }
             }
         }
@@ -386,9 +417,11 @@ pub(crate) unsafe fn tile<W: Group8, const TILED: bool>(
                     let [c0, c1] = &bufs[(i - 1) % 2];
                     let (u0, u1) = (blocks.get_unchecked(b), blocks.get_unchecked(b + 1));
                     let last = (b + 1) % SPAN_BLOCKS == SPAN_BLOCKS - 1;
+                    let zero = _mm512_setzero_si512();
                     rows!(j; {
-                        finish_span(u0, acts, at(nb, j, b), c0.row(j), false, &mut sp[j], &mut acc[j]);
-                        finish_span(u1, acts, at(nb, j, b + 1), c1.row(j), last, &mut sp[j], &mut acc[j]);
+                        let (s0, s1) = ([c0.row(j), zero], [c1.row(j), zero]);
+                        finish_span::<W>(u0, acts, at(nb, j, b), s0, false, &mut sp[j], &mut acc[j]);
+                        finish_span::<W>(u1, acts, at(nb, j, b + 1), s1, last, &mut sp[j], &mut acc[j]);
                     });
                 }
             }
@@ -400,7 +433,7 @@ pub(crate) unsafe fn tile<W: Group8, const TILED: bool>(
             for i in 0..=steps {
                 if i < steps {
                     let (b0, b1) = (2 * i, (2 * i + 1).min(nb - 1));
-                    dot2!(true, bias, x(b0), wb(b0), x(b1), wb(b1), stride);
+                    dot2!(true, signed, x(b0), wb(b0), x(b1), wb(b1), stride);
                     let [c0, c1] = &mut bufs[i % 2];
                     store2(c0, c1);
                 }

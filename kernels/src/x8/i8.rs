@@ -40,7 +40,12 @@
 //! the scales against the activations' half sums), and one float
 //! operation per super-block applies `d d_x` (`i8/tiles.rs`, with
 //! Q8_0's AVX2 tile, which takes one register of values at a time to every
-//! activation row).
+//! activation row). On CPUs with it, Q6_K's prompt steps (more than four
+//! activation rows) take 256-value activation scales too, and each half
+//! block's `d sc_h isum_h` adds into the span's sum in floats, which takes
+//! the span's `d_x` once (`Ix8::tile_span_float`, the 512-bit and AMX
+//! tiles' [`Sums::SpanHalves32`], the same bits): two multiplies fewer per
+//! block and activation row than the decode steps' per-block form.
 
 #[cfg(target_arch = "x86_64")]
 use super::hint;
@@ -506,7 +511,10 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
         use std::arch::x86_64::*;
         if let Some((d, sc)) = self.scales.super_k6() {
             if BITS == 6 && acts.span == 256 {
-                assert!(!VNNI, "the VNNI kernels take 32-value activation scales");
+                if crate::wide_kernels() {
+                    return self.tile_span_float::<A, VNNI, PREFETCH>(acts, g, a);
+                }
+                assert!(!VNNI, "VNNI kernels on a CPU without them");
                 return self.tile_span256::<A, PREFETCH>(d, sc, acts, g, a);
             }
         }
@@ -639,7 +647,7 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
 
     #[cfg(target_arch = "x86_64")]
     const SUMS: Sums = match (BITS, S::HALVES) {
-        (6, true) => Sums::Halves32,
+        (6, true) => Sums::SpanHalves32,
         (8, false) => Sums::All128,
         (3, false) => Sums::All127,
         _ => panic!("6-bit values come with a factor per half block, 8- and 3-bit with one"),

@@ -67,7 +67,7 @@ pub(crate) unsafe fn load_pair(lo: *const __m256i, hi: *const __m256i) -> __m512
 /// One block of two groups, unpacked: register `v` of `w` holds values `4
 /// v..4 v + 4` of the sixteen rows as unsigned bytes (biased as
 /// [`Group8::SUMS`] says), `d` their factors and `m` their offsets
-/// (`w = d q + m`), or with [`Sums::Halves32`] the factors of values 16..32
+/// (`w = d q + m`), or with [`Sums::SpanHalves32`] the factors of values 16..32
 /// (`d` those of 0..16), or with [`Sums::Mins16`] those of the mins.
 #[derive(Clone, Copy)]
 #[repr(C)]
@@ -87,9 +87,11 @@ pub(crate) enum Sums {
     /// block's factor `d sc`, `X` its activations' quant sum) into the
     /// span's sum, which takes the span's `d_x` once ([`finish_span`]).
     SpanOffsets,
-    /// Q6_K's `q + 32`: two half-block sums, each from `-32 sum(x)`, each
-    /// with its factor.
-    Halves32,
+    /// Q6_K's `q + 32` over activations with one scale per span of 256
+    /// values: two half-block sums, each from `-32 sum(x)` of its half,
+    /// each times its factor `d sc_h` into the span's sum, which takes the
+    /// span's `d_x` once ([`finish_span`]).
+    SpanHalves32,
     /// Q8_0's `q + 128`: one sum from `-128 sum(x)`.
     All128,
     /// Q3_K's values times their sub-block scales, `p + 127` (`p` in
@@ -174,7 +176,7 @@ pub(crate) fn tiled_chunk_rows(format: Format, n: usize) -> usize {
 unsafe fn starts<W: Group8>(acts: &Acts, ai: usize) -> [__m512i; 2] {
     let bias = &*acts.bias.as_ptr().add(ai);
     match W::SUMS {
-        Sums::Halves32 => [
+        Sums::SpanHalves32 => [
             _mm512_set1_epi32(bias.halves32[0]),
             _mm512_set1_epi32(bias.halves32[1]),
         ],
@@ -185,8 +187,8 @@ unsafe fn starts<W: Group8>(acts: &Acts, ai: usize) -> [__m512i; 2] {
 
 /// The float operations of activation block `ai` times an unpacked block
 /// `u`, whose integer sums are `s` (Q6_K's two half blocks' with
-/// [`Sums::Halves32`], else one), added to `acc` in the 256-bit tile's
-/// order (the layouts summed per block; Q3_K's and Q2_K's spans go through
+/// one), added to `acc` in the 256-bit tile's order (the layouts summed
+/// per block; the K-quants' spans go through [`finish_span`] and
 /// [`tile_span`]).
 ///
 /// # Safety
@@ -206,33 +208,39 @@ pub(crate) unsafe fn finish<W: Group8>(
             let sx = _mm512_set1_ps(*acts.s.get_unchecked(ai));
             _mm512_fmadd_ps(u.m, sx, acc)
         }
-        Sums::Halves32 => _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1]), _mm512_mul_ps(u.m, dx), acc),
         Sums::All128 => acc,
-        Sums::SpanOffsets => unreachable!("summed per span by `finish_span`"),
+        Sums::SpanOffsets | Sums::SpanHalves32 => unreachable!("summed per span by `finish_span`"),
         Sums::All127 | Sums::Mins16 => unreachable!("summed per span by `tile_span`"),
     }
 }
 
-/// [`Sums::SpanOffsets`]' float operations of activation block `ai` times
-/// an unpacked block `u` whose integer sum is `s`: `sp += d s` then `sp +=
-/// m X` (the span's sum); at a span's last block (`last`), `acc += sp d_x`
-/// and `sp` starts again from zero. One multiply fewer per block than
-/// [`finish`]'s `Offsets`, and the span's `d_x` read once.
+/// The float operations of [`Sums::SpanOffsets`] and
+/// [`Sums::SpanHalves32`] for activation block `ai` times an unpacked
+/// block `u` whose integer sums are `s`: `sp += d s_0`, then `sp += m X`
+/// (Q4_K, Q5_K: `X` the activations' block quant sum) or `sp += m s_1`
+/// (Q6_K: `m` the second half's factor) into the span's sum; at a span's
+/// last block (`last`), `acc += sp d_x` and `sp` starts again from zero.
+/// One multiply fewer per block than [`finish`]'s `Offsets` (two fewer
+/// than Q6_K's per-block form), and the span's `d_x` read once.
 ///
 /// # Safety
 /// AVX-512 F; the activation block exists.
 #[inline(always)]
-pub(crate) unsafe fn finish_span(
+pub(crate) unsafe fn finish_span<W: Group8>(
     u: &Unpacked,
     acts: &Acts,
     ai: usize,
-    s: __m512i,
+    s: [__m512i; 2],
     last: bool,
     sp: &mut __m512,
     acc: &mut __m512,
 ) {
-    *sp = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), u.d, *sp);
-    *sp = _mm512_fmadd_ps(u.m, _mm512_set1_ps(*acts.s.get_unchecked(ai)), *sp);
+    *sp = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0]), u.d, *sp);
+    *sp = if W::SUMS == Sums::SpanHalves32 {
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1]), u.m, *sp)
+    } else {
+        _mm512_fmadd_ps(u.m, _mm512_set1_ps(*acts.s.get_unchecked(ai)), *sp)
+    };
     if last {
         *acc = _mm512_fmadd_ps(*sp, _mm512_set1_ps(*acts.d.get_unchecked(ai)), *acc);
         *sp = _mm512_setzero_ps();
@@ -256,18 +264,23 @@ macro_rules! unpacked {
 }
 
 /// Every block of groups `g` and `g + 1` unpacked into `out` (cleared
-/// first), once for all activation tiles.
+/// first), once for all activation tiles; with `unbiased`, with the bias
+/// of [`super::amx::signed`] layouts taken off, for the AMX tiles.
 ///
 /// # Safety
 /// As [`Group8::unpack_pair`] for groups `g` and `g + 1`.
 #[inline(always)]
-unsafe fn unpack2<W: Group8>(w: &W, g: usize, out: &mut Vec<Unpacked>) {
+unsafe fn unpack2<W: Group8>(w: &W, g: usize, out: &mut Vec<Unpacked>, unbiased: bool) {
     let nb = w.blocks();
     out.clear();
     // A loop, not `extend` over a closure: the closure would be compiled
     // without the caller's AVX-512 and not inlined.
     for b in 0..nb {
-        out.push(w.unpack_pair(g * nb + b, (g + 1) * nb + b));
+        let mut u = w.unpack_pair(g * nb + b, (g + 1) * nb + b);
+        if unbiased {
+            super::amx::unbias::<W>(std::slice::from_mut(&mut u), true);
+        }
+        out.push(u);
     }
 }
 
@@ -307,8 +320,8 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
     assert!((STREAM || blocks.len() == nb) && (a + A) * nb <= acts.qs.len());
     // Where value registers 4..8's sums go: Q6_K's second half block has
     // its own, the others add to the first.
-    let h = usize::from(W::SUMS == Sums::Halves32);
-    let kspan = W::SUMS == Sums::SpanOffsets;
+    let h = usize::from(W::SUMS == Sums::SpanHalves32);
+    let kspan = matches!(W::SUMS, Sums::SpanOffsets | Sums::SpanHalves32);
     assert!(!kspan || (acts.span == 256 && nb.is_multiple_of(SPAN_BLOCKS)));
     let mut acc = [_mm512_setzero_ps(); A];
     // With `SpanOffsets`, each row's span sum.
@@ -344,7 +357,10 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
                 }
             };
         }
-        if W::SUMS == Sums::Offsets || kspan || (TILED && W::SUMS == Sums::Halves32) {
+        // A span's last block, where the span sums take `d_x`.
+        let last = b % SPAN_BLOCKS == SPAN_BLOCKS - 1;
+        let halves = W::SUMS == Sums::SpanHalves32;
+        if matches!(W::SUMS, Sums::Offsets | Sums::SpanOffsets) || (TILED && halves) {
             // Every row's sum first, register by register across the rows,
             // then their float operations: one row's chain of eight
             // `vpdpbusd` after another left the core waiting on each chain
@@ -361,8 +377,7 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
                 rows!(j; { dots!(j, s[j], v..v + 1, h); });
             }
             if kspan {
-                let last = b % SPAN_BLOCKS == SPAN_BLOCKS - 1;
-                rows!(j; { finish_span(u, acts, ix!(j, b), s[j][0], last, &mut sp[j], &mut acc[j]) });
+                rows!(j; { finish_span::<W>(u, acts, ix!(j, b), s[j], last, &mut sp[j], &mut acc[j]) });
             } else {
                 rows!(j; { acc[j] = finish::<W>(u, acts, ix!(j, b), s[j], acc[j]) });
             }
@@ -372,7 +387,11 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
                 let mut s = starts::<W>(acts, ai);
                 dots!(j, s, 0..G / 2, 0);
                 dots!(j, s, G / 2..G, h);
-                acc[j] = finish::<W>(u, acts, ai, s, acc[j]);
+                if kspan {
+                    finish_span::<W>(u, acts, ai, s, last, &mut sp[j], &mut acc[j]);
+                } else {
+                    acc[j] = finish::<W>(u, acts, ai, s, acc[j]);
+                }
             });
         }
     }
@@ -622,8 +641,8 @@ pub(crate) unsafe fn run<W: Group8, const AMX: bool>(
         assert!(g + 4 <= rows.div_ceil(G));
         SCRATCH.with_borrow_mut(|b0| {
             SCRATCH2.with_borrow_mut(|b1| {
-                unpack2(w, g, b0);
-                unpack2(w, g + 2, b1);
+                unpack2(w, g, b0, false);
+                unpack2(w, g + 2, b1, false);
                 let mut a = 0;
                 while a < m {
                     let at = tile_rows(m - a, 8);
@@ -664,8 +683,12 @@ pub(crate) unsafe fn run<W: Group8, const AMX: bool>(
         while g + 1 < groups.end {
             // Both groups exist (`unpack_pair`'s condition, either way).
             assert!(g + 2 <= rows.div_ceil(G));
+            // The AMX tiles take signed values where the 512-bit tiles
+            // take them biased: the bias comes off for the AMX tiles and
+            // back on for rows left to the 512-bit tiles.
+            let unbiased = amx && m >= super::amx::ROWS && super::amx::signed::<W>();
             if !stream {
-                unpack2(w, g, scratch);
+                unpack2(w, g, scratch, unbiased);
             }
             let mut a = 0;
             while amx && a + super::amx::ROWS <= m {
@@ -676,6 +699,9 @@ pub(crate) unsafe fn run<W: Group8, const AMX: bool>(
                 };
                 put_pair(rows, g, a, v, out);
                 a += super::amx::ROWS;
+            }
+            if unbiased && a < m {
+                super::amx::unbias::<W>(scratch, false);
             }
             while a < m {
                 // Unpacking each block per tile, any 1 to 8 rows are one
