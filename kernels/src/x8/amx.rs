@@ -17,8 +17,8 @@
 //! on `tdpbssd` (signed times signed), which leaves exactly the 512-bit
 //! tile's sum started from its bias correction ([`crate::act::Bias`]);
 //! before, a second product of the same `A` with a constant tile of the
-//! bias's negative did (one `tdpbssd` more per product: Q6_K's prompt
-//! kernel 1.1-1.2x faster without it). Q3_K's span sums (`p + 127`, where
+//! bias's negative did, one `tdpbssd` more per product (`matmul/Q8_0`
+//! 1.00-1.07x faster without it). Q3_K's span sums (`p + 127`, where
 //! `p = 128` does not fit a signed byte) start from the span's correction,
 //! as on the 512-bit tiles. The sums then take
 //! [`finish`]'s float operations (Q4_K's, Q5_K's and Q6_K's,
