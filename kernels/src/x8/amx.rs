@@ -11,19 +11,23 @@
 //! rows side by side, so that it is 512 contiguous bytes), and `tdpbsud`
 //! (signed `A` times unsigned `B`) leaves in row `j`, column `l` of `C` the
 //! integer sum of activation row `a + j` against weight row `l` over the
-//! block: lane `l` of the 512-bit tile's sum for that row. Q8_0 and Q6_K,
-//! unpacked with a bias for `vpdpbusd` (`q + 128`, `q + 32`), have it
-//! taken off their unpacked blocks for the AMX tiles ([`unbias`]) and run
-//! on `tdpbssd` (signed times signed), which leaves exactly the 512-bit
-//! tile's sum started from its bias correction ([`crate::act::Bias`]);
-//! before, a second product of the same `A` with a constant tile of the
-//! bias's negative did, one `tdpbssd` more per product (`matmul/Q8_0`
-//! 1.00-1.07x faster without it). Q3_K's span sums (`p + 127`, where
-//! `p = 128` does not fit a signed byte) start from the span's correction,
-//! as on the 512-bit tiles. The sums then take
-//! [`finish`]'s float operations (Q4_K's, Q5_K's and Q6_K's,
-//! [`finish_span`]'s) in the same order, so the results are the 512-bit
-//! tiles' bits.
+//! block: lane `l` of the 512-bit tile's sum for that row. Q8_0, unpacked
+//! with a bias for `vpdpbusd` (`q + 128`), has it taken off its unpacked
+//! blocks for the AMX tiles ([`unbias`]) and runs on `tdpbssd` (signed
+//! times signed), which leaves exactly the 512-bit tile's sum started from
+//! its bias correction ([`crate::act::Bias`]); before, a second product of
+//! the same `A` with a constant tile of the bias's negative did, one
+//! `tdpbssd` more per product (`matmul/Q8_0` 1.00-1.07x faster without
+//! it). Q3_K's span sums (`p + 127`, where `p = 128` does not fit a signed
+//! byte) start from the span's correction, as on the 512-bit tiles. Q6_K's
+//! values times their 16-value scales (`w = sc q`, up to 4096) are split
+//! into two bytes, `w = 128 h + l` ([`split6`]), whose products (`tdpbssd`
+//! for `h`, `tdpbsud` for `l`) add up over a span in two `C` tiles: the
+//! span's exact integer sum, as the 512-bit tiles reach it with
+//! `vpmulld`. The sums then take [`finish`]'s float operations (Q4_K's
+//! and Q5_K's, [`finish_span`]'s; the span layouts', the 512-bit
+//! [`super::wide`] `tile_span`'s) in the same order, so the results are
+//! the 512-bit tiles' bits.
 //!
 //! Each step's sums are stored (`tilestored`) while the previous step's
 //! are read back for the float operations, which is what the loop waits on:
@@ -102,10 +106,10 @@ pub(crate) struct Config {
 
 impl Config {
     /// `tmm0`, `tmm1`: sums (16 rows of 16 i32); `tmm2`, `tmm3`: activation
-    /// bytes (16 rows of `k` values); `tmm4`, `tmm5`: weight bytes (`k / 4`
-    /// rows of 64); where `k` is 16 with `halves` (Q6_K) and 32 otherwise.
-    const fn new(halves: bool) -> Self {
-        let k = if halves { QK / 2 } else { QK };
+    /// bytes (16 rows of a block's 32 values); `tmm4`, `tmm5`: weight bytes
+    /// (8 rows of 64).
+    const fn new() -> Self {
+        let k = QK;
         let (sums, acts, weights) = (
             (64, ROWS as u8),
             (k as u16, ROWS as u8),
@@ -142,8 +146,7 @@ impl Config {
     }
 }
 
-static WHOLE: Config = Config::new(false);
-static HALVES: Config = Config::new(true);
+static WHOLE: Config = Config::new();
 
 /// Loads the tile configuration `W`'s sums take on this thread.
 ///
@@ -152,12 +155,7 @@ static HALVES: Config = Config::new(true);
 /// tiles.
 #[inline(always)]
 pub(crate) unsafe fn configure<W: Group8>() {
-    let cfg: &Config = if W::SUMS == Sums::SpanHalves32 {
-        &HALVES
-    } else {
-        &WHOLE
-    };
-    cfg.load();
+    WHOLE.load();
 }
 
 /// Gives the tiles' state back (the kernel then need not save it).
@@ -182,31 +180,79 @@ impl SumTile {
 }
 
 /// Whether layout `W`'s unpacked values carry a bias that the AMX tiles
-/// take off ([`unbias`]): Q8_0's `q + 128` and Q6_K's `q + 32`.
+/// take off ([`unbias`]): Q8_0's `q + 128`.
 pub(crate) fn signed<W: Group8>() -> bool {
-    matches!(W::SUMS, Sums::All128 | Sums::SpanHalves32)
+    W::SUMS == Sums::All128
 }
 
 /// Takes the bias of a [`signed`] layout off every unpacked block's values
-/// (`off`: from `q + 128` or `q + 32` to `q`, as signed bytes) or puts it
-/// back (`!off`); the other layouts' blocks are left as they are.
+/// (from `q + 128` to `q`, as signed bytes) or puts it back (the same
+/// flip either way); the other layouts' blocks are left as they are.
 ///
 /// # Safety
 /// AVX-512 F/BW.
 #[inline(always)]
-pub(crate) unsafe fn unbias<W: Group8>(blocks: &mut [Unpacked], off: bool) {
+pub(crate) unsafe fn unbias<W: Group8>(blocks: &mut [Unpacked], _off: bool) {
+    if !signed::<W>() {
+        return;
+    }
     // A loop, not `iter_mut().for_each`: a closure would be compiled
     // without the caller's AVX-512.
     for u in blocks {
         for w in &mut u.w {
-            *w = match W::SUMS {
-                // Adding or taking 128 off a byte is the same flip.
-                Sums::All128 => _mm512_xor_si512(*w, _mm512_set1_epi8(i8::MIN)),
-                Sums::SpanHalves32 if off => _mm512_sub_epi8(*w, _mm512_set1_epi8(32)),
-                Sums::SpanHalves32 => _mm512_add_epi8(*w, _mm512_set1_epi8(32)),
-                _ => *w,
-            };
+            *w = _mm512_xor_si512(*w, _mm512_set1_epi8(i8::MIN));
         }
+    }
+}
+
+/// Q6_K's unpacked blocks ([`Sums::Span6`]: `q + 32`, the two 16-value
+/// scales as 16-bit pairs in `m`) as their values times their scales, `w
+/// = sc q` (in -4064..=4096), split into bytes `w = 128 h + l`: into `lo`
+/// the `l` (unsigned, 0..128), into `hi` the `h` (signed, -32..=32), both
+/// cleared first and each keeping the block's `d`.
+///
+/// # Safety
+/// AVX-512 F/BW.
+#[inline(always)]
+pub(crate) unsafe fn split6(blocks: &[Unpacked], lo: &mut Vec<Unpacked>, hi: &mut Vec<Unpacked>) {
+    lo.clear();
+    hi.clear();
+    let low7 = _mm512_set1_epi16(0x7F);
+    let low8 = _mm512_set1_epi16(0xFF);
+    let bias = _mm512_set1_epi8(32);
+    for u in blocks {
+        // Each row's two scales in both 16-bit halves of its lane.
+        let pairs = _mm512_castps_si512(u.m);
+        let sc0 = _mm512_srai_epi32::<16>(_mm512_slli_epi32::<16>(pairs));
+        let sc1 = _mm512_srai_epi32::<16>(pairs);
+        let scale = [
+            _mm512_or_si512(
+                _mm512_and_si512(sc0, _mm512_set1_epi32(0xFFFF)),
+                _mm512_slli_epi32::<16>(sc0),
+            ),
+            _mm512_or_si512(
+                _mm512_and_si512(sc1, _mm512_set1_epi32(0xFFFF)),
+                _mm512_slli_epi32::<16>(sc1),
+            ),
+        ];
+        let (mut l, mut h) = (*u, *u);
+        for v in 0..G {
+            let q = _mm512_sub_epi8(u.w[v], bias);
+            let even = _mm512_srai_epi16::<8>(_mm512_slli_epi16::<8>(q));
+            let odd = _mm512_srai_epi16::<8>(q);
+            let sc = scale[v / 4];
+            let (pe, po) = (_mm512_mullo_epi16(even, sc), _mm512_mullo_epi16(odd, sc));
+            l.w[v] = _mm512_or_si512(
+                _mm512_and_si512(pe, low7),
+                _mm512_slli_epi16::<8>(_mm512_and_si512(po, low7)),
+            );
+            h.w[v] = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srai_epi16::<7>(pe), low8),
+                _mm512_slli_epi16::<8>(_mm512_srai_epi16::<7>(po)),
+            );
+        }
+        lo.push(l);
+        hi.push(h);
     }
 }
 
@@ -277,14 +323,17 @@ unsafe fn store2(c0: &mut SumTile, c1: &mut SumTile) {
 #[inline(never)]
 pub(crate) unsafe fn tile<W: Group8, const TILED: bool>(
     blocks: &[Unpacked],
+    hi: &[Unpacked],
     acts: &Acts,
     a: usize,
 ) -> [__m512; ROWS] {
     let nb = acts.nb;
+    let six = W::SUMS == Sums::Span6;
     assert!(
         acts.tiled == TILED
             && (!TILED || acts.tiles16)
             && blocks.len() == nb
+            && (!six || hi.len() == nb)
             && (a + ROWS) * nb <= acts.qs.len()
             && supports(W::SUMS)
             && std::mem::size_of::<crate::formats::Q8>() == QK
@@ -303,6 +352,7 @@ pub(crate) unsafe fn tile<W: Group8, const TILED: bool>(
     let stride = if TILED { QK } else { nb * QK };
     let x = |b: usize| acts.qs.as_ptr().add(at(nb, 0, b)).cast::<u8>();
     let wb = |b: usize| blocks.as_ptr().add(b).cast::<u8>();
+    let hb = |b: usize| hi.as_ptr().add(b).cast::<u8>();
     let mut acc = [_mm512_setzero_ps(); ROWS];
     // Two pairs of sum tiles' stores: each step's tiles are stored into
     // one while the previous step's sums are read from the other, so the
@@ -336,34 +386,43 @@ pub(crate) unsafe fn tile<W: Group8, const TILED: bool>(
         };
     }
     match W::SUMS {
-        Sums::SpanHalves32 => {
-            // A block per step: values 0..16 into `tmm0`, 16..32 into
-            // `tmm1`; each row's two sums into its span sum.
+        Sums::Span6 => {
+            // A span per step: each block's `A` tile against its low bytes
+            // into `tmm0` and its high bytes into `tmm1`, added up over the
+            // span; the span's sum is `128 tmm1 + tmm0`.
             assert!(acts.span == 256 && nb.is_multiple_of(SPAN_BLOCKS));
-            let mut sp = [_mm512_setzero_ps(); ROWS];
-            for i in 0..=nb {
-                if i < nb {
-                    let (xb, w) = (x(i), wb(i));
-                    dot2!(
-                        true,
-                        signed,
-                        xb,
-                        w,
-                        xb.add(QK / 2),
-                        w.add(G / 2 * 64),
-                        stride
-                    );
-                    let [c0, c1] = &mut bufs[i % 2];
+            let spans = nb / SPAN_BLOCKS;
+            for t in 0..=spans {
+                if t < spans {
+                    let first = t * SPAN_BLOCKS;
+                    asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
+                    for b in first..first + SPAN_BLOCKS {
+                        asm!(
+                            "tileloadd tmm2, [{x} + {st}*1]",
+                            "tileloadd tmm4, [{l} + {s64}*1]",
+                            "tileloadd tmm5, [{h} + {s64}*1]",
+                            "tdpbsud tmm0, tmm2, tmm4",
+                            "tdpbssd tmm1, tmm2, tmm5",
+                            x = in(reg) x(b),
+                            l = in(reg) wb(b),
+                            h = in(reg) hb(b),
+                            st = in(reg) stride,
+                            s64 = in(reg) 64usize,
+                            options(nostack, readonly),
+                        );
+                    }
+                    let [c0, c1] = &mut bufs[t % 2];
                     store2(c0, c1);
                 }
-                if i > 0 {
-                    let b = i - 1;
-                    let [c0, c1] = &bufs[b % 2];
-                    let u = blocks.get_unchecked(b);
-                    let last = b % SPAN_BLOCKS == SPAN_BLOCKS - 1;
+                if t > 0 {
+                    let [c0, c1] = &bufs[(t - 1) % 2];
+                    let last = t * SPAN_BLOCKS - 1;
+                    let u = blocks.get_unchecked(last);
                     rows!(j; {
-                        let s = [c0.row(j), c1.row(j)];
-                        finish_span::<W>(u, acts, at(nb, j, b), s, last, &mut sp[j], &mut acc[j]);
+                        let s = _mm512_add_epi32(_mm512_slli_epi32::<7>(c1.row(j)), c0.row(j));
+                        let dx = _mm512_set1_ps(*acts.d.get_unchecked(at(nb, j, last)));
+                        acc[j] =
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(u.d, dx), acc[j]);
                     });
                 }
             }
@@ -417,11 +476,9 @@ pub(crate) unsafe fn tile<W: Group8, const TILED: bool>(
                     let [c0, c1] = &bufs[(i - 1) % 2];
                     let (u0, u1) = (blocks.get_unchecked(b), blocks.get_unchecked(b + 1));
                     let last = (b + 1) % SPAN_BLOCKS == SPAN_BLOCKS - 1;
-                    let zero = _mm512_setzero_si512();
                     rows!(j; {
-                        let (s0, s1) = ([c0.row(j), zero], [c1.row(j), zero]);
-                        finish_span::<W>(u0, acts, at(nb, j, b), s0, false, &mut sp[j], &mut acc[j]);
-                        finish_span::<W>(u1, acts, at(nb, j, b + 1), s1, last, &mut sp[j], &mut acc[j]);
+                        finish_span(u0, acts, at(nb, j, b), c0.row(j), false, &mut sp[j], &mut acc[j]);
+                        finish_span(u1, acts, at(nb, j, b + 1), c1.row(j), last, &mut sp[j], &mut acc[j]);
                     });
                 }
             }
@@ -448,7 +505,7 @@ pub(crate) unsafe fn tile<W: Group8, const TILED: bool>(
             }
         }
     }
-    if !matches!(W::SUMS, Sums::Offsets | Sums::SpanOffsets) {
+    if !matches!(W::SUMS, Sums::Offsets | Sums::SpanOffsets | Sums::Span6) {
         // As the 512-bit tiles: the signed layouts add their (zero)
         // offsets' sums last.
         for acc in &mut acc {

@@ -41,11 +41,12 @@
 //! operation per super-block applies `d d_x` (`i8/tiles.rs`, with
 //! Q8_0's AVX2 tile, which takes one register of values at a time to every
 //! activation row). On CPUs with it, Q6_K's prompt steps (more than four
-//! activation rows) take 256-value activation scales too, and each half
-//! block's `d sc_h isum_h` adds into the span's sum in floats, which takes
-//! the span's `d_x` once (`Ix8::tile_span_float`, the 512-bit and AMX
-//! tiles' [`Sums::SpanHalves32`], the same bits): two multiplies fewer per
-//! block and activation row than the decode steps' per-block form.
+//! activation rows) take 256-value activation scales too, and the same
+//! integer sums per super-block: the 512-bit tiles multiply each half
+//! block's sum by its scale (`vpmulld`), the AMX tiles sum the values
+//! times their scales split into two bytes ([`Sums::Span6`]); one float
+//! operation per super-block and row, the same bits as that tile (which
+//! also runs a matrix's lone last group there).
 
 #[cfg(target_arch = "x86_64")]
 use super::hint;
@@ -511,10 +512,6 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
         use std::arch::x86_64::*;
         if let Some((d, sc)) = self.scales.super_k6() {
             if BITS == 6 && acts.span == 256 {
-                if crate::wide_kernels() {
-                    return self.tile_span_float::<A, VNNI, PREFETCH>(acts, g, a);
-                }
-                assert!(!VNNI, "VNNI kernels on a CPU without them");
                 return self.tile_span256::<A, PREFETCH>(d, sc, acts, g, a);
             }
         }
@@ -647,7 +644,7 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
 
     #[cfg(target_arch = "x86_64")]
     const SUMS: Sums = match (BITS, S::HALVES) {
-        (6, true) => Sums::SpanHalves32,
+        (6, true) => Sums::Span6,
         (8, false) => Sums::All128,
         (3, false) => Sums::All127,
         _ => panic!("6-bit values come with a factor per half block, 8- and 3-bit with one"),
@@ -656,6 +653,32 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn unpack_pair(&self, i0: usize, i1: usize) -> Unpacked {
+        use std::arch::x86_64::*;
+        if let Some((d, sc)) = self.scales.super_k6() {
+            // Q6_K ([`Sums::Span6`]): the super-block's `d`, and each
+            // row's two scales as a 16-bit pair (the first half's low). A
+            // macro, not a closure: a closure would not inherit the
+            // caller's target features.
+            macro_rules! pairs {
+                ($i:expr) => {{
+                    let [c0, c1] = sc.get_unchecked($i);
+                    let lo = _mm256_cvtepi8_epi32(_mm_loadl_epi64(c0.as_ptr().cast()));
+                    let hi = _mm256_cvtepi8_epi32(_mm_loadl_epi64(c1.as_ptr().cast()));
+                    _mm256_castsi256_ps(_mm256_or_si256(
+                        _mm256_and_si256(lo, _mm256_set1_epi32(0xFFFF)),
+                        _mm256_slli_epi32::<16>(hi),
+                    ))
+                }};
+            }
+            return Unpacked {
+                w: self.load2_biased(i0, i1),
+                d: join_ps(
+                    d.get_unchecked(i0 / SPAN_BLOCKS).load(),
+                    d.get_unchecked(i1 / SPAN_BLOCKS).load(),
+                ),
+                m: join_ps(pairs!(i0), pairs!(i1)),
+            };
+        }
         let [d00, d01] = self.scales.factors(i0);
         let [d10, d11] = self.scales.factors(i1);
         Unpacked {

@@ -67,8 +67,9 @@ pub(crate) unsafe fn load_pair(lo: *const __m256i, hi: *const __m256i) -> __m512
 /// One block of two groups, unpacked: register `v` of `w` holds values `4
 /// v..4 v + 4` of the sixteen rows as unsigned bytes (biased as
 /// [`Group8::SUMS`] says), `d` their factors and `m` their offsets
-/// (`w = d q + m`), or with [`Sums::SpanHalves32`] the factors of values 16..32
-/// (`d` those of 0..16), or with [`Sums::Mins16`] those of the mins.
+/// (`w = d q + m`), or with [`Sums::Span6`] the super-block's factor `d`
+/// and (as bits) the two 16-value scales, or with [`Sums::Mins16`] the
+/// factors of the mins.
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub(crate) struct Unpacked {
@@ -87,11 +88,14 @@ pub(crate) enum Sums {
     /// block's factor `d sc`, `X` its activations' quant sum) into the
     /// span's sum, which takes the span's `d_x` once ([`finish_span`]).
     SpanOffsets,
-    /// Q6_K's `q + 32` over activations with one scale per span of 256
-    /// values: two half-block sums, each from `-32 sum(x)` of its half,
-    /// each times its factor `d sc_h` into the span's sum, which takes the
-    /// span's `d_x` once ([`finish_span`]).
-    SpanHalves32,
+    /// Q6_K's `q + 32` over activations with one scale per 256 values:
+    /// each block's two half sums (each from `-32` times its half's
+    /// `sum(x)`) times their integer 16-value scales (`vpmulld`, exact)
+    /// into the span's integer sum, which takes `d d_x` once
+    /// ([`tile_span`]), as the 256-bit tile without VNNI does. `Unpacked::d`
+    /// holds the super-block's `d`, `Unpacked::m` (as bits) the two scales
+    /// as 16-bit pairs (the first half's low).
+    Span6,
     /// Q8_0's `q + 128`: one sum from `-128 sum(x)`.
     All128,
     /// Q3_K's values times their sub-block scales, `p + 127` (`p` in
@@ -145,8 +149,11 @@ thread_local! {
     /// rows of 2048 values).
     static SCRATCH: RefCell<Vec<Unpacked>> = const { RefCell::new(Vec::new()) };
     /// The second group pair's, for Q3_K's chunks of four groups
-    /// ([`tile_span_quad`]).
+    /// ([`tile_span_quad`]); for Q6_K's AMX tiles, the low parts of its
+    /// values times their scales ([`super::amx::split6`]).
     static SCRATCH2: RefCell<Vec<Unpacked>> = const { RefCell::new(Vec::new()) };
+    /// For Q6_K's AMX tiles, the high parts.
+    static SCRATCH3: RefCell<Vec<Unpacked>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Weight rows per chunk for Q3_K with the activation rows regrouped by
@@ -176,7 +183,7 @@ pub(crate) fn tiled_chunk_rows(format: Format, n: usize) -> usize {
 unsafe fn starts<W: Group8>(acts: &Acts, ai: usize) -> [__m512i; 2] {
     let bias = &*acts.bias.as_ptr().add(ai);
     match W::SUMS {
-        Sums::SpanHalves32 => [
+        Sums::Span6 => [
             _mm512_set1_epi32(bias.halves32[0]),
             _mm512_set1_epi32(bias.halves32[1]),
         ],
@@ -186,10 +193,9 @@ unsafe fn starts<W: Group8>(acts: &Acts, ai: usize) -> [__m512i; 2] {
 }
 
 /// The float operations of activation block `ai` times an unpacked block
-/// `u`, whose integer sums are `s` (Q6_K's two half blocks' with
-/// one), added to `acc` in the 256-bit tile's order (the layouts summed
-/// per block; the K-quants' spans go through [`finish_span`] and
-/// [`tile_span`]).
+/// `u`, whose integer sum is `s[0]`, added to `acc` in the 256-bit tile's
+/// order (the layouts summed per block; the K-quants' spans go through
+/// [`finish_span`] and [`tile_span`]).
 ///
 /// # Safety
 /// AVX-512 F; the activation block exists.
@@ -209,38 +215,31 @@ pub(crate) unsafe fn finish<W: Group8>(
             _mm512_fmadd_ps(u.m, sx, acc)
         }
         Sums::All128 => acc,
-        Sums::SpanOffsets | Sums::SpanHalves32 => unreachable!("summed per span by `finish_span`"),
-        Sums::All127 | Sums::Mins16 => unreachable!("summed per span by `tile_span`"),
+        Sums::SpanOffsets => unreachable!("summed per span by `finish_span`"),
+        Sums::All127 | Sums::Mins16 | Sums::Span6 => unreachable!("summed per span by `tile_span`"),
     }
 }
 
-/// The float operations of [`Sums::SpanOffsets`] and
-/// [`Sums::SpanHalves32`] for activation block `ai` times an unpacked
-/// block `u` whose integer sums are `s`: `sp += d s_0`, then `sp += m X`
-/// (Q4_K, Q5_K: `X` the activations' block quant sum) or `sp += m s_1`
-/// (Q6_K: `m` the second half's factor) into the span's sum; at a span's
-/// last block (`last`), `acc += sp d_x` and `sp` starts again from zero.
-/// One multiply fewer per block than [`finish`]'s `Offsets` (two fewer
-/// than Q6_K's per-block form), and the span's `d_x` read once.
+/// [`Sums::SpanOffsets`]' float operations of activation block `ai` times
+/// an unpacked block `u` whose integer sum is `s`: `sp += d s` then `sp +=
+/// m X` (the span's sum); at a span's last block (`last`), `acc += sp d_x`
+/// and `sp` starts again from zero. One multiply fewer per block than
+/// [`finish`]'s `Offsets`, and the span's `d_x` read once.
 ///
 /// # Safety
 /// AVX-512 F; the activation block exists.
 #[inline(always)]
-pub(crate) unsafe fn finish_span<W: Group8>(
+pub(crate) unsafe fn finish_span(
     u: &Unpacked,
     acts: &Acts,
     ai: usize,
-    s: [__m512i; 2],
+    s: __m512i,
     last: bool,
     sp: &mut __m512,
     acc: &mut __m512,
 ) {
-    *sp = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0]), u.d, *sp);
-    *sp = if W::SUMS == Sums::SpanHalves32 {
-        _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1]), u.m, *sp)
-    } else {
-        _mm512_fmadd_ps(u.m, _mm512_set1_ps(*acts.s.get_unchecked(ai)), *sp)
-    };
+    *sp = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), u.d, *sp);
+    *sp = _mm512_fmadd_ps(u.m, _mm512_set1_ps(*acts.s.get_unchecked(ai)), *sp);
     if last {
         *acc = _mm512_fmadd_ps(*sp, _mm512_set1_ps(*acts.d.get_unchecked(ai)), *acc);
         *sp = _mm512_setzero_ps();
@@ -302,7 +301,7 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
     acts: &Acts,
     a: usize,
 ) -> [__m512; A] {
-    if W::SPAN256 {
+    if W::SPAN256 || W::SUMS == Sums::Span6 {
         return tile_span::<W, A, STREAM, TILED>(w, g, blocks, acts, a);
     }
     let nb = acts.nb;
@@ -318,10 +317,7 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
         };
     }
     assert!((STREAM || blocks.len() == nb) && (a + A) * nb <= acts.qs.len());
-    // Where value registers 4..8's sums go: Q6_K's second half block has
-    // its own, the others add to the first.
-    let h = usize::from(W::SUMS == Sums::SpanHalves32);
-    let kspan = matches!(W::SUMS, Sums::SpanOffsets | Sums::SpanHalves32);
+    let kspan = W::SUMS == Sums::SpanOffsets;
     assert!(!kspan || (acts.span == 256 && nb.is_multiple_of(SPAN_BLOCKS)));
     let mut acc = [_mm512_setzero_ps(); A];
     // With `SpanOffsets`, each row's span sum.
@@ -357,27 +353,22 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
                 }
             };
         }
-        // A span's last block, where the span sums take `d_x`.
-        let last = b % SPAN_BLOCKS == SPAN_BLOCKS - 1;
-        let halves = W::SUMS == Sums::SpanHalves32;
-        if matches!(W::SUMS, Sums::Offsets | Sums::SpanOffsets) || (TILED && halves) {
+        if W::SUMS == Sums::Offsets || kspan {
             // Every row's sum first, register by register across the rows,
             // then their float operations: one row's chain of eight
             // `vpdpbusd` after another left the core waiting on each chain
-            // (Q4_K prefill 8-13% slower so). Q6_K's two chains of four per
-            // row were not slower so, and are 3-7% slower interleaved with
-            // the rows in order, but 4-8% faster than row by row with them
-            // regrouped by tiles; Q8_0 stays row by row either way.
+            // (Q4_K prefill 8-13% slower so). Q8_0 stays row by row.
             let mut s = [[_mm512_setzero_si512(); 2]; A];
             rows!(j; { s[j] = starts::<W>(acts, ix!(j, b)) });
             for v in 0..G / 2 {
                 rows!(j; { dots!(j, s[j], v..v + 1, 0); });
             }
             for v in G / 2..G {
-                rows!(j; { dots!(j, s[j], v..v + 1, h); });
+                rows!(j; { dots!(j, s[j], v..v + 1, 0); });
             }
             if kspan {
-                rows!(j; { finish_span::<W>(u, acts, ix!(j, b), s[j], last, &mut sp[j], &mut acc[j]) });
+                let last = b % SPAN_BLOCKS == SPAN_BLOCKS - 1;
+                rows!(j; { finish_span(u, acts, ix!(j, b), s[j][0], last, &mut sp[j], &mut acc[j]) });
             } else {
                 rows!(j; { acc[j] = finish::<W>(u, acts, ix!(j, b), s[j], acc[j]) });
             }
@@ -385,13 +376,8 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
             rows!(j; {
                 let ai = ix!(j, b);
                 let mut s = starts::<W>(acts, ai);
-                dots!(j, s, 0..G / 2, 0);
-                dots!(j, s, G / 2..G, h);
-                if kspan {
-                    finish_span::<W>(u, acts, ai, s, last, &mut sp[j], &mut acc[j]);
-                } else {
-                    acc[j] = finish::<W>(u, acts, ai, s, acc[j]);
-                }
+                dots!(j, s, 0..G, 0);
+                acc[j] = finish::<W>(u, acts, ai, s, acc[j]);
             });
         }
     }
@@ -406,12 +392,13 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
     acc
 }
 
-/// [`tile_unpacked`] for the layouts with [`Group8::SPAN256`] (Q3_K's
-/// [`Sums::All127`], Q2_K's [`Sums::Mins16`]): each row's integer sums run
-/// over a whole span of eight blocks (from `acts.start127` for Q3_K's bias,
-/// from zero for Q2_K, whose mins meet the half sums by `vpdpwssd`), then
-/// take the 256-bit tile's float operations once per span, so the same
-/// bits.
+/// [`tile_unpacked`] for the layouts summed per span (Q3_K's
+/// [`Sums::All127`], Q2_K's [`Sums::Mins16`], Q6_K's [`Sums::Span6`]):
+/// each row's integer sums run over a whole span of eight blocks (from
+/// `acts.start127` for Q3_K's bias; from zero for Q2_K, whose mins meet
+/// the half sums by `vpdpwssd`; Q6_K's from each block's half sums, each
+/// from its bias correction, times their scales), then take the 256-bit
+/// tile's float operations once per span, so the same bits.
 ///
 /// # Safety
 /// As [`tile_unpacked`]; the activations have spans of 256.
@@ -426,6 +413,7 @@ unsafe fn tile_span<W: Group8, const A: usize, const STREAM: bool, const TILED: 
     let nb = acts.nb;
     assert!((STREAM || blocks.len() == nb) && (a + A) * nb <= acts.qs.len() && acts.span == 256);
     let all127 = W::SUMS == Sums::All127;
+    let six = W::SUMS == Sums::Span6;
     // As in `tile_unpacked`, per block (`$per` blocks per row) or span.
     macro_rules! ix {
         ($j:expr, $b:expr) => {
@@ -457,18 +445,44 @@ unsafe fn tile_span<W: Group8, const A: usize, const STREAM: bool, const TILED: 
         // Unrolled over the rows, as in `tile_unpacked`; each weight
         // register serves every row before the next is read.
         macro_rules! rows {
-            ($v:expr; $($j:literal)*) => {$(
+            ($s:ident, $v:expr; $($j:literal)*) => {$(
                 if $j < A {
                     let x = acts.qs.as_ptr().add(ix!($j, b)) as *const i32;
                     let xv = _mm512_set1_epi32(x.add($v).read());
-                    s[$j] = _mm512_dpbusd_epi32(s[$j], u.w[$v], xv);
+                    $s[$j] = _mm512_dpbusd_epi32($s[$j], u.w[$v], xv);
                 }
             )*};
         }
-        for v in 0..G {
-            rows!(v; 0 1 2 3 4 5 6 7);
+        if six {
+            // Each half's sum from its bias correction, times its scale
+            // into the span's sum (`s`; the products are exact).
+            let mut h0 = [_mm512_setzero_si512(); A];
+            let mut h1 = [_mm512_setzero_si512(); A];
+            for j in 0..A {
+                [h0[j], h1[j]] = starts::<W>(acts, ix!(j, b));
+            }
+            for v in 0..G / 2 {
+                rows!(h0, v; 0 1 2 3 4 5 6 7);
+            }
+            for v in G / 2..G {
+                rows!(h1, v; 0 1 2 3 4 5 6 7);
+            }
+            let pairs = _mm512_castps_si512(u.m);
+            let sc0 = _mm512_srai_epi32::<16>(_mm512_slli_epi32::<16>(pairs));
+            let sc1 = _mm512_srai_epi32::<16>(pairs);
+            for j in 0..A {
+                let t = _mm512_add_epi32(
+                    _mm512_mullo_epi32(h0[j], sc0),
+                    _mm512_mullo_epi32(h1[j], sc1),
+                );
+                s[j] = _mm512_add_epi32(s[j], t);
+            }
+        } else {
+            for v in 0..G {
+                rows!(s, v; 0 1 2 3 4 5 6 7);
+            }
         }
-        if !all127 {
+        if !all127 && !six {
             let mins = w.mins2(g * nb + b, (g + 1) * nb + b);
             for (j, s2) in s2.iter_mut().enumerate() {
                 let halves = (*acts.bias.as_ptr().add(ix!(j, b))).halves;
@@ -478,7 +492,7 @@ unsafe fn tile_span<W: Group8, const A: usize, const STREAM: bool, const TILED: 
         if b % SPAN_BLOCKS == SPAN_BLOCKS - 1 {
             for j in 0..A {
                 let dx = _mm512_set1_ps(*acts.d.get_unchecked(ix!(j, b)));
-                acc[j] = if all127 {
+                acc[j] = if all127 || six {
                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j]), _mm512_mul_ps(u.d, dx), acc[j])
                 } else {
                     // As the 256-bit tile: `(d S1 - dmin S2) d_x`.
@@ -679,79 +693,93 @@ pub(crate) unsafe fn run<W: Group8, const AMX: bool>(
     if amx {
         super::amx::configure::<W>();
     }
+    // Q6_K's AMX tiles read its values times their scales, split in two
+    // bytes ([`super::amx::split6`]), beside the blocks as unpacked.
+    let split = amx && m >= super::amx::ROWS && W::SUMS == Sums::Span6;
     SCRATCH.with_borrow_mut(|scratch| {
-        while g + 1 < groups.end {
-            // Both groups exist (`unpack_pair`'s condition, either way).
-            assert!(g + 2 <= rows.div_ceil(G));
-            // The AMX tiles take signed values where the 512-bit tiles
-            // take them biased: the bias comes off for the AMX tiles and
-            // back on for rows left to the 512-bit tiles.
-            let unbiased = amx && m >= super::amx::ROWS && super::amx::signed::<W>();
-            if !stream {
-                unpack2(w, g, scratch, unbiased);
-            }
-            let mut a = 0;
-            while amx && a + super::amx::ROWS <= m {
-                let v = if tiled {
-                    super::amx::tile::<W, true>(scratch, acts, a)
-                } else {
-                    super::amx::tile::<W, false>(scratch, acts, a)
-                };
-                put_pair(rows, g, a, v, out);
-                a += super::amx::ROWS;
-            }
-            if unbiased && a < m {
-                super::amx::unbias::<W>(scratch, false);
-            }
-            while a < m {
-                // Unpacking each block per tile, any 1 to 8 rows are one
-                // tile (5 as 4 and 1 cost a second unpacking and pass:
-                // decode of 5 and 7 sequences 1.08-1.46x faster so).
-                let at = if stream {
-                    (m - a).min(8)
-                } else {
-                    tile_rows(m - a, 8)
-                };
-                macro_rules! pair {
-                    ($a:literal) => {{
-                        let v = match (stream, tiled) {
-                            (true, _) => tile_unpacked::<W, $a, true, false>(w, g, &[], acts, a),
-                            (false, true) => {
-                                tile_unpacked::<W, $a, false, true>(w, g, scratch, acts, a)
-                            }
-                            (false, false) => {
-                                tile_unpacked::<W, $a, false, false>(w, g, scratch, acts, a)
-                            }
+        SCRATCH2.with_borrow_mut(|lo| {
+            SCRATCH3.with_borrow_mut(|hi| {
+                while g + 1 < groups.end {
+                    // Both groups exist (`unpack_pair`'s condition, either way).
+                    assert!(g + 2 <= rows.div_ceil(G));
+                    // The AMX tiles take Q8_0's values signed where the 512-bit
+                    // tiles take them biased: the bias comes off for the AMX tiles
+                    // and back on for rows left to the 512-bit tiles.
+                    let unbiased = amx && m >= super::amx::ROWS && super::amx::signed::<W>();
+                    if !stream {
+                        unpack2(w, g, scratch, unbiased);
+                    }
+                    if split {
+                        super::amx::split6(scratch, lo, hi);
+                    }
+                    let mut a = 0;
+                    while amx && a + super::amx::ROWS <= m {
+                        let (b, h): (&[Unpacked], &[Unpacked]) =
+                            if split { (lo, hi) } else { (scratch, &[]) };
+                        let v = if tiled {
+                            super::amx::tile::<W, true>(b, h, acts, a)
+                        } else {
+                            super::amx::tile::<W, false>(b, h, acts, a)
                         };
-                        put_pair(rows, g, a, v, out)
-                    }};
+                        put_pair(rows, g, a, v, out);
+                        a += super::amx::ROWS;
+                    }
+                    if unbiased && a < m {
+                        super::amx::unbias::<W>(scratch, false);
+                    }
+                    while a < m {
+                        // Unpacking each block per tile, any 1 to 8 rows are one
+                        // tile (5 as 4 and 1 cost a second unpacking and pass:
+                        // decode of 5 and 7 sequences 1.08-1.46x faster so).
+                        let at = if stream {
+                            (m - a).min(8)
+                        } else {
+                            tile_rows(m - a, 8)
+                        };
+                        macro_rules! pair {
+                            ($a:literal) => {{
+                                let v = match (stream, tiled) {
+                                    (true, _) => {
+                                        tile_unpacked::<W, $a, true, false>(w, g, &[], acts, a)
+                                    }
+                                    (false, true) => {
+                                        tile_unpacked::<W, $a, false, true>(w, g, scratch, acts, a)
+                                    }
+                                    (false, false) => {
+                                        tile_unpacked::<W, $a, false, false>(w, g, scratch, acts, a)
+                                    }
+                                };
+                                put_pair(rows, g, a, v, out)
+                            }};
+                        }
+                        // Sizes only `stream` picks.
+                        macro_rules! streamed {
+                            ($a:literal) => {
+                                put_pair(
+                                    rows,
+                                    g,
+                                    a,
+                                    tile_unpacked::<W, $a, true, false>(w, g, &[], acts, a),
+                                    out,
+                                )
+                            };
+                        }
+                        match at {
+                            8 => pair!(8),
+                            7 => streamed!(7),
+                            6 => streamed!(6),
+                            5 => streamed!(5),
+                            4 => pair!(4),
+                            3 => streamed!(3),
+                            2 => pair!(2),
+                            _ => pair!(1),
+                        }
+                        a += at;
+                    }
+                    g += 2;
                 }
-                // Sizes only `stream` picks.
-                macro_rules! streamed {
-                    ($a:literal) => {
-                        put_pair(
-                            rows,
-                            g,
-                            a,
-                            tile_unpacked::<W, $a, true, false>(w, g, &[], acts, a),
-                            out,
-                        )
-                    };
-                }
-                match at {
-                    8 => pair!(8),
-                    7 => streamed!(7),
-                    6 => streamed!(6),
-                    5 => streamed!(5),
-                    4 => pair!(4),
-                    3 => streamed!(3),
-                    2 => pair!(2),
-                    _ => pair!(1),
-                }
-                a += at;
-            }
-            g += 2;
-        }
+            })
+        })
     });
     if amx {
         super::amx::release();

@@ -1,7 +1,6 @@
-//! Ix8's 256-bit tiles for Q6_K over activations with one scale per 256
-//! values (without VNNI, one register of values at a time to every
-//! activation row; with it, the 512-bit tiles' span sums in floats), and
-//! Q8_0's tile without VNNI (see the parent module's docs).
+//! Ix8's 256-bit tiles without VNNI that take one register of values at a
+//! time to every activation row: Q6_K over activations with one scale per
+//! 256 values, and Q8_0 (see the parent module's docs).
 
 use super::Ix8;
 use crate::act::Acts;
@@ -69,75 +68,6 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
             _ => _mm256_srli_epi16::<2>(c),
         };
         _mm256_or_si256(low, _mm256_and_si256(top, top2))
-    }
-
-    /// [`Group8::tile`] of Q6_K over activations with one scale per 256
-    /// values on CPUs with AVX-512 VNNI (prompt steps; the lone last group
-    /// of the 512-bit and AMX tiles' [`crate::x8::wide::Sums::SpanHalves32`],
-    /// with the same bits): each half block's integer sum times its factor
-    /// `d sc_h` into the span's sum (values 0..16 first), which takes the
-    /// span's `d_x` once at its end. The sums are exact either way: `|q|`
-    /// against the activations carrying the sign of `q` (`vpsignb`), by
-    /// `vpdpbusd` with VNNI, else `vpmaddubsw` pairs (at most `2 * 32 *
-    /// 127`) widened by `vpmaddwd`.
-    ///
-    /// # Safety
-    /// As [`Group8::tile`] (only called with `BITS == 6`).
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    pub(super) unsafe fn tile_span_float<const A: usize, const VNNI: bool, const PREFETCH: bool>(
-        &self,
-        acts: &Acts,
-        g: usize,
-        a: usize,
-    ) -> [std::arch::x86_64::__m256; A] {
-        use std::arch::x86_64::*;
-        let nb = self.nb;
-        assert!(BITS == 6 && S::HALVES);
-        assert!((g + 1) * nb <= self.stored() && (a + A) * nb <= acts.qs.len());
-        assert!(acts.span == 256 && nb.is_multiple_of(SPAN_BLOCKS));
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); A];
-        let mut sp = [_mm256_setzero_ps(); A];
-        for t in 0..nb / SPAN_BLOCKS {
-            let span = self.scales.span(g * nb + t * SPAN_BLOCKS);
-            for b in t * SPAN_BLOCKS..(t + 1) * SPAN_BLOCKS {
-                let i = g * nb + b;
-                if PREFETCH {
-                    self.prefetch_ahead(i);
-                }
-                let w = self.load::<true>(i);
-                let [d0, d1] = self.scales.factors_in(span, i);
-                for (j, sp) in sp.iter_mut().enumerate() {
-                    let x = acts.qs.as_ptr().add((a + j) * nb + b) as *const i32;
-                    let mut s = [_mm256_setzero_si256(); 2];
-                    for (v, &wv) in w.iter().enumerate() {
-                        let signed = _mm256_sign_epi8(_mm256_set1_epi32(x.add(v).read()), wv);
-                        let wa = _mm256_abs_epi8(wv);
-                        let h = &mut s[v / 4];
-                        *h = if VNNI {
-                            _mm256_dpbusd_epi32(*h, wa, signed)
-                        } else {
-                            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, signed), ones);
-                            _mm256_add_epi32(*h, p)
-                        };
-                    }
-                    *sp = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), d0, *sp);
-                    *sp = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), d1, *sp);
-                }
-            }
-            for (j, (acc, sp)) in acc.iter_mut().zip(sp.iter_mut()).enumerate() {
-                let dx = _mm256_set1_ps(*acts.d.get_unchecked((a + j) * nb + t * SPAN_BLOCKS));
-                *acc = _mm256_fmadd_ps(*sp, dx, *acc);
-                *sp = _mm256_setzero_ps();
-            }
-        }
-        // As the 512-bit tiles, which add the signed layouts' (zero)
-        // offsets' sums last.
-        for acc in &mut acc {
-            *acc = _mm256_add_ps(*acc, _mm256_setzero_ps());
-        }
-        acc
     }
 
     /// [`Group8::tile`] of Q8_0 without VNNI: one register of values at a
