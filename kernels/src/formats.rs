@@ -82,11 +82,13 @@ impl Format {
     /// operation; and on CPUs with it for Q4_K, Q5_K and Q6_K in products
     /// of more than [`crate::x8::PREFETCH_MAX_ROWS`] rows (prompt steps,
     /// bound by compute), whose kernels add a super-block's blocks in
-    /// floats before the span's scale (`x8::wide::Sums::SpanOffsets`,
-    /// `SpanHalves32`: one multiply fewer per block and row, two for
-    /// Q6_K). 32 for the others, and for these three in decode steps of up
-    /// to that many rows on CPUs with VNNI, which are bound by memory and
-    /// kept as they were measured fastest.
+    /// floats before the span's scale (Q4_K, Q5_K:
+    /// `x8::wide::Sums::SpanOffsets`, one multiply fewer per block and
+    /// row) or sum it in integers as without VNNI (Q6_K:
+    /// `x8::wide::Sums::Span6`, one float operation per super-block). 32
+    /// for the others, and for these three in decode steps of up to that
+    /// many rows on CPUs with VNNI, which are bound by memory and kept as
+    /// they were measured fastest.
     pub fn activation_span(self, rows: usize) -> usize {
         match self {
             Format::Q2K | Format::Q3K => 256,
