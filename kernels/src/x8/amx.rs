@@ -186,13 +186,14 @@ pub(crate) fn signed<W: Group8>() -> bool {
 }
 
 /// Takes the bias of a [`signed`] layout off every unpacked block's values
-/// (from `q + 128` to `q`, as signed bytes) or puts it back (the same
-/// flip either way); the other layouts' blocks are left as they are.
+/// (from `q + 128` to `q`, as signed bytes), or puts it back: flipping
+/// each byte's top bit does either; the other layouts' blocks are left as
+/// they are.
 ///
 /// # Safety
 /// AVX-512 F/BW.
 #[inline(always)]
-pub(crate) unsafe fn unbias<W: Group8>(blocks: &mut [Unpacked], _off: bool) {
+pub(crate) unsafe fn unbias<W: Group8>(blocks: &mut [Unpacked]) {
     if !signed::<W>() {
         return;
     }
@@ -308,17 +309,19 @@ unsafe fn store2(c0: &mut SumTile, c1: &mut SumTile) {
     );
 }
 
-/// Groups `g` and `g + 1` (every block unpacked in `blocks`) times
-/// activation rows `a..a + 16` (in row order, or regrouped by tiles of 16:
-/// [`Acts::tiles16`]), as the 512-bit tile of 16 rows would give them (the
-/// same bits): lanes 0..8 of `[j]` for group `g`, 8..16 for `g + 1`.
+/// Groups `g` and `g + 1` (every block unpacked in `blocks`; for Q6_K,
+/// [`split6`]'s low bytes in `blocks` and high bytes in `hi`, else `hi`
+/// empty) times activation rows `a..a + 16` (in row order, or regrouped by
+/// tiles of 16: [`Acts::tiles16`]), as the 512-bit tile of 16 rows would
+/// give them (the same bits): lanes 0..8 of `[j]` for group `g`, 8..16 for
+/// `g + 1`.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AMX-INT8 with [`configure`]`::<W>()` done on this
-/// thread; [`supports`]`(W::SUMS)`; `blocks` holds the pair's every block,
-/// with the bias of [`signed`] layouts taken off ([`unbias`]); the
-/// activation rows exist, in row order or in a tile of 16 from `a`,
-/// and have as many blocks.
+/// thread; [`supports`]`(W::SUMS)`; `blocks` (and for Q6_K `hi`) holds the
+/// pair's every block, with the bias of [`signed`] layouts taken off
+/// ([`unbias`]); the activation rows exist, in row order or in a tile of
+/// 16 from `a`, and have as many blocks.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline(never)]
 pub(crate) unsafe fn tile<W: Group8, const TILED: bool>(

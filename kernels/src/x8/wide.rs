@@ -277,7 +277,7 @@ unsafe fn unpack2<W: Group8>(w: &W, g: usize, out: &mut Vec<Unpacked>, unbiased:
     for b in 0..nb {
         let mut u = w.unpack_pair(g * nb + b, (g + 1) * nb + b);
         if unbiased {
-            super::amx::unbias::<W>(std::slice::from_mut(&mut u), true);
+            super::amx::unbias::<W>(std::slice::from_mut(&mut u));
         }
         out.push(u);
     }
@@ -725,7 +725,7 @@ pub(crate) unsafe fn run<W: Group8, const AMX: bool>(
                         a += super::amx::ROWS;
                     }
                     if unbiased && a < m {
-                        super::amx::unbias::<W>(scratch, false);
+                        super::amx::unbias::<W>(scratch);
                     }
                     while a < m {
                         // Unpacking each block per tile, any 1 to 8 rows are one
