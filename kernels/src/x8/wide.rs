@@ -22,9 +22,11 @@
 //! zero ([`crate::act::Bias`]: `-128 sum(x)`, `-127 sum(x)`, or `-32` times
 //! each half block's sum), which leaves exactly `sum(q x)`. Q2_K's values
 //! are unsigned already (times their scales at unpacking); its mins meet
-//! the activations' half sums ([`Sums::Mins16`]). These two meet
-//! activations with one scale per 256 values and sum a super-block's eight
-//! blocks before their float operations ([`tile_span`]). Each lane thus
+//! the activations' half sums ([`Sums::Mins16`]). These two, and Q6_K in
+//! prompt steps (each half block's sum times its scale, [`Sums::Span6`]),
+//! meet activations with one scale per 256 values and sum a super-block's
+//! eight blocks in integers before their float operations ([`tile_span`]).
+//! Each lane thus
 //! does the 256-bit tile's integer sums and float operations in the same
 //! order, so the results are the same bits.
 //!
@@ -107,6 +109,14 @@ pub(crate) enum Sums {
     /// ([`Group8::mins2`]) times the activations' half sums with factor
     /// `-dmin` (`Unpacked::m`) ([`tile_span`]).
     Mins16,
+}
+
+impl Sums {
+    /// Whether the 512-bit tiles sum a whole 256-value span in integers
+    /// before its float operations ([`tile_span`]): Q3_K, Q2_K, Q6_K.
+    pub(crate) const fn per_span(self) -> bool {
+        matches!(self, Sums::All127 | Sums::Mins16 | Sums::Span6)
+    }
 }
 
 /// Asks for block `b` of the group pair after `g, g + 1` (groups `g + 2`
@@ -301,7 +311,7 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
     acts: &Acts,
     a: usize,
 ) -> [__m512; A] {
-    if W::SPAN256 || W::SUMS == Sums::Span6 {
+    if W::SUMS.per_span() {
         return tile_span::<W, A, STREAM, TILED>(w, g, blocks, acts, a);
     }
     let nb = acts.nb;
