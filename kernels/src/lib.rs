@@ -46,6 +46,7 @@
 
 mod act;
 mod bf16;
+mod claim;
 #[cfg(test)]
 mod dense_test_util;
 mod f32fma;
@@ -60,8 +61,6 @@ mod x8;
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use rayon::prelude::*;
-
 use act::Acts;
 pub use bf16::Bf16Matrix;
 pub use f32fma::{Activation, F32Matrix, Input, Output, Start, TileMut, TiledIndex, TiledRows};
@@ -74,16 +73,6 @@ use isolated::isolated;
 /// Multiply-adds below which a matmul stays on the calling thread.
 const PARALLEL_MIN_WORK: usize = 1 << 18;
 
-/// At most this many items run in one piece of
-/// [`QuantMatrix::matmul_many_beside`]'s loop when it has side tasks. The
-/// loop's pieces are split further only when another thread steals one;
-/// unbounded, the thread that starts with the side tasks also keeps a
-/// quarter of the chunks in one piece that nobody can take from it, and
-/// the other thread waits at the end for about the side tasks' time. With
-/// pieces of a few items the chunks even out around them (one stream with
-/// a rank-8 adapter on every projection: 0.85-0.86x of the base before,
-/// 0.89-0.91x; `benches/README.md`).
-const SIDE_LEAF_ITEMS: usize = 8;
 /// Weight rows per unit of parallel work.
 const CHUNK_ROWS: usize = 16;
 
@@ -532,16 +521,14 @@ impl QuantMatrix {
                 None => side(i),
                 Some(c) => work(&chunks[c]),
             };
-            // Without side tasks, rayon's own pieces (no bound).
-            let max_len = if sides == 0 {
-                usize::MAX
-            } else {
-                SIDE_LEAF_ITEMS
-            };
-            (0..sides + chunks.len())
-                .into_par_iter()
-                .with_max_len(max_len)
-                .for_each(item);
+            // Each thread a contiguous run of the items (the side tasks
+            // at the front of the first), then what is left of the
+            // others' runs one item at a time from their ends: rayon's
+            // own pieces left a thread with a quarter of the chunks in one
+            // piece nobody could take from it (decode 1.02-1.05x; with an
+            // adapter at one stream, against pieces of eight items, about
+            // 1.02x; `benches/README.md`).
+            claim::for_each_claimed(sides + chunks.len(), rayon::current_num_threads(), &item);
         } else {
             (0..sides).for_each(side);
             chunks.iter().for_each(work);
