@@ -171,7 +171,7 @@ impl Bf16Matrix {
         let row_tasks = m.div_ceil(MR * TILES_PER_TASK);
         let panels_n = self.n.div_ceil(NR);
         let out = SendPtr(dst.as_mut_ptr());
-        (0..row_tasks * panels_n).into_par_iter().for_each(|t| {
+        let each = |t: usize| {
             let (rt, j) = (t / panels_n, t % panels_n);
             let rows = rt * MR * TILES_PER_TASK..(m.min((rt + 1) * MR * TILES_PER_TASK));
             let cols = j * NR..self.n.min((j + 1) * NR);
@@ -192,7 +192,11 @@ impl Bf16Matrix {
             }
             #[cfg(not(target_arch = "x86_64"))]
             let _ = (tiles, a, panel, out, rows, cols);
-        });
+        };
+        // Each thread a contiguous run of tasks (its rows stay in cache
+        // while the panels stream past), the last ones shared one at a
+        // time (`claim.rs`).
+        crate::claim::for_each_claimed(row_tasks * panels_n, rayon::current_num_threads(), &each);
     }
 }
 

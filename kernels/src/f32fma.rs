@@ -213,7 +213,7 @@ pub(crate) fn for_each_task(
         Start::Bias(b) => (Some(b), None),
         Start::BiasResidual(b, r) => (Some(b), Some(r)),
     };
-    (0..row_tasks * panels_n).into_par_iter().for_each(|t| {
+    let each = |t: usize| {
         let (rt, j) = (t / panels_n, t % panels_n);
         let rows = rt * MR * TILES_PER_TASK..m.min((rt + 1) * MR * TILES_PER_TASK);
         let cols = j * NR..n.min((j + 1) * NR);
@@ -225,7 +225,11 @@ pub(crate) fn for_each_task(
             ldr: n,
         };
         task(rows, cols, init)
-    });
+    };
+    // Each thread a contiguous run of tasks (its rows stay in cache
+    // while the panels stream past), the last ones shared one at a
+    // time (`claim.rs`).
+    crate::claim::for_each_claimed(row_tasks * panels_n, rayon::current_num_threads(), &each);
 }
 
 /// Where a task's sums start: the destination's values (`bias` null), or
