@@ -31,7 +31,10 @@
 //! - kernels are picked at run time ([`Isa`]): AVX2 + FMA + F16C, with
 //!   256-bit AVX-512 VNNI `vpdpbusd` where present and where they pass a
 //!   start-up comparison with the AVX2 kernels ([`Isa::best`]; AVX-512
-//!   CPUs without VNNI run the AVX2 code), AMX int8 tiles for prompt steps
+//!   CPUs without VNNI run the AVX2 code), AVX-VNNI's `vpdpbusd` on CPUs
+//!   with VNNI but no AVX-512 (Intel client cores since Alder Lake:
+//!   [`Isa::AvxVnni`], the 256-bit tiles for every step, checked the same
+//!   way), AMX int8 tiles for prompt steps
 //!   on CPUs that have them ([`Isa::Amx`], the same sums and so the same
 //!   bits), and plain loops on other CPUs and non-x86 builds;
 //! - output columns (weight rows) go in chunks of 16 across the rayon pool
@@ -132,6 +135,10 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 + FMA + F16C.
     Avx2,
+    /// [`Isa::Avx2`] plus AVX-VNNI (`vpdpbusd` on 256-bit registers,
+    /// VEX-encoded), for CPUs without AVX-512: the 256-bit tiles for
+    /// prompt steps too.
+    AvxVnni,
     /// x86-64 AVX-512 F/BW/VL (runs the AVX2 kernels).
     Avx512,
     /// [`Isa::Avx512`] plus VNNI (`vpdpbusd`).
@@ -161,6 +168,9 @@ impl Isa {
                         && std::is_x86_feature_detected!("fma")
                         && std::is_x86_feature_detected!("f16c")
                 }
+                Isa::AvxVnni => {
+                    Isa::Avx2.is_available() && std::is_x86_feature_detected!("avxvnni")
+                }
                 Isa::Avx512 => avx512(),
                 Isa::Avx512Vnni => avx512() && std::is_x86_feature_detected!("avx512vnni"),
                 Isa::Amx => Isa::Avx512Vnni.is_available() && x8::amx::available(),
@@ -177,6 +187,7 @@ impl Isa {
         [
             Isa::Scalar,
             Isa::Avx2,
+            Isa::AvxVnni,
             Isa::Avx512,
             Isa::Avx512Vnni,
             Isa::Amx,
@@ -197,38 +208,51 @@ impl Isa {
     /// `HEARTH_KERNELS_AVX512=1` takes the best available without the
     /// check. AVX-512 without VNNI runs the AVX2 kernels either way. AMX
     /// tiles are taken the same way, checked first, where the CPU and the
-    /// kernel offer them; `HEARTH_KERNELS_AMX=0` leaves them out.
+    /// kernel offer them; `HEARTH_KERNELS_AMX=0` leaves them out. Without
+    /// AVX-512 VNNI (or with `HEARTH_KERNELS_AVX512=0`), AVX-VNNI where the
+    /// CPU has it, checked the same way; `HEARTH_KERNELS_AVXVNNI=0` leaves
+    /// it out.
     pub fn best() -> Isa {
         static BEST: OnceLock<Isa> = OnceLock::new();
         *BEST.get_or_init(|| {
             let setting = std::env::var("HEARTH_KERNELS_AVX512").ok();
-            let no_amx = std::env::var("HEARTH_KERNELS_AMX").is_ok_and(|v| v == "0");
+            let off = |name: &str| std::env::var(name).is_ok_and(|v| v == "0");
+            let (no_amx, no_avxvnni) = (off("HEARTH_KERNELS_AMX"), off("HEARTH_KERNELS_AVXVNNI"));
             let base = if Isa::Avx2.is_available() {
                 Isa::Avx2
             } else {
                 Isa::Scalar
             };
-            let usable = |isa: Isa| isa.is_available() && !(no_amx && isa == Isa::Amx);
-            match setting.as_deref() {
-                Some("0") => base,
-                Some("1") => Isa::available()
-                    .into_iter()
-                    .rev()
-                    .find(|&i| usable(i))
-                    .expect("scalar is always available"),
-                _ => [Isa::Amx, Isa::Avx512Vnni]
-                    .into_iter()
-                    .filter(|&i| usable(i))
-                    .find(|&isa| {
-                        let checked = isolated(|| isa.self_check(base))
-                            .unwrap_or_else(|| Err(Error("the check did not run".into())));
-                        if let Err(e) = &checked {
-                            eprintln!("hearth-kernels: {isa:?} kernels not used: {e}");
-                        }
-                        checked.is_ok()
-                    })
-                    .unwrap_or(base),
-            }
+            let usable = |isa: Isa| {
+                isa.is_available()
+                    && !(no_amx && isa == Isa::Amx)
+                    && !(no_avxvnni && isa == Isa::AvxVnni)
+            };
+            let checked = |isa: Isa| {
+                let checked = isolated(|| isa.self_check(base))
+                    .unwrap_or_else(|| Err(Error("the check did not run".into())));
+                if let Err(e) = &checked {
+                    eprintln!("hearth-kernels: {isa:?} kernels not used: {e}");
+                }
+                checked.is_ok()
+            };
+            let candidates: &[Isa] = match setting.as_deref() {
+                Some("0") => &[Isa::AvxVnni],
+                Some("1") => {
+                    return Isa::available()
+                        .into_iter()
+                        .rev()
+                        .find(|&i| usable(i))
+                        .expect("scalar is always available")
+                }
+                _ => &[Isa::Amx, Isa::Avx512Vnni, Isa::AvxVnni],
+            };
+            candidates
+                .iter()
+                .copied()
+                .filter(|&i| usable(i))
+                .find(|&i| checked(i))
+                .unwrap_or(base)
         })
     }
 
@@ -561,6 +585,11 @@ impl QuantMatrix {
             #[cfg(target_arch = "x86_64")]
             Isa::Amx => {
                 with_layout!(&self.repr, w => x8::simd::run_vnni::<_, true>(w, acts, groups, out))
+            }
+            // SAFETY: as above; `AvxVnni` adds AVX-VNNI, checked there.
+            #[cfg(target_arch = "x86_64")]
+            Isa::AvxVnni => {
+                with_layout!(&self.repr, w => x8::simd::run_avxvnni(w, acts, groups, out))
             }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 | Isa::Avx512 => {

@@ -471,12 +471,23 @@ fn amx_kernels_equal_avx2_bit_for_bit() {
 /// and 48 weight rows: 45 as five tiles of 8, one of 4 and one of 1) or in
 /// order (37 and 100, whose lone last group reads them in order); 64
 /// weight rows run Q3_K's tiles of two group pairs.
+///
+/// The AVX-VNNI kernels (256-bit tiles for every step) too, where the CPU
+/// has both: there every instruction set's prompt steps sum Q4_K and Q5_K
+/// blocks the same way. (On a CPU with AVX-VNNI alone, AVX2 sums those
+/// per super-block in integers and AVX-VNNI per block in floats; the
+/// start-up check and the per-format tests (`check_format`) hold them to
+/// the reference there.)
 #[test]
 fn vnni_kernels_equal_avx2_bit_for_bit() {
     if !Isa::Avx512Vnni.is_available() {
         eprintln!("skipped: this CPU has no AVX-512 VNNI");
         return;
     }
+    let isas: Vec<Isa> = [Isa::Avx512Vnni, Isa::AvxVnni]
+        .into_iter()
+        .filter(|i| i.is_available())
+        .collect();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     for format in Format::ALL {
         let k = 512;
@@ -485,8 +496,10 @@ fn vnni_kernels_equal_avx2_bit_for_bit() {
             let q = QuantMatrix::new(format, &bytes, n, k).unwrap();
             for m in [1usize, 2, 3, 4, 5, 6, 7, 11, 13, 16, 40, 45] {
                 let x: Vec<f32> = (0..m * k).map(|_| rng.next_f32()).collect();
-                let what = format!("{format:?} m={m} n={n}");
-                assert_equals_avx2_bit_for_bit(Isa::Avx512Vnni, &q, &x, m, &what);
+                for &isa in &isas {
+                    let what = format!("{format:?} m={m} n={n}");
+                    assert_equals_avx2_bit_for_bit(isa, &q, &x, m, &what);
+                }
             }
         }
     }

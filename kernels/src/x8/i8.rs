@@ -51,9 +51,13 @@
 #[cfg(target_arch = "x86_64")]
 use super::hint;
 use super::scales::Scales;
+#[cfg(target_arch = "x86_64")]
+use super::simd::dpbusd;
 use super::u4::{Bits8, Nib8};
 #[cfg(target_arch = "x86_64")]
 use super::wide::{join_ps, load_pair, Sums, Unpacked};
+#[cfg(target_arch = "x86_64")]
+use super::NO_VNNI;
 use super::{dot_blocks, group_blocks, interleave, prefetch_blocks, Group8, G, SPAN_BLOCKS};
 use crate::act::Acts;
 use crate::formats::Q8;
@@ -503,20 +507,25 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
     /// [`Group8::AHEAD`] ahead: its values and its scales.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn tile<const A: usize, const VNNI: bool, const PREFETCH: bool>(
+    unsafe fn tile<const A: usize, const VNNI: u8, const PREFETCH: bool>(
         &self,
         acts: &Acts,
         g: usize,
         a: usize,
     ) -> [std::arch::x86_64::__m256; A] {
         use std::arch::x86_64::*;
+        let vnni = VNNI != NO_VNNI;
         if let Some((d, sc)) = self.scales.super_k6() {
             if BITS == 6 && acts.span == 256 {
-                return self.tile_span256::<A, PREFETCH>(d, sc, acts, g, a);
+                return self.tile_span256::<A, VNNI, PREFETCH>(d, sc, acts, g, a);
             }
         }
-        if BITS == 8 && !VNNI {
-            return self.tile_q8::<A, PREFETCH>(acts, g, a);
+        if BITS == 8 {
+            return if vnni {
+                self.tile_q8_vnni::<A, VNNI, PREFETCH>(acts, g, a)
+            } else {
+                self.tile_q8::<A, PREFETCH>(acts, g, a)
+            };
         }
         let nb = self.nb;
         assert!((g + 1) * nb <= self.stored() && (a + A) * nb <= acts.qs.len());
@@ -536,11 +545,12 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
             if b.is_multiple_of(S::SPAN) {
                 span = self.scales.span(i);
             }
-            // Q6_K without VNNI as the stored unsigned bytes, whose sums
-            // start from the activations' bias corrections: no `vpabsb` or
-            // `vpsignb`, and `q + 32` (at most 63) lets two `vpmaddubsw`
-            // pairs add in 16 bits (2 * 2 * 63 * 127 = 32004).
-            let unsigned = BITS == 6 && !VNNI;
+            // Q6_K as the stored unsigned bytes, whose sums start from the
+            // activations' bias corrections: no `vpabsb` or `vpsignb`; with
+            // VNNI one `vpdpbusd` per register, and without it `q + 32` (at
+            // most 63) lets two `vpmaddubsw` pairs add in 16 bits (2 * 2 *
+            // 63 * 127 = 32004).
+            let unsigned = BITS == 6;
             let w = if unsigned {
                 self.load::<false>(i)
             } else {
@@ -568,7 +578,16 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
                 let x = acts.qs.as_ptr().add(ai) as *const i32;
                 // Values 0..16 and 16..32 summed apart (Q6_K scales each).
                 let mut s = [_mm256_setzero_si256(); 2];
-                if unsigned {
+                if unsigned && vnni {
+                    // Each half's four registers from the half's `-32 sum(x)`.
+                    let bias = &*acts.bias.as_ptr().add(ai);
+                    for (h, s) in s.iter_mut().enumerate() {
+                        *s = _mm256_set1_epi32(bias.halves32[h]);
+                        for (k, &wk) in w.iter().enumerate().skip(4 * h).take(4) {
+                            *s = dpbusd::<VNNI>(*s, wk, _mm256_set1_epi32(x.add(k).read()));
+                        }
+                    }
+                } else if unsigned {
                     // Each half's four registers as two 16-bit pairs, from
                     // the half's `-32 sum(x)`. (No closures: they would not
                     // inherit the caller's target features.)
@@ -592,8 +611,8 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
                         let xv = _mm256_set1_epi32(x.add(k).read());
                         let signed = _mm256_sign_epi8(xv, wk);
                         let h = &mut s[k / 4];
-                        *h = if VNNI {
-                            _mm256_dpbusd_epi32(*h, wa, signed)
+                        *h = if vnni {
+                            dpbusd::<VNNI>(*h, wa, signed)
                         } else {
                             _mm256_add_epi32(
                                 *h,

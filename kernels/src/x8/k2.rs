@@ -210,7 +210,7 @@ impl Group8 for K2x8 {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn tile<const A: usize, const VNNI: bool, const PREFETCH: bool>(
+    unsafe fn tile<const A: usize, const VNNI: u8, const PREFETCH: bool>(
         &self,
         acts: &Acts,
         g: usize,
@@ -241,10 +241,10 @@ impl Group8 for K2x8 {
                 let mut s = [_mm256_setzero_si256(); 2];
                 for (h, (s, w)) in s.iter_mut().zip(w.chunks_exact(4)).enumerate() {
                     let x = x.add(4 * h);
-                    if VNNI {
+                    if VNNI != super::NO_VNNI {
                         for (v, &w) in w.iter().enumerate() {
                             let xv = _mm256_set1_epi32(x.add(v).read());
-                            *s = _mm256_dpbusd_epi32(*s, w, xv);
+                            *s = super::simd::dpbusd::<VNNI>(*s, w, xv);
                         }
                     } else {
                         let mut s16 = _mm256_setzero_si256();

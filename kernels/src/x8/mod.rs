@@ -204,6 +204,15 @@ pub(crate) fn hint<const HINT: i32, T>(v: &[T], i: usize, lines: usize) {
 /// Q4_K_M and Q8_0 decode of 1 to 4 sequences 1.04-1.22x faster here).
 pub(crate) const PREFETCH_MAX_ROWS: usize = 4;
 
+/// A 256-bit tile's `VNNI` parameter: AVX2's `vpmaddubsw`, no `vpdpbusd`.
+pub(crate) const NO_VNNI: u8 = 0;
+/// `vpdpbusd` of AVX-512 VNNI + VL (EVEX-encoded).
+pub(crate) const VNNI_512: u8 = 1;
+/// `vpdpbusd` of AVX-VNNI (VEX-encoded): CPUs with VNNI but without
+/// AVX-512, such as Intel's client cores since Alder Lake. The same
+/// operation as [`VNNI_512`]'s, in an encoding the other CPUs may lack.
+pub(crate) const VNNI_VEX: u8 = 2;
+
 /// An interleaved matrix's kernels.
 pub(crate) trait Group8 {
     /// Whether values 16..32 of a block have a factor of their own.
@@ -276,10 +285,11 @@ pub(crate) trait Group8 {
     /// ([`Group8::prefetch_ahead`]).
     ///
     /// # Safety
-    /// AVX2, FMA and F16C, and AVX-512 VNNI + VL if `VNNI`; the group and the
-    /// activation rows exist.
+    /// AVX2, FMA and F16C, and the `vpdpbusd` that `VNNI` names
+    /// ([`VNNI_512`], [`VNNI_VEX`]; [`NO_VNNI`] for none); the group and
+    /// the activation rows exist.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn tile<const A: usize, const VNNI: bool, const PREFETCH: bool>(
+    unsafe fn tile<const A: usize, const VNNI: u8, const PREFETCH: bool>(
         &self,
         acts: &Acts,
         g: usize,
@@ -400,13 +410,13 @@ pub(crate) mod simd {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::{put_group, Group8, G, PREFETCH_MAX_ROWS};
+    use super::{put_group, Group8, G, NO_VNNI, PREFETCH_MAX_ROWS, VNNI_512, VNNI_VEX};
     use crate::act::Acts;
     use crate::Out;
 
     /// Computes and stores one tile.
     #[inline(always)]
-    pub(super) unsafe fn put_tile<W: Group8, const A: usize, const VNNI: bool, const PF: bool>(
+    pub(super) unsafe fn put_tile<W: Group8, const A: usize, const VNNI: u8, const PF: bool>(
         w: &W,
         acts: &Acts,
         g: usize,
@@ -434,7 +444,7 @@ pub(crate) mod simd {
     /// Groups `groups` times every activation row on 256-bit tiles of up
     /// to 4 activation rows.
     #[inline(always)]
-    unsafe fn run_body<W: Group8, const VNNI: bool>(
+    unsafe fn run_body<W: Group8, const VNNI: u8>(
         w: &W,
         acts: &Acts,
         groups: Range<usize>,
@@ -469,7 +479,37 @@ pub(crate) mod simd {
     /// AVX2, FMA and F16C; as [`super::run_scalar`] for `out`.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) unsafe fn run_avx2<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
-        run_body::<W, false>(w, acts, groups, out)
+        run_body::<W, NO_VNNI>(w, acts, groups, out)
+    }
+
+    /// [`run_avx2`] with AVX-VNNI's `vpdpbusd` on 256-bit tiles of up to
+    /// 4 activation rows, for every step (CPUs without AVX-512).
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C and AVX-VNNI; as [`super::run_scalar`] for `out`.
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+    pub(crate) unsafe fn run_avxvnni<W: Group8>(
+        w: &W,
+        acts: &Acts,
+        groups: Range<usize>,
+        out: Out,
+    ) {
+        run_body::<W, VNNI_VEX>(w, acts, groups, out)
+    }
+
+    /// `acc` plus the sums of four products of `u`'s unsigned bytes and
+    /// `s`'s signed ones per 32-bit lane: the `vpdpbusd` that `VNNI`
+    /// names ([`VNNI_512`] or [`VNNI_VEX`]).
+    ///
+    /// # Safety
+    /// The CPU has that instruction (and the caller enables it).
+    #[inline(always)]
+    pub(crate) unsafe fn dpbusd<const VNNI: u8>(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        match VNNI {
+            VNNI_512 => _mm256_dpbusd_epi32(acc, u, s),
+            VNNI_VEX => _mm256_dpbusd_avx_epi32(acc, u, s),
+            _ => unreachable!("vpdpbusd without VNNI"),
+        }
     }
 
     /// [`run_avx2`] with `vpdpbusd` (AVX-512 VNNI): on 256-bit registers
@@ -490,7 +530,7 @@ pub(crate) mod simd {
         if acts.rows() > PREFETCH_MAX_ROWS {
             super::wide::run::<W, AMX>(w, acts, groups, out)
         } else {
-            run_body::<W, true>(w, acts, groups, out)
+            run_body::<W, VNNI_512>(w, acts, groups, out)
         }
     }
 }

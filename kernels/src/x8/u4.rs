@@ -52,7 +52,11 @@
 use super::hint;
 use super::scales::{Scales, SuperK4};
 #[cfg(target_arch = "x86_64")]
+use super::simd::dpbusd;
+#[cfg(target_arch = "x86_64")]
 use super::wide::{join_ps, load_pair, Sums, Unpacked};
+#[cfg(target_arch = "x86_64")]
+use super::NO_VNNI;
 use super::{dot_blocks, group_blocks, interleave, prefetch_blocks, Group8, G, SPAN_BLOCKS};
 use crate::act::Acts;
 use crate::formats::{Nib, QK};
@@ -299,21 +303,23 @@ impl<S: Scales, const FIVE: bool> Ux8<S, FIVE> {
     /// `vpmaddwd` against `ones` (sixteen 1s).
     ///
     /// # Safety
-    /// AVX2, and AVX-512 VNNI + VL if `VNNI`; `x` points at 32 bytes.
+    /// AVX2, and the `vpdpbusd` `VNNI` names; `x` points at 32 bytes.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn isum256<const VNNI: bool>(
+    unsafe fn isum256<const VNNI: u8>(
         wv: &[std::arch::x86_64::__m256i; G],
         x: *const i32,
         ones: std::arch::x86_64::__m256i,
     ) -> std::arch::x86_64::__m256i {
         use std::arch::x86_64::*;
-        if VNNI {
-            let mut s = _mm256_setzero_si256();
+        if VNNI != NO_VNNI {
+            // Two chains (even and odd registers): `vpdpbusd`'s latency,
+            // not its throughput, held one chain of eight.
+            let mut s = [_mm256_setzero_si256(); 2];
             for (v, &wk) in wv.iter().enumerate() {
-                s = _mm256_dpbusd_epi32(s, wk, _mm256_set1_epi32(x.add(v).read()));
+                s[v % 2] = dpbusd::<VNNI>(s[v % 2], wk, _mm256_set1_epi32(x.add(v).read()));
             }
-            return s;
+            return _mm256_add_epi32(s[0], s[1]);
         }
         let mut s16 = [_mm256_setzero_si256(); 2];
         for (v, &wk) in wv.iter().enumerate() {
@@ -339,7 +345,7 @@ impl<S: Scales, const FIVE: bool> Ux8<S, FIVE> {
     /// As [`Group8::tile`].
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn tile_span_float<const A: usize, const VNNI: bool, const PREFETCH: bool>(
+    unsafe fn tile_span_float<const A: usize, const VNNI: u8, const PREFETCH: bool>(
         &self,
         acts: &Acts,
         g: usize,
@@ -359,9 +365,31 @@ impl<S: Scales, const FIVE: bool> Ux8<S, FIVE> {
                 if PREFETCH {
                     self.prefetch_ahead(i);
                 }
-                let wv = self.values256(i);
                 let [dw, _] = self.scales.factors_in(span, i);
                 let mw = self.scales.offsets_in(span, i);
+                if VNNI != NO_VNNI {
+                    // One value register at a time to every row, two
+                    // `vpdpbusd` chains per row (even and odd registers):
+                    // the block's eight registers and one chain per row
+                    // waited on its latency.
+                    let mut s = [[_mm256_setzero_si256(); 2]; A];
+                    for v in 0..G {
+                        let w = self.value256(i, v);
+                        for (j, s) in s.iter_mut().enumerate() {
+                            let x = acts.qs.as_ptr().add((a + j) * nb + b) as *const i32;
+                            let xv = _mm256_set1_epi32(x.add(v).read());
+                            s[v % 2] = dpbusd::<VNNI>(s[v % 2], w, xv);
+                        }
+                    }
+                    for (j, (sp, s)) in sp.iter_mut().zip(s).enumerate() {
+                        let isum = _mm256_add_epi32(s[0], s[1]);
+                        let sx = *acts.s.get_unchecked((a + j) * nb + b);
+                        *sp = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dw, *sp);
+                        *sp = _mm256_fmadd_ps(mw, _mm256_set1_ps(sx), *sp);
+                    }
+                    continue;
+                }
+                let wv = self.values256(i);
                 for (j, sp) in sp.iter_mut().enumerate() {
                     let ai = (a + j) * nb + b;
                     let x = acts.qs.as_ptr().add(ai) as *const i32;
@@ -431,7 +459,7 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn tile<const A: usize, const VNNI: bool, const PREFETCH: bool>(
+    unsafe fn tile<const A: usize, const VNNI: u8, const PREFETCH: bool>(
         &self,
         acts: &Acts,
         g: usize,
@@ -440,10 +468,9 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
         use std::arch::x86_64::*;
         if let Some(k) = self.scales.super_k4() {
             if acts.span == 256 {
-                if crate::wide_kernels() {
+                if VNNI != NO_VNNI || crate::wide_kernels() {
                     return self.tile_span_float::<A, VNNI, PREFETCH>(acts, g, a);
                 }
-                assert!(!VNNI, "VNNI kernels on a CPU without them");
                 return self.tile_span256::<A, PREFETCH>(k, acts, g, a);
             }
         }

@@ -38,7 +38,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::simd::put_tile;
-use super::{put_group, tile_rows, Group8, G, SPAN_BLOCKS};
+use super::{put_group, tile_rows, Group8, G, SPAN_BLOCKS, VNNI_512};
 use crate::act::{tiled_at, Acts};
 use crate::{Format, Out};
 
@@ -597,10 +597,10 @@ pub(crate) unsafe fn run<W: Group8, const AMX: bool>(
         while a < m {
             let at = tile_rows(m - a, 8);
             match at {
-                8 => put_tile::<W, 8, true, false>(w, acts, g, a, out),
-                4 => put_tile::<W, 4, true, false>(w, acts, g, a, out),
-                2 => put_tile::<W, 2, true, false>(w, acts, g, a, out),
-                _ => put_tile::<W, 1, true, false>(w, acts, g, a, out),
+                8 => put_tile::<W, 8, VNNI_512, false>(w, acts, g, a, out),
+                4 => put_tile::<W, 4, VNNI_512, false>(w, acts, g, a, out),
+                2 => put_tile::<W, 2, VNNI_512, false>(w, acts, g, a, out),
+                _ => put_tile::<W, 1, VNNI_512, false>(w, acts, g, a, out),
             }
             a += at;
         }

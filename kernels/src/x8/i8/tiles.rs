@@ -6,6 +6,10 @@ use super::Ix8;
 use crate::act::Acts;
 use crate::formats::QK;
 use crate::x8::scales::Scales;
+#[cfg(target_arch = "x86_64")]
+use crate::x8::simd::dpbusd;
+#[cfg(target_arch = "x86_64")]
+use crate::x8::NO_VNNI;
 use crate::x8::{Group8, Half8, G, SPAN_BLOCKS};
 
 /// Q6_K's kernels over activations with one scale per 256 values (only
@@ -132,6 +136,66 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
         acc
     }
 
+    /// [`Group8::tile`] of Q8_0 with `vpdpbusd`: one register of values
+    /// at a time, made unsigned as `q + 128` (its sign bit flipped), meets
+    /// every activation row in one `vpdpbusd` (no `vpsignb` or `vpabsb`),
+    /// each row's block sum starting from the activations' `-128 sum(x)`
+    /// ([`crate::act::Bias`]); the same integer sums and float operations
+    /// as [`Ix8::tile_q8`], so the same bits.
+    ///
+    /// # Safety
+    /// As [`Group8::tile`] (only called with `BITS == 8`).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub(super) unsafe fn tile_q8_vnni<const A: usize, const VNNI: u8, const PREFETCH: bool>(
+        &self,
+        acts: &Acts,
+        g: usize,
+        a: usize,
+    ) -> [std::arch::x86_64::__m256; A] {
+        use std::arch::x86_64::*;
+        let nb = self.nb;
+        assert!(BITS == 8 && !self.scales.has_offset() && !S::HALVES);
+        assert!((g + 1) * nb <= self.qs.len() && (a + A) * nb <= acts.qs.len());
+        assert!(acts.bias.len() == acts.qs.len() && !acts.tiled);
+        let flip = _mm256_set1_epi8(i8::MIN);
+        let mut acc = [_mm256_setzero_ps(); A];
+        for b in 0..nb {
+            let i = g * nb + b;
+            if PREFETCH {
+                self.prefetch_ahead(i);
+            }
+            let p = self.qs.as_ptr().add(i) as *const __m256i;
+            let x: [*const i32; A] =
+                std::array::from_fn(|j| acts.qs.as_ptr().add((a + j) * nb + b) as *const i32);
+            // (Loops, not closures: a closure would not inherit the
+            // caller's target features.)
+            // Two chains per row (even and odd registers): one chain of
+            // eight waits on `vpdpbusd`'s latency.
+            let mut s = [[_mm256_setzero_si256(); 2]; A];
+            for (j, s) in s.iter_mut().enumerate() {
+                s[0] = _mm256_set1_epi32((*acts.bias.as_ptr().add((a + j) * nb + b)).all128);
+            }
+            for v in 0..G {
+                let w = _mm256_xor_si256(_mm256_load_si256(p.add(v)), flip);
+                for (s, x) in s.iter_mut().zip(&x) {
+                    s[v % 2] = dpbusd::<VNNI>(s[v % 2], w, _mm256_set1_epi32(x.add(v).read()));
+                }
+            }
+            let [d, _] = self.scales.factors(i);
+            for (j, (acc, s)) in acc.iter_mut().zip(s).enumerate() {
+                let s = _mm256_add_epi32(s[0], s[1]);
+                let dx = _mm256_set1_ps(*acts.d.get_unchecked((a + j) * nb + b));
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, dx), *acc);
+            }
+        }
+        // As the general tile, which adds its (zero) offsets' sums.
+        for acc in &mut acc {
+            *acc = _mm256_add_ps(*acc, _mm256_setzero_ps());
+        }
+        acc
+    }
+
     /// [`Group8::tile`] of Q6_K without VNNI over activations with one
     /// scale per 256 values, a super-block at a time: two registers of
     /// values at a time meet every activation row, the two `vpmaddubsw`
@@ -142,11 +206,16 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
     /// per super-block. A super-block's sum stays below `8 * 32 * 128 * 95
     /// * 127 < 2^31`.
     ///
+    /// With VNNI, each half's four registers go into one `vpdpbusd` chain
+    /// per row that starts from the half's `-32 X`, and the half's sum
+    /// times its scale (`vpmulld`) into the row's: the same integer sums,
+    /// so the same bits.
+    ///
     /// # Safety
     /// As [`Group8::tile`].
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    pub(super) unsafe fn tile_span256<const A: usize, const PREFETCH: bool>(
+    pub(super) unsafe fn tile_span256<const A: usize, const VNNI: u8, const PREFETCH: bool>(
         &self,
         d: &[Half8],
         sc: &[[[i8; G]; 2]],
@@ -177,6 +246,30 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
                     _mm_loadl_epi64(c0.as_ptr().cast()),
                     _mm_loadl_epi64(c1.as_ptr().cast()),
                 );
+                if VNNI != NO_VNNI {
+                    let c = [_mm256_cvtepi8_epi32(c0), _mm256_cvtepi8_epi32(c1)];
+                    let mut h = [[_mm256_setzero_si256(); 2]; A];
+                    for (j, h) in h.iter_mut().enumerate() {
+                        let bias = &*acts.bias.as_ptr().add((a + j) * nb + i - g * nb);
+                        h[0] = _mm256_set1_epi32(bias.halves32[0]);
+                        h[1] = _mm256_set1_epi32(bias.halves32[1]);
+                    }
+                    for v in 0..G {
+                        let w = self.value6(i, v);
+                        for (h, x) in h.iter_mut().zip(&x) {
+                            let xv = _mm256_set1_epi32(x.add(v).read());
+                            h[v / 4] = dpbusd::<VNNI>(h[v / 4], w, xv);
+                        }
+                    }
+                    for (s, h) in s.iter_mut().zip(h) {
+                        let scaled = _mm256_add_epi32(
+                            _mm256_mullo_epi32(h[0], c[0]),
+                            _mm256_mullo_epi32(h[1], c[1]),
+                        );
+                        *s = _mm256_add_epi32(*s, scaled);
+                    }
+                    continue;
+                }
                 let pairs = [
                     _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(c0, c0)),
                     _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(c1, c1)),
