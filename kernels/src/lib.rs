@@ -204,7 +204,7 @@ impl Isa {
     /// matrices ([`Isa::self_check`]). The VNNI kernels were written on a
     /// machine without AVX-512, so they are checked on the CPU that runs
     /// them before they are trusted; a mismatch falls back to AVX2 with a
-    /// message on stderr. `HEARTH_KERNELS_AVX512=0` keeps AVX2,
+    /// message on stderr. `HEARTH_KERNELS_AVX512=0` leaves AVX-512 out,
     /// `HEARTH_KERNELS_AVX512=1` takes the best available without the
     /// check. AVX-512 without VNNI runs the AVX2 kernels either way. AMX
     /// tiles are taken the same way, checked first, where the CPU and the
