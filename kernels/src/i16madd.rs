@@ -140,7 +140,28 @@ impl I16Matrix {
     /// If the CPU lacks AVX2 or FMA ([`I16Matrix::is_supported`]) or the
     /// shapes do not match.
     pub fn matmul(&self, x: Input, m: usize, start: Start, act: Activation, out: Output) {
+        self.matmul_vnni(crate::avx_vnni_allowed(), x, m, start, act, out)
+    }
+
+    /// [`I16Matrix::matmul`] with AVX-VNNI's `vpdpwssd` or without (the
+    /// same sums, so the same bits).
+    ///
+    /// # Panics
+    /// As [`I16Matrix::matmul`], and with `vnni` if the CPU lacks AVX-VNNI.
+    pub(crate) fn matmul_vnni(
+        &self,
+        vnni: bool,
+        x: Input,
+        m: usize,
+        start: Start,
+        act: Activation,
+        out: Output,
+    ) {
         assert!(Self::is_supported(), "this CPU has no AVX2 and FMA");
+        assert!(
+            !vnni || crate::Isa::AvxVnni.is_available(),
+            "this CPU has no AVX-VNNI"
+        );
         let out = Dest::prepare(&x, (m, self.n, self.k), &start, out);
         if m == 0 {
             return;
@@ -148,12 +169,22 @@ impl I16Matrix {
         crate::with_scratch(&QUANT, KEEP_BYTES, |q| {
             crate::with_scratch(&SCALES, KEEP_BYTES, |s| {
                 quantize(x, m, self.k, q, s);
-                self.run(q, s, out, start, act, m);
+                self.run(vnni, q, s, out, start, act, m);
             })
         });
     }
 
-    fn run(&self, q: &[i32], s: &[f32], out: Dest, start: Start, act: Activation, m: usize) {
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        vnni: bool,
+        q: &[i32],
+        s: &[f32],
+        out: Dest,
+        start: Start,
+        act: Activation,
+        m: usize,
+    ) {
         let (k, pairs, tile_len) = (self.k, pairs(self.k), tile_len(self.k) / 2);
         assert!(q.len() >= m.div_ceil(MR) * tile_len && s.len() >= m);
         for_each_task(m, self.n, start, |rows, cols, init| {
@@ -161,13 +192,28 @@ impl I16Matrix {
             let scales = &self.scales[cols.start..][..NR];
             #[cfg(target_arch = "x86_64")]
             {
-                let tiles = avx2::I16Tiles {
+                let tiles = avx2::I16Tiles::<false> {
                     a: q.as_ptr(),
                     tile_len,
                     a_scales: s.as_ptr(),
                     panel: panel.as_ptr().cast(),
                     w_scales: scales.as_ptr(),
                 };
+                let gelu = act == Activation::GeluErf;
+                if vnni {
+                    let tiles = avx2::I16Tiles::<true> {
+                        a: tiles.a,
+                        tile_len,
+                        a_scales: tiles.a_scales,
+                        panel: tiles.panel,
+                        w_scales: tiles.w_scales,
+                    };
+                    // SAFETY: as below, and the CPU has AVX-VNNI.
+                    unsafe {
+                        crate::f32fma::avx2::block_avxvnni(tiles, k, out, init, gelu, rows, cols)
+                    };
+                    return;
+                }
                 // SAFETY: the CPU has AVX2 and FMA (asserted by `matmul`);
                 // `q` holds the rounded tiles of `m` rows of `k` and `s`
                 // their scales (checked above), the panel the pairs of `k`
@@ -175,17 +221,7 @@ impl I16Matrix {
                 // bias and the residual cover `[m, n]` in their layouts
                 // (checked by `matmul`); each task writes only its own rows
                 // x columns, so no two tasks touch the same element.
-                unsafe {
-                    crate::f32fma::avx2::block(
-                        tiles,
-                        k,
-                        out,
-                        init,
-                        act == Activation::GeluErf,
-                        rows,
-                        cols,
-                    )
-                }
+                unsafe { crate::f32fma::avx2::block(tiles, k, out, init, gelu, rows, cols) }
             }
             #[cfg(not(target_arch = "x86_64"))]
             let _ = (q, s, panel, scales, out, rows, cols, init, act, k, tile_len);

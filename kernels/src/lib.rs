@@ -86,6 +86,16 @@ pub(crate) fn wide_kernels() -> bool {
     *WIDE.get_or_init(|| Isa::Avx512Vnni.is_available())
 }
 
+/// Whether the kernels may use AVX-VNNI: the CPU has it (with AVX2, FMA
+/// and F16C) and `HEARTH_KERNELS_AVXVNNI` is not `0`; read once.
+pub(crate) fn avx_vnni_allowed() -> bool {
+    static ALLOWED: OnceLock<bool> = OnceLock::new();
+    *ALLOWED.get_or_init(|| {
+        Isa::AvxVnni.is_available()
+            && std::env::var("HEARTH_KERNELS_AVXVNNI").map_or(true, |v| v != "0")
+    })
+}
+
 /// An invalid matrix description (sizes, byte counts).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error(pub String);
@@ -216,8 +226,7 @@ impl Isa {
         static BEST: OnceLock<Isa> = OnceLock::new();
         *BEST.get_or_init(|| {
             let setting = std::env::var("HEARTH_KERNELS_AVX512").ok();
-            let off = |name: &str| std::env::var(name).is_ok_and(|v| v == "0");
-            let (no_amx, no_avxvnni) = (off("HEARTH_KERNELS_AMX"), off("HEARTH_KERNELS_AVXVNNI"));
+            let no_amx = std::env::var("HEARTH_KERNELS_AMX").is_ok_and(|v| v == "0");
             let base = if Isa::Avx2.is_available() {
                 Isa::Avx2
             } else {
@@ -226,7 +235,7 @@ impl Isa {
             let usable = |isa: Isa| {
                 isa.is_available()
                     && !(no_amx && isa == Isa::Amx)
-                    && !(no_avxvnni && isa == Isa::AvxVnni)
+                    && (isa != Isa::AvxVnni || avx_vnni_allowed())
             };
             let checked = |isa: Isa| {
                 let checked = isolated(|| isa.self_check(base))

@@ -39,6 +39,37 @@ pub(crate) unsafe fn block<K: TileKernel>(
     rows: Range<usize>,
     cols: Range<usize>,
 ) {
+    block_body(kern, k, out, init, gelu, rows, cols)
+}
+
+/// [`block`] for tile kernels that use AVX-VNNI (`vpdpwssd`).
+///
+/// # Safety
+/// As [`block`], and the CPU has AVX-VNNI.
+#[target_feature(enable = "avx2,fma,avxvnni")]
+pub(crate) unsafe fn block_avxvnni<K: TileKernel>(
+    kern: K,
+    k: usize,
+    out: Dest,
+    init: Init,
+    gelu: bool,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
+    block_body(kern, k, out, init, gelu, rows, cols)
+}
+
+/// [`block`]'s body, compiled into each of its callers' instruction sets.
+#[inline(always)]
+unsafe fn block_body<K: TileKernel>(
+    kern: K,
+    k: usize,
+    out: Dest,
+    init: Init,
+    gelu: bool,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
     assert!(rows.start.is_multiple_of(MR));
     assert!(cols.len() <= NR && cols.start.is_multiple_of(NR));
     let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

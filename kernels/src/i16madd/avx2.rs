@@ -11,9 +11,12 @@ use crate::f32fma::MR;
 /// The integer kernel's inputs: `a` at the rounded tiles (`tile_len`
 /// pairs apart) with one scale per row at `a_scales`; `panel` at the
 /// panel's start (64-byte aligned lines of 16 columns x 2 inputs) with
-/// its 16 columns' scales at `w_scales`.
+/// its 16 columns' scales at `w_scales`. With `VNNI`, each pair's
+/// products add into the sums in one AVX-VNNI `vpdpwssd` (the same exact
+/// sums as `vpmaddwd` and `vpaddd`; run through
+/// [`crate::f32fma::avx2::block_avxvnni`]).
 #[derive(Clone, Copy)]
-pub(super) struct I16Tiles {
+pub(super) struct I16Tiles<const VNNI: bool> {
     pub a: *const i32,
     pub tile_len: usize,
     pub a_scales: *const f32,
@@ -25,7 +28,7 @@ pub(super) struct I16Tiles {
 /// row's pair, `2 R` `vpmaddwd` and as many adds (not a closure: see the
 /// f32 kernel's `step`).
 #[inline(always)]
-unsafe fn step<const R: usize>(
+unsafe fn step<const R: usize, const VNNI: bool>(
     acc: &mut [[__m256i; 2]; R],
     t: *const i32,
     p: *const i16,
@@ -39,12 +42,17 @@ unsafe fn step<const R: usize>(
     let x = t.add(pair * MR);
     for (i, acc) in acc.iter_mut().enumerate() {
         let xv = _mm256_set1_epi32(x.add(i).read());
-        acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(xv, w[0]));
-        acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(xv, w[1]));
+        if VNNI {
+            acc[0] = _mm256_dpwssd_avx_epi32(acc[0], xv, w[0]);
+            acc[1] = _mm256_dpwssd_avx_epi32(acc[1], xv, w[1]);
+        } else {
+            acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(xv, w[0]));
+            acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(xv, w[1]));
+        }
     }
 }
 
-impl TileKernel for I16Tiles {
+impl<const VNNI: bool> TileKernel for I16Tiles<VNNI> {
     /// The pass's integer sums (exact), then `start + sum * w_scale *
     /// a_scale` (a multiply and an FMA).
     #[inline(always)]
@@ -56,7 +64,7 @@ impl TileKernel for I16Tiles {
         // increments a pair (a pair's rows side by side): 35 instructions
         // for 12 `vpmaddwd`, which the 6-wide dispatch keeps up with.
         for pair in q.start / 2..q.end.div_ceil(8) * 4 {
-            step(&mut acc, t, self.panel, pair);
+            step::<R, VNNI>(&mut acc, t, self.panel, pair);
         }
         let ws = [
             _mm256_loadu_ps(self.w_scales),

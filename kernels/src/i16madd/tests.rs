@@ -90,21 +90,35 @@ fn matches_the_scalar_reference_bit_for_bit() {
         eprintln!("no AVX2 and FMA on this CPU: int16 kernel not run");
         return;
     }
-    for (m, n, k) in SHAPES {
+    // AVX-VNNI's `vpdpwssd` too where the CPU has it (the same sums).
+    let vnni = [false, true]
+        .into_iter()
+        .filter(|&v| !v || crate::Isa::AvxVnni.is_available());
+    for ((m, n, k), vnni) in SHAPES
+        .into_iter()
+        .flat_map(|s| vnni.clone().map(move |v| (s, v)))
+    {
         let (x, w) = (seeded(m * k, 1), seeded(n * k, 2));
         let (bias, residual) = (seeded(n, 3), seeded(m * n, 4));
         let mat = I16Matrix::new(&w, n, k).unwrap();
-        let shape = format!("[{m}, {n}, {k}]");
+        let shape = format!("[{m}, {n}, {k}] vnni {vnni}");
 
         let mut dst = residual.clone();
-        mat.matmul_acc(&x, m, &mut dst);
+        let (acc, none) = (Start::Dst, Activation::None);
+        mat.matmul_vnni(vnni, Input::Rows(&x), m, acc, none, Output::Rows(&mut dst));
         assert_eq!(dst, reference(&mat, &x, m, &residual, false), "{shape}");
 
         let start = plus_bias(&residual, &bias);
         let mut got = vec![f32::NAN; m * n];
-        let none = Activation::None;
         let fused = Start::BiasResidual(&bias, &residual);
-        mat.matmul(Input::Rows(&x), m, fused, none, Output::Rows(&mut got));
+        mat.matmul_vnni(
+            vnni,
+            Input::Rows(&x),
+            m,
+            fused,
+            none,
+            Output::Rows(&mut got),
+        );
         assert_eq!(
             got,
             reference(&mat, &x, m, &start, false),
@@ -115,7 +129,8 @@ fn matches_the_scalar_reference_bit_for_bit() {
         tiled_x.pack(&x, k);
         let mut tiled = TiledRows::new();
         let (gelu, only_bias) = (Activation::GeluErf, Start::Bias(&bias));
-        mat.matmul(
+        mat.matmul_vnni(
+            vnni,
             Input::Tiled(&tiled_x),
             m,
             only_bias,
@@ -129,7 +144,8 @@ fn matches_the_scalar_reference_bit_for_bit() {
         // Accumulating onto a tiled destination.
         let mut onto = TiledRows::new();
         onto.pack(&residual, n);
-        mat.matmul(
+        mat.matmul_vnni(
+            vnni,
             Input::Rows(&x),
             m,
             Start::Dst,
