@@ -521,11 +521,7 @@ impl<S: Scales, const BITS: u32> Group8 for Ix8<S, BITS> {
             }
         }
         if BITS == 8 {
-            return if vnni {
-                self.tile_q8_vnni::<A, VNNI, PREFETCH>(acts, g, a)
-            } else {
-                self.tile_q8::<A, PREFETCH>(acts, g, a)
-            };
+            return self.tile_q8::<A, VNNI, PREFETCH>(acts, g, a);
         }
         let nb = self.nb;
         assert!((g + 1) * nb <= self.stored() && (a + A) * nb <= acts.qs.len());

@@ -88,66 +88,18 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
     /// `|x| <= 63`); that loss was not taken (`benches/README.md`, "Q8_0
     /// prefill against what AVX2 allows").
     ///
-    /// # Safety
-    /// As [`Group8::tile`] (only called with `BITS == 8`).
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    pub(super) unsafe fn tile_q8<const A: usize, const PREFETCH: bool>(
-        &self,
-        acts: &Acts,
-        g: usize,
-        a: usize,
-    ) -> [std::arch::x86_64::__m256; A] {
-        use std::arch::x86_64::*;
-        let nb = self.nb;
-        assert!(BITS == 8 && !self.scales.has_offset() && !S::HALVES);
-        assert!((g + 1) * nb <= self.qs.len() && (a + A) * nb <= acts.qs.len());
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); A];
-        for b in 0..nb {
-            let i = g * nb + b;
-            if PREFETCH {
-                self.prefetch_ahead(i);
-            }
-            let p = self.qs.as_ptr().add(i) as *const __m256i;
-            let x: [*const i32; A] =
-                std::array::from_fn(|j| acts.qs.as_ptr().add((a + j) * nb + b) as *const i32);
-            // A pair of products reaches 2 * 127 * 127: to i32 at once.
-            let mut s = [_mm256_setzero_si256(); A];
-            for v in 0..G {
-                let w = _mm256_load_si256(p.add(v));
-                let wa = _mm256_abs_epi8(w);
-                for (s, x) in s.iter_mut().zip(&x) {
-                    let signed = _mm256_sign_epi8(_mm256_set1_epi32(x.add(v).read()), w);
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, signed), ones);
-                    *s = _mm256_add_epi32(*s, p);
-                }
-            }
-            let [d, _] = self.scales.factors(i);
-            for (j, (acc, s)) in acc.iter_mut().zip(s).enumerate() {
-                let dx = _mm256_set1_ps(*acts.d.get_unchecked((a + j) * nb + b));
-                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, dx), *acc);
-            }
-        }
-        // As the general tile, which adds its (zero) offsets' sums.
-        for acc in &mut acc {
-            *acc = _mm256_add_ps(*acc, _mm256_setzero_ps());
-        }
-        acc
-    }
-
-    /// [`Group8::tile`] of Q8_0 with `vpdpbusd`: one register of values
-    /// at a time, made unsigned as `q + 128` (its sign bit flipped), meets
-    /// every activation row in one `vpdpbusd` (no `vpsignb` or `vpabsb`),
-    /// each row's block sum starting from the activations' `-128 sum(x)`
-    /// ([`crate::act::Bias`]); the same integer sums and float operations
-    /// as [`Ix8::tile_q8`], so the same bits.
+    /// With VNNI (`vpdpbusd`), each register is made unsigned as `q + 128`
+    /// (its sign bit flipped) and meets every activation row in one
+    /// `vpdpbusd` (no `vpsignb` or `vpabsb`), each row's block sum starting
+    /// from the activations' `-128 sum(x)` ([`crate::act::Bias`]), in two
+    /// chains per row (even and odd registers: one chain of eight waited
+    /// on the instruction's latency); the same integer sums.
     ///
     /// # Safety
     /// As [`Group8::tile`] (only called with `BITS == 8`).
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    pub(super) unsafe fn tile_q8_vnni<const A: usize, const VNNI: u8, const PREFETCH: bool>(
+    pub(super) unsafe fn tile_q8<const A: usize, const VNNI: u8, const PREFETCH: bool>(
         &self,
         acts: &Acts,
         g: usize,
@@ -157,8 +109,9 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
         let nb = self.nb;
         assert!(BITS == 8 && !self.scales.has_offset() && !S::HALVES);
         assert!((g + 1) * nb <= self.qs.len() && (a + A) * nb <= acts.qs.len());
-        assert!(acts.bias.len() == acts.qs.len() && !acts.tiled);
-        let flip = _mm256_set1_epi8(i8::MIN);
+        let vnni = VNNI != NO_VNNI;
+        assert!(!vnni || (acts.bias.len() == acts.qs.len() && !acts.tiled));
+        let (ones, flip) = (_mm256_set1_epi16(1), _mm256_set1_epi8(i8::MIN));
         let mut acc = [_mm256_setzero_ps(); A];
         for b in 0..nb {
             let i = g * nb + b;
@@ -168,23 +121,39 @@ impl<S: Scales, const BITS: u32> Ix8<S, BITS> {
             let p = self.qs.as_ptr().add(i) as *const __m256i;
             let x: [*const i32; A] =
                 std::array::from_fn(|j| acts.qs.as_ptr().add((a + j) * nb + b) as *const i32);
-            // (Loops, not closures: a closure would not inherit the
-            // caller's target features.)
-            // Two chains per row (even and odd registers): one chain of
-            // eight waits on `vpdpbusd`'s latency.
+            // Without VNNI a pair of products reaches 2 * 127 * 127: to
+            // i32 at once. (Loops, not closures: a closure would not
+            // inherit the caller's target features.)
             let mut s = [[_mm256_setzero_si256(); 2]; A];
-            for (j, s) in s.iter_mut().enumerate() {
-                s[0] = _mm256_set1_epi32((*acts.bias.as_ptr().add((a + j) * nb + b)).all128);
+            if vnni {
+                for (j, s) in s.iter_mut().enumerate() {
+                    s[0] = _mm256_set1_epi32((*acts.bias.as_ptr().add((a + j) * nb + b)).all128);
+                }
             }
             for v in 0..G {
-                let w = _mm256_xor_si256(_mm256_load_si256(p.add(v)), flip);
+                let w = _mm256_load_si256(p.add(v));
+                if vnni {
+                    let w = _mm256_xor_si256(w, flip);
+                    for (s, x) in s.iter_mut().zip(&x) {
+                        let xv = _mm256_set1_epi32(x.add(v).read());
+                        s[v % 2] = dpbusd::<VNNI>(s[v % 2], w, xv);
+                    }
+                    continue;
+                }
+                let wa = _mm256_abs_epi8(w);
                 for (s, x) in s.iter_mut().zip(&x) {
-                    s[v % 2] = dpbusd::<VNNI>(s[v % 2], w, _mm256_set1_epi32(x.add(v).read()));
+                    let signed = _mm256_sign_epi8(_mm256_set1_epi32(x.add(v).read()), w);
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, signed), ones);
+                    s[0] = _mm256_add_epi32(s[0], p);
                 }
             }
             let [d, _] = self.scales.factors(i);
             for (j, (acc, s)) in acc.iter_mut().zip(s).enumerate() {
-                let s = _mm256_add_epi32(s[0], s[1]);
+                let s = if vnni {
+                    _mm256_add_epi32(s[0], s[1])
+                } else {
+                    s[0]
+                };
                 let dx = _mm256_set1_ps(*acts.d.get_unchecked((a + j) * nb + b));
                 *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, dx), *acc);
             }
