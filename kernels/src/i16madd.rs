@@ -201,13 +201,7 @@ impl I16Matrix {
                 };
                 let gelu = act == Activation::GeluErf;
                 if vnni {
-                    let tiles = avx2::I16Tiles::<true> {
-                        a: tiles.a,
-                        tile_len,
-                        a_scales: tiles.a_scales,
-                        panel: tiles.panel,
-                        w_scales: tiles.w_scales,
-                    };
+                    let tiles = tiles.with_vnni();
                     // SAFETY: as below, and the CPU has AVX-VNNI.
                     unsafe {
                         crate::f32fma::avx2::block_avxvnni(tiles, k, out, init, gelu, rows, cols)

@@ -24,6 +24,26 @@ pub(super) struct I16Tiles<const VNNI: bool> {
     pub w_scales: *const f32,
 }
 
+impl I16Tiles<false> {
+    /// The same inputs for the `vpdpwssd` kernel.
+    pub(super) fn with_vnni(self) -> I16Tiles<true> {
+        let I16Tiles {
+            a,
+            tile_len,
+            a_scales,
+            panel,
+            w_scales,
+        } = self;
+        I16Tiles {
+            a,
+            tile_len,
+            a_scales,
+            panel,
+            w_scales,
+        }
+    }
+}
+
 /// Input pair `p` of a tile: two weight registers, `R` broadcasts of a
 /// row's pair, `2 R` `vpmaddwd` and as many adds (not a closure: see the
 /// f32 kernel's `step`).
