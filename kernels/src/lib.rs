@@ -54,6 +54,7 @@ mod claim;
 mod dense_test_util;
 mod f32fma;
 mod formats;
+mod frame;
 mod huge_pages;
 mod i16madd;
 mod isolated;

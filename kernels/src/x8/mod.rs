@@ -450,6 +450,8 @@ pub(crate) mod simd {
         groups: Range<usize>,
         out: Out,
     ) {
+        // Its tiles spill: aligned slots (`crate::frame`).
+        crate::align_frame!();
         let m = acts.rows();
         let mut a = 0;
         while a < m {

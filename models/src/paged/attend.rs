@@ -54,6 +54,8 @@ impl Task<'_> {
         if vecmath::has_fma() {
             #[target_feature(enable = "avx2,fma,f16c")]
             fn run_fma(task: &Task<'_>) -> Vec<f32> {
+                // Its loops spill: aligned slots.
+                hearth_kernels::align_frame!();
                 task.run::<true>()
             }
             // SAFETY: the CPU has the features `run_fma` is compiled for.
