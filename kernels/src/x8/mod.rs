@@ -450,8 +450,6 @@ pub(crate) mod simd {
         groups: Range<usize>,
         out: Out,
     ) {
-        // Its tiles spill: aligned slots (`crate::frame`).
-        crate::align_frame!();
         let m = acts.rows();
         let mut a = 0;
         while a < m {
@@ -481,6 +479,9 @@ pub(crate) mod simd {
     /// AVX2, FMA and F16C; as [`super::run_scalar`] for `out`.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) unsafe fn run_avx2<W: Group8>(w: &W, acts: &Acts, groups: Range<usize>, out: Out) {
+        // The tiles spill on sixteen registers: aligned slots
+        // (`crate::frame`).
+        crate::align_frame!();
         run_body::<W, NO_VNNI>(w, acts, groups, out)
     }
 
@@ -496,6 +497,10 @@ pub(crate) mod simd {
         groups: Range<usize>,
         out: Out,
     ) {
+        // As `run_avx2`'s (not in `run_vnni`, whose prompt steps run the
+        // 512-bit kernels, which realign their own frames, and whose
+        // decode measured no better with it).
+        crate::align_frame!();
         run_body::<W, VNNI_VEX>(w, acts, groups, out)
     }
 
