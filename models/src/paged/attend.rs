@@ -54,7 +54,7 @@ impl Task<'_> {
         if vecmath::has_fma() {
             #[target_feature(enable = "avx2,fma,f16c")]
             fn run_fma(task: &Task<'_>) -> Vec<f32> {
-                // Its loops spill: aligned slots.
+                // It spills ymm registers (four slots): aligned ones.
                 hearth_kernels::align_frame!();
                 task.run::<true>()
             }
