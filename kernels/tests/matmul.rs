@@ -474,7 +474,9 @@ fn amx_kernels_equal_avx2_bit_for_bit() {
 ///
 /// The AVX-VNNI kernels (256-bit tiles for every step) too, where the CPU
 /// has both: there every instruction set's prompt steps sum Q4_K and Q5_K
-/// blocks the same way. (On a CPU with AVX-VNNI alone, AVX2 sums those
+/// blocks the same way, AVX-VNNI's in tiles of eight activation rows (11,
+/// 13, 16, 40 and 45 rows: one to five such tiles, then tiles of up to
+/// four). (On a CPU with AVX-VNNI alone, AVX2 sums those
 /// per super-block in integers and AVX-VNNI per block in floats; the
 /// start-up check and the per-format tests (`check_format`) hold them to
 /// the reference there.)

@@ -368,17 +368,21 @@ impl<S: Scales, const FIVE: bool> Ux8<S, FIVE> {
                 let [dw, _] = self.scales.factors_in(span, i);
                 let mw = self.scales.offsets_in(span, i);
                 if VNNI != NO_VNNI {
-                    // One value register at a time to every row, two
-                    // `vpdpbusd` chains per row (even and odd registers):
-                    // the block's eight registers and one chain per row
-                    // waited on its latency.
+                    // One value register at a time to every row. Up to
+                    // four rows, two `vpdpbusd` chains per row (even and
+                    // odd registers): the block's eight registers and one
+                    // chain per row waited on its latency. Eight rows (the
+                    // AVX-VNNI prompt tiles, [`Group8::tall_tiles`]) are
+                    // eight chains already, and sixteen sums would not fit
+                    // the sixteen registers.
+                    let chains = if A > 4 { 1 } else { 2 };
                     let mut s = [[_mm256_setzero_si256(); 2]; A];
                     for v in 0..G {
                         let w = self.value256(i, v);
                         for (j, s) in s.iter_mut().enumerate() {
                             let x = acts.qs.as_ptr().add((a + j) * nb + b) as *const i32;
                             let xv = _mm256_set1_epi32(x.add(v).read());
-                            s[v % 2] = dpbusd::<VNNI>(s[v % 2], w, xv);
+                            s[v % chains] = dpbusd::<VNNI>(s[v % chains], w, xv);
                         }
                     }
                     for (j, (sp, s)) in sp.iter_mut().zip(s).enumerate() {
@@ -430,6 +434,13 @@ impl<S: Scales, const FIVE: bool> Group8 for Ux8<S, FIVE> {
 
     fn blocks(&self) -> usize {
         self.nb
+    }
+
+    /// The K-quants' span tile ([`Ux8::tile_span_float`]), whose rows
+    /// keep one chain each at eight.
+    #[cfg(target_arch = "x86_64")]
+    fn tall_tiles(&self, acts: &Acts) -> bool {
+        self.scales.super_k4().is_some() && acts.span == 256
     }
 
     fn q(&self, i: usize, l: usize, j: usize) -> i32 {
