@@ -253,8 +253,8 @@ pub(crate) trait Group8 {
     /// value register then meets eight rows instead of four, which halves
     /// the unpacking and scale work per row. Only for tiles that keep
     /// eight rows' sums in sixteen registers (Q4_K and Q5_K over 256-value
-    /// activation spans); the others spill there (Q6_K's, with its
-    /// two sums per row and eight row pointers, ran 0.75x).
+    /// activation spans). Q6_K's tile, with two sums per row, would
+    /// not: taking eight rows a half block at a time it ran 0.75-0.87x.
     #[cfg(target_arch = "x86_64")]
     fn tall_tiles(&self, _acts: &Acts) -> bool {
         false
