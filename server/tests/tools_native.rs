@@ -176,7 +176,7 @@ async fn responses_calls_come_in_the_templates_format() {
         "/v1/responses",
         &json!({"model": HERMES, "tools": tools, "tool_choice": "required",
             "input": "What is the weather in Oslo?", "max_output_tokens": 80,
-            "parallel_tool_calls": false}),
+            "parallel_tool_calls": false, "temperature": 0}),
     )
     .await;
     reply.expect_status(200);
