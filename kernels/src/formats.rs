@@ -88,7 +88,8 @@ impl Format {
     /// `x8::wide::Sums::Span6`, one float operation per super-block). 32
     /// for the others, and for these three in decode steps of up to that
     /// many rows on CPUs with VNNI, which are bound by memory and kept as
-    /// they were measured fastest.
+    /// they were measured fastest. (`HEARTH_KERNELS_AVX512=0` counts as a
+    /// CPU without AVX-512 VNNI here.)
     pub fn activation_span(self, rows: usize) -> usize {
         match self {
             Format::Q2K | Format::Q3K => 256,

@@ -80,11 +80,19 @@ const PARALLEL_MIN_WORK: usize = 1 << 18;
 /// Weight rows per unit of parallel work.
 const CHUNK_ROWS: usize = 16;
 
-/// Whether this CPU runs the 512-bit VNNI kernels (which take 32-value
-/// activation scales for every format but Q2_K and Q3_K); detected once.
+/// Whether this process may run the 512-bit VNNI kernels (which take
+/// 32-value activation scales in decode steps for Q4_K, Q5_K and Q6_K,
+/// [`Format::activation_span`]): the CPU has AVX-512 VNNI and
+/// `HEARTH_KERNELS_AVX512` is not `0`; read once. With `0` the kernels
+/// pick their activation scales and tiles as on a CPU without AVX-512
+/// (256-value scales for those formats in every step), so that setting
+/// stands in for such a CPU whole, not only for its instructions.
 pub(crate) fn wide_kernels() -> bool {
     static WIDE: OnceLock<bool> = OnceLock::new();
-    *WIDE.get_or_init(|| Isa::Avx512Vnni.is_available())
+    *WIDE.get_or_init(|| {
+        Isa::Avx512Vnni.is_available()
+            && std::env::var("HEARTH_KERNELS_AVX512").map_or(true, |v| v != "0")
+    })
 }
 
 /// Whether the kernels may use AVX-VNNI: the CPU has it (with AVX2, FMA
