@@ -404,14 +404,6 @@ fn assert_equals_avx2_bit_for_bit(isa: Isa, q: &QuantMatrix, x: &[f32], m: usize
     }
 }
 
-/// The AMX tiles (16 activation rows by a pair of groups, in prompt steps
-/// of more than 16 rows) give the AVX2 kernels' results bit for bit, as
-/// the 512-bit tiles do: the same integer sums, then the same float
-/// operations in the same order. 17 rows are one AMX tile and one row on
-/// the 512-bit tiles, 45 two tiles and 13 rows; 16 and 48 weight rows take
-/// the activations regrouped by tiles of 16, 37 and 100 in row order
-/// (they end in a lone group, on the 256-bit tiles); k = 512 (16 blocks,
-/// two Q3_K spans) and 544 (17 blocks: the odd last block alone).
 /// Whether `HEARTH_KERNELS_AVX512=0` makes this process stand in for a
 /// CPU without AVX-512: the K-quants' activation scales and AVX2 tiles are
 /// then that CPU's, which the 512-bit and AMX tiles do not match bit for
@@ -424,6 +416,14 @@ fn avx512_left_out() -> bool {
     out
 }
 
+/// The AMX tiles (16 activation rows by a pair of groups, in prompt steps
+/// of more than 16 rows) give the AVX2 kernels' results bit for bit, as
+/// the 512-bit tiles do: the same integer sums, then the same float
+/// operations in the same order. 17 rows are one AMX tile and one row on
+/// the 512-bit tiles, 45 two tiles and 13 rows; 16 and 48 weight rows take
+/// the activations regrouped by tiles of 16, 37 and 100 in row order
+/// (they end in a lone group, on the 256-bit tiles); k = 512 (16 blocks,
+/// two Q3_K spans) and 544 (17 blocks: the odd last block alone).
 #[test]
 fn amx_kernels_equal_avx2_bit_for_bit() {
     if !Isa::Amx.is_available() {

@@ -26,11 +26,11 @@
 //! Rows are padded to a multiple of eight with zero weights; padded rows are
 //! never written out. Work is cut into tiles of one group x 1, 2 or 4
 //! activation rows (8 for Q4_K and Q5_K prompt steps on AVX-VNNI,
-//! [`Group8::tall_tiles`]); a chunk of groups runs every activation tile with the
-//! activation tiles outside, so the chunk's weights stay in L1. With AVX-512
-//! VNNI and more than four activation rows, [`wide`] runs two groups to each
-//! 512-bit register and tiles of up to 8 activation rows; with up to four
-//! (decode, bound by memory) the 256-bit tiles run.
+//! [`Group8::tall_tiles`]); a chunk of groups runs every activation tile
+//! with the activation tiles outside, so the chunk's weights stay in L1.
+//! With AVX-512 VNNI and more than four activation rows, [`wide`] runs two
+//! groups to each 512-bit register and tiles of up to 8 activation rows;
+//! with up to four (decode, bound by memory) the 256-bit tiles run.
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod amx;
