@@ -41,7 +41,7 @@ fn enabled() -> bool {
         _ => {
             // `var_os` allocates, but only small blocks, which return
             // from `advise` before asking here again.
-            let on = std::env::var_os("HEARTH_HUGE_PAGES").is_none_or(|v| v != "0");
+            let on = !crate::set_to_zero("HEARTH_HUGE_PAGES");
             ENABLED.store(if on { 1 } else { 2 }, Ordering::Relaxed);
             on
         }

@@ -80,6 +80,13 @@ const PARALLEL_MIN_WORK: usize = 1 << 18;
 /// Weight rows per unit of parallel work.
 const CHUNK_ROWS: usize = 16;
 
+/// Whether the environment variable `name` is `0`: how each of the
+/// kernels' switches (`HEARTH_KERNELS_AVX512`, `HEARTH_KERNELS_AVXVNNI`,
+/// `HEARTH_KERNELS_AMX`, `HEARTH_HUGE_PAGES`) leaves its feature out.
+pub(crate) fn set_to_zero(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| v == "0")
+}
+
 /// Whether this process may run the 512-bit VNNI kernels (which take
 /// 32-value activation scales in decode steps for Q4_K, Q5_K and Q6_K,
 /// [`Format::activation_span`]): the CPU has AVX-512 VNNI and
@@ -89,20 +96,14 @@ const CHUNK_ROWS: usize = 16;
 /// stands in for such a CPU whole, not only for its instructions.
 pub(crate) fn wide_kernels() -> bool {
     static WIDE: OnceLock<bool> = OnceLock::new();
-    *WIDE.get_or_init(|| {
-        Isa::Avx512Vnni.is_available()
-            && std::env::var("HEARTH_KERNELS_AVX512").map_or(true, |v| v != "0")
-    })
+    *WIDE.get_or_init(|| Isa::Avx512Vnni.is_available() && !set_to_zero("HEARTH_KERNELS_AVX512"))
 }
 
 /// Whether the kernels may use AVX-VNNI: the CPU has it (with AVX2, FMA
 /// and F16C) and `HEARTH_KERNELS_AVXVNNI` is not `0`; read once.
 pub(crate) fn avx_vnni_allowed() -> bool {
     static ALLOWED: OnceLock<bool> = OnceLock::new();
-    *ALLOWED.get_or_init(|| {
-        Isa::AvxVnni.is_available()
-            && std::env::var("HEARTH_KERNELS_AVXVNNI").map_or(true, |v| v != "0")
-    })
+    *ALLOWED.get_or_init(|| Isa::AvxVnni.is_available() && !set_to_zero("HEARTH_KERNELS_AVXVNNI"))
 }
 
 /// An invalid matrix description (sizes, byte counts).
@@ -235,7 +236,7 @@ impl Isa {
         static BEST: OnceLock<Isa> = OnceLock::new();
         *BEST.get_or_init(|| {
             let setting = std::env::var("HEARTH_KERNELS_AVX512").ok();
-            let no_amx = std::env::var("HEARTH_KERNELS_AMX").is_ok_and(|v| v == "0");
+            let no_amx = set_to_zero("HEARTH_KERNELS_AMX");
             let base = if Isa::Avx2.is_available() {
                 Isa::Avx2
             } else {

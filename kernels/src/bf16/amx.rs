@@ -37,7 +37,7 @@ pub(super) const PAIRS: usize = 16;
 pub(super) fn available() -> bool {
     static OK: OnceLock<bool> = OnceLock::new();
     *OK.get_or_init(|| {
-        if std::env::var("HEARTH_KERNELS_AMX").is_ok_and(|v| v == "0") {
+        if crate::set_to_zero("HEARTH_KERNELS_AMX") {
             return false;
         }
         if !granted() {
