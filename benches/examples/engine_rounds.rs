@@ -19,7 +19,8 @@
 //! `HEARTH_BENCH_BATCHES=1,16,64` also times decoding with that many
 //! sequences at once (`tg128 B16`: tokens per second over all of them;
 //! default `1`). `HEARTH_BENCH_DEVICE=cuda` runs it on a GPU (build with
-//! `--features cuda`).
+//! `--features cuda`). `HEARTH_BATCH_INVARIANT=1` runs the kernels as
+//! `hearth serve --batch-invariant` does.
 
 #[path = "../benches/shared/engine_run.rs"]
 mod engine_run;
@@ -40,6 +41,12 @@ fn mean_sd(xs: &[f64]) -> (f64, f64) {
 
 fn main() -> anyhow::Result<()> {
     hearth_benches::pin_rayon_threads();
+    if std::env::var_os("HEARTH_BATCH_INVARIANT").is_some_and(|v| v == "1") {
+        anyhow::ensure!(
+            hearth_kernels::set_batch_invariant(true),
+            "the kernels ran before HEARTH_BATCH_INVARIANT was read"
+        );
+    }
     let mut args = std::env::args().skip(1);
     let path = PathBuf::from(
         args.next()

@@ -88,13 +88,16 @@ impl Format {
     /// `x8::wide::Sums::Span6`, one float operation per super-block). 32
     /// for the others, and for these three in decode steps of up to that
     /// many rows on CPUs with VNNI, which are bound by memory and kept as
-    /// they were measured fastest. (`HEARTH_KERNELS_AVX512=0` counts as a
-    /// CPU without AVX-512 VNNI here.)
+    /// they were measured fastest, unless [`crate::set_batch_invariant`]
+    /// asked for 256 there too. (`HEARTH_KERNELS_AVX512=0` counts as a CPU
+    /// without AVX-512 VNNI here.)
     pub fn activation_span(self, rows: usize) -> usize {
         match self {
             Format::Q2K | Format::Q3K => 256,
             Format::Q4K | Format::Q5K | Format::Q6K
-                if rows > crate::x8::PREFETCH_MAX_ROWS || !crate::wide_kernels() =>
+                if rows > crate::x8::PREFETCH_MAX_ROWS
+                    || !crate::wide_kernels()
+                    || crate::batch_invariant() =>
             {
                 256
             }

@@ -18,8 +18,10 @@
 //!   Q8_0/Q8_1 (`act.rs`, which states the error bounds), or with one
 //!   scale per 256 values as its Q8_K for Q2_K and Q3_K, for Q4_K, Q5_K
 //!   and Q6_K on CPUs without AVX-512 VNNI, and for those three in
-//!   prompt steps on CPUs with it ([`Format::activation_span`]), whose
-//!   kernels then apply the activations' scale once per super-block;
+//!   prompt steps on CPUs with it ([`Format::activation_span`]; in decode
+//!   steps too after [`set_batch_invariant`], which makes a row's product
+//!   the same bits whatever the rows beside it), whose kernels then apply
+//!   the activations' scale once per super-block;
 //! - each 32-value block pair contributes `f_w d_x sum(q_w q_x) + m_w s_x`
 //!   (Q6_K: one such sum per 16 values). One activation block's bytes,
 //!   broadcast, meet eight weight rows in one register, so eight rows'
@@ -97,6 +99,30 @@ pub(crate) fn set_to_zero(name: &str) -> bool {
 pub(crate) fn wide_kernels() -> bool {
     static WIDE: OnceLock<bool> = OnceLock::new();
     *WIDE.get_or_init(|| Isa::Avx512Vnni.is_available() && !set_to_zero("HEARTH_KERNELS_AVX512"))
+}
+
+/// Whether each activation row's product is the same whatever the number
+/// of rows in its call (see [`set_batch_invariant`]); decided on first
+/// read, `false` unless set before.
+pub fn batch_invariant() -> bool {
+    *BATCH_INVARIANT.get_or_init(|| false)
+}
+
+static BATCH_INVARIANT: OnceLock<bool> = OnceLock::new();
+
+/// Makes every product's result for an activation row independent of how
+/// many rows share the call (a sequence's tokens then do not depend on
+/// which others share its decode steps, nor on whether its prompt came in
+/// a step of its own): Q4_K, Q5_K and Q6_K then take one activation scale
+/// per 256 values in decode steps too, on CPUs with AVX-512 VNNI (the only
+/// ones where the choice differs; [`Format::activation_span`]), whose
+/// decode of K-quant models is then 6-8% slower (`benches/README.md`).
+/// The other formats, and every format elsewhere, are so already. The
+/// choice is made once per process, before the first product: returns
+/// whether `on` is now the setting (false if a product or an earlier call
+/// fixed the other one).
+pub fn set_batch_invariant(on: bool) -> bool {
+    BATCH_INVARIANT.set(on).is_ok() || batch_invariant() == on
 }
 
 /// Whether the kernels may use AVX-VNNI: the CPU has it (with AVX2, FMA

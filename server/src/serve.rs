@@ -52,6 +52,13 @@ pub fn build_state(
     }
     let models_dir = args.store.models_dir();
     let started_at = now_secs();
+    // Before any model runs a product: the kernels fix the choice then.
+    if !hearth_kernels::set_batch_invariant(args.batch_invariant) {
+        anyhow::bail!("--batch-invariant: the kernels had already run without it");
+    }
+    if args.batch_invariant {
+        tracing::info!("batch-invariant: each sequence's logits independent of its step's others");
+    }
     let device = args
         .device
         .open()

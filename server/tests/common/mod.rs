@@ -42,6 +42,7 @@ pub fn serve_args(models: Vec<String>, max_waiting: usize, max_active: usize) ->
         max_batch_tokens: 8192,
         encoder_precision: hearth_engine::EncoderPrecision::Auto,
         max_step_tokens: 512,
+        batch_invariant: false,
         batch_step_ms: 20,
         device: hearth_engine::DeviceSpec::Cpu,
         kv_cache_mb: None,
