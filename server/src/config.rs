@@ -176,14 +176,13 @@ pub struct ServeArgs {
     /// prompt is split over several steps so running streams keep flowing).
     #[arg(long, env = "HEARTH_MAX_STEP_TOKENS", default_value_t = 512)]
     pub max_step_tokens: usize,
-    /// Make every sequence's logits (so its greedy tokens) the same bits
-    /// whichever other sequences share its steps. On CPUs with AVX-512
-    /// VNNI, Q4_K, Q5_K and Q6_K weights then take one activation scale
-    /// per 256 values in decode steps too (decode of such models 6-8%
-    /// slower); other formats, and every format on other CPUs, are so
-    /// already.
-    /// (`HEARTH_BATCH_INVARIANT` takes `1`/`0`, `true`/`false`, `yes`/`no`,
-    /// `on`/`off`.)
+    /// On the CPU, make every sequence's logits (so its greedy tokens) the
+    /// same bits whichever other sequences share its steps (GPUs: not
+    /// covered). On CPUs with AVX-512 VNNI, Q4_K, Q5_K and Q6_K weights
+    /// then take one activation scale per 256 values in decode steps too
+    /// (decode of such models 6-8% slower); other formats, and every format
+    /// on other CPUs, are so already. `HEARTH_BATCH_INVARIANT` takes
+    /// `1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`.
     #[arg(long, env = "HEARTH_BATCH_INVARIANT",
           value_parser = clap::builder::BoolishValueParser::new())]
     pub batch_invariant: bool,

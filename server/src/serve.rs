@@ -56,14 +56,16 @@ pub fn build_state(
     if !hearth_kernels::set_batch_invariant(args.batch_invariant) {
         anyhow::bail!("--batch-invariant: the kernels had already run without it");
     }
-    if args.batch_invariant {
-        tracing::info!("batch-invariant: each sequence's logits independent of its step's others");
-    }
     let device = args
         .device
         .open()
         .with_context(|| format!("opening device {}", args.device))?;
     tracing::info!(device = %hearth_engine::device::describe(&device), "models run on");
+    if args.batch_invariant && device.is_cpu() {
+        tracing::info!("batch-invariant: each sequence's logits independent of its step's others");
+    } else if args.batch_invariant {
+        tracing::warn!("--batch-invariant covers the CPU kernels only: on this device a sequence's outputs may still depend on the others in its steps");
+    }
     let config = EngineConfig {
         max_waiting: args.max_waiting,
         max_active: args.max_active,
