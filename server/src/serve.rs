@@ -54,7 +54,7 @@ pub fn build_state(
     let started_at = now_secs();
     // Before any model runs a product: the kernels fix the choice then.
     if !hearth_kernels::set_batch_invariant(args.batch_invariant) {
-        anyhow::bail!("--batch-invariant: the kernels had already run without it");
+        anyhow::bail!("--batch-invariant: the kernels had already run with the other setting");
     }
     let device = args
         .device
