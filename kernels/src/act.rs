@@ -364,7 +364,7 @@ impl Acts {
     /// `e` of row `a + j` at [`tiled_at`], so that a tile's rows read their
     /// block `b` from one place (`8 b` blocks on, for a tile of eight), one
     /// address for the kernel's eight rows instead of eight (prefill 2-6%
-    /// faster, `benches/README.md`). The same values as [`Acts::quantize`],
+    /// faster, `benches/README.md`, `benches/HISTORY.md`). The same values as [`Acts::quantize`],
     /// each row quantized alone either way. With `tiles16`, tiles of 16
     /// rows first, as the AMX tiles take them ([`Acts::tile_rows`]).
     pub(crate) fn quantize_tiled(x: &[f32], k: usize, span: usize, tiles16: bool) -> Acts {

@@ -9,7 +9,7 @@
 //! and which slots do depends on the callers' frames: the same AVX-VNNI
 //! prefill loop ran the 8B Q4_K_M prompt step at 20-21 or 27-28 tokens/s
 //! depending on unrelated code elsewhere in the binary
-//! (`benches/README.md`). One 64-byte-aligned local makes LLVM realign the
+//! (`benches/README.md`, `benches/HISTORY.md`). One 64-byte-aligned local makes LLVM realign the
 //! frame (`and rsp, -64`), after which every spill slot is aligned.
 
 /// Aligns the enclosing function's stack frame to 64 bytes, so that its

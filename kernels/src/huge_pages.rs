@@ -5,7 +5,7 @@
 //! A decode step streams every weight once from memory. With 4 KiB pages
 //! that is one TLB miss and page walk per 4 KiB read; with 2 MiB pages one
 //! per 2 MiB, and the same two threads read memory about an eighth faster
-//! on the machines measured (benches/README.md). Most distributions set
+//! on the machines measured (`benches/README.md`, `benches/HISTORY.md`). Most distributions set
 //! transparent huge pages to `madvise`, where only regions marked
 //! `MADV_HUGEPAGE` get them; this allocator marks the 2 MiB-aligned
 //! interior of every allocation of at least [`HUGE_MIN_BYTES`] before it is

@@ -116,7 +116,7 @@ static BATCH_INVARIANT: OnceLock<bool> = OnceLock::new();
 /// a step of its own): Q4_K, Q5_K and Q6_K then take one activation scale
 /// per 256 values in decode steps too, on CPUs with AVX-512 VNNI (the only
 /// ones where the choice differs; [`Format::activation_span`]), whose
-/// decode of K-quant models is then 6-8% slower (`benches/README.md`).
+/// decode of K-quant models is then 6-8% slower (`benches/README.md`, `benches/HISTORY.md`).
 /// The other formats, and every format elsewhere, are so already. The
 /// choice is made once per process, before the first product: returns
 /// whether `on` is now the setting (false if a product or an earlier call
@@ -596,7 +596,7 @@ impl QuantMatrix {
             // own pieces left a thread with a quarter of the chunks in one
             // piece nobody could take from it (decode 1.02-1.05x; with an
             // adapter at one stream, against pieces of eight items, about
-            // 1.02x; `benches/README.md`).
+            // 1.02x; `benches/README.md`, `benches/HISTORY.md`).
             claim::for_each_claimed(sides + chunks.len(), rayon::current_num_threads(), &item);
         } else {
             (0..sides).for_each(side);

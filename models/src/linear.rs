@@ -66,7 +66,7 @@ pub(crate) fn kernel_format(dtype: GgmlDType) -> Option<Format> {
 /// ([`mark_rounded`]: the norms, SwiGLU, the attention's decode kernel);
 /// otherwise this is one more launch. On an H200, the default model at 1
 /// and 64 streams within the runs' noise of without (0.95-1.05x at 64;
-/// `benches/README.md`); `=0` gives candle's products as they are.
+/// `benches/README.md`, `benches/HISTORY.md`); `=0` gives candle's products as they are.
 fn rounds_activations(q: &QTensor, k: usize) -> bool {
     let with_min = matches!(
         q.dtype(),

@@ -8,7 +8,7 @@
 //! With the threshold held at 1 MiB while models load, dropping them
 //! returns the memory: measured with both default models and 16 streams,
 //! 535 MiB resident at most instead of 579 MiB, with the same throughput
-//! within the noise (`benches/README.md`).
+//! within the noise (`benches/README.md`, `benches/HISTORY.md`).
 //!
 //! The heap's trim threshold is another matter. Each thread's arena gives
 //! back the free memory at its top past that threshold (`madvise`), and a
@@ -20,7 +20,7 @@
 //! threads' time. At 64 MiB: 70,000-172,000 faults and 1.12-1.31x the
 //! tokens per second in four of five alternated pairs (the fifth 0.96x,
 //! within the noise), 483-486 MiB resident at most instead of 475-480
-//! (`benches/README.md`). What an arena keeps is at most what its thread's
+//! (`benches/README.md`, `benches/HISTORY.md`). What an arena keeps is at most what its thread's
 //! steps used, and the next steps reuse it.
 //!
 //! Once the models are loaded, the mmap threshold goes up to 32 MiB (the
@@ -31,7 +31,7 @@
 //! step: a 512-token prefill of the 1B shapes through the engine took
 //! about 95,000 page faults with the 1 MiB threshold, and with 32 MiB it
 //! was 1.04-1.07x faster in five of six alternated pairs (Q3_K_M, Q4_K_M;
-//! `benches/README.md`). From the heap they are reused step after step.
+//! `benches/README.md`, `benches/HISTORY.md`). From the heap they are reused step after step.
 //! On the default chat model (buffers of a few MiB at most) the server's
 //! page faults at 16 streams fell from 52,000-150,000 to about 15,000 per
 //! 64 requests, its speed the same within the noise, its peak resident

@@ -169,7 +169,7 @@ pub(crate) fn half_lanes(v: &[f32], n: usize, per_row: usize) -> Result<Vec<Half
 /// short L1 hop is from L2: on an Intel Xeon with a busy host, 8B Q4_K_M
 /// decode 1.11-1.28x in seven of eight pairs (1.00x in one), 1B Q4_K_M
 /// 0.995-1.29x, 1B Q8_0 1.04-1.11x against 8 KiB into L1; 8B Q8_0 and the
-/// default model (in cache) unchanged (`benches/README.md`).
+/// default model (in cache) unchanged (`benches/README.md`, `benches/HISTORY.md`).
 pub(crate) const PREFETCH_BYTES: usize = 8 << 10;
 
 /// How far ahead a kernel that prefetches into L2 ([`PREFETCH_BYTES`])

@@ -36,7 +36,7 @@
 //! and two FMAs per 32. That tile also takes one value register at a time
 //! to every activation row (the rows' sums and one register live, not the
 //! block's eight registers and spilled sums): Q4_K 1.26-1.41x, Q5_K
-//! 1.26-1.27x on an AVX2-only Zen 3 (`benches/README.md`).
+//! 1.26-1.27x on an AVX2-only Zen 3 (`benches/README.md`, `benches/HISTORY.md`).
 //!
 //! On CPUs with AVX-512 VNNI, decode steps (up to four activation rows,
 //! bound by memory) keep 32-value activation scales and the per-block
@@ -46,7 +46,7 @@
 //! ([`Ux8::tile_span_float`], the 512-bit and AMX tiles'
 //! [`Sums::SpanOffsets`], the same bits): one multiply fewer per block
 //! and row, Q4_K_M prefill 1.07-1.26x faster on an Intel Xeon with AMX
-//! (`benches/README.md`).
+//! (`benches/README.md`, `benches/HISTORY.md`).
 
 #[cfg(target_arch = "x86_64")]
 use super::hint;

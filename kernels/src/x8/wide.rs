@@ -127,7 +127,7 @@ impl Sums {
 /// the tiles left it idle. Asked for in one burst during the unpacking
 /// instead, they gained less than half as much (1B Q4_K_M decode of 8
 /// sequences 166 tok/s, against 145 without and 210-220 spread over the
-/// tile; `benches/README.md`). Past the matrix's end they name addresses
+/// tile; `benches/README.md`, `benches/HISTORY.md`). Past the matrix's end they name addresses
 /// that are never read.
 #[inline(always)]
 fn prefetch_next_pair<W: Group8>(w: &W, g: usize, b: usize) {
@@ -141,7 +141,7 @@ fn prefetch_next_pair<W: Group8>(w: &W, g: usize, b: usize) {
 /// 8 rows, or two): decode of 5 to 16 sequences 1.04-1.31x faster on the
 /// 1B files (Q4_K_M, Q8_0, Q3_K_M, Q2_K) and 1.09-1.12x on 8B Q4_K_M,
 /// the default model within 1% at 8-16; at 32 rows it lost 3% there and at
-/// 64 rows and in prefill scratch wins (`benches/README.md`).
+/// 64 rows and in prefill scratch wins (`benches/README.md`, `benches/HISTORY.md`).
 const STREAM_MAX_ROWS: usize = 16;
 
 /// Whether [`run`] takes `m` activation rows regrouped by tiles
