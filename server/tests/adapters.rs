@@ -429,6 +429,11 @@ async fn an_imported_adapter_serves_its_project_only() {
         .await
         .json();
     assert!(!theirs.to_string().contains(id), "{theirs}");
+    // Retrieved by id the same way: its project's, a 404 elsewhere.
+    let one = ok_json(&state, &format!("/v1/models/{model}")).await;
+    assert_eq!(Some(&one), listed);
+    let reply = raw::get(&state, &format!("/v1/models/{model}"), Some(&other_key)).await;
+    assert_eq!(reply.status, 404, "{}", raw::text(&reply));
     let reply = chat(&state, &other_key, &model).await;
     assert_eq!(reply.status, 404, "{}", raw::text(&reply));
 

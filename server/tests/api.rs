@@ -43,6 +43,47 @@ async fn models_lists_the_default_model_and_verbose_details() {
 }
 
 #[tokio::test]
+async fn a_model_is_retrieved_by_its_id_slash_and_all() {
+    let state = with_model();
+    let listed = send(&state, "GET", "/v1/models", Some(KEY), None)
+        .await
+        .json();
+    assert!(
+        MODEL.contains('/'),
+        "the test wants an id with a slash: {MODEL}"
+    );
+    let escaped = MODEL.replace('/', "%2F");
+    for path in [
+        format!("/v1/models/{MODEL}"),
+        format!("/v1/models/{escaped}"),
+    ] {
+        let reply = send(&state, "GET", &path, Some(KEY), None).await;
+        assert_eq!(reply.status.as_u16(), 200, "{path}: {}", reply.text);
+        assert_eq!(reply.json(), listed["data"][0], "{path}");
+    }
+    let uri = format!("/v1/models/{MODEL}?verbose=true");
+    let verbose = send(&state, "GET", &uri, Some(KEY), None).await.json();
+    assert_eq!(
+        (verbose["kind"].clone(), verbose["context_length"].clone()),
+        (json!("chat"), json!(8192))
+    );
+    for unknown in [
+        "/v1/models/nope",
+        "/v1/models/HuggingFaceTB",
+        "/v1/models/a/b/c",
+    ] {
+        let reply = send(&state, "GET", unknown, Some(KEY), None).await;
+        assert_eq!(reply.status.as_u16(), 404, "{unknown}: {}", reply.text);
+        assert!(reply.json()["detail"]
+            .as_str()
+            .unwrap()
+            .contains("does not exist"));
+    }
+    let reply = send(&state, "GET", &format!("/v1/models/{MODEL}"), None, None).await;
+    assert_eq!(reply.status.as_u16(), 401, "{}", reply.text);
+}
+
+#[tokio::test]
 async fn the_capital_of_france_is_paris() {
     let body = complete(json!({"model": MODEL, "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0})).await;
     assert_eq!(body["object"], "text_completion");

@@ -134,7 +134,9 @@ fn app_routes() -> BTreeSet<(String, String)> {
                 let start = from + i;
                 let before = handlers[..start].chars().next_back();
                 if !before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
-                    out.insert((method.to_uppercase(), path.to_string()));
+                    // A catch-all segment (`{*model}`) is one path
+                    // parameter to OpenAPI.
+                    out.insert((method.to_uppercase(), path.replace("{*", "{")));
                     methods += 1;
                 }
                 from = start + call.len();

@@ -49,7 +49,8 @@ pub struct CompletionRequest {
     pub logit_bias: Option<BTreeMap<String, f64>>,
     #[serde(default)]
     pub seed: Option<i64>,
-    /// Accepted and ignored.
+    /// Text after the completion (insertion): not supported, so only null
+    /// or empty; anything else is a 400 rather than being ignored.
     #[serde(default)]
     pub suffix: Option<String>,
     #[serde(default)]

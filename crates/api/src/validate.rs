@@ -351,6 +351,14 @@ impl CompletionRequest {
                 "`echo` together with `logprobs` is not supported: log-probabilities of prompt tokens are not computed.".to_string(),
             ));
         }
+        if self.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+            return Err(invalid(
+                "suffix",
+                "`suffix` (text to insert before) is not supported: the models here only \
+                 continue a prompt."
+                    .to_string(),
+            ));
+        }
         if let Some(best_of) = self.best_of {
             if best_of != 1 && best_of != n as i64 {
                 return Err(invalid(

@@ -54,7 +54,7 @@ fn completion_full_request() {
         "prompt": [[1, 2], [3]], "max_tokens": 5, "temperature": 0, "top_p": 0.5, "n": 2,
         "stream": true, "stream_options": {"include_usage": true}, "logprobs": 3,
         "stop": "\n", "presence_penalty": 1, "frequency_penalty": -1,
-        "logit_bias": {"50256": -100}, "seed": 42, "suffix": "x", "user": "u", "best_of": 2,
+        "logit_bias": {"50256": -100}, "seed": 42, "suffix": "", "user": "u", "best_of": 2,
         "top_k": -1, "min_p": 0.1, "repetition_penalty": 1.1, "ignore_eos": true
     }))
     .unwrap();
@@ -193,6 +193,13 @@ fn empty_prompt_list() {
 #[test]
 fn negative_token_id() {
     rejects(completion(json!({"prompt": [1, -5]})), "prompt");
+}
+
+#[test]
+fn suffix_unsupported() {
+    rejects(completion(json!({"suffix": "after"})), "suffix");
+    assert!(completion(json!({"suffix": null})).is_ok());
+    assert!(completion(json!({"suffix": ""})).is_ok());
 }
 
 #[test]

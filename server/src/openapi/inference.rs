@@ -8,8 +8,8 @@ use super::EventStream;
 use hearth_api::schemas::{ErrorDetail, UpstreamError};
 use hearth_api::{
     ChatChoice, ChatCompletionRequest, Completion, CompletionChoice, CompletionRequest,
-    EmbeddingList, EmbeddingRequest, ModelList, ModelsQuery, ProjectQuery, RerankRequest,
-    RerankResponse, UsageInfo,
+    EmbeddingList, EmbeddingRequest, ModelList, ModelObject, ModelsQuery, ProjectQuery,
+    RerankRequest, RerankResponse, UsageInfo,
 };
 
 #[utoipa::path(
@@ -27,6 +27,25 @@ use hearth_api::{
     )
 )]
 pub fn list_models() {}
+
+#[utoipa::path(
+    get,
+    path = "/v1/models/{model}",
+    tag = "Models",
+    operation_id = "retrieveModel",
+    summary = "One model this server serves",
+    description = "One entry of `GET /v1/models` for the same project, by its id (an id \
+        with `/` in it as it is, or with `%2F`).",
+    params(
+        ("model" = String, Path, description = "The model's id, as `GET /v1/models` lists it."),
+        ModelsQuery,
+    ),
+    responses(
+        (status = 200, description = "The model.", body = ModelObject),
+        (status = 404, description = "No model of this id for the project.", body = ErrorDetail),
+    )
+)]
+pub fn retrieve_model() {}
 
 #[utoipa::path(
     post,

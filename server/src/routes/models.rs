@@ -2,13 +2,15 @@
 //! models (catalogue adapters and the project's, through the adapter source)
 //! with `parent`/`root` naming their base, then the routing keys of the
 //! project's dedicated endpoints (`parent`/`root`: the model they serve).
+//! `GET /v1/models/{model}`: one of those (ids with `/` in them taken
+//! whole, written plainly or as `%2F`), 404 for any other name.
 
 use axum::extract::State;
 use axum::{Extension, Json};
-use hearth_api::{ModelList, ModelObject, ModelPricing, ModelsQuery};
+use hearth_api::{ApiError, ModelList, ModelObject, ModelPricing, ModelsQuery};
 
 use crate::auth::RequestContext;
-use crate::error::{ApiQuery, HttpError};
+use crate::error::{ApiPath, ApiQuery, HttpError};
 use crate::models_resolve::list_adapters;
 use crate::state::AppState;
 
@@ -17,6 +19,29 @@ pub async fn list(
     Extension(ctx): Extension<RequestContext>,
     ApiQuery(query): ApiQuery<ModelsQuery>,
 ) -> Result<Json<ModelList>, HttpError> {
+    Ok(Json(ModelList::new(models(&state, &ctx, &query).await?)))
+}
+
+pub async fn retrieve(
+    State(state): State<AppState>,
+    Extension(ctx): Extension<RequestContext>,
+    ApiPath(model): ApiPath<String>,
+    ApiQuery(query): ApiQuery<ModelsQuery>,
+) -> Result<Json<ModelObject>, HttpError> {
+    models(&state, &ctx, &query)
+        .await?
+        .into_iter()
+        .find(|m| m.id == model)
+        .map(Json)
+        .ok_or_else(|| HttpError(ApiError::model_not_found(&model)))
+}
+
+/// What the caller's project may use, in [`list`]'s order.
+async fn models(
+    state: &AppState,
+    ctx: &RequestContext,
+    query: &ModelsQuery,
+) -> Result<Vec<ModelObject>, HttpError> {
     let chat = state
         .chat
         .values()
@@ -45,7 +70,7 @@ pub async fn list(
             object
         })
         .collect();
-    for a in list_adapters(&state, &ctx.project_id).await? {
+    for a in list_adapters(state, &ctx.project_id).await? {
         let Some(base) = state.chat.get(&a.base) else {
             continue;
         };
@@ -77,5 +102,5 @@ pub async fn list(
         }
         data.push(object);
     }
-    Ok(Json(ModelList::new(data)))
+    Ok(data)
 }
