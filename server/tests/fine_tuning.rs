@@ -551,6 +551,11 @@ async fn every_bad_request_is_refused_before_a_job_exists() {
             json!(["body", "hyperparameters", "lora_r"]),
             "int_type",
         ),
+        (
+            hp("lora_rank", json!(16)),
+            json!(["body", "hyperparameters", "lora_rank"]),
+            "extra_forbidden",
+        ),
     ];
     for (body, loc, kind) in type_cases {
         let item = raw::shape_c(&create(&state, body.clone()).await);

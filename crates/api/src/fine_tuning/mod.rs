@@ -151,8 +151,11 @@ impl<'de, T: AutoNumber> Deserialize<'de> for AutoOr<T> {
 
 /// Hyperparameters as a client sends them: every field optional.
 /// Integers are read as `i64` so that a negative value is a range error
-/// (400), not a type error (422).
+/// (400), not a type error (422). A name not listed here is a 422 naming
+/// it (a misspelt `lora_rank` would otherwise train with the default
+/// rank without a word).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct HyperparametersInput {
     #[serde(default)]
     #[schema(schema_with = crate::schemas::auto_integer)]
