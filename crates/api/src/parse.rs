@@ -31,6 +31,17 @@ pub fn parse_json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError>
         return Err(Classified::new("missing", "Field required")
             .into_error(vec!["body".into()], Value::Null));
     }
+    if let Some(offset) = too_deep(bytes) {
+        return Err(ApiError::validation(vec![ValidationItem {
+            kind: "json_invalid".into(),
+            loc: vec!["body".into(), Loc::Index(offset)],
+            msg: "JSON decode error".into(),
+            input: json!({}),
+            ctx: Some(json!({ "error": format!(
+                "arrays and objects nested {MAX_DEPTH} deep or more"
+            ) })),
+        }]));
+    }
     let starts_as_object = bytes
         .iter()
         .find(|b| !b.is_ascii_whitespace())
@@ -55,6 +66,41 @@ pub fn parse_json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError>
         )
         .into_error(vec!["body".into()], Value::Null),
     })
+}
+
+/// Nesting of arrays and objects at which a body is refused: serde_json's
+/// own limit for the values it builds (127 levels parse, 128 do not), held
+/// here for every field, also those a route skips unread.
+const MAX_DEPTH: usize = 128;
+
+/// Where a body first nests [`MAX_DEPTH`] levels deep (the byte offset of
+/// the bracket), if it does; strings' contents do not count. One pass over
+/// the bytes, no allocation.
+fn too_deep(bytes: &[u8]) -> Option<usize> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (i, &b) in bytes.iter().enumerate() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth >= MAX_DEPTH {
+                    return Some(i);
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// The former value-first parse, kept for its error items.

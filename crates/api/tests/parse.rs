@@ -219,3 +219,37 @@ fn project_query() {
     let q: ProjectQuery = parse_query(Some("ai_project_id=")).unwrap();
     assert_eq!(q.project_id(), None);
 }
+
+/// A body `depth` arrays deep in a field the request does not read.
+fn nested_in_unread_field(depth: usize) -> Vec<u8> {
+    let inner = format!("{}{}", "[".repeat(depth - 1), "]".repeat(depth - 1));
+    format!(r#"{{"model": "m", "prompt": "p", "unread": {inner}}}"#).into_bytes()
+}
+
+#[test]
+fn nesting_is_bounded_in_every_field_read_or_not() {
+    // The object itself is level 1: 127 levels in all parse.
+    assert!(parse_json_body::<CompletionRequest>(&nested_in_unread_field(127)).is_ok());
+    for depth in [128, 129, 100_000] {
+        let body = nested_in_unread_field(depth);
+        let err = parse_json_body::<CompletionRequest>(&body).unwrap_err();
+        let item = item(&err);
+        assert_eq!(item["type"], "json_invalid", "{depth}");
+        // The offset of the bracket that reached 128 levels.
+        let at = item["loc"][1].as_u64().unwrap() as usize;
+        assert_eq!(body[at], b'[', "{depth}");
+        let ctx = item["ctx"]["error"].as_str().unwrap();
+        assert!(ctx.contains("128"), "{ctx}");
+    }
+    // Brackets inside strings (escaped quotes too) do not count.
+    let text = format!(r#"{{"model": "m", "prompt": "\"{}"}}"#, "[".repeat(500));
+    assert!(parse_json_body::<CompletionRequest>(text.as_bytes()).is_ok());
+    // Read fields keep serde's own limit: the same answer.
+    let deep = format!(
+        r#"{{"model": "m", "prompt": "p", "logit_bias": {}{}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let err = parse_json_body::<CompletionRequest>(deep.as_bytes()).unwrap_err();
+    assert_eq!(item(&err)["type"], "json_invalid");
+}
