@@ -354,7 +354,7 @@ impl CompletionRequest {
         if self.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
             return Err(invalid(
                 "suffix",
-                "`suffix` (text to insert before) is not supported: the models here only \
+                "`suffix` (text that follows the completion, for insertion) is not supported: the models here only \
                  continue a prompt."
                     .to_string(),
             ));
