@@ -354,8 +354,8 @@ impl CompletionRequest {
         if self.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
             return Err(invalid(
                 "suffix",
-                "`suffix` (text that follows the completion, for insertion) is not supported: the models here only \
-                 continue a prompt."
+                "`suffix` (text that follows the completion, for insertion) is not supported: \
+                 the models here only continue a prompt."
                     .to_string(),
             ));
         }
