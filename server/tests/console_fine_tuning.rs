@@ -28,6 +28,7 @@ async fn a_job_page_draws_the_loss_chart_from_its_metrics_events() {
             seed: 1,
             hyperparameters: json!({"n_epochs": 1}),
             method: "supervised".into(),
+            metadata: None,
         })
         .await
         .unwrap();

@@ -63,6 +63,39 @@ async fn get_json(state: &hearth_server::AppState, uri: &str) -> Value {
 }
 
 #[tokio::test]
+async fn metadata_is_kept_with_the_job_and_bounded() {
+    let state = state();
+    let file = training_file(&state).await;
+    let metadata = json!({"team": "search", "ticket": "T-42"});
+    let body = json!({"model": MODEL, "training_file": file, "metadata": metadata});
+    let job = create(&state, body).await.json();
+    assert_eq!(job["metadata"], metadata, "{job}");
+    let id = job["id"].as_str().unwrap();
+    let stored = get_json(&state, &format!("/v1/fine_tuning/jobs/{id}")).await;
+    assert_eq!(stored["metadata"], metadata);
+    let list = get_json(&state, "/v1/fine_tuning/jobs").await;
+    assert_eq!(list["data"][0]["metadata"], metadata);
+    // OpenAI's bounds: 16 pairs, keys of 64 and values of 512 characters.
+    let pairs: serde_json::Map<String, Value> =
+        (0..17).map(|i| (format!("k{i}"), json!("v"))).collect();
+    for (bad, needle) in [
+        (Value::Object(pairs), "16"),
+        (json!({"k".repeat(65): "v"}), "64"),
+        (json!({"k": "v".repeat(513)}), "512"),
+    ] {
+        let body = json!({"model": MODEL, "training_file": file, "metadata": bad});
+        let reply = create(&state, body).await;
+        assert!(shape_b_param(&reply, Some("metadata")).contains(needle));
+    }
+    // Values must be strings: 422.
+    let body = json!({"model": MODEL, "training_file": file, "metadata": {"n": 1}});
+    let item = raw::shape_c(&create(&state, body).await);
+    assert_eq!(item["loc"], json!(["body", "metadata", "n"]), "{item}");
+    let list = get_json(&state, "/v1/fine_tuning/jobs").await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 1, "{list}");
+}
+
+#[tokio::test]
 async fn create_fills_defaults_then_list_get_cancel_and_events() {
     let state = state();
     let file = training_file(&state).await;
@@ -88,6 +121,7 @@ async fn create_fills_defaults_then_list_get_cancel_and_events() {
     assert_eq!(job["trained_steps"], 0);
     assert_eq!(job["result_files"], json!([]));
     assert_eq!(job["integrations"], json!([]));
+    assert!(job["metadata"].is_null(), "{job}");
     assert!(
         job["seed"].is_i64(),
         "a random seed is chosen and shown: {job}"

@@ -180,7 +180,10 @@ impl BatchCreateRequest {
     }
 }
 
-fn check_metadata(metadata: &BTreeMap<String, String>) -> Result<(), ApiError> {
+/// OpenAI's limits on `metadata` (batches, fine-tuning jobs): at most 16
+/// pairs, keys up to 64 characters, values up to 512; else a 400 naming
+/// `metadata`.
+pub fn check_metadata(metadata: &BTreeMap<String, String>) -> Result<(), ApiError> {
     let bad = |message: String| Err(ApiError::bad_request(Some("metadata"), message));
     if metadata.len() > MAX_METADATA_PAIRS {
         return bad(format!(

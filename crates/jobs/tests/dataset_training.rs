@@ -71,6 +71,7 @@ fn new_job(project: &str, training_file: &str) -> NewFtJob {
         seed: 7,
         hyperparameters: serde_json::to_value(hp).unwrap(),
         method: "supervised".to_string(),
+        metadata: None,
     }
 }
 

@@ -47,6 +47,7 @@ fn new_job(project: &str, file: &str, model: &str) -> NewFtJob {
         seed: 7,
         hyperparameters: serde_json::to_value(hp).unwrap(),
         method: "supervised".to_string(),
+        metadata: None,
     }
 }
 

@@ -64,6 +64,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "endpoint_claims",
         include_str!("../migrations/0014_endpoint_claims.sql"),
     ),
+    (
+        15,
+        "fine_tuning_metadata",
+        include_str!("../migrations/0015_fine_tuning_metadata.sql"),
+    ),
 ];
 
 #[derive(Debug)]

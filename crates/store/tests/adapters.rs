@@ -30,6 +30,7 @@ fn new_job(project: &str) -> NewFtJob {
         seed: 1,
         hyperparameters: json!({}),
         method: "supervised".to_string(),
+        metadata: None,
     }
 }
 

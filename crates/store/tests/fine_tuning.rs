@@ -35,6 +35,7 @@ fn new_job(project: &str, training_file: &str) -> NewFtJob {
         seed: 42,
         hyperparameters: json!({"n_epochs": 3, "learning_rate": 1e-4}),
         method: "supervised".to_string(),
+        metadata: None,
     }
 }
 

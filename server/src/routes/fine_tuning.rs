@@ -57,6 +57,7 @@ pub fn job_object(job: FtJob) -> FineTuningJob {
         suffix: job.suffix,
         estimated_finish: None,
         integrations: Vec::new(),
+        metadata: job.metadata,
     }
 }
 
@@ -319,6 +320,7 @@ pub async fn create(
             seed: valid.seed,
             hyperparameters,
             method: valid.method,
+            metadata: valid.metadata.map(|m| serde_json::json!(m)),
         })
         .await?;
     tracing::info!(job = %job.id, model = %job.model, "fine-tuning job created");

@@ -10,6 +10,7 @@
 //! `hyperparameters.<name>`. `"auto"` (OpenAI) is accepted for `n_epochs`,
 //! `batch_size` and `learning_rate_multiplier` and means the default.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::de::{self, Deserializer, Visitor};
@@ -205,8 +206,8 @@ pub struct MethodInput {
     pub supervised: Option<SupervisedInput>,
 }
 
-/// Body of `POST /v1/fine_tuning/jobs`. Unknown fields (`integrations`,
-/// `metadata`, ...) are accepted and ignored.
+/// Body of `POST /v1/fine_tuning/jobs`. Unknown top-level fields
+/// (`integrations`, ...) are accepted and ignored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct FineTuneRequest {
     pub model: String,
@@ -221,6 +222,10 @@ pub struct FineTuneRequest {
     pub hyperparameters: Option<HyperparametersInput>,
     #[serde(default)]
     pub method: Option<MethodInput>,
+    /// Up to 16 string pairs kept with the job and shown on it (keys up to
+    /// 64 characters, values up to 512).
+    #[serde(default)]
+    pub metadata: Option<BTreeMap<String, String>>,
 }
 
 /// The resolved hyperparameters of a job (every default filled): what is
@@ -273,6 +278,7 @@ pub struct ValidFineTuneRequest {
     pub hyperparameters: Hyperparameters,
     /// `supervised`.
     pub method: String,
+    pub metadata: Option<BTreeMap<String, String>>,
 }
 
 fn bad(name: &str, message: impl Into<String>) -> ApiError {
@@ -483,6 +489,9 @@ pub fn resolve(
     if req.model.is_empty() {
         return Err(ApiError::bad_request(Some("model"), "`model` is empty."));
     }
+    if let Some(metadata) = &req.metadata {
+        crate::batches::check_metadata(metadata)?;
+    }
     Ok(ValidFineTuneRequest {
         model: req.model.clone(),
         training_file: req.training_file.clone(),
@@ -491,6 +500,7 @@ pub fn resolve(
         seed: req.seed.unwrap_or(random_seed),
         hyperparameters: input.resolve(model_context_length)?,
         method: METHOD_SUPERVISED.to_string(),
+        metadata: req.metadata.clone(),
     })
 }
 

@@ -52,6 +52,9 @@ pub struct FineTuningJob {
     pub suffix: Option<String>,
     pub estimated_finish: Option<i64>,
     pub integrations: Vec<Value>,
+    /// The string pairs given at creation, if any.
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Value>,
 }
 
 /// One event of a job.

@@ -128,6 +128,8 @@ pub struct FtJob {
     pub heartbeat_at: Option<i64>,
     /// How many times a worker claimed the job (see [`ClaimRules`]).
     pub attempts: i64,
+    /// The client's string pairs (a JSON object), if it gave any.
+    pub metadata: Option<Value>,
 }
 
 /// What [`Store::create_ft_job`] needs; everything already checked.
@@ -141,6 +143,8 @@ pub struct NewFtJob {
     pub seed: i64,
     pub hyperparameters: Value,
     pub method: String,
+    /// A JSON object of string pairs, or none.
+    pub metadata: Option<Value>,
 }
 
 /// One event of a job's log.
@@ -191,7 +195,8 @@ pub fn is_well_formed_job_id(id: &str) -> bool {
 
 const JOB_COLUMNS: &str = "id, project_id, model, training_file, validation_file, suffix, seed, \
      hyperparameters, method, status, fine_tuned_model, trained_tokens, trained_steps, \
-     total_steps, result_files, error, created_at, finished_at, claimed_by, heartbeat_at, attempts";
+     total_steps, result_files, error, created_at, finished_at, claimed_by, heartbeat_at, attempts, \
+     metadata";
 
 const EVENT_COLUMNS: &str = "id, job_id, created_at, level, type, message, data";
 
@@ -242,6 +247,7 @@ impl FtJob {
             claimed_by: row.try_get("claimed_by")?,
             heartbeat_at: row.try_get("heartbeat_at")?,
             attempts: row.try_get("attempts")?,
+            metadata: parse_opt_json("metadata", row.try_get("metadata")?)?,
         })
     }
 }
@@ -353,12 +359,13 @@ impl Store {
             claimed_by: None,
             heartbeat_at: None,
             attempts: 0,
+            metadata: new.metadata,
         };
         sqlx::query(
             "INSERT INTO fine_tuning_jobs (id, project_id, model, training_file, \
              validation_file, suffix, seed, hyperparameters, method, status, trained_steps, \
-             result_files, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+             result_files, created_at, metadata) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
         )
         .bind(&job.id)
         .bind(&job.project_id)
@@ -373,6 +380,7 @@ impl Store {
         .bind(job.trained_steps)
         .bind("[]")
         .bind(job.created_at)
+        .bind(job.metadata.as_ref().map(Value::to_string))
         .execute(&self.pool)
         .await?;
         self.add_ft_event(&job.id, "info", "message", "Created fine-tuning job", None)
