@@ -9,6 +9,10 @@
 //!   longer running under this worker (cancelled), it raises a flag that the
 //!   training loop reads before every step, so a cancel stops the work at the
 //!   next step.
+//! - A shutdown in good order ([`crate::WorkerHandle::shut_down`]) gives the
+//!   running jobs back to the queue, raises their flags and waits (at most
+//!   30 s) for their threads to end, so that none is left writing to the
+//!   store through a runtime that is going away.
 //! - Each job trains inside its own rayon pool of [`WorkerConfig::threads`]
 //!   threads running at a lower CPU priority (`nice`), so interactive
 //!   requests keep their latency: the serving threads win the CPU whenever
@@ -134,7 +138,7 @@ pub struct Worker {
     bases: Arc<BTreeMap<String, BaseModel>>,
     config: WorkerConfig,
     /// Jobs this process runs now: never claimed a second time.
-    running: Arc<Mutex<Vec<String>>>,
+    running: Arc<Mutex<Vec<Running>>>,
 }
 
 impl Worker {
@@ -167,7 +171,12 @@ impl Worker {
             let Ok(permit) = slots.clone().acquire_owned().await else {
                 return;
             };
-            let running_here = running.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let running_here: Vec<String> = running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|r| r.id.clone())
+                .collect();
             let rules = ClaimRules {
                 models: Some(&models),
                 running_here: &running_here,
@@ -182,17 +191,21 @@ impl Worker {
                         attempt = job.attempts,
                         "fine-tuning job claimed"
                     );
+                    let cancelled = Arc::new(AtomicBool::new(false));
                     let ctx = JobContext {
                         store: self.store.clone(),
                         bases: self.bases.clone(),
                         config: self.config.clone(),
                         handle: Handle::current(),
-                        cancelled: Arc::new(AtomicBool::new(false)),
+                        cancelled: cancelled.clone(),
                     };
                     running
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
-                        .push(job.id.clone());
+                        .push(Running {
+                            id: job.id.clone(),
+                            cancelled,
+                        });
                     let running = running.clone();
                     tokio::spawn(async move {
                         let id = job.id.clone();
@@ -200,7 +213,7 @@ impl Worker {
                         running
                             .lock()
                             .unwrap_or_else(|e| e.into_inner())
-                            .retain(|j| *j != id);
+                            .retain(|r| r.id != id);
                         drop(permit);
                     });
                 }
@@ -216,6 +229,13 @@ impl Worker {
             }
         }
     }
+}
+
+/// A job this worker runs, and the flag that stops its training thread at
+/// its next step.
+pub(crate) struct Running {
+    pub(crate) id: String,
+    pub(crate) cancelled: Arc<AtomicBool>,
 }
 
 /// Why a job stopped without succeeding.

@@ -231,3 +231,69 @@ async fn a_shutdown_gives_the_job_back_and_another_node_resumes_it() {
         assert_eq!(count(&prefix), 1, "step {step}: {messages:?}");
     }
 }
+
+/// A shutdown in good order stops the training thread before it returns:
+/// once `shut_down` has returned, no training thread is left to reach for
+/// the store through a runtime that is going away (one did, and panicked
+/// with "A Tokio 1.x context was found, but it is being shutdown"). The
+/// probe: "serving is busy" parks the training thread between steps,
+/// where it asks again every 50 ms (for up to 5 s); after `shut_down`
+/// nobody may ask.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shutdown_stops_the_training_thread_before_it_returns() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, project, file) = store_with_dataset(dir.path()).await;
+    // 2 examples, batch 1, 50 epochs: 100 steps, far more than it runs.
+    let mut new = new_job(&project, &file.id, MODEL);
+    new.hyperparameters["batch_size"] = 1.into();
+    new.hyperparameters["n_epochs"] = 50.into();
+    let job = store.create_ft_job(new).await.unwrap();
+    let (busy, asked) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let probe = {
+        let (busy, asked) = (busy.clone(), asked.clone());
+        Arc::new(move || {
+            asked.fetch_add(1, Ordering::SeqCst);
+            busy.load(Ordering::SeqCst)
+        })
+    };
+    let mut bases = BTreeMap::new();
+    bases.insert(MODEL.to_string(), BaseModel::Gguf(common::smollm_gguf()));
+    let config = WorkerConfig {
+        worker_id: "node-a".to_string(),
+        max_jobs: 1,
+        poll: Duration::from_millis(20),
+        nice: 0,
+        serving_busy: Some(probe),
+        yield_max: Duration::from_secs(5),
+        ..WorkerConfig::default()
+    };
+    let a = Worker::new(store.clone(), bases, config).spawn();
+    let start = Instant::now();
+    while store.ft_job_by_id(&job.id).await.unwrap().trained_steps < 2 {
+        assert!(start.elapsed() < Duration::from_secs(600), "no progress");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Parked between steps: it keeps asking.
+    busy.store(true, Ordering::SeqCst);
+    let before = asked.load(Ordering::SeqCst);
+    let start = Instant::now();
+    while asked.load(Ordering::SeqCst) < before + 3 {
+        assert!(start.elapsed() < Duration::from_secs(60), "never parked");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    a.shut_down().await;
+    let after = asked.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        after,
+        "the training thread still runs after the shutdown"
+    );
+    let paused = store.ft_job_by_id(&job.id).await.unwrap();
+    assert_eq!((paused.status, paused.claimed_by), (FtStatus::Queued, None));
+}
