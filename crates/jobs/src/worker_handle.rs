@@ -26,7 +26,7 @@ impl WorkerHandle {
     /// runs back to the queue (their attempt not counted), to be resumed
     /// from their latest checkpoint by whichever node claims them next.
     /// Their training threads are told to stop and waited for (each stops
-    /// at its next step; at most [`STOP_WAIT`]), so that none of them
+    /// at its next step; at most 30 s), so that none of them
     /// writes to the store after the runtime it writes through is gone.
     pub async fn shut_down(self) {
         self.task.abort();
