@@ -260,6 +260,22 @@ async fn a_spent_budget_answers_402_until_it_is_raised() {
     let admin = state.store.bootstrap_admin().await.unwrap().unwrap().secret;
     let project = state.default_project.to_string();
     let uri = format!("/v1/admin/projects/{project}/budget");
+    // Out of range: 400 naming the field, nothing set.
+    for (body, param) in [
+        (json!({"amount": -1}), "amount"),
+        (json!({"amount": 5, "period": "week"}), "period"),
+    ] {
+        let reply = request(
+            &state,
+            "PUT",
+            &uri,
+            Some(&admin),
+            Some("application/json"),
+            body.to_string().into_bytes(),
+        )
+        .await;
+        assert!(!shape_b_param(&reply, Some(param)).is_empty(), "{body}");
+    }
     // 0.01: ten input tokens' worth.
     let budget = put_admin(
         &state,

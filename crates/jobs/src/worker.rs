@@ -442,18 +442,26 @@ impl JobContext {
         })
     }
 
-    /// Sets the job's progress; a job no longer this worker's stops here.
+    /// Sets the job's progress (a step trained before a cancel still
+    /// counts), then renews the claim: a job cancelled, or no longer this
+    /// worker's, stops here, at the step after the change rather than at
+    /// the heartbeat's next beat (seconds later, steps and a checkpoint
+    /// further on).
     fn progress(&self, job: &str, steps: usize, tokens: i64, total: usize) -> Result<(), Stop> {
-        let held = self.block_on(self.store.update_ft_progress(
-            job,
-            &self.config.worker_id,
-            steps as i64,
-            tokens,
-            total as i64,
-        ))?;
+        let worker = &self.config.worker_id;
+        let held = self.block_on(async {
+            let recorded = self
+                .store
+                .update_ft_progress(job, worker, steps as i64, tokens, total as i64)
+                .await?;
+            Ok::<_, hearth_store::StoreError>(
+                recorded && self.store.heartbeat_ft_job(job, worker).await?,
+            )
+        })?;
         if held {
             Ok(())
         } else {
+            self.cancelled.store(true, Ordering::SeqCst);
             Err(Stop::Cancelled)
         }
     }

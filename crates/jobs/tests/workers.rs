@@ -297,3 +297,57 @@ async fn a_shutdown_stops_the_training_thread_before_it_returns() {
     let paused = store.ft_job_by_id(&job.id).await.unwrap();
     assert_eq!((paused.status, paused.claimed_by), (FtStatus::Queued, None));
 }
+
+/// A cancel stops the training at the step after it: no more steps or
+/// checkpoints seconds later (the heartbeat alone noticed it up to 10 s
+/// later, after several steps and a checkpoint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancel_stops_the_training_at_the_next_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, project, file) = store_with_dataset(dir.path()).await;
+    // 2 examples, batch 1, 50 epochs: 100 steps, a checkpoint every 2.
+    let mut new = new_job(&project, &file.id, MODEL);
+    new.hyperparameters["batch_size"] = 1.into();
+    new.hyperparameters["n_epochs"] = 50.into();
+    let job = store.create_ft_job(new).await.unwrap();
+    let a = worker(&store, "node-a").spawn();
+    let start = Instant::now();
+    while store.ft_job_by_id(&job.id).await.unwrap().trained_steps < 2 {
+        assert!(start.elapsed() < Duration::from_secs(600), "no progress");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let cancelled = store.cancel_ft_job(&project, &job.id).await.unwrap();
+    assert_eq!(cancelled.status, FtStatus::Cancelled);
+    let (steps, checkpoints) = (
+        cancelled.trained_steps,
+        store
+            .list_ft_checkpoints(&job.id, 100, None)
+            .await
+            .unwrap()
+            .0
+            .len(),
+    );
+    // Several steps' time here (a debug build's step takes about a
+    // second), well before the heartbeat's next beat (10 s).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let now = store.ft_job_by_id(&job.id).await.unwrap();
+    eprintln!(
+        "DEBUG steps {} -> {} ckpt {}",
+        steps, now.trained_steps, checkpoints
+    );
+    // The step running at the cancel may still be recorded; no other.
+    assert!(
+        now.trained_steps <= steps + 1,
+        "{} then {}",
+        steps,
+        now.trained_steps
+    );
+    assert_eq!(now.status, FtStatus::Cancelled);
+    let (later, _) = store.list_ft_checkpoints(&job.id, 100, None).await.unwrap();
+    assert!(
+        later.len() <= checkpoints + 1,
+        "{checkpoints} then {}",
+        later.len()
+    );
+    a.shut_down().await;
+}

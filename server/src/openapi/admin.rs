@@ -19,6 +19,7 @@ use hearth_api::ProjectQuery;
     description = "Every `hearth serve` sharing the store registers itself: `{object: list, \
         data: [{id, object: node, advertise_url, models, capacity, started_at, heartbeat_at, \
         alive, this_node}]}`; `alive` is a heartbeat within `--node-timeout-secs`.",
+    params(ProjectQuery),
     responses(
         (status = 200, description = "The nodes, by id."),
         (status = 403, description = "Not an admin key.", body = ErrorDetail),

@@ -126,7 +126,7 @@ pub fn create_upload() {}
 #[utoipa::path(
     get, path = "/v1/datasets/uploads/{upload_id}", tag = "Datasets",
     operation_id = "retrieveDatasetUpload", summary = "An upload (or import) and how it went",
-    params(("upload_id" = String, Path, description = "The upload's id.")),
+    params(("upload_id" = String, Path, description = "The upload's id."), ProjectQuery),
     responses((status = 200, description = "The upload record.", body = UploadObject))
 )]
 pub fn retrieve_upload() {}
@@ -136,7 +136,7 @@ pub fn retrieve_upload() {}
     operation_id = "addDatasetUploadPart", summary = "Send one part of an upload",
     description = "Every row is checked against the upload's schema before the part is \
         stored (as Parquet).",
-    params(("upload_id" = String, Path, description = "The upload's id.")),
+    params(("upload_id" = String, Path, description = "The upload's id."), ProjectQuery),
     request_body(content = PartForm, content_type = "multipart/form-data"),
     responses(
         (status = 200, description = "The part.", body = UploadPartObject),
@@ -151,7 +151,7 @@ pub fn add_part() {}
 #[utoipa::path(
     post, path = "/v1/datasets/uploads/{upload_id}/complete", tag = "Datasets",
     operation_id = "completeDatasetUpload", summary = "Make the dataset from parts, in order",
-    params(("upload_id" = String, Path, description = "The upload's id.")),
+    params(("upload_id" = String, Path, description = "The upload's id."), ProjectQuery),
     request_body = UploadCompleteRequest,
     responses(
         (status = 200, description = "The upload, `COMPLETED`, with its dataset's id (the same \
@@ -166,7 +166,7 @@ pub fn complete_upload() {}
 #[utoipa::path(
     post, path = "/v1/datasets/uploads/{upload_id}/cancel", tag = "Datasets",
     operation_id = "cancelDatasetUpload", summary = "Cancel an upload and drop its parts",
-    params(("upload_id" = String, Path, description = "The upload's id.")),
+    params(("upload_id" = String, Path, description = "The upload's id."), ProjectQuery),
     responses(
         (status = 200, description = "The upload, `CANCELLED`.", body = UploadObject),
         (status = 409, description = "Already completed.", body = ErrorDetail),

@@ -65,7 +65,7 @@ pub fn list_endpoints() {}
     description = "Only the fields given change. A new flavor or replica count comes back \
         `updating`: replicas are reloaded one at a time, so the endpoint keeps serving; \
         `enabled: false` comes back `stopping`.",
-    params(("endpoint_id" = String, Path, description = "The endpoint's id (a UUID).", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    params(("endpoint_id" = String, Path, description = "The endpoint's id (a UUID).", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"), ProjectQuery),
     request_body = UpdateEndpointRequest,
     responses(
         (status = 200, description = "The endpoint.", body = EndpointObject),
@@ -85,7 +85,7 @@ pub fn update_endpoint() {}
     summary = "Delete an endpoint",
     description = "Its routing key stops reaching it at once; requests in flight finish, then \
         its replicas' memory is freed.",
-    params(("endpoint_id" = String, Path, description = "The endpoint's id (a UUID).", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    params(("endpoint_id" = String, Path, description = "The endpoint's id (a UUID).", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"), ProjectQuery),
     responses(
         (status = 200, description = "An empty object.", body = Object),
         (status = 403, description = "No such endpoint among the caller's projects.",

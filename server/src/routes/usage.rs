@@ -160,6 +160,12 @@ pub async fn set_budget(
 ) -> Result<Json<BudgetObject>, HttpError> {
     ctx.require_admin()?;
     let period = body.period.as_deref().unwrap_or("month");
+    if !matches!(period, "month" | "total") {
+        return Err(HttpError(ApiError::bad_request(
+            Some("period"),
+            format!("`period` must be `month` or `total`, got `{period}`."),
+        )));
+    }
     let currency = body.currency.as_deref().unwrap_or("USD");
     let nanos = body
         .amount
