@@ -90,6 +90,24 @@ async fn events(store: &Store, job: &FtJob) -> Vec<String> {
     page.into_iter().map(|e| e.message).collect()
 }
 
+/// A job of many short steps: the 2 examples, batch 1, `epochs` epochs
+/// (two steps each).
+async fn stepwise_job(store: &Store, project: &str, file: &str, epochs: i64) -> FtJob {
+    let mut new = new_job(project, file, MODEL);
+    new.hyperparameters["batch_size"] = 1.into();
+    new.hyperparameters["n_epochs"] = epochs.into();
+    store.create_ft_job(new).await.unwrap()
+}
+
+/// Waits until `job` has trained `steps` steps.
+async fn until_trained(store: &Store, job: &FtJob, steps: i64) {
+    let start = Instant::now();
+    while store.ft_job_by_id(&job.id).await.unwrap().trained_steps < steps {
+        assert!(start.elapsed() < Duration::from_secs(600), "no progress");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_workers_never_run_the_same_job() {
     let dir = tempfile::tempdir().unwrap();
@@ -168,18 +186,11 @@ async fn two_workers_never_run_the_same_job() {
 async fn a_shutdown_gives_the_job_back_and_another_node_resumes_it() {
     let dir = tempfile::tempdir().unwrap();
     let (store, project, file) = store_with_dataset(dir.path()).await;
-    // 2 examples, batch 1, 10 epochs: 20 steps, a checkpoint every 2.
-    let mut new = new_job(&project, &file.id, MODEL);
-    new.hyperparameters["batch_size"] = 1.into();
-    new.hyperparameters["n_epochs"] = 10.into();
-    let job = store.create_ft_job(new).await.unwrap();
+    // 20 steps.
+    let job = stepwise_job(&store, &project, &file.id, 10).await;
 
     let a = worker(&store, "node-a").spawn();
-    let start = Instant::now();
-    while store.ft_job_by_id(&job.id).await.unwrap().trained_steps < 3 {
-        assert!(start.elapsed() < Duration::from_secs(600), "no progress");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_trained(&store, &job, 3).await;
     a.shut_down().await;
     let paused = store.ft_job_by_id(&job.id).await.unwrap();
     assert_eq!(
@@ -245,11 +256,8 @@ async fn a_shutdown_stops_the_training_thread_before_it_returns() {
     use std::sync::Arc;
     let dir = tempfile::tempdir().unwrap();
     let (store, project, file) = store_with_dataset(dir.path()).await;
-    // 2 examples, batch 1, 50 epochs: 100 steps, far more than it runs.
-    let mut new = new_job(&project, &file.id, MODEL);
-    new.hyperparameters["batch_size"] = 1.into();
-    new.hyperparameters["n_epochs"] = 50.into();
-    let job = store.create_ft_job(new).await.unwrap();
+    // 100 steps, far more than it runs.
+    let job = stepwise_job(&store, &project, &file.id, 50).await;
     let (busy, asked) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicUsize::new(0)),
@@ -273,11 +281,7 @@ async fn a_shutdown_stops_the_training_thread_before_it_returns() {
         ..WorkerConfig::default()
     };
     let a = Worker::new(store.clone(), bases, config).spawn();
-    let start = Instant::now();
-    while store.ft_job_by_id(&job.id).await.unwrap().trained_steps < 2 {
-        assert!(start.elapsed() < Duration::from_secs(600), "no progress");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_trained(&store, &job, 2).await;
     // Parked between steps: it keeps asking.
     busy.store(true, Ordering::SeqCst);
     let before = asked.load(Ordering::SeqCst);
@@ -305,17 +309,10 @@ async fn a_shutdown_stops_the_training_thread_before_it_returns() {
 async fn a_cancel_stops_the_training_at_the_next_step() {
     let dir = tempfile::tempdir().unwrap();
     let (store, project, file) = store_with_dataset(dir.path()).await;
-    // 2 examples, batch 1, 50 epochs: 100 steps, a checkpoint every 2.
-    let mut new = new_job(&project, &file.id, MODEL);
-    new.hyperparameters["batch_size"] = 1.into();
-    new.hyperparameters["n_epochs"] = 50.into();
-    let job = store.create_ft_job(new).await.unwrap();
+    // 100 steps.
+    let job = stepwise_job(&store, &project, &file.id, 50).await;
     let a = worker(&store, "node-a").spawn();
-    let start = Instant::now();
-    while store.ft_job_by_id(&job.id).await.unwrap().trained_steps < 2 {
-        assert!(start.elapsed() < Duration::from_secs(600), "no progress");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_trained(&store, &job, 2).await;
     let cancelled = store.cancel_ft_job(&project, &job.id).await.unwrap();
     assert_eq!(cancelled.status, FtStatus::Cancelled);
     let (steps, checkpoints) = (
