@@ -57,6 +57,17 @@ pub async fn keys(command: KeysCommand) -> anyhow::Result<()> {
         }
         KeysCommand::Revoke { id, location } => {
             let store = open(&location).await?;
+            if let Some(key) = store.key(&id).await? {
+                if let Some(t) = key.revoked_at {
+                    println!(
+                        "Key {} ({}) was already revoked at {} UTC.",
+                        key.id,
+                        key.name,
+                        utc(t)
+                    );
+                    return Ok(());
+                }
+            }
             let key = store
                 .revoke_key(&id)
                 .await

@@ -105,6 +105,18 @@ async fn usage_shows_tokens_by_day_and_model_and_refuses_bad_dates() {
         .await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.text);
     assert!(page.text.contains("model-a") && page.text.contains("model-b"));
+    // Rows are split by key, so the table names the key of each.
+    assert!(
+        page.text.contains("<th scope=\"col\">Key</th>"),
+        "{}",
+        page.text
+    );
+    assert_eq!(
+        page.text.matches(&format!("<code>{key_id}</code>")).count(),
+        2,
+        "{}",
+        page.text
+    );
     assert!(
         page.text
             .contains("<strong>130</strong> tokens in 4 requests"),

@@ -83,6 +83,11 @@ fn keys_are_created_listed_and_revoked() {
     );
     let caller = block_on(async move { store.authenticate(&key).await.unwrap() });
     assert!(caller.is_none());
+
+    // A second revoke says so and leaves the revocation time as it was.
+    let again = hearth(&dir, &["keys", "revoke", &id]);
+    assert!(again.contains("already revoked"), "{again}");
+    assert_eq!(hearth(&dir, &["keys", "list"]), list);
 }
 
 #[test]

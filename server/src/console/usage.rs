@@ -1,4 +1,4 @@
-//! Usage: the project's tokens and cost by day and model over a date range
+//! Usage: the project's tokens and cost by day, model and key over a date range
 //! (the usage API's own handler and its checks), with a bar chart of the
 //! tokens of each day drawn on the server.
 
@@ -59,12 +59,13 @@ pub async fn page(State(state): State<AppState>, session: Session, uri: Uri) -> 
             @if r.data.is_empty() { p { "No requests in this range." } } @else {
                 (day_chart(&r.data))
                 div.scroll { table {
-                    caption.visually-hidden { "Usage by day and model" }
-                    thead { tr { th scope="col" { "Day" } th scope="col" { "Model" } th scope="col" { "Class" }
+                    caption.visually-hidden { "Usage by day, model and key" }
+                    thead { tr { th scope="col" { "Day" } th scope="col" { "Model" } th scope="col" { "Key" } th scope="col" { "Class" }
                         th scope="col" { "Requests" } th scope="col" { "Input tokens" } th scope="col" { "Output tokens" }
                         th scope="col" { "Total tokens" } th scope="col" { "Cost" } } }
                     tbody { @for row in &r.data { tr {
-                        td { (row.date) } td { (row.model) } td { (row.class) }
+                        td { (row.date) } td { (row.model) }
+                        td { @if let Some(k) = &row.key_id { code { (k) } } @else { "command line" } } td { (row.class) }
                         td { (row.counts.requests) } td { (row.counts.input_tokens) }
                         td { (row.counts.output_tokens) } td { (row.counts.total_tokens) }
                         td { (format!("{:.4}", row.counts.cost)) }
