@@ -1,6 +1,7 @@
 //! The middleware around every route: a global concurrency limit, a
 //! whole-request timeout for the routes that neither generate nor stream
-//! files, an idle limit on request bodies, CORS, and panics answered 500.
+//! files, an idle limit on request bodies, CORS, panics answered 500, and
+//! an `x-request-id` on every response.
 //! Every refusal is JSON in shape A.
 
 use std::panic::AssertUnwindSafe;
@@ -33,10 +34,29 @@ pub fn wrap(router: Router<AppState>, policy: &HttpPolicy) -> Router<AppState> {
         let permits = Arc::new(Semaphore::new(policy.max_concurrent));
         router = router.layer(axum::middleware::from_fn_with_state(permits, limit));
     }
+    router = router.layer(axum::middleware::from_fn(request_id));
     if let Some(cors) = cors(&policy.cors_origins) {
         router = router.layer(cors);
     }
     router
+}
+
+/// OpenAI's response header naming the request (the SDKs show it as
+/// `_request_id`).
+const X_REQUEST_ID: header::HeaderName = header::HeaderName::from_static("x-request-id");
+
+/// Gives every response, refusals included, an `x-request-id`: `req_` and
+/// 32 hex digits, also in the log line of a failed request.
+async fn request_id(request: Request, next: Next) -> Response {
+    let id = format!("req_{}", hearth_store::ids::random_hex());
+    let mut response = next.run(request).await;
+    if response.status().is_server_error() {
+        tracing::warn!(request_id = %id, status = %response.status(), "request failed");
+    }
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(X_REQUEST_ID, value);
+    }
+    response
 }
 
 /// Answers 503 at once when `--max-concurrent-requests` are in flight (a
@@ -158,6 +178,7 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
             .allow_methods([Method::GET, Method::POST, Method::PATCH, Method::DELETE])
             // The SDKs send headers of their own (`x-stainless-*`, ...).
             .allow_headers(AllowHeaders::mirror_request())
+            .expose_headers([X_REQUEST_ID])
             .max_age(std::time::Duration::from_secs(600)),
     )
 }

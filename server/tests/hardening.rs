@@ -290,6 +290,43 @@ async fn cors_answers_configured_origins_only() {
 }
 
 #[tokio::test]
+async fn every_response_names_its_request() {
+    let state = bare_state();
+    let id = |reply: &Raw| {
+        let id = reply.headers["x-request-id"].to_str().unwrap().to_string();
+        assert!(
+            id.len() == 36
+                && id.starts_with("req_")
+                && id[4..].bytes().all(|b| b.is_ascii_hexdigit()),
+            "{id}"
+        );
+        id
+    };
+    let ok = get(&state, "/v1/models", Some(KEY)).await;
+    ok.expect_status(200);
+    let refused = get(&state, "/v1/models", Some("wrong")).await;
+    refused.expect_status(401);
+    assert_ne!(id(&ok), id(&refused), "each request its own id");
+    // Browsers may read it from other origins.
+    let mut state = bare_state();
+    state.http.cors_origins = vec!["https://console.example".to_string()].into();
+    let req = axum::http::Request::builder()
+        .uri("/v1/models")
+        .header("origin", "https://console.example")
+        .header("authorization", format!("Bearer {KEY}"))
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let reply = tower::ServiceExt::oneshot(hearth_server::app(state), req)
+        .await
+        .unwrap();
+    let exposed = reply.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(exposed.contains("x-request-id"), "{exposed}");
+}
+
+#[tokio::test]
 async fn generation_limits_are_400_naming_the_field() {
     let state = with_model();
     let check = |reply: &Raw, param: &str| {

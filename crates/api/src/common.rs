@@ -20,8 +20,9 @@ pub const OBJECT_CHAT_CHUNK: &str = "chat.completion.chunk";
 pub const OBJECT_LIST: &str = "list";
 /// `object` of a model.
 pub const OBJECT_MODEL: &str = "model";
-/// Most choices (`n`) a completion or chat request may ask for.
-pub const MAX_N: i64 = 16;
+/// Most choices (`n`) a completion or chat request may ask for (OpenAI's
+/// bound; `--max-choices` then bounds prompts x `n` per request).
+pub const MAX_N: i64 = 128;
 
 /// The query of every POST inference route: `?ai_project_id=...`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]

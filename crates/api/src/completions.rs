@@ -262,17 +262,22 @@ pub struct CompletionLogprobs {
 }
 
 impl CompletionLogprobs {
-    /// Appends one token at character offset `text_offset`.
+    /// Appends one token at character offset `text_offset`. Its
+    /// `top_logprobs` entry always holds the sampled token too (up to
+    /// `logprobs + 1` entries, as OpenAI's legacy completions have it).
     pub fn push(&mut self, logprobs: &TokenLogprobs, text_offset: usize) {
-        self.tokens.push(logprobs.chosen.text.clone());
-        self.token_logprobs.push(Some(logprobs.chosen.logprob));
-        self.top_logprobs.push(Some(TopLogprobs(
-            logprobs
-                .top
-                .iter()
-                .map(|c| (c.text.clone(), c.logprob))
-                .collect(),
-        )));
+        let chosen = &logprobs.chosen;
+        self.tokens.push(chosen.text.clone());
+        self.token_logprobs.push(Some(chosen.logprob));
+        let mut top: Vec<(String, f32)> = logprobs
+            .top
+            .iter()
+            .map(|c| (c.text.clone(), c.logprob))
+            .collect();
+        if !top.iter().any(|(text, _)| *text == chosen.text) {
+            top.push((chosen.text.clone(), chosen.logprob));
+        }
+        self.top_logprobs.push(Some(TopLogprobs(top)));
         self.text_offset.push(text_offset);
     }
 

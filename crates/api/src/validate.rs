@@ -296,8 +296,16 @@ fn top_count(param: &str, value: i64) -> Result<usize, ApiError> {
     Ok(value as usize)
 }
 
-fn include_usage(stream: bool, options: Option<&StreamOptions>) -> bool {
-    stream && options.and_then(|o| o.include_usage).unwrap_or(false)
+/// `stream_options.include_usage`; `stream_options` without `stream` is a
+/// 400, as OpenAI and vLLM answer.
+fn include_usage(stream: bool, options: Option<&StreamOptions>) -> Result<bool, ApiError> {
+    match options {
+        Some(_) if !stream => Err(invalid(
+            "stream_options",
+            "`stream_options` is only allowed when `stream` is true.".to_string(),
+        )),
+        options => Ok(options.and_then(|o| o.include_usage).unwrap_or(false)),
+    }
 }
 
 fn token_ids(ids: &[i64]) -> Result<Vec<u32>, ApiError> {
@@ -375,7 +383,7 @@ impl CompletionRequest {
             max_tokens_param: self.max_tokens.map(|_| "max_tokens"),
             n,
             stream,
-            include_usage: include_usage(stream, self.stream_options.as_ref()),
+            include_usage: include_usage(stream, self.stream_options.as_ref())?,
             echo,
             logprobs,
             user: self.user.clone(),
@@ -466,7 +474,7 @@ impl ChatCompletionRequest {
             max_tokens_param,
             n,
             stream,
-            include_usage: include_usage(stream, self.stream_options.as_ref()),
+            include_usage: include_usage(stream, self.stream_options.as_ref())?,
             logprobs,
             user: self.user.clone(),
             format,

@@ -83,9 +83,20 @@ fn completion_full_request() {
 }
 
 #[test]
-fn include_usage_needs_stream() {
-    let v = completion(json!({"stream_options": {"include_usage": true}})).unwrap();
-    assert!(!v.include_usage);
+fn stream_options_need_stream() {
+    // As OpenAI and vLLM answer: a 400 naming it, not silently dropped.
+    rejects(
+        completion(json!({"stream_options": {"include_usage": true}})),
+        "stream_options",
+    );
+    rejects(
+        chat(json!({"stream": false, "stream_options": {}})),
+        "stream_options",
+    );
+    let v = completion(json!({"stream": true, "stream_options": {"include_usage": true}})).unwrap();
+    assert!(v.include_usage);
+    // null is as if absent.
+    assert!(!chat(json!({"stream_options": null})).unwrap().include_usage);
 }
 
 #[test]
@@ -117,9 +128,11 @@ fn top_p_range() {
 
 #[test]
 fn n_range_states_limit() {
-    let err = completion(json!({"n": 17})).unwrap_err();
-    assert!(err.message().contains("16"), "{err}");
-    rejects(completion(json!({"n": 17})), "n");
+    // OpenAI's bound, 128 (the server's `--max-choices` bounds prompts x n).
+    assert!(completion(json!({"n": 128})).is_ok());
+    let err = completion(json!({"n": 129})).unwrap_err();
+    assert!(err.message().contains("128"), "{err}");
+    rejects(completion(json!({"n": 129})), "n");
     rejects(chat(json!({"n": 0})), "n");
 }
 

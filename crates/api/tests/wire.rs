@@ -126,6 +126,9 @@ fn completion_response_shape() {
     assert_eq!(lps["tokens"], json!(["Hé", "llo"]));
     assert_eq!(lps["token_logprobs"], json!([-0.5, -0.25]));
     assert_eq!(lps["top_logprobs"][0], json!({"Hé": -0.5, "Ha": -1.25}));
+    // The sampled token is always among its position's entries (OpenAI's
+    // "up to logprobs + 1"), even when it is not among the top ones.
+    assert_eq!(lps["top_logprobs"][1], json!({"llo": -0.25}));
     assert_eq!(lps["text_offset"], json!([3, 5]));
     // Order of `top_logprobs` is kept (best first) through text.
     let text = serde_json::to_string(&resp).unwrap();
