@@ -30,7 +30,10 @@ pub fn app(state: AppState) -> Router {
     let api = Router::new()
         .merge(inference)
         .route("/v1/models", get(routes::models::list))
-        .route("/v1/models/{*model}", get(routes::models::retrieve))
+        .route(
+            "/v1/models/{*model}",
+            get(routes::models::retrieve).delete(routes::models::delete),
+        )
         .route(
             "/v1/responses/{response_id}",
             get(routes::responses::retrieve).delete(routes::responses::delete),

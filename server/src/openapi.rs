@@ -199,6 +199,7 @@ impl Modify for Bearer {
     paths(
         inference::list_models,
         inference::retrieve_model,
+        inference::delete_model,
         inference::create_completion,
         inference::create_chat_completion,
         inference::create_embedding,

@@ -338,6 +338,46 @@ async fn bad_files_fail_the_batch_with_line_numbers() {
     worker.shut_down().await;
 }
 
+/// Lines that are not requests and requests their endpoint refuses are
+/// reported together, in line order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_problem_is_reported_in_line_order() {
+    let state = state();
+    let worker = worker(&state, 4);
+    let chat = "/v1/chat/completions";
+    let messages = json!([{"role": "user", "content": "x"}]);
+    let lines = vec![
+        line("a", chat, chat_body("hi", 4)),
+        line("b", chat, json!({"model": MODEL})),
+        line("c", "/v1/embeddings", chat_body("hi", 4)),
+        line("a", chat, chat_body("hi", 4)),
+        json!({"method": "POST", "url": chat, "body": chat_body("hi", 4)}).to_string(),
+        line(
+            "f",
+            chat,
+            json!({"model": "no-such-model", "messages": messages}),
+        ),
+    ];
+    let file = upload_batch_file(&state, &lines).await;
+    let batch = create_ok(&state, &file, chat).await;
+    let done = wait_for(&state, batch["id"].as_str().unwrap(), is_over).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    let errors = done["errors"]["data"].as_array().unwrap();
+    let at: Vec<u64> = errors.iter().map(|e| e["line"].as_u64().unwrap()).collect();
+    assert_eq!(at, vec![2, 3, 4, 5, 6], "{done}");
+    for (error, words) in errors.iter().zip([
+        "messages",
+        "endpoint",
+        "unique",
+        "custom_id",
+        "no-such-model",
+    ]) {
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(words), "{words}: {message}");
+    }
+    worker.shut_down().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_requests_go_to_the_error_file() {
     let state = state();

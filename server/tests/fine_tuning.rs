@@ -127,7 +127,8 @@ async fn create_fills_defaults_then_list_get_cancel_and_events() {
         "a random seed is chosen and shown: {job}"
     );
     let defaults = json!({
-        "n_epochs": 3, "batch_size": 8, "learning_rate": 1e-4, "warmup_ratio": 0.0,
+        "n_epochs": 3, "batch_size": 8, "learning_rate": 1e-4,
+        "learning_rate_multiplier": 1.0, "warmup_ratio": 0.0,
         "weight_decay": 0.0, "max_grad_norm": 1.0, "packing": true, "context_length": 1024,
         "lora": true, "lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0,
     });

@@ -79,7 +79,7 @@ pub use fine_tuning::{
     FineTuningListQuery, Hyperparameters, HyperparametersInput, TrainableModel, TrainableModelList,
     ValidFineTuneRequest,
 };
-pub use models::{ModelList, ModelObject, ModelPricing, ModelsQuery};
+pub use models::{ModelDeleted, ModelList, ModelObject, ModelPricing, ModelsQuery};
 pub use parse::{parse_json_body, parse_query};
 pub use rerank::{
     RerankDocument, RerankRequest, RerankResponse, RerankResult, RerankResultDocument, ValidRerank,

@@ -91,3 +91,23 @@ pub struct ModelPricing {
     pub input_per_million: f64,
     pub output_per_million: f64,
 }
+
+/// Body of `DELETE /v1/models/{model}` (a fine-tuned model deleted).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ModelDeleted {
+    pub id: String,
+    /// Always `model`.
+    pub object: String,
+    pub deleted: bool,
+}
+
+impl ModelDeleted {
+    /// `model` deleted.
+    pub fn new(id: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            object: OBJECT_MODEL.to_string(),
+            deleted: true,
+        }
+    }
+}

@@ -393,8 +393,15 @@ impl JobContext {
         self.handle.block_on(f)
     }
 
+    /// Logs an event while the job is still this worker's and running: a
+    /// job cancelled (or taken over) gets no more events from it.
     fn event(&self, job: &str, kind: &str, message: String, data: Option<Value>) {
-        if let Err(e) = self.block_on(self.store.add_ft_event(job, "info", kind, &message, data)) {
+        let worker = &self.config.worker_id;
+        let written = self.block_on(
+            self.store
+                .add_held_ft_event(job, worker, "info", kind, &message, data),
+        );
+        if let Err(e) = written {
             tracing::warn!(job, error = %e, "cannot record an event");
         }
     }
@@ -442,11 +449,12 @@ impl JobContext {
         })
     }
 
-    /// Sets the job's progress (a step trained before a cancel still
-    /// counts), then renews the claim: a job cancelled, or no longer this
-    /// worker's, stops here, at the step after the change rather than at
-    /// the heartbeat's next beat (seconds later, steps and a checkpoint
-    /// further on).
+    /// Sets the job's progress while it is still running under this
+    /// worker (the write itself checks it, so a step that ends after a
+    /// cancel changes nothing) and renews the claim: a job cancelled, or
+    /// no longer this worker's, stops here, at the step after the change
+    /// rather than at the heartbeat's next beat (seconds later, steps and
+    /// a checkpoint further on).
     fn progress(&self, job: &str, steps: usize, tokens: i64, total: usize) -> Result<(), Stop> {
         let worker = &self.config.worker_id;
         let held = self.block_on(async {
@@ -561,12 +569,14 @@ impl JobContext {
         if !applied {
             return Err(Stop::Cancelled);
         }
-        self.event(
-            &job.id,
-            "message",
-            format!("The job has successfully completed; the model {name} is ready"),
-            None,
-        );
+        // The job is no longer running: logged without the claim check.
+        let done = format!("The job has successfully completed; the model {name} is ready");
+        if let Err(e) = self.block_on(
+            self.store
+                .add_ft_event(&job.id, "info", "message", &done, None),
+        ) {
+            tracing::warn!(job = %job.id, error = %e, "cannot record an event");
+        }
         Ok(())
     }
 }

@@ -69,6 +69,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "fine_tuning_metadata",
         include_str!("../migrations/0015_fine_tuning_metadata.sql"),
     ),
+    (
+        16,
+        "fine_tuned_model_deletion",
+        include_str!("../migrations/0016_fine_tuned_model_deletion.sql"),
+    ),
 ];
 
 #[derive(Debug)]

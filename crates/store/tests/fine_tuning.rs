@@ -419,8 +419,8 @@ async fn cancelled_jobs_stop_their_worker(env: Env) {
     let cancelled = s.cancel_ft_job(&p, &job.id).await.unwrap();
     assert_eq!(cancelled.status, FtStatus::Cancelled);
     assert!(!s.heartbeat_ft_job(&job.id, "w1").await.unwrap());
-    // Progress still records; finishing does not overwrite the cancel.
-    assert!(s
+    // Neither progress nor finishing changes a cancelled job.
+    assert!(!s
         .update_ft_progress(&job.id, "w1", 5, 1000, 30)
         .await
         .unwrap());
@@ -441,7 +441,7 @@ async fn cancelled_jobs_stop_their_worker(env: Env) {
     assert_eq!(after.finished_at, cancelled.finished_at);
     assert_eq!(
         (after.trained_steps, after.trained_tokens, after.total_steps),
-        (5, Some(1000), Some(30))
+        (0, None, None)
     );
     // Nor is it claimed again.
     assert_eq!(

@@ -51,7 +51,8 @@ async fn page(
     entered: &Form,
 ) -> Response {
     let ctx = || Extension(session.ctx());
-    let jobs = api::list(State(state.clone()), ctx(), ApiQuery(query(50, None))).await;
+    let all = axum::http::Uri::from_static("/v1/fine_tuning/jobs");
+    let jobs = api::list(State(state.clone()), ctx(), all, ApiQuery(query(50, None))).await;
     let files_query = FilesQuery {
         limit: Some(200),
         purpose: Some(PURPOSE_FINE_TUNE.into()),

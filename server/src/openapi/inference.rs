@@ -8,8 +8,8 @@ use super::EventStream;
 use hearth_api::schemas::{ErrorDetail, UpstreamError};
 use hearth_api::{
     ChatChoice, ChatCompletionRequest, Completion, CompletionChoice, CompletionRequest,
-    EmbeddingList, EmbeddingRequest, ModelList, ModelObject, ModelsQuery, ProjectQuery,
-    RerankRequest, RerankResponse, UsageInfo,
+    EmbeddingList, EmbeddingRequest, ModelDeleted, ModelList, ModelObject, ModelsQuery,
+    ProjectQuery, RerankRequest, RerankResponse, UsageInfo,
 };
 
 #[utoipa::path(
@@ -46,6 +46,27 @@ pub fn list_models() {}
     )
 )]
 pub fn retrieve_model() {}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/models/{model}",
+    tag = "Models",
+    operation_id = "deleteModel",
+    summary = "Delete a fine-tuned model",
+    description = "A fine-tuned model of the project (a succeeded job's `fine_tuned_model`): \
+        afterwards it is neither listed, retrieved nor served, nor are its checkpoints; the \
+        job keeps its `fine_tuned_model`. Other models cannot be deleted (403).",
+    params(
+        ("model" = String, Path, description = "The fine-tuned model's id."),
+        ModelsQuery,
+    ),
+    responses(
+        (status = 200, description = "The model is gone.", body = ModelDeleted),
+        (status = 403, description = "A model of the project that cannot be deleted.", body = ErrorDetail),
+        (status = 404, description = "No model of this id for the project.", body = ErrorDetail),
+    )
+)]
+pub fn delete_model() {}
 
 #[utoipa::path(
     post,

@@ -30,6 +30,7 @@ use crate::state::AppState;
 
 /// The job as the API shows it.
 pub fn job_object(job: FtJob) -> FineTuningJob {
+    let hyperparameters = ft::with_multiplier(job.hyperparameters);
     FineTuningJob {
         id: job.id,
         object: OBJECT_JOB.to_string(),
@@ -44,10 +45,10 @@ pub fn job_object(job: FtJob) -> FineTuningJob {
         method: JobMethod {
             kind: job.method,
             supervised: SupervisedMethod {
-                hyperparameters: job.hyperparameters.clone(),
+                hyperparameters: hyperparameters.clone(),
             },
         },
-        hyperparameters: job.hyperparameters,
+        hyperparameters,
         seed: job.seed,
         trained_tokens: job.trained_tokens,
         trained_steps: job.trained_steps,
@@ -327,16 +328,19 @@ pub async fn create(
     Ok(Json(job_object(job)))
 }
 
-/// `GET /v1/fine_tuning/jobs`: newest first.
+/// `GET /v1/fine_tuning/jobs`: newest first; with `metadata[<key>]=<value>`
+/// pairs, only the jobs whose metadata holds all of them.
 pub async fn list(
     State(state): State<AppState>,
     Extension(ctx): Extension<RequestContext>,
+    uri: axum::http::Uri,
     ApiQuery(query): ApiQuery<FineTuningListQuery>,
 ) -> Result<Json<FineTuningList<FineTuningJob>>, HttpError> {
     let limit = query.limit(DEFAULT_LIST_LIMIT)?;
+    let metadata = ft::metadata_filter(uri.query())?;
     let (jobs, has_more) = state
         .store
-        .list_ft_jobs(&ctx.project_id, limit, query.after())
+        .list_ft_jobs_with_metadata(&ctx.project_id, limit, query.after(), &metadata)
         .await?;
     Ok(Json(FineTuningList::new(
         jobs.into_iter().map(job_object).collect(),

@@ -235,6 +235,12 @@ pub struct Hyperparameters {
     pub n_epochs: u32,
     pub batch_size: u32,
     pub learning_rate: f64,
+    /// OpenAI's: `learning_rate` over the default learning rate, as given,
+    /// or what a given `learning_rate` (or the default: 1) amounts to.
+    /// (Jobs stored before it was kept read as 1; the job object shows
+    /// theirs from `learning_rate`, see [`with_multiplier`].)
+    #[serde(default = "default_multiplier")]
+    pub learning_rate_multiplier: f64,
     pub warmup_ratio: f64,
     pub weight_decay: f64,
     /// 0 means no clipping.
@@ -254,6 +260,7 @@ impl Default for Hyperparameters {
             n_epochs: DEFAULT_N_EPOCHS,
             batch_size: DEFAULT_BATCH_SIZE,
             learning_rate: DEFAULT_LEARNING_RATE,
+            learning_rate_multiplier: 1.0,
             warmup_ratio: DEFAULT_WARMUP_RATIO,
             weight_decay: DEFAULT_WEIGHT_DECAY,
             max_grad_norm: DEFAULT_MAX_GRAD_NORM,
@@ -265,6 +272,27 @@ impl Default for Hyperparameters {
             lora_dropout: DEFAULT_LORA_DROPOUT,
         }
     }
+}
+
+fn default_multiplier() -> f64 {
+    1.0
+}
+
+/// Stored resolved hyperparameters with `learning_rate_multiplier` filled
+/// from `learning_rate` when they lack it (jobs created before it was
+/// kept), for the job object.
+pub fn with_multiplier(mut hyperparameters: Value) -> Value {
+    if let Some(hp) = hyperparameters.as_object_mut() {
+        if !hp.contains_key("learning_rate_multiplier") {
+            if let Some(lr) = hp.get("learning_rate").and_then(Value::as_f64) {
+                hp.insert(
+                    "learning_rate_multiplier".to_string(),
+                    json!(lr / DEFAULT_LEARNING_RATE),
+                );
+            }
+        }
+    }
+    hyperparameters
 }
 
 /// A creation request that passed every check that needs no store.
@@ -358,7 +386,7 @@ impl HyperparametersInput {
             BATCH_SIZE_RANGE,
         )?;
         let multiplier = self.learning_rate_multiplier.and_then(AutoOr::value);
-        let learning_rate = match (self.learning_rate, multiplier) {
+        let (learning_rate, learning_rate_multiplier) = match (self.learning_rate, multiplier) {
             (Some(_), Some(_)) => {
                 return Err(bad(
                     "learning_rate_multiplier",
@@ -375,15 +403,19 @@ impl HyperparametersInput {
                         ),
                     ));
                 }
-                m * DEFAULT_LEARNING_RATE
+                (m * DEFAULT_LEARNING_RATE, m)
             }
-            (lr, None) => float_in(
-                "learning_rate",
-                lr,
-                d.learning_rate,
-                |v| v > 0.0 && v <= 1.0,
-                "above 0 and at most 1",
-            )?,
+            (None, None) => (d.learning_rate, d.learning_rate_multiplier),
+            (lr, None) => {
+                let lr = float_in(
+                    "learning_rate",
+                    lr,
+                    d.learning_rate,
+                    |v| v > 0.0 && v <= 1.0,
+                    "above 0 and at most 1",
+                )?;
+                (lr, lr / DEFAULT_LEARNING_RATE)
+            }
         };
         let warmup_ratio = float_in(
             "warmup_ratio",
@@ -431,6 +463,7 @@ impl HyperparametersInput {
             n_epochs,
             batch_size,
             learning_rate,
+            learning_rate_multiplier,
             warmup_ratio,
             weight_decay,
             max_grad_norm,
@@ -530,6 +563,22 @@ mod tests {
         assert_eq!(v.hyperparameters.n_epochs, 3);
         assert_eq!(v.hyperparameters.batch_size, 4);
         assert!((v.hyperparameters.learning_rate - 2e-4).abs() < 1e-12);
+        assert_eq!(v.hyperparameters.learning_rate_multiplier, 2.0);
+        // "auto" and absent train at the default rate: 1; a given rate
+        // shows the multiplier it amounts to.
+        let v = req(json!({"model": "m", "training_file": "f",
+            "hyperparameters": {"learning_rate_multiplier": "auto"}}))
+        .unwrap();
+        assert_eq!(v.hyperparameters.learning_rate_multiplier, 1.0);
+        let v = req(json!({"model": "m", "training_file": "f",
+            "hyperparameters": {"learning_rate": 5e-4}}))
+        .unwrap();
+        assert!((v.hyperparameters.learning_rate_multiplier - 5.0).abs() < 1e-9);
+        // Jobs stored without it show it from their learning rate.
+        let old = with_multiplier(json!({"learning_rate": 3e-4}));
+        assert!((old["learning_rate_multiplier"].as_f64().unwrap() - 3.0).abs() < 1e-9);
+        let kept = with_multiplier(json!({"learning_rate": 2e-4, "learning_rate_multiplier": 2}));
+        assert_eq!(kept["learning_rate_multiplier"], 2);
         let v = req(json!({"model": "m", "training_file": "f",
             "method": {"type": "supervised", "supervised": {"hyperparameters": {"lora_r": 16}}}}))
         .unwrap();

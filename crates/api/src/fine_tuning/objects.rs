@@ -150,6 +150,54 @@ impl FineTuningListQuery {
     }
 }
 
+/// The job list's metadata filter: every `metadata[<key>]=<value>` pair of
+/// the query `query` (OpenAI's `metadata` list parameter), in order. A job
+/// is listed when its metadata holds every pair. A parameter named
+/// `metadata` that is not of that form (`metadata=x`, `metadata[]=x`,
+/// `metadata[a][b]=x`), a key given twice, more than 16 pairs, or a key
+/// or value longer than metadata may hold is 400 shape B naming
+/// `metadata`.
+pub fn metadata_filter(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
+    use crate::batches::{MAX_METADATA_KEY, MAX_METADATA_PAIRS, MAX_METADATA_VALUE};
+    let bad = |message: String| ApiError::bad_request(Some("metadata"), message);
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        if name != "metadata" && !name.starts_with("metadata[") {
+            continue;
+        }
+        let key = name
+            .strip_prefix("metadata[")
+            .and_then(|rest| rest.strip_suffix(']'))
+            .filter(|key| !key.is_empty() && !key.contains(['[', ']']))
+            .ok_or_else(|| {
+                bad(format!(
+                    "`{name}` is not a metadata filter; filter with `metadata[<key>]=<value>`."
+                ))
+            })?;
+        if key.chars().count() > MAX_METADATA_KEY {
+            return Err(bad(format!(
+                "the `metadata` key `{key}` is longer than {MAX_METADATA_KEY} characters."
+            )));
+        }
+        if value.chars().count() > MAX_METADATA_VALUE {
+            return Err(bad(format!(
+                "the `metadata` value of `{key}` is longer than {MAX_METADATA_VALUE} characters."
+            )));
+        }
+        if pairs.iter().any(|(k, _)| k == key) {
+            return Err(bad(format!("the `metadata` key `{key}` is given twice.")));
+        }
+        pairs.push((key.to_string(), value.into_owned()));
+    }
+    if pairs.len() > MAX_METADATA_PAIRS {
+        return Err(bad(format!(
+            "the filter holds {} `metadata` pairs; at most {MAX_METADATA_PAIRS} are allowed.",
+            pairs.len()
+        )));
+    }
+    Ok(pairs)
+}
+
 /// Billing price bucket of a trainable model, by its parameter count:
 /// `small` up to 1B, `medium` up to 14B, `large` above, and `large` when
 /// the count is unknown (never under-priced).
@@ -288,4 +336,47 @@ pub fn hyperparameter_spec(model_context_length: u32) -> Value {
         "lora_alpha": {"type": "integer", "default": d.lora_alpha, "min": LORA_ALPHA_RANGE.0, "max": LORA_ALPHA_RANGE.1},
         "lora_dropout": {"type": "number", "default": d.lora_dropout, "min": 0.0, "max": 1.0, "exclusive_max": true},
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_filters_are_read_from_the_query() {
+        let pairs =
+            metadata_filter(Some("limit=2&metadata%5Bwho%5D=qa2&metadata[team]=a%20b")).unwrap();
+        assert_eq!(
+            pairs,
+            vec![
+                ("who".to_string(), "qa2".to_string()),
+                ("team".to_string(), "a b".to_string())
+            ]
+        );
+        assert!(metadata_filter(None).unwrap().is_empty());
+        assert!(metadata_filter(Some("after=x&metadatax=1"))
+            .unwrap()
+            .is_empty());
+        let long_key = format!("metadata[{}]=v", "k".repeat(65));
+        let many = (0..17)
+            .map(|i| format!("metadata[k{i}]=v"))
+            .collect::<Vec<_>>()
+            .join("&");
+        for bad in [
+            "metadata=x",
+            "metadata[]=x",
+            "metadata[a][b]=x",
+            "metadata[a=x",
+            "metadata[a]=1&metadata[a]=2",
+            long_key.as_str(),
+            many.as_str(),
+        ] {
+            let err = metadata_filter(Some(bad)).unwrap_err();
+            assert_eq!(
+                (err.status(), err.param()),
+                (400, Some("metadata")),
+                "{bad}"
+            );
+        }
+    }
 }

@@ -5,10 +5,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::stream::{FuturesUnordered, StreamExt, TryStreamExt};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use hearth_api::batches::{
-    parse_input_line, BatchError, BatchInputLine, BatchLineError, BatchOutputLine, BatchResponse,
-    CustomIds, OverrideSettings, PURPOSE_BATCH_OUTPUT,
+    BatchError, BatchInputLine, BatchLineError, BatchOutputLine, BatchResponse,
+    PURPOSE_BATCH_OUTPUT,
 };
 use hearth_store::{Batch, BatchResult, BatchStatus, Store};
 use serde_json::{json, Value};
@@ -16,8 +16,8 @@ use tokio::sync::{watch, Semaphore};
 
 use super::{BatchCounters, BatchEndpoints, BatchWorkerConfig, BoxFuture, EndpointReply};
 
-/// Most problems a failed batch lists (the count says how many more).
-const MAX_REPORTED_ERRORS: usize = 100;
+mod check;
+
 /// Results read back per page when the result files are written.
 const RESULT_PAGE: i64 = 1000;
 
@@ -105,13 +105,19 @@ impl BatchRun {
         if batch.status == BatchStatus::Cancelling && batch.in_progress_at.is_none() {
             return self.end(&batch, BatchStatus::Cancelled, Vec::new()).await;
         }
-        let requests = match self.read_requests(&batch).await {
-            Ok(requests) => requests,
+        let check::Parsed { requests, problems } = match self.read_requests(&batch).await {
+            Ok(parsed) => parsed,
             Err(Stop::Failed(errors)) => return self.fail(&batch, errors).await,
             Err(stop) => return Err(stop),
         };
+        if batch.status != BatchStatus::Validating && !problems.is_empty() {
+            return self.fail(&batch, check::report(problems)).await;
+        }
         if batch.status == BatchStatus::Validating {
-            let model = match self.check_requests(&batch, &requests, &control).await {
+            let checked = self
+                .check_requests(&batch, &requests, problems, &control)
+                .await;
+            let model = match checked {
                 Ok(model) => model,
                 Err(Stop::Failed(errors)) => return self.fail(&batch, errors).await,
                 Err(Stop::Control(Control::Cancel)) => {
@@ -186,118 +192,6 @@ impl BatchRun {
             Ok(BatchStatus::Failed)
         } else {
             self.after_lost_write(batch).await
-        }
-    }
-
-    /// Reads and parses the input file: every non-blank line, with the
-    /// batch's overrides applied. A file that cannot be read, or a line
-    /// that is not a request, is [`Stop::Failed`] naming the lines.
-    async fn read_requests(&self, batch: &Batch) -> Result<Vec<Request>, Stop> {
-        let file = match self.store.file_by_id(&batch.input_file_id).await {
-            Ok(file) => file,
-            Err(hearth_store::StoreError::NotFound(_)) => {
-                return Err(Stop::Failed(vec![batch_error(
-                    "invalid_input_file",
-                    format!("The input file `{}` no longer exists.", batch.input_file_id),
-                    None,
-                )]))
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let mut content = Vec::with_capacity(file.bytes.max(0) as usize);
-        let mut chunks = self.store.file_content(&file).await?;
-        while let Some(chunk) = chunks.try_next().await? {
-            content.extend_from_slice(&chunk);
-        }
-        let endpoint = batch.endpoint.clone();
-        let overrides: Option<OverrideSettings> = batch
-            .override_settings
-            .clone()
-            .and_then(|v| serde_json::from_value(v).ok());
-        let max_lines = self.config.max_lines;
-        tokio::task::spawn_blocking(move || {
-            parse_file(&content, &endpoint, overrides.as_ref(), max_lines)
-        })
-        .await
-        .map_err(|_| {
-            Stop::Failed(vec![batch_error(
-                "invalid_input_file",
-                "The input file could not be read.".into(),
-                None,
-            )])
-        })?
-        .map_err(Stop::Failed)
-    }
-
-    /// Each body through its endpoint's checks; one model for the batch.
-    async fn check_requests(
-        &self,
-        batch: &Batch,
-        requests: &[Request],
-        control: &watch::Receiver<Control>,
-    ) -> Result<String, Stop> {
-        let mut errors = Vec::new();
-        let mut failed = 0usize;
-        let mut model: Option<(String, i64)> = None;
-        for (i, request) in requests.iter().enumerate() {
-            if i % 256 == 0 {
-                // (An expiry waits for the checks: the window is long.)
-                match *control.borrow() {
-                    Control::Run | Control::Expire => {}
-                    other => return Err(Stop::Control(other)),
-                }
-            }
-            let checked = self
-                .endpoints
-                .check(
-                    batch.project_id.clone(),
-                    batch.endpoint.clone(),
-                    request.input.body.clone(),
-                )
-                .await;
-            let problem = match checked {
-                Err(message) => Some(("invalid_request", message)),
-                Ok(name) => match &model {
-                    None => {
-                        model = Some((name, request.line));
-                        None
-                    }
-                    Some((first, line)) if *first != name => Some((
-                        "mismatched_model",
-                        format!(
-                            "the model `{name}` differs from `{first}` of line {line}; a batch \
-                             uses one model"
-                        ),
-                    )),
-                    Some(_) => None,
-                },
-            };
-            if let Some((code, message)) = problem {
-                failed += 1;
-                if errors.len() < MAX_REPORTED_ERRORS {
-                    errors.push(batch_error(
-                        code,
-                        format!("Line {}: {message}", request.line),
-                        Some(request.line),
-                    ));
-                }
-            }
-        }
-        if failed > errors.len() {
-            errors.push(batch_error(
-                "invalid_request",
-                format!("{} more lines have problems.", failed - errors.len()),
-                None,
-            ));
-        }
-        match model {
-            _ if !errors.is_empty() => Err(Stop::Failed(errors)),
-            Some((model, _)) => Ok(model),
-            None => Err(Stop::Failed(vec![batch_error(
-                "empty_file",
-                "The input file holds no requests.".into(),
-                None,
-            )])),
         }
     }
 
@@ -433,66 +327,6 @@ impl BatchRun {
             .create_file_from_bytes(&batch.project_id, &name, PURPOSE_BATCH_OUTPUT, bytes)
             .await?;
         Ok(Some(file.id))
-    }
-}
-
-/// Every non-blank line of an input file as a request (line numbers from
-/// 1); the problems, by line, when any line is not one.
-fn parse_file(
-    content: &[u8],
-    endpoint: &str,
-    overrides: Option<&OverrideSettings>,
-    max_lines: usize,
-) -> Result<Vec<Request>, Vec<BatchError>> {
-    let mut requests = Vec::new();
-    let mut errors = Vec::new();
-    let mut failed = 0usize;
-    let mut ids = CustomIds::default();
-    for (i, raw) in content.split(|&b| b == b'\n').enumerate() {
-        let line = i as i64 + 1;
-        let parsed = std::str::from_utf8(raw)
-            .map_err(|_| "not UTF-8".to_string())
-            .and_then(|text| {
-                if text.trim().is_empty() {
-                    return Ok(None);
-                }
-                let input = parse_input_line(text, endpoint, overrides)?;
-                ids.insert(&input.custom_id)?;
-                Ok(Some(input))
-            });
-        match parsed {
-            Ok(Some(input)) => requests.push(Request { line, input }),
-            Ok(None) => {}
-            Err(message) => {
-                failed += 1;
-                if errors.len() < MAX_REPORTED_ERRORS {
-                    errors.push(batch_error(
-                        "invalid_request",
-                        format!("Line {line}: {message}"),
-                        Some(line),
-                    ));
-                }
-            }
-        }
-        if requests.len() > max_lines {
-            return Err(vec![batch_error(
-                "too_many_requests",
-                format!("The input file holds more than {max_lines} requests, the most a batch may hold."),
-                None,
-            )]);
-        }
-    }
-    if failed > errors.len() {
-        errors.push(batch_error(
-            "invalid_request",
-            format!("{} more lines have problems.", failed - errors.len()),
-            None,
-        ));
-    }
-    if errors.is_empty() {
-        Ok(requests)
-    } else {
-        Err(errors)
     }
 }
 
@@ -633,39 +467,6 @@ async fn heartbeat(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn files_are_parsed_with_line_numbers() {
-        let ep = "/v1/embeddings";
-        let good = |id: &str| {
-            format!(
-                r#"{{"custom_id":"{id}","method":"POST","url":"/v1/embeddings","body":{{"model":"m","input":"x"}}}}"#
-            )
-        };
-        let text = format!("{}\n\n{}\n", good("a"), good("b"));
-        let requests = parse_file(text.as_bytes(), ep, None, 10).unwrap();
-        assert_eq!(
-            requests.iter().map(|r| r.line).collect::<Vec<_>>(),
-            vec![1, 3]
-        );
-        let text = format!("{}\nnot json\n{}\n", good("a"), good("a"));
-        let errors = parse_file(text.as_bytes(), ep, None, 10).unwrap_err();
-        assert_eq!(
-            errors.iter().map(|e| e.line).collect::<Vec<_>>(),
-            vec![Some(2), Some(3)]
-        );
-        assert!(
-            errors[1].message.contains("unique"),
-            "{}",
-            errors[1].message
-        );
-        let many = (0..4)
-            .map(|i| good(&i.to_string()))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let errors = parse_file(many.as_bytes(), ep, None, 3).unwrap_err();
-        assert_eq!(errors[0].code, "too_many_requests");
-    }
 
     #[test]
     fn results_go_to_the_right_file() {

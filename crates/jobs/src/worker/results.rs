@@ -41,7 +41,7 @@ impl JobContext {
         self.block_on(blobs.put(&format!("{prefix}/{ADAPTER_CONFIG}"), config.as_bytes()))?;
         self.block_on(blobs.put(&format!("{prefix}/{TRAINING_STATE}"), &state))?;
         // Still ours? (A job taken over gets its checkpoints from its new
-        // worker.)
+        // worker; a cancelled one gets none.)
         self.progress(&job.id, report.step, trained_tokens, trainer.total_steps())?;
         let mut metrics = step_data(report);
         metrics["trained_tokens"] = json!(trained_tokens);
@@ -55,8 +55,9 @@ impl JobContext {
                 bytes: config.as_bytes(),
             },
         ];
-        self.block_on(self.store.add_ft_checkpoint_with_files(
+        let written = self.block_on(self.store.add_held_ft_checkpoint_with_files(
             &job.id,
+            &self.config.worker_id,
             &job.project_id,
             report.step as i64,
             &format!("{name}:ckpt-step-{}", report.step),
@@ -64,6 +65,12 @@ impl JobContext {
             &prefix,
             &published,
         ))?;
+        if written.is_none() {
+            // Cancelled (or taken over) since the progress write.
+            self.cancelled
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            return Err(Stop::Cancelled);
+        }
         self.event(
             &job.id,
             "message",

@@ -11,6 +11,7 @@
 //! past [`ClaimRules::max_attempts`] is failed instead of run, so a job
 //! that crashes its process every time does not crash it forever.
 
+use super::records::insert_event;
 use super::*;
 
 /// What a worker may claim.
@@ -188,10 +189,11 @@ impl Store {
     }
 
     /// Sets the job's progress (`trained_steps`, `trained_tokens`,
-    /// `total_steps`) while `worker` holds it (`running` or `cancelled`
-    /// since: the steps trained before a cancel still count). Returns
-    /// whether it applied: false when the job is gone, finished, or claimed
-    /// by another worker.
+    /// `total_steps`) while the job is `running` under `worker`. Returns
+    /// whether it applied: false when the job is gone, cancelled, finished,
+    /// or claimed by another worker. A cancelled job keeps the progress it
+    /// had when it was cancelled: a step that ends after the cancel is not
+    /// counted.
     pub async fn update_ft_progress(
         &self,
         id: &str,
@@ -202,8 +204,7 @@ impl Store {
     ) -> Result<bool> {
         let done = sqlx::query(
             "UPDATE fine_tuning_jobs SET trained_steps = $1, trained_tokens = $2, \
-             total_steps = $3 WHERE id = $4 AND claimed_by = $5 \
-             AND status IN ('running', 'cancelled')",
+             total_steps = $3 WHERE id = $4 AND claimed_by = $5 AND status = 'running'",
         )
         .bind(trained_steps)
         .bind(trained_tokens)
@@ -213,6 +214,38 @@ impl Store {
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    /// Appends an event to the job's log only while the job is `running`
+    /// under `worker` (see [`Store::add_ft_event`]); returns whether it
+    /// was written. The job's row is held for the write, so a cancel that
+    /// comes at the same time is either before it (no event) or after it.
+    pub async fn add_held_ft_event(
+        &self,
+        job_id: &str,
+        worker: &str,
+        level: &str,
+        kind: &str,
+        message: &str,
+        data: Option<Value>,
+    ) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        if !hold_ft_job(&mut tx, job_id, worker).await? {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        let event = FtEvent {
+            id: new_id(ids::FT_EVENT),
+            job_id: job_id.to_string(),
+            created_at: now(),
+            level: level.to_string(),
+            kind: kind.to_string(),
+            message: message.to_string(),
+            data,
+        };
+        insert_event(&mut tx, &event).await?;
+        tx.commit().await?;
+        Ok(true)
     }
 
     /// Ends a job `running` under `worker` with `status` (`succeeded` or
@@ -254,4 +287,24 @@ impl Store {
         .await?;
         Ok(done.rows_affected() == 1)
     }
+}
+
+/// Renews the claim of the job `running` under `worker` on `conn` (a
+/// transaction): the row stays locked until the transaction ends, so a
+/// cancel waits for it. Returns whether the worker still holds the job.
+pub(super) async fn hold_ft_job(
+    conn: &mut sqlx::AnyConnection,
+    id: &str,
+    worker: &str,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE fine_tuning_jobs SET heartbeat_at = $1 \
+         WHERE id = $2 AND status = 'running' AND claimed_by = $3",
+    )
+    .bind(now())
+    .bind(id)
+    .bind(worker)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
 }

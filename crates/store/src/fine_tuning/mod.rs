@@ -436,6 +436,52 @@ impl Store {
         self.newest_first(of, limit, after, FtJob::from_row).await
     }
 
+    /// As [`Store::list_ft_jobs`], only the jobs whose metadata holds
+    /// every `(key, value)` pair of `metadata` (all of them; no pairs: every
+    /// job). Metadata is JSON text, so the pairs are matched here rather
+    /// than in SQL (the same on SQLite and PostgreSQL): the project's jobs
+    /// are read newest first, a batch at a time, until the page is full.
+    pub async fn list_ft_jobs_with_metadata(
+        &self,
+        project_id: &str,
+        limit: i64,
+        after: Option<&str>,
+        metadata: &[(String, String)],
+    ) -> Result<(Vec<FtJob>, bool)> {
+        if metadata.is_empty() {
+            return self.list_ft_jobs(project_id, limit, after).await;
+        }
+        const SCAN: i64 = 256;
+        let wanted = limit.max(0) as usize + 1;
+        let matches = |job: &FtJob| {
+            metadata.iter().all(|(key, value)| {
+                job.metadata
+                    .as_ref()
+                    .and_then(|m| m.get(key))
+                    .and_then(Value::as_str)
+                    == Some(value.as_str())
+            })
+        };
+        let mut found = Vec::new();
+        let mut cursor = after.map(str::to_string);
+        loop {
+            let of = PageOf {
+                columns: JOB_COLUMNS,
+                table: "fine_tuning_jobs",
+                owner_column: "project_id",
+                owner: project_id,
+            };
+            let (jobs, more) = self
+                .newest_first(of, SCAN, cursor.as_deref(), FtJob::from_row)
+                .await?;
+            cursor = jobs.last().map(|j| j.id.clone());
+            found.extend(jobs.into_iter().filter(|j| matches(j)));
+            if found.len() >= wanted || !more {
+                return Ok(page(found, limit));
+            }
+        }
+    }
+
     /// Cancels the job at once: a `validating_files`, `queued` or `running`
     /// job becomes `cancelled` with `finished_at` set and a "Fine-tuning job
     /// cancelled" event (its worker learns it at its next heartbeat). A job

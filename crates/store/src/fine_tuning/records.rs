@@ -23,19 +23,8 @@ impl Store {
             message: message.to_string(),
             data,
         };
-        sqlx::query(&format!(
-            "INSERT INTO fine_tuning_events ({EVENT_COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)"
-        ))
-        .bind(&event.id)
-        .bind(&event.job_id)
-        .bind(event.created_at)
-        .bind(&event.level)
-        .bind(&event.kind)
-        .bind(&event.message)
-        .bind(event.data.as_ref().map(Value::to_string))
-        .execute(&self.pool)
-        .await?;
+        let mut conn = self.pool.acquire().await?;
+        insert_event(&mut conn, &event).await?;
         Ok(event)
     }
 
@@ -130,7 +119,8 @@ impl Store {
     }
 
     /// The `succeeded` job of `project_id` whose `fine_tuned_model` is
-    /// `fine_tuned_model` (the newest, should there be several), if any.
+    /// `fine_tuned_model` (the newest, should there be several), if any;
+    /// none once the model was deleted ([`Store::delete_ft_model`]).
     pub async fn ft_job_by_model(
         &self,
         project_id: &str,
@@ -138,7 +128,8 @@ impl Store {
     ) -> Result<Option<FtJob>> {
         let row = sqlx::query(&format!(
             "SELECT {JOB_COLUMNS} FROM fine_tuning_jobs WHERE project_id = $1 \
-             AND fine_tuned_model = $2 AND status = 'succeeded' ORDER BY id DESC LIMIT 1"
+             AND fine_tuned_model = $2 AND status = 'succeeded' AND model_deleted_at IS NULL \
+             ORDER BY id DESC LIMIT 1"
         ))
         .bind(project_id)
         .bind(fine_tuned_model)
@@ -147,17 +138,36 @@ impl Store {
         row.as_ref().map(FtJob::from_row).transpose()
     }
 
-    /// Every `succeeded` job of `project_id`, oldest first (the fine-tuned
-    /// models `/v1/models` lists).
+    /// Every `succeeded` job of `project_id` whose model was not deleted,
+    /// oldest first (the fine-tuned models `/v1/models` lists).
     pub async fn succeeded_ft_jobs(&self, project_id: &str) -> Result<Vec<FtJob>> {
         let rows = sqlx::query(&format!(
             "SELECT {JOB_COLUMNS} FROM fine_tuning_jobs WHERE project_id = $1 \
-             AND status = 'succeeded' ORDER BY id ASC"
+             AND status = 'succeeded' AND model_deleted_at IS NULL ORDER BY id ASC"
         ))
         .bind(project_id)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(FtJob::from_row).collect()
+    }
+
+    /// Deletes the fine-tuned model `fine_tuned_model` of `project_id`
+    /// (a `succeeded` job's): from now on it is neither found by
+    /// [`Store::ft_job_by_model`] nor listed by [`Store::succeeded_ft_jobs`];
+    /// the job itself, its name in `fine_tuned_model`, its checkpoints and
+    /// files stay. Returns whether there was such a model (false when it
+    /// does not exist, is another project's, or was deleted already).
+    pub async fn delete_ft_model(&self, project_id: &str, fine_tuned_model: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE fine_tuning_jobs SET model_deleted_at = $1 WHERE project_id = $2 \
+             AND fine_tuned_model = $3 AND status = 'succeeded' AND model_deleted_at IS NULL",
+        )
+        .bind(now())
+        .bind(project_id)
+        .bind(fine_tuned_model)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
     }
 
     /// Ids of the active (`validating_files`, `queued`, `running`) jobs that
@@ -223,6 +233,24 @@ pub(super) async fn insert_checkpoint(
     .bind(checkpoint.metrics.to_string())
     .bind(&checkpoint.blob_prefix)
     .bind(serde_json::to_string(&checkpoint.result_files).expect("a list of strings serialises"))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Inserts an event row on `conn` (a pooled connection or a transaction).
+pub(super) async fn insert_event(conn: &mut sqlx::AnyConnection, event: &FtEvent) -> Result<()> {
+    sqlx::query(&format!(
+        "INSERT INTO fine_tuning_events ({EVENT_COLUMNS}) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)"
+    ))
+    .bind(&event.id)
+    .bind(&event.job_id)
+    .bind(event.created_at)
+    .bind(&event.level)
+    .bind(&event.kind)
+    .bind(&event.message)
+    .bind(event.data.as_ref().map(Value::to_string))
     .execute(conn)
     .await?;
     Ok(())

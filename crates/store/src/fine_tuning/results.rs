@@ -10,6 +10,7 @@
 //! again with new files, so no file row is ever left unlisted or listed
 //! twice.
 
+use super::claims::hold_ft_job;
 use super::records::insert_checkpoint;
 use super::*;
 use crate::files::{insert_file_on, FileStatus};
@@ -75,6 +76,65 @@ impl Store {
         blob_prefix: &str,
         files: &[ResultFile<'_>],
     ) -> Result<FtCheckpoint> {
+        let checkpoint: Option<FtCheckpoint> = self
+            .insert_ft_checkpoint(
+                job_id,
+                None,
+                project_id,
+                step_number,
+                fine_tuned_model_checkpoint,
+                metrics,
+                blob_prefix,
+                files,
+            )
+            .await?;
+        // Without a claim to check, a checkpoint is written or an error.
+        checkpoint.ok_or_else(|| StoreError::Invalid("the checkpoint was not written".into()))
+    }
+
+    /// As [`Store::add_ft_checkpoint_with_files`], only while the job is
+    /// `running` under `worker` (the row held for the commit, so a cancel
+    /// is either before it or after it): `None`, with nothing written, when
+    /// the job was cancelled, finished or taken over.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn add_held_ft_checkpoint_with_files(
+        &self,
+        job_id: &str,
+        worker: &str,
+        project_id: &str,
+        step_number: i64,
+        fine_tuned_model_checkpoint: &str,
+        metrics: Value,
+        blob_prefix: &str,
+        files: &[ResultFile<'_>],
+    ) -> Result<Option<FtCheckpoint>> {
+        self.insert_ft_checkpoint(
+            job_id,
+            Some(worker),
+            project_id,
+            step_number,
+            fine_tuned_model_checkpoint,
+            metrics,
+            blob_prefix,
+            files,
+        )
+        .await
+    }
+
+    /// The checkpoint row and its file rows in one transaction, first
+    /// checking that `held_by` (when given) still holds the job.
+    #[allow(clippy::too_many_arguments)]
+    async fn insert_ft_checkpoint(
+        &self,
+        job_id: &str,
+        held_by: Option<&str>,
+        project_id: &str,
+        step_number: i64,
+        fine_tuned_model_checkpoint: &str,
+        metrics: Value,
+        blob_prefix: &str,
+        files: &[ResultFile<'_>],
+    ) -> Result<Option<FtCheckpoint>> {
         let records = self.put_result_blobs(project_id, files).await?;
         let checkpoint = FtCheckpoint {
             id: new_id(ids::FT_CHECKPOINT),
@@ -88,19 +148,27 @@ impl Store {
         };
         let committed = async {
             let mut tx = self.pool.begin().await?;
+            if let Some(worker) = held_by {
+                if !hold_ft_job(&mut tx, job_id, worker).await? {
+                    tx.rollback().await?;
+                    return Ok(false);
+                }
+            }
             for r in &records {
                 insert_file_on(&mut tx, r).await?;
             }
             insert_checkpoint(&mut tx, &checkpoint).await?;
             tx.commit().await?;
-            Ok::<_, StoreError>(())
+            Ok::<_, StoreError>(true)
         }
         .await;
-        if let Err(e) = committed {
-            self.drop_result_blobs(&records).await;
-            return Err(e);
+        match committed {
+            Ok(true) => Ok(Some(checkpoint)),
+            other => {
+                self.drop_result_blobs(&records).await;
+                other.map(|_| None)
+            }
         }
-        Ok(checkpoint)
     }
 
     /// Ends the job `succeeded` as `fine_tuned_model`, only while it is
