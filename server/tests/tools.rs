@@ -92,6 +92,103 @@ async fn required_and_named_choices_answer_with_valid_calls() {
 }
 
 #[tokio::test]
+async fn arguments_have_only_the_listed_properties() {
+    // No `parameters`, or no properties: the arguments are `{}`.
+    for parameters in [None, Some(json!({"type": "object", "properties": {}}))] {
+        let mut function = json!({"name": "get_time", "description": "The current time."});
+        if let Some(p) = parameters {
+            function["parameters"] = p;
+        }
+        let mut body = base(json!("required"));
+        body["tools"] = json!([{"type": "function", "function": function}]);
+        body["parallel_tool_calls"] = json!(false);
+        body["max_tokens"] = json!(40);
+        let body = chat(body).await.json();
+        let choice = &body["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls", "{body}");
+        for call in choice["message"]["tool_calls"].as_array().unwrap() {
+            assert_eq!(call["function"]["arguments"], "{}", "{body}");
+        }
+    }
+    // Without `additionalProperties`: no keys beyond `city` and `unit`.
+    let mut tools = tools();
+    tools[0]["function"]["parameters"]
+        .as_object_mut()
+        .unwrap()
+        .remove("additionalProperties");
+    tools[0]["function"]["parameters"]["required"] = json!(["city"]);
+    for seed in 0..3 {
+        let mut body = base(json!({"type": "function", "function": {"name": "get_weather"}}));
+        body["tools"] = tools.clone();
+        body["seed"] = json!(seed);
+        let body = chat(body).await.json();
+        let choice = &body["choices"][0];
+        if choice["finish_reason"] != "tool_calls" {
+            continue;
+        }
+        let call = &choice["message"]["tool_calls"][0];
+        let args: Value =
+            serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+        for key in args.as_object().unwrap().keys() {
+            assert!(key == "city" || key == "unit", "{call}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn deprecated_functions_answer_in_their_own_shape() {
+    let functions: Vec<Value> = tools()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"].clone())
+        .collect();
+    let mut body = base(Value::Null);
+    body.as_object_mut().unwrap().remove("tools");
+    body.as_object_mut().unwrap().remove("tool_choice");
+    body["functions"] = json!(functions);
+    body["function_call"] = json!({"name": "get_weather"});
+    let reply = chat(body.clone()).await;
+    reply.expect_status(200);
+    let whole = reply.json();
+    let choice = &whole["choices"][0];
+    assert_eq!(choice["finish_reason"], "function_call", "{whole}");
+    assert!(choice["message"]["content"].is_null(), "{whole}");
+    assert!(choice["message"].get("tool_calls").is_none(), "{whole}");
+    let call = &choice["message"]["function_call"];
+    check_call(&json!({"id": "call_x", "type": "function", "function": call}));
+
+    // Streamed: the call whole in `delta.function_call`, then its finish.
+    body["stream"] = json!(true);
+    let reply = chat(body.clone()).await;
+    let text = String::from_utf8(reply.bytes.clone()).unwrap();
+    let chunks = sse_json(&text);
+    let calls: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"].get("function_call"))
+        .collect();
+    assert_eq!(calls.len(), 1, "{text}");
+    assert_eq!(calls[0]["name"], "get_weather", "{text}");
+    assert!(chunks
+        .iter()
+        .any(|c| c["choices"][0]["finish_reason"] == "function_call"));
+
+    // The result goes back as a `function` message.
+    body["stream"] = json!(false);
+    body["function_call"] = json!("auto");
+    body["messages"] = json!([
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": null, "function_call": call},
+        {"role": "function", "name": "get_weather", "content": "21 degrees, clear sky"}]);
+    chat(body.clone()).await.expect_status(200);
+    // Not with `tools`.
+    body["tools"] = tools();
+    let reply = chat(body).await;
+    reply.expect_status(400);
+    assert_eq!(reply.json()["error"]["param"], "functions");
+}
+
+#[tokio::test]
 async fn streamed_calls_come_whole_with_their_index() {
     let mut body = base(json!("required"));
     body["stream"] = json!(true);
@@ -102,6 +199,8 @@ async fn streamed_calls_come_whole_with_their_index() {
     let mut finish = None;
     for chunk in sse_json(&text) {
         let choice = &chunk["choices"][0];
+        // A choice of calls carries no content, as whole it has `content: null`.
+        assert!(choice["delta"]["content"].is_null(), "{chunk}");
         if let Some(list) = choice["delta"]["tool_calls"].as_array() {
             for (i, c) in list.iter().enumerate() {
                 assert_eq!(c["index"], i);

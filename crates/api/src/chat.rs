@@ -68,6 +68,14 @@ pub struct ChatCompletionRequest {
     /// Whether one answer may call several tools (default true).
     #[serde(default)]
     pub parallel_tool_calls: Option<bool>,
+    /// OpenAI's deprecated form of `tools`: `[{name, description,
+    /// parameters}]`, answered with one `message.function_call`.
+    #[serde(default)]
+    pub functions: Option<Value>,
+    /// OpenAI's deprecated form of `tool_choice`: `none`, `auto` or
+    /// `{"name": ...}`.
+    #[serde(default)]
+    pub function_call: Option<Value>,
     /// Extension (as vLLM): the output is JSON of this schema.
     #[serde(default)]
     pub guided_json: Option<Value>,
@@ -111,6 +119,10 @@ pub struct ChatRequestMessage {
     /// A `tool` message: the call it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// An assistant message's earlier call of the deprecated `functions`:
+    /// `{name, arguments}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_call: Option<Value>,
 }
 
 /// `content`: a string or an array of content parts.
@@ -175,6 +187,9 @@ pub struct ChatResponseMessage {
     pub content: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<crate::tools::ToolCall>>,
+    /// The call, when the request gave the deprecated `functions`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_call: Option<crate::tools::FunctionCall>,
 }
 
 impl ChatResponseMessage {
@@ -183,14 +198,24 @@ impl ChatResponseMessage {
             role: "assistant".to_string(),
             content: Some(content.into()),
             tool_calls: None,
+            function_call: None,
         }
     }
 
     pub fn tool_calls(calls: Vec<crate::tools::ToolCall>) -> Self {
         Self {
+            tool_calls: Some(calls),
+            ..Self::function_call(None)
+        }
+    }
+
+    /// A call of the deprecated `functions` (none: no content either).
+    pub fn function_call(call: Option<crate::tools::FunctionCall>) -> Self {
+        Self {
             role: "assistant".to_string(),
             content: None,
-            tool_calls: Some(calls),
+            tool_calls: None,
+            function_call: call,
         }
     }
 }
@@ -248,7 +273,9 @@ impl From<&TokenLogprobs> for ChatTokenLogprob {
 }
 
 /// A stream chunk of a chat completion (`chat.completion.chunk`). The first
-/// chunk of each choice has `delta = {"role": "assistant", "content": ""}`;
+/// chunk of each choice has `delta = {"role": "assistant", "content": ""}`
+/// (without `content` when tools were offered: a choice of calls carries
+/// none);
 /// `usage` is null except in the final usage chunk, whose `choices` is empty.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatCompletionChunk {
@@ -305,10 +332,19 @@ impl ChatChunkChoice {
                 role: Some("assistant".to_string()),
                 content: Some(String::new()),
                 tool_calls: None,
+                function_call: None,
             },
             logprobs: None,
             finish_reason: None,
         }
+    }
+
+    /// The first increment of a choice that may be tool calls: role
+    /// `assistant`, no content (a choice of calls has none).
+    pub fn role_only(index: usize) -> Self {
+        let mut choice = Self::role(index);
+        choice.delta.content = None;
+        choice
     }
 
     /// A text increment, with the log-probabilities of its tokens if asked for.
@@ -319,6 +355,7 @@ impl ChatChunkChoice {
                 role: None,
                 content: Some(text.into()),
                 tool_calls: None,
+                function_call: None,
             },
             logprobs,
             finish_reason: None,
@@ -342,6 +379,21 @@ impl ChatChunkChoice {
                 role: None,
                 content: None,
                 tool_calls: Some(calls),
+                function_call: None,
+            },
+            logprobs: None,
+            finish_reason: None,
+        }
+    }
+
+    /// The call of a choice, when the request gave the deprecated
+    /// `functions`: `delta.function_call` `{name, arguments}`.
+    pub fn function_call(index: usize, call: &crate::tools::FunctionCall) -> Self {
+        Self {
+            index,
+            delta: ChatDelta {
+                function_call: serde_json::to_value(call).ok(),
+                ..ChatDelta::default()
             },
             logprobs: None,
             finish_reason: None,
@@ -369,4 +421,7 @@ pub struct ChatDelta {
     /// Calls, each whole in one delta (with its `index`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<Value>>,
+    /// The call of the deprecated `functions`, whole: `{name, arguments}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_call: Option<Value>,
 }

@@ -91,12 +91,18 @@ impl Guided<'_> {
     }
 }
 
+/// The schema of any JSON object. `additionalProperties` is stated: the
+/// grammar closes an object schema that does not say what else it allows.
+pub fn any_object() -> Value {
+    json!({"type": "object", "additionalProperties": true})
+}
+
 impl OutputFormat {
     /// The JSON schema the output must match (none for text and the
     /// non-JSON formats).
     pub fn schema(&self) -> Option<Value> {
         match self {
-            OutputFormat::JsonObject => Some(json!({"type": "object"})),
+            OutputFormat::JsonObject => Some(any_object()),
             OutputFormat::JsonSchema { schema, .. } => Some(schema.clone()),
             _ => None,
         }
@@ -152,9 +158,11 @@ impl OutputFormat {
                     )))
                     }
                 };
+                // Without a schema: any JSON object, as `json_object`.
                 let schema = match spec.get("schema") {
                     Some(Value::Object(s)) => Value::Object(s.clone()),
-                    Some(Value::Bool(true)) | None => json!({}),
+                    None | Some(Value::Null) => any_object(),
+                    Some(Value::Bool(true)) => json!({}),
                     Some(_) => {
                         return Err(bad(format!(
                             "`{param}`: `schema` must be a JSON schema object."
@@ -216,6 +224,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.schema(), Some(json!({"type": "object"})));
+        // No schema: any object, as `json_object`.
+        let s = OutputFormat::parse(
+            Some(&json!({"type": "json_schema", "json_schema": {"name": "x"}})),
+            "f",
+        )
+        .unwrap();
+        assert_eq!(s.schema(), OutputFormat::JsonObject.schema());
+        assert_eq!(s.schema(), Some(any_object()));
         for bad in [
             json!("json"),
             json!({"type": "xml"}),

@@ -10,7 +10,8 @@ use crate::error::ValidationItem;
 
 /// Why a choice stopped: an end-of-sequence token or a stop string
 /// (`stop`), `max_tokens` or the context length (`length`), or an answer
-/// of tool calls (`tool_calls`, chat only).
+/// of tool calls (`tool_calls`, chat only; `function_call` for the
+/// deprecated `functions`).
 #[derive(ToSchema)]
 #[schema(rename_all = "snake_case")]
 #[allow(dead_code)]
@@ -18,6 +19,7 @@ pub enum FinishReason {
     Stop,
     Length,
     ToolCalls,
+    FunctionCall,
 }
 
 /// Shape A: `{"detail": "<message>"}` (authentication, project, access,

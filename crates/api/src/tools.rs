@@ -75,6 +75,8 @@ pub struct ValidTools {
     pub parallel: bool,
     /// Set once the model is known (its chat template says).
     pub format: CallFormat,
+    /// Read from the deprecated `functions`: answered in their shape.
+    pub legacy: bool,
 }
 
 /// A call in a response: `{id, type: "function", function: {name, arguments}}`.
@@ -105,6 +107,17 @@ fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
+/// Whether a tool's `parameters` describe an object: `type` `object` (or
+/// a list holding it), or no `type`.
+fn object_schema(schema: &Map<String, Value>) -> bool {
+    match schema.get("type") {
+        None => true,
+        Some(Value::String(t)) => t == "object",
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
+        Some(_) => false,
+    }
+}
+
 /// Where a tool's fields are: under `function` (chat completions) or
 /// beside `type` (the Responses API).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +146,13 @@ impl ValidTools {
     ) -> Result<Option<Self>, ApiError> {
         let list = match tools {
             None | Some(Value::Null) => Vec::new(),
+            // Chat completions refuse an empty list, as OpenAI's do.
+            Some(Value::Array(list)) if list.is_empty() && shape == ToolShape::Chat => {
+                return Err(bad(
+                    "tools",
+                    "Invalid 'tools': empty array. Expected an array with minimum length 1, but got an empty array instead.",
+                ))
+            }
             Some(Value::Array(list)) => list.clone(),
             Some(_) => return Err(bad("tools", "`tools` must be an array.")),
         };
@@ -187,7 +207,16 @@ impl ValidTools {
             }
             let parameters = match function.get("parameters") {
                 None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
-                Some(Value::Object(p)) => Value::Object(p.clone()),
+                Some(Value::Object(p)) if object_schema(p) => Value::Object(p.clone()),
+                Some(Value::Object(p)) => {
+                    return Err(bad(
+                        &format!("{fparam}.parameters"),
+                        format!(
+                            "Invalid schema for function '{name}': `parameters` must be a JSON schema of `type: \"object\"`, got `type: {}`.",
+                            p.get("type").map(Value::to_string).unwrap_or_default()
+                        ),
+                    ))
+                }
                 Some(_) => {
                     return Err(bad(
                         &format!("{fparam}.parameters"),
@@ -261,6 +290,7 @@ impl ValidTools {
             choice,
             parallel: parallel.unwrap_or(true),
             format: CallFormat::JsonArray,
+            legacy: false,
         }))
     }
 
@@ -496,7 +526,13 @@ mod tests {
                 "tool_choice",
             ),
             (weather(), json!("always"), "tool_choice"),
-            (json!([]), json!("required"), "tool_choice"),
+            (json!([]), json!("required"), "tools"),
+            (json!([]), json!("auto"), "tools"),
+            (
+                json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]),
+                json!("auto"),
+                "tools[0].function.parameters",
+            ),
         ] {
             let e = ValidTools::parse(Some(&tools), Some(&choice), None).unwrap_err();
             assert_eq!(e.param(), Some(param), "{tools} {choice}");

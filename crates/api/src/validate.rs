@@ -403,6 +403,7 @@ impl ChatCompletionRequest {
     /// Checks the request and builds what the engine and the server need.
     pub fn validate(&self) -> Result<ValidChat, ApiError> {
         let (messages, native_messages) = self.flatten_messages()?;
+        crate::tool_turns::check(&self.messages)?;
         let (mut params, n) = common_params(&common!(self))?;
         let max_tokens_value = self
             .max_tokens
@@ -456,11 +457,20 @@ impl ChatCompletionRequest {
                 ))
             }
         };
-        let tools = crate::tools::ValidTools::parse(
+        let legacy = crate::legacy_functions::parse(
+            self.functions.as_ref(),
+            self.function_call.as_ref(),
             self.tools.as_ref(),
             self.tool_choice.as_ref(),
-            self.parallel_tool_calls,
         )?;
+        let tools = match legacy {
+            Some(tools) => tools,
+            None => crate::tools::ValidTools::parse(
+                self.tools.as_ref(),
+                self.tool_choice.as_ref(),
+                self.parallel_tool_calls,
+            )?,
+        };
         if tools.is_some() && format != crate::output_format::OutputFormat::Text {
             return Err(invalid(
                 "response_format",
@@ -500,8 +510,8 @@ impl ChatCompletionRequest {
                 "user" => "user",
                 "assistant" => "assistant",
                 // A tool's result goes back as a user turn, which every
-                // chat template knows.
-                "tool" => "user",
+                // chat template knows (`function`: the deprecated form).
+                "tool" | "function" => "user",
                 other => {
                     return Err(invalid(
                         &format!("messages[{i}].role"),
@@ -543,14 +553,32 @@ impl ChatCompletionRequest {
                     ))
                 }
             };
+            // The deprecated forms: a `function_call` is a call named by
+            // its function, a `function` message answers it by `name`.
+            let legacy_calls = message
+                .function_call
+                .as_ref()
+                .filter(|c| !c.is_null() && message.tool_calls.is_none())
+                .map(|c| serde_json::json!([{"id": c["name"], "type": "function", "function": c}]));
+            let tool_calls = legacy_calls.as_ref().or(message.tool_calls.as_ref());
+            let call_id = match message.role.as_str() {
+                "function" => Some(message.name.as_deref().ok_or_else(|| {
+                    invalid(
+                        &format!("messages[{i}].name"),
+                        "A `function` message needs the `name` of the function it answers."
+                            .to_string(),
+                    )
+                })?),
+                _ => message.tool_call_id.as_deref(),
+            };
             native.push(crate::tools::native_message(
                 role,
-                message.role == "tool",
+                message.role == "tool" || message.role == "function",
                 &content,
-                message.tool_calls.as_ref(),
-                message.tool_call_id.as_deref(),
+                tool_calls,
+                call_id,
             ));
-            let content = match (message.role.as_str(), &message.tool_calls) {
+            let content = match (message.role.as_str(), tool_calls) {
                 ("assistant", Some(calls)) if !calls.is_null() => {
                     let calls = crate::tools::calls_as_text(calls);
                     if content.is_empty() {
@@ -565,10 +593,9 @@ impl ChatCompletionRequest {
                         "A `tool` message needs the `tool_call_id` it answers.".to_string(),
                     ))
                 }
-                ("tool", _) => crate::tools::tool_result_text(
-                    message.tool_call_id.as_deref().unwrap_or(""),
-                    &content,
-                ),
+                ("tool" | "function", _) => {
+                    crate::tools::tool_result_text(call_id.unwrap_or(""), &content)
+                }
                 _ => content,
             };
             out.push(ChatMessage {

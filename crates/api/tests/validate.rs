@@ -230,10 +230,75 @@ fn a_tool_message_names_its_call() {
         "messages[1].tool_call_id",
     );
     let ok = chat(json!({"messages": [{"role": "user", "content": "a"},
-        {"role": "tool", "tool_call_id": "call_1", "content": "b"}]}))
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            {"id": "call_2", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_2", "content": "b"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "c"},
+        {"role": "user", "content": "d"}]}))
     .unwrap();
-    assert_eq!(ok.messages[1].role, "user");
-    assert!(ok.messages[1].content.contains("call_1"));
+    assert_eq!(ok.messages[2].role, "user");
+    assert!(ok.messages[2].content.contains("call_2"));
+}
+
+fn called(id: &str) -> Value {
+    json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": id, "type": "function", "function": {"name": "f", "arguments": "{}"}}]})
+}
+
+#[test]
+fn tool_turns_answer_the_calls_before_them() {
+    let user = json!({"role": "user", "content": "a"});
+    let tool = |id: &str| json!({"role": "tool", "tool_call_id": id, "content": "r"});
+    for (messages, param, says) in [
+        // A tool message after no call.
+        (
+            json!([user, tool("call_1")]),
+            "messages[1]",
+            "must be a response",
+        ),
+        (
+            json!([
+                user,
+                called("call_1"),
+                tool("call_1"),
+                tool("call_1"),
+                user,
+                tool("call_1")
+            ]),
+            "messages[5]",
+            "must be a response",
+        ),
+        // An id the calls do not have.
+        (
+            json!([user, called("call_1"), tool("call_9")]),
+            "messages[2]",
+            "'call_9' not found",
+        ),
+        // Calls not answered before the next message, or at all.
+        (
+            json!([user, called("call_1"), user]),
+            "messages[1]",
+            "call_1",
+        ),
+        (
+            json!([user, called("call_1")]),
+            "messages[1]",
+            "did not have response",
+        ),
+        (
+            json!([user, {"role": "assistant", "tool_calls": [{"type": "function"}]}]),
+            "messages[1].tool_calls[0].id",
+            "id",
+        ),
+    ] {
+        let err = chat(json!({ "messages": messages })).unwrap_err();
+        let body = err.body_json();
+        assert_eq!(err.status(), 400, "{messages}");
+        assert_eq!(body["error"]["param"], param, "{messages}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{message}");
+    }
 }
 
 #[test]
@@ -245,7 +310,7 @@ fn empty_messages() {
 fn unknown_role() {
     rejects(
         chat(
-            json!({"messages": [{"role": "user", "content": "a"}, {"role": "function", "content": "b"}]}),
+            json!({"messages": [{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}]}),
         ),
         "messages[1].role",
     );
@@ -317,11 +382,58 @@ fn tools_are_read() {
         chat(json!({"tools": [{"type": "web_search"}]})),
         "tools[0].type",
     );
-    assert!(chat(json!({"tools": []})).unwrap().tools.is_none());
+    // An empty list is refused, as OpenAI refuses it.
+    rejects(chat(json!({"tools": []})), "tools");
+    rejects(
+        chat(
+            json!({"tools": [{"type": "function", "function": {"name": "f",
+            "parameters": {"type": "string"}}}]}),
+        ),
+        "tools[0].function.parameters",
+    );
     assert!(chat(json!({"tools": tools, "tool_choice": "none"}))
         .unwrap()
         .tools
         .is_none());
+}
+
+#[test]
+fn deprecated_functions_are_read_as_tools() {
+    let functions = json!([{"name": "f", "parameters": {"type": "object"}}]);
+    let valid = chat(json!({"functions": functions, "function_call": {"name": "f"}})).unwrap();
+    let tools = valid.tools.unwrap();
+    assert!(tools.legacy && !tools.parallel);
+    assert_eq!(tools.tools[0].name, "f");
+    assert!(
+        chat(json!({"functions": functions, "function_call": "none"}))
+            .unwrap()
+            .tools
+            .is_none()
+    );
+    rejects(
+        chat(
+            json!({"functions": functions, "tools": [{"type": "function", "function": {"name": "g"}}]}),
+        ),
+        "functions",
+    );
+    rejects(chat(json!({"function_call": "auto"})), "function_call");
+    // A `function` message answers by name.
+    let ok = chat(
+        json!({"functions": functions, "messages": [{"role": "user", "content": "a"},
+        {"role": "assistant", "content": null, "function_call": {"name": "f", "arguments": "{}"}},
+        {"role": "function", "name": "f", "content": "r"}]}),
+    )
+    .unwrap();
+    assert!(
+        ok.messages[1].content.contains("\"f\""),
+        "{:?}",
+        ok.messages
+    );
+    assert_eq!(ok.messages[2].role, "user");
+    rejects(
+        chat(json!({"messages": [{"role": "function", "content": "r"}]})),
+        "messages[0].name",
+    );
 }
 
 #[test]

@@ -27,6 +27,9 @@ pub enum FinishReason {
     Length,
     /// The answer is tool calls (set by the server, never by the engine).
     ToolCalls,
+    /// The answer is a call of OpenAI's deprecated `functions` (set by the
+    /// server).
+    FunctionCall,
 }
 
 impl FinishReason {
@@ -35,6 +38,7 @@ impl FinishReason {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
             FinishReason::ToolCalls => "tool_calls",
+            FinishReason::FunctionCall => "function_call",
         }
     }
 }

@@ -16,6 +16,18 @@ use llguidance::{JsonCompileOptions, Matcher, ParserFactory, TokenParser};
 use serde_json::Value;
 use tokenizers::Tokenizer;
 
+/// Work to build a grammar's lexer (llguidance's default is 1,000,000,
+/// about 20 ms): 2,000 integer properties need more; ten times the
+/// default still bounds a compilation to about 200 ms.
+const INITIAL_LEXER_FUEL: u64 = 10_000_000;
+/// Earley items of one row (llguidance's default is 2,000): every optional
+/// property, or every alternative of an `anyOf`, that may come next holds
+/// a few, so 500 optional properties already pass the default.
+const MAX_ITEMS_IN_ROW: usize = 10_000;
+/// Earley items of one token's mask (llguidance's default is 50,000, about
+/// 2.5 ms): the bound on the work of each step, about 10 ms.
+const STEP_MAX_ITEMS: usize = 200_000;
+
 /// Compiles grammars for one model's tokenizer.
 pub struct GrammarCompiler {
     factory: ParserFactory,
@@ -41,13 +53,21 @@ impl GrammarCompiler {
         let trie = TokTrie::from(&info, &words);
         let env: TokEnv = Arc::new(ApproximateTokEnv::new(trie));
         let mut factory = ParserFactory::new_simple(&env)?;
-        // Errors are returned to the client, not printed.
+        // Errors are returned to the client, not printed; they are kept to
+        // their reason, without the parser's state.
         factory.set_stderr_log_level(0);
+        let limits = factory.limits_mut();
+        limits.verbose_errors = false;
+        limits.initial_lexer_fuel = INITIAL_LEXER_FUEL;
+        limits.max_items_in_row = MAX_ITEMS_IN_ROW;
+        limits.step_max_items = STEP_MAX_ITEMS;
         Ok(Self { factory })
     }
 
     /// A constraint that only lets through JSON matching `schema`
-    /// (`{"type": "object"}` for any object). The error says why the
+    /// (`{"type": "object", "additionalProperties": true}` for any object;
+    /// an object schema that does not say what other properties it allows
+    /// allows none). The error says why the
     /// schema cannot be used.
     pub fn json_schema(&self, schema: &Value) -> Result<Arc<dyn Constraint>, String> {
         self.compile(TopLevelGrammar::from_json_schema(prepared(schema)))
@@ -108,18 +128,29 @@ impl GrammarCompiler {
         let parser = self
             .factory
             .create_parser(grammar)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| reason(&e.to_string()))?;
         Ok(Arc::new(Grammar {
             parser: Mutex::new(parser),
         }))
     }
 }
 
-/// `schema` with bounded integers and one layout, `{"a": 1, "b": [2, 3]}`:
+/// The first line of a grammar engine error, without the `<non-verbose/>`
+/// marker: the reason, not the parser's state.
+pub fn reason(error: &str) -> String {
+    let line = error
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or(error);
+    line.replace("<non-verbose/>", "").trim().to_string()
+}
+
+/// `schema` with closed objects, bounded integers and one layout, `{"a": 1, "b": [2, 3]}`:
 /// free whitespace lets a sampling model wander in blanks until it runs
 /// out of tokens.
 fn prepared(schema: &Value) -> Value {
     let mut schema = schema.clone();
+    close_objects(&mut schema, false);
     bound_integers(&mut schema);
     if schema.is_object() && schema.get("x-guidance").is_none() {
         JsonCompileOptions {
@@ -131,6 +162,76 @@ fn prepared(schema: &Value) -> Value {
         .apply_to(&mut schema);
     }
     schema
+}
+
+/// Keywords whose value is one schema.
+const SCHEMA_KEYWORDS: [&str; 12] = [
+    "items",
+    "additionalProperties",
+    "unevaluatedProperties",
+    "additionalItems",
+    "unevaluatedItems",
+    "contains",
+    "propertyNames",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contentSchema",
+];
+/// Keywords whose value is a map of names to schemas.
+const SCHEMA_MAP_KEYWORDS: [&str; 5] = [
+    "properties",
+    "patternProperties",
+    "$defs",
+    "definitions",
+    "dependentSchemas",
+];
+/// Keywords whose value is a list of schemas.
+const SCHEMA_LIST_KEYWORDS: [&str; 4] = ["anyOf", "oneOf", "allOf", "prefixItems"];
+
+/// Closes every object schema that does not say what other properties it
+/// allows (`additionalProperties` or `unevaluatedProperties`) to the
+/// properties it lists, as vLLM's default grammar backend does: a sampling
+/// model otherwise invents keys. `in_all_of`: the schema is one part of an
+/// `allOf`, whose parts together list the properties, so it stays open.
+fn close_objects(schema: &mut Value, in_all_of: bool) {
+    let o = match schema {
+        Value::Object(o) => o,
+        // `items` as a list (a tuple, before `prefixItems`).
+        Value::Array(list) => return list.iter_mut().for_each(|s| close_objects(s, false)),
+        _ => return,
+    };
+    if o.contains_key("x-guidance") {
+        return;
+    }
+    let object = match o.get("type") {
+        Some(Value::String(t)) => t == "object",
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
+        _ => o.contains_key("properties"),
+    };
+    if object
+        && !in_all_of
+        && !o.contains_key("additionalProperties")
+        && !o.contains_key("unevaluatedProperties")
+    {
+        o.insert("additionalProperties".into(), Value::Bool(false));
+    }
+    for (key, value) in o.iter_mut() {
+        let key = key.as_str();
+        if SCHEMA_KEYWORDS.contains(&key) {
+            close_objects(value, false);
+        } else if SCHEMA_MAP_KEYWORDS.contains(&key) {
+            if let Value::Object(map) = value {
+                map.values_mut().for_each(|s| close_objects(s, false));
+            }
+        } else if SCHEMA_LIST_KEYWORDS.contains(&key) {
+            if let Value::Array(list) = value {
+                let all_of = key == "allOf";
+                list.iter_mut().for_each(|s| close_objects(s, all_of));
+            }
+        }
+    }
 }
 
 /// Largest integer JSON parsers read exactly (2^53 - 1).
@@ -196,11 +297,13 @@ impl ConstraintState for GrammarState {
         self.0
             .compute_mask_or_eos()
             .map(Vec::from)
-            .map_err(|e| e.to_string())
+            .map_err(|e| reason(&e.to_string()))
     }
 
     fn accept(&mut self, token: u32) -> Result<(), String> {
-        self.0.consume_token(token).map_err(|e| e.to_string())
+        self.0
+            .consume_token(token)
+            .map_err(|e| reason(&e.to_string()))
     }
 
     fn is_finished(&self) -> bool {
@@ -253,6 +356,67 @@ mod tests {
         // A token the grammar does not allow is an error, not a panic.
         let mut other = compiler.json_schema(&schema).unwrap().start();
         assert!(other.accept(1).is_err());
+    }
+
+    #[test]
+    fn objects_allow_other_keys_only_when_their_schema_says_so() {
+        let compiler = GrammarCompiler::new(&tiny_tokenizer(), 7).unwrap();
+        // No parameters (or no properties): only `{}`.
+        for schema in [
+            json!({"type": "object", "properties": {}}),
+            json!({"type": "object"}),
+        ] {
+            let mut state = compiler.json_schema(&schema).unwrap().start();
+            assert_eq!(allowed(state.as_mut()), vec![0]);
+            state.accept(0).unwrap();
+            assert_eq!(allowed(state.as_mut()), vec![1], "{schema}");
+        }
+        // Stated open: a key may start.
+        for schema in [
+            json!({"type": "object", "additionalProperties": true}),
+            json!({"type": "object", "additionalProperties": {"type": "integer"}}),
+        ] {
+            let mut state = compiler.json_schema(&schema).unwrap().start();
+            state.accept(0).unwrap();
+            assert_eq!(allowed(state.as_mut()), vec![1, 2], "{schema}");
+        }
+    }
+
+    #[test]
+    fn nested_object_schemas_are_closed_but_data_and_all_of_parts_are_not() {
+        let mut schema = json!({
+            "type": "object",
+            "properties": {
+                "a": {"properties": {"x": {"type": "string"}}},
+                "properties": {"type": "object", "additionalProperties": {"type": "object"}},
+                "b": {"type": "array", "items": {"type": ["object", "null"]}},
+                "c": {"const": {"type": "object"}},
+                "d": {"allOf": [{"type": "object"}]}
+            },
+            "$defs": {"e": {"type": "object"}},
+            "anyOf": [{"type": "object"}]
+        });
+        close_objects(&mut schema, false);
+        let p = &schema["properties"];
+        assert_eq!(schema["additionalProperties"], false);
+        assert_eq!(p["a"]["additionalProperties"], false);
+        assert!(p.get("additionalProperties").is_none());
+        assert_eq!(
+            p["properties"]["additionalProperties"]["additionalProperties"],
+            false
+        );
+        assert_eq!(p["b"]["items"]["additionalProperties"], false);
+        assert!(p["c"]["const"].get("additionalProperties").is_none());
+        assert!(p["d"]["allOf"][0].get("additionalProperties").is_none());
+        assert_eq!(schema["$defs"]["e"]["additionalProperties"], false);
+        assert_eq!(schema["anyOf"][0]["additionalProperties"], false);
+    }
+
+    #[test]
+    fn errors_keep_their_reason_not_the_parser_state() {
+        let long = "Current row has 2007 items; max is 2000\n<state>\nTokens: ...\n</state>";
+        assert_eq!(reason(long), "Current row has 2007 items; max is 2000");
+        assert_eq!(reason("too big\n<non-verbose/>"), "too big");
     }
 
     #[test]

@@ -224,3 +224,51 @@ fn twenty_prompts_with_varied_schemas_all_validate() {
         assert!(valid(&v, &schema), "{i}: {text} does not match {schema}");
     }
 }
+
+/// An object schema of `count` properties of `property`, the first
+/// `required` of them required.
+fn wide(count: usize, property: Value, required: usize) -> Value {
+    let properties: serde_json::Map<String, Value> = (0..count)
+        .map(|i| (format!("p{i}"), property.clone()))
+        .collect();
+    let required: Vec<String> = (0..required).map(|i| format!("p{i}")).collect();
+    json!({"type": "object", "properties": properties, "required": required})
+}
+
+#[test]
+fn wide_schemas_compile_and_run_within_the_limits() {
+    let (_engine, compiler, tokenizer) = start();
+    for (name, schema) in [
+        (
+            "2000 integers",
+            wide(2000, json!({"type": "integer"}), 2000),
+        ),
+        ("2000 numbers", wide(2000, json!({"type": "number"}), 2000)),
+        (
+            "2000 booleans",
+            wide(2000, json!({"type": "boolean"}), 2000),
+        ),
+        (
+            "500 optional integers",
+            wide(500, json!({"type": "integer"}), 0),
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let grammar = compiler
+            .json_schema(&schema)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut state = grammar.start();
+        // Steps along the lowest allowed token: every mask is computed.
+        let mut text = String::new();
+        for _ in 0..40 {
+            let mask = state.allowed().unwrap_or_else(|e| panic!("{name}: {e}"));
+            let token = (0..tokenizer.get_vocab_size(true) as u32)
+                .find(|&t| hearth_core::is_allowed(&mask, t))
+                .unwrap();
+            text.push_str(&tokenizer.decode(&[token], false).unwrap());
+            state.accept(token).unwrap();
+        }
+        eprintln!("{name}: {:?} {text}", started.elapsed());
+        assert!(text.starts_with("{\"p"), "{name}: {text}");
+    }
+}

@@ -36,7 +36,8 @@ pub(crate) fn call_id() -> String {
 }
 
 /// The message of a finished choice: its calls (`finish_reason`
-/// `tool_calls`) when it answered with calls, else its text.
+/// `tool_calls`; for the deprecated `functions`, its one call as
+/// `function_call`) when it answered with calls, else its text.
 pub fn answer(
     tools: Option<&ValidTools>,
     text: String,
@@ -47,6 +48,10 @@ pub fn answer(
         _ => None,
     };
     match calls {
+        Some(calls) if tools.is_some_and(|t| t.legacy) => (
+            ChatResponseMessage::function_call(calls.into_iter().next().map(|c| c.function)),
+            FinishReason::FunctionCall,
+        ),
         Some(calls) => (
             ChatResponseMessage::tool_calls(calls),
             FinishReason::ToolCalls,
@@ -124,7 +129,8 @@ impl AnswerShape {
     }
 }
 
-/// Streams a request with tools: each choice's role; then text as it comes
+/// Streams a request with tools: each choice's role (without content);
+/// then text as it comes
 /// when the answer is text, or its calls once it ends; then its finish;
 /// then usage when asked; then `[DONE]`.
 pub async fn stream_with_tools(
@@ -136,7 +142,10 @@ pub async fn stream_with_tools(
     prompts: Vec<Vec<u32>>,
 ) {
     for (slot, _) in &streams {
-        if !tx.json(&chunk(ChatChunkChoice::role(slot.index))).await {
+        if !tx
+            .json(&chunk(ChatChunkChoice::role_only(slot.index)))
+            .await
+        {
             return;
         }
     }
@@ -162,9 +171,10 @@ pub async fn stream_with_tools(
             reason
         } else {
             let (message, reason) = answer(Some(&tools), shape.held().to_string(), reason);
-            out.push(chunk(match message.tool_calls {
-                Some(calls) => ChatChunkChoice::tool_calls(slot.index, &calls),
-                None => {
+            out.push(chunk(match (message.tool_calls, message.function_call) {
+                (Some(calls), _) => ChatChunkChoice::tool_calls(slot.index, &calls),
+                (None, Some(call)) => ChatChunkChoice::function_call(slot.index, &call),
+                (None, None) => {
                     ChatChunkChoice::content(slot.index, message.content.unwrap_or_default(), None)
                 }
             }));
