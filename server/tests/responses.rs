@@ -57,6 +57,7 @@ async fn a_string_input_gets_a_completed_response() {
         (json!(true), json!([]))
     );
     assert_eq!(r["max_output_tokens"], 64);
+    assert!(r["top_logprobs"].is_null(), "{r}");
     let item = &r["output"][0];
     assert_eq!(item["type"], "message");
     assert!(item["id"].as_str().unwrap().starts_with("msg_"));
@@ -66,6 +67,8 @@ async fn a_string_input_gets_a_completed_response() {
     );
     assert_eq!(item["content"][0]["type"], "output_text");
     assert_eq!(item["content"][0]["annotations"], json!([]));
+    // No log-probabilities unless `include` asks for them.
+    assert!(item["content"][0].get("logprobs").is_none(), "{r}");
     assert_eq!(colours(&output_text(&r)), 3, "{r}");
     let usage = &r["usage"];
     let (input, output) = (
@@ -104,6 +107,7 @@ async fn a_string_input_gets_a_completed_response() {
             "text",
             "tool_choice",
             "tools",
+            "top_logprobs",
             "top_p",
             "truncation",
             "usage",
@@ -466,6 +470,16 @@ async fn bad_input_gets_the_api_shapes() {
             json!({"max_output_tokens": 1_000_000_000_000i64}),
             "max_output_tokens",
         ),
+        (json!({"include": ["bogus.thing"]}), "include"),
+        (json!({"include": ["file_search_call.results"]}), "include"),
+        (json!({"top_logprobs": 21}), "top_logprobs"),
+        (json!({"conversation": "conv_1"}), "conversation"),
+        (json!({"prompt": {"id": "pmpt_1"}}), "prompt"),
+        (json!({"text": {"verbosity": "low"}}), "text.verbosity"),
+        (
+            json!({"text": {"format": {"type": "json_schema", "name": "x"}}}),
+            "text.format.schema",
+        ),
     ] {
         let mut body = json!({"model": MODEL, "input": "x"});
         for (k, v) in extra.as_object().unwrap() {
@@ -480,7 +494,104 @@ async fn bad_input_gets_the_api_shapes() {
         );
         assert_eq!(reply.json()["error"]["param"], param, "{body}");
     }
-    // And the server answers normally afterwards.
-    let ok = create(json!({"model": MODEL, "input": "Hi", "max_output_tokens": 2})).await;
+    // And the server answers normally afterwards; `text` without `format`
+    // is plain text.
+    let ok = create(
+        json!({"model": MODEL, "input": "Hi", "max_output_tokens": 2,
+        "text": {"verbosity": "medium"}}),
+    )
+    .await;
     assert_eq!(ok["status"], "incomplete");
+    assert_eq!(ok["text"]["format"], json!({"type": "text"}));
+}
+
+/// `value` with every float rounded to f32.
+fn f32s(value: &Value) -> Value {
+    match value {
+        Value::Number(n) if n.is_f64() => json!(n.as_f64().unwrap() as f32),
+        Value::Array(items) => Value::Array(items.iter().map(f32s).collect()),
+        Value::Object(map) => {
+            Value::Object(map.iter().map(|(k, v)| (k.clone(), f32s(v))).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+/// The text part's log-probabilities, checked for shape.
+fn part_logprobs(response: &Value, top: usize) -> Vec<Value> {
+    let part = &response["output"][0]["content"][0];
+    let logprobs = part["logprobs"].as_array().expect("logprobs").clone();
+    for lp in &logprobs {
+        assert!(lp["token"].is_string() && lp["bytes"].is_array(), "{lp}");
+        assert!(lp["logprob"].as_f64().unwrap() <= 0.0, "{lp}");
+        assert_eq!(lp["top_logprobs"].as_array().unwrap().len(), top, "{lp}");
+    }
+    logprobs
+}
+
+#[tokio::test]
+async fn include_gives_the_text_part_and_its_deltas_logprobs() {
+    let body = json!({"model": MODEL, "input": "hi", "max_output_tokens": 3, "temperature": 0,
+        "top_logprobs": 2, "include": ["message.output_text.logprobs"]});
+    let r = create(body.clone()).await;
+    assert_eq!(r["top_logprobs"], 2, "{r}");
+    let logprobs = part_logprobs(&r, 2);
+    assert_eq!(logprobs.len(), 3, "{r}");
+    // The same numbers chat completions give for the same conversation.
+    let chat = post(
+        &with_model(),
+        "/v1/chat/completions",
+        &json!({"model": MODEL, "temperature": 0, "max_tokens": 3, "logprobs": true,
+            "top_logprobs": 2, "messages": [{"role": "user", "content": "hi"}]})
+        .to_string(),
+    )
+    .await
+    .json();
+    assert_eq!(
+        json!(logprobs),
+        chat["choices"][0]["logprobs"]["content"],
+        "{chat}"
+    );
+    // Kept with the stored response.
+    let got = raw(
+        "GET",
+        &format!("/v1/responses/{}", r["id"].as_str().unwrap()),
+        KEY,
+        None,
+    )
+    .await;
+    assert_eq!(got.json(), r);
+
+    // Streamed: the deltas carry them, joined they are the part's.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let reply = post(&with_model(), "/v1/responses", &streamed.to_string()).await;
+    let events = sse_json(&reply.text);
+    let deltas: Vec<Value> = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .flat_map(|e| e["logprobs"].as_array().unwrap().clone())
+        .collect();
+    let done = &events.last().unwrap()["response"];
+    // The same f32 numbers (the event's object may print them widened).
+    assert_eq!(f32s(&json!(part_logprobs(done, 2))), f32s(&json!(logprobs)));
+    assert_eq!(f32s(&json!(deltas)), f32s(&json!(logprobs)));
+    let text_done = events
+        .iter()
+        .find(|e| e["type"] == "response.output_text.done")
+        .unwrap();
+    assert_eq!(f32s(&text_done["logprobs"]), f32s(&json!(logprobs)));
+
+    // Without `include`: `top_logprobs` echoed, deltas' lists empty.
+    let mut plain = streamed;
+    plain.as_object_mut().unwrap().remove("include");
+    let reply = post(&with_model(), "/v1/responses", &plain.to_string()).await;
+    let events = sse_json(&reply.text);
+    assert!(events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .all(|e| e["logprobs"] == json!([])));
+    let done = &events.last().unwrap()["response"];
+    assert_eq!(done["top_logprobs"], 2);
+    assert!(done["output"][0]["content"][0].get("logprobs").is_none());
 }

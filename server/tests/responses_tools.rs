@@ -85,6 +85,18 @@ async fn a_named_tool_is_called_and_its_result_continues_the_response() {
     assert!(output.iter().all(|c| c["name"] == "get_weather"));
     let call_id = output[0]["call_id"].as_str().unwrap();
 
+    // A new message without the calls' results is refused.
+    let skipped = respond(&json!({"model": MODEL, "previous_response_id": first["id"],
+        "input": "never mind", "tools": tools()}))
+    .await;
+    skipped.expect_status(400);
+    let error = skipped.json()["error"].clone();
+    assert_eq!(error["param"], "input", "{error}");
+    assert_eq!(
+        error["message"],
+        format!("No tool output found for function call {call_id}.")
+    );
+
     // The tool's result, by `previous_response_id`.
     let second = respond(&json!({
         "model": MODEL,
@@ -143,6 +155,21 @@ async fn calls_given_inline_are_listed_and_an_output_needs_its_call() {
     assert_eq!(kinds, ["message", "function_call", "function_call_output"]);
     assert_eq!(items["data"][1]["name"], "get_weather");
     assert_eq!(items["data"][2]["output"], "-3 degrees and snow");
+
+    // A call whose output does not come before the next message.
+    let reply = respond(&json!({"model": MODEL, "tools": tools(), "input": [
+        {"role": "user", "content": "What is the weather in Oslo?"},
+        {"type": "function_call", "call_id": "call_abc", "name": "get_weather",
+         "arguments": "{\"city\": \"Oslo\", \"unit\": \"celsius\"}"},
+        {"role": "user", "content": "never mind"}]}))
+    .await;
+    reply.expect_status(400);
+    let error = reply.json()["error"].clone();
+    assert_eq!(error["param"], "input", "{error}");
+    assert_eq!(
+        error["message"],
+        "No tool output found for function call call_abc."
+    );
 
     // An output whose call is nowhere before it.
     let reply = respond(&json!({"model": MODEL, "tools": tools(), "input": [

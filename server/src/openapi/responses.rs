@@ -23,7 +23,9 @@ use hearth_api::ProjectQuery;
         with `function_call` output items (streamed as `response.output_item.added`, \
         `response.function_call_arguments.delta` / `.done`, `response.output_item.done`), \
         whose results come back as `function_call_output` input items; `text.format` \
-        constrains the answer to JSON (of a schema).",
+        constrains the answer to JSON (of a schema). `include` \
+        `[\"message.output_text.logprobs\"]` adds each output token's log-probability \
+        (with `top_logprobs` alternatives) to the text part and its deltas.",
     params(ProjectQuery),
     request_body = ResponseRequest,
     responses(
@@ -33,9 +35,12 @@ use hearth_api::ProjectQuery;
                 (EventStream = "text/event-stream"),
             )),
         (status = 400, description = "A parameter out of range or not supported (hosted \
-            tools, reasoning, background, images), a schema that cannot be compiled, a \
-            `function_call_output` without its call, an unknown `previous_response_id`, or \
-            a prompt longer than the context.", body = UpstreamError),
+            tools, reasoning, background, conversation, prompt, an `include` value other \
+            than `message.output_text.logprobs`, `text.verbosity` other than `medium`, \
+            images), a schema that cannot be compiled or a `json_schema` without `schema`, \
+            a `function_call_output` without its call or a `function_call` without its \
+            output, an unknown `previous_response_id`, or a prompt longer than \
+            the context.", body = UpstreamError),
         (status = 404, description = "No model of this name.", body = ErrorDetail),
         (status = 413, description = "The body is over the server's limit.", body = ErrorDetail),
         (status = 500, description = "The model failed to process the request.", body = UpstreamError),

@@ -12,9 +12,10 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
+use hearth_api::chat::ChatTokenLogprob;
 use hearth_api::responses::{
     chat_messages, check_outputs, native_messages, ConversationItem, FunctionToolCall,
-    InputItemList, InputItemObject, InputItemsQuery, ResponseDeleted, ResponseObject,
+    InputItemList, InputItemObject, InputItemsQuery, OutputText, ResponseDeleted, ResponseObject,
     ResponseRequest, ResponseUsage, ValidResponse,
 };
 use hearth_api::{ApiError, ProjectQuery};
@@ -28,7 +29,7 @@ use super::chat_tools::{call_id, with_tool_prompt};
 use super::generate::{
     collect, constraint_for, random_hex, submit, tokenize, tool_constraint, Submission,
 };
-use super::responses_stream::stream_response;
+use super::responses_stream::{stream_response, Answer};
 use super::sse::sse_response;
 use crate::auth::RequestContext;
 use crate::error::{ApiJson, ApiPath, ApiQuery, HttpError};
@@ -125,10 +126,15 @@ pub async fn create(
     let message_id = openai_id("msg");
     if valid.stream {
         let stream = streams.into_iter().next().map(|(_, s)| s);
-        let tools = valid.tools;
+        let answer = Answer {
+            message_id,
+            prompt_tokens: prompt.len(),
+            tools: valid.tools,
+            logprobs: valid.logprobs,
+        };
         return Ok(sse_response(move |tx| async move {
             if let Some(stream) = stream {
-                stream_response(tx, stream, object, message_id, prompt.len(), record, tools).await;
+                stream_response(tx, stream, object, answer, record).await;
             }
         }));
     }
@@ -145,12 +151,17 @@ pub async fn create(
     );
     match function_calls(valid.tools.as_ref(), &out.text, out.finish_reason) {
         Some(calls) => object.finish_calls(calls, usage),
-        None => object.finish(
-            message_id,
-            out.text,
-            out.finish_reason == FinishReason::Length,
-            usage,
-        ),
+        None => {
+            let logprobs = valid
+                .logprobs
+                .then(|| out.logprobs.iter().map(ChatTokenLogprob::from).collect());
+            object.finish(
+                message_id,
+                OutputText::new(out.text, logprobs),
+                out.finish_reason == FinishReason::Length,
+                usage,
+            )
+        }
     }
     record.keep(&object).await?;
     Ok(Json(object).into_response())
@@ -313,7 +324,11 @@ impl Record {
             project_id: self.project_id,
             created_at: object.created_at as i64,
             previous_response_id: object.previous_response_id.clone(),
-            body: serde_json::to_value(object).map_err(|_| HttpError(ApiError::internal()))?,
+            // Through the text, so that numbers (log-probabilities are f32)
+            // read back exactly as the response gave them.
+            body: serde_json::to_string(object)
+                .and_then(|text| serde_json::from_str(&text))
+                .map_err(|_| HttpError(ApiError::internal()))?,
             input_items: serde_json::to_value(items)
                 .map_err(|_| HttpError(ApiError::internal()))?,
             conversation: Value::Array(conversation),

@@ -8,6 +8,12 @@
 //! departed client stops the producer, which drops the engine stream and
 //! so frees the sequence at once.
 //!
+//! With `include` `message.output_text.logprobs`, each text delta carries
+//! the log-probabilities of the tokens that gave it (a token whose text is
+//! still held back passes its own on to the next delta, and any left at
+//! the end go out in a last delta with empty text), so the deltas' lists
+//! joined are the part's.
+//!
 //! With tools, the first character of the answer says what it is (the
 //! grammar lets a call list, and only a call list, start with `[`): text
 //! streams as above from there; calls are held to the end, then each is
@@ -16,6 +22,7 @@
 //! `response.function_call_arguments.done`, `response.output_item.done`.
 
 use super::generate::MeteredStream;
+use hearth_api::chat::ChatTokenLogprob;
 use hearth_api::responses::{
     EventSequence, OutputItem, OutputMessage, OutputText, ResponseObject, ResponseUsage,
 };
@@ -33,6 +40,8 @@ struct Events<'a> {
     tx: &'a SseSender,
     seq: EventSequence,
     message_id: String,
+    /// Text parts carry log-probabilities.
+    logprobs: bool,
 }
 
 impl Events<'_> {
@@ -61,38 +70,33 @@ impl Events<'_> {
             self.seq.part(
                 "response.content_part.added",
                 &self.message_id,
-                &OutputText::new(String::new()),
+                &OutputText::new(String::new(), self.logprobs.then(Vec::new)),
             ),
         ];
         self.send(&events).await
     }
 
-    async fn delta(&mut self, text: &str) -> bool {
-        if text.is_empty() {
+    /// A text delta with the log-probabilities not sent yet (which it
+    /// empties); nothing when both are empty.
+    async fn delta(&mut self, text: &str, logprobs: &mut Vec<ChatTokenLogprob>) -> bool {
+        if text.is_empty() && logprobs.is_empty() {
             return true;
         }
-        let event = self.seq.delta(&self.message_id, text);
+        let event = self.seq.delta(&self.message_id, text, logprobs);
+        logprobs.clear();
         self.send(&[event]).await
     }
 
     /// The message's closing events.
-    async fn close_message(&mut self, text: &str, status: &str) -> bool {
+    async fn close_message(&mut self, part: &OutputText, status: &str) -> bool {
         let id = self.message_id.clone();
         let events = [
-            self.seq.text_done(&id, text),
-            self.seq.part(
-                "response.content_part.done",
-                &id,
-                &OutputText::new(text.to_string()),
-            ),
+            self.seq.text_done(&id, part),
+            self.seq.part("response.content_part.done", &id, part),
             self.seq.item(
                 "response.output_item.done",
                 0,
-                &OutputItem::Message(OutputMessage::assistant(
-                    &id,
-                    status,
-                    Some(text.to_string()),
-                )),
+                &OutputItem::Message(OutputMessage::assistant(&id, status, Some(part.clone()))),
             ),
         ];
         self.send(&events).await
@@ -129,19 +133,35 @@ impl Events<'_> {
     }
 }
 
+/// What the streamed answer is made of besides the engine's events.
+pub struct Answer {
+    /// The id of the output message, if it is text.
+    pub message_id: String,
+    pub prompt_tokens: usize,
+    /// The functions the model may call instead of answering in text.
+    pub tools: Option<ValidTools>,
+    /// Text parts and deltas carry log-probabilities.
+    pub logprobs: bool,
+}
+
 pub async fn stream_response(
     tx: SseSender,
     mut stream: MeteredStream,
     mut object: ResponseObject,
-    message_id: String,
-    prompt_tokens: usize,
+    answer: Answer,
     record: Record,
-    tools: Option<ValidTools>,
 ) {
+    let Answer {
+        message_id,
+        prompt_tokens,
+        tools,
+        logprobs,
+    } = answer;
     let mut events = Events {
         tx: &tx,
         seq: EventSequence::default(),
         message_id,
+        logprobs,
     };
     let opening = [
         events.seq.response("response.created", &object),
@@ -158,12 +178,24 @@ pub async fn stream_response(
         return;
     }
     let mut text = String::new();
+    // Every token's log-probabilities, and those no delta has carried yet.
+    let (mut all, mut pending) = (Vec::new(), Vec::new());
     let (reason, usage) = loop {
         let Some(event) = stream.recv().await else {
             return events.fail(EngineError::Stopped.into()).await;
         };
         let (piece, end) = match event {
-            TokenEvent::Token { text: piece, .. } => (piece, None),
+            TokenEvent::Token {
+                text: piece,
+                logprobs: token_logprobs,
+                ..
+            } => {
+                if let Some(lp) = token_logprobs.filter(|_| logprobs) {
+                    all.push(ChatTokenLogprob::from(&lp));
+                    pending.push(ChatTokenLogprob::from(&lp));
+                }
+                (piece, None)
+            }
             TokenEvent::Finished {
                 reason,
                 usage,
@@ -176,7 +208,7 @@ pub async fn stream_response(
             if first && !events.open_message().await {
                 return;
             }
-            if !events.delta(&text).await {
+            if !text.is_empty() && !events.delta(&text, &mut pending).await {
                 return;
             }
         }
@@ -203,13 +235,18 @@ pub async fn stream_response(
         None => {
             // A held answer that is not a call list after all (cut by
             // `max_output_tokens`) goes out as text.
-            if !shape.is_text() && (!events.open_message().await || !events.delta(&text).await) {
+            if !shape.is_text() && !events.open_message().await {
                 return;
             }
-            if !events.close_message(&text, status).await {
+            let rest = if shape.is_text() { "" } else { text.as_str() };
+            if !events.delta(rest, &mut pending).await {
                 return;
             }
-            object.finish(events.message_id.clone(), text, cut, usage);
+            let part = OutputText::new(text, logprobs.then_some(all));
+            if !events.close_message(&part, status).await {
+                return;
+            }
+            object.finish(events.message_id.clone(), part, cut, usage);
         }
     }
     if let Err(e) = record.keep(&object).await {

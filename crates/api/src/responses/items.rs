@@ -196,31 +196,56 @@ pub fn native_messages(items: &[ConversationItem]) -> Vec<Value> {
 }
 
 /// Every `function_call_output` of `input` must answer a call made before
-/// it, in `earlier` (the previous response's conversation) or in `input`.
+/// it, in `earlier` (the previous response's conversation) or in `input`;
+/// and every call must have its output before the next message (or the
+/// end of `input`), including calls the previous response ended with.
 pub fn check_outputs(
     earlier: &[ConversationItem],
     input: &[ConversationItem],
 ) -> Result<(), ApiError> {
-    let mut calls: Vec<&str> = earlier
-        .iter()
-        .filter_map(|item| match item {
-            ConversationItem::FunctionCall(c) => Some(c.call_id.as_str()),
-            _ => None,
-        })
-        .collect();
+    let mut calls: Vec<&str> = Vec::new();
+    // Calls still waiting for their output.
+    let mut open: Vec<&str> = Vec::new();
+    for item in earlier {
+        match item {
+            ConversationItem::FunctionCall(c) => {
+                calls.push(&c.call_id);
+                open.push(&c.call_id);
+            }
+            ConversationItem::FunctionOutput { call_id, .. } => open.retain(|c| c != call_id),
+            ConversationItem::Message { .. } => open.clear(),
+        }
+    }
+    let unanswered = |call_id: &str| {
+        invalid(
+            "input",
+            format!("No tool output found for function call {call_id}."),
+        )
+    };
     for (i, item) in input.iter().enumerate() {
         match item {
-            ConversationItem::FunctionCall(c) => calls.push(&c.call_id),
+            ConversationItem::FunctionCall(c) => {
+                calls.push(&c.call_id);
+                open.push(&c.call_id);
+            }
             ConversationItem::FunctionOutput { call_id, .. } if !calls.contains(&call_id.as_str()) => {
                 return Err(invalid(
                     &format!("input[{i}].call_id"),
                     format!("No function call with call_id `{call_id}` comes before this output: give the `function_call` item in `input`, or continue the response that made it with `previous_response_id`."),
                 ))
             }
-            _ => {}
+            ConversationItem::FunctionOutput { call_id, .. } => open.retain(|c| c != call_id),
+            ConversationItem::Message { .. } => {
+                if let Some(call_id) = open.first() {
+                    return Err(unanswered(call_id));
+                }
+            }
         }
     }
-    Ok(())
+    match open.first() {
+        Some(call_id) => Err(unanswered(call_id)),
+        None => Ok(()),
+    }
 }
 
 /// A message item.
@@ -368,11 +393,45 @@ mod tests {
         };
         check_outputs(&[call("a")], std::slice::from_ref(&out)).unwrap();
         check_outputs(&[], &[call("a"), out.clone()]).unwrap();
+        let answered = ConversationItem::FunctionOutput {
+            call_id: "b".into(),
+            output: "y".into(),
+        };
         let e = check_outputs(
-            &[call("b")],
+            &[call("b"), answered],
             &[ConversationItem::message("user", "hi"), out],
         )
         .unwrap_err();
         assert_eq!(e.param(), Some("input[1].call_id"));
+    }
+
+    #[test]
+    fn a_call_needs_its_output_before_the_next_message() {
+        let user = ConversationItem::message("user", "never mind");
+        let out = |id: &str| ConversationItem::FunctionOutput {
+            call_id: id.into(),
+            output: "x".into(),
+        };
+        let refused = [
+            // In the input: a message after the call, or the input's end.
+            (vec![], vec![user.clone(), call("a"), user.clone()]),
+            (vec![], vec![user.clone(), call("a")]),
+            (vec![], vec![call("b"), call("a"), out("b"), user.clone()]),
+            // The previous response ended with the call.
+            (vec![user.clone(), call("a")], vec![user.clone()]),
+        ];
+        for (earlier, input) in refused {
+            let e = check_outputs(&earlier, &input).unwrap_err();
+            assert_eq!((e.status(), e.param()), (400, Some("input")), "{input:?}");
+            assert!(
+                e.message()
+                    .contains("No tool output found for function call a."),
+                "{}",
+                e.message()
+            );
+        }
+        check_outputs(&[user.clone(), call("a")], &[out("a"), user.clone()]).unwrap();
+        check_outputs(&[call("a"), out("a")], std::slice::from_ref(&user)).unwrap();
+        check_outputs(&[], &[call("a"), call("b"), out("b"), out("a"), user]).unwrap();
     }
 }

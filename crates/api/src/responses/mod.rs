@@ -3,6 +3,8 @@
 //!
 //! What Hearth cannot honour is refused with 400 shape B naming the field,
 //! never ignored: tools other than functions, `reasoning`, `background`,
+//! `conversation`, `prompt`, `include` values other than
+//! `message.output_text.logprobs`, `text.verbosity` other than `medium`,
 //! and images or files in `input`.
 
 pub mod items;
@@ -10,7 +12,7 @@ pub mod objects;
 
 use std::collections::BTreeMap;
 
-use hearth_core::SamplingParams;
+use hearth_core::{SamplingParams, MAX_TOP_LOGPROBS};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -27,6 +29,10 @@ pub use objects::*;
 pub const MAX_METADATA_PAIRS: usize = 16;
 pub const MAX_METADATA_KEY: usize = 64;
 pub const MAX_METADATA_VALUE: usize = 512;
+
+/// The `include` value that adds log-probabilities to `output_text` parts
+/// (the only one Hearth has anything to add for).
+pub const INCLUDE_LOGPROBS: &str = "message.output_text.logprobs";
 
 /// Body of `POST /v1/responses`. Unknown fields are ignored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -82,6 +88,21 @@ pub struct ResponseRequest {
     /// Not supported: false or absent.
     #[serde(default)]
     pub background: Option<bool>,
+    /// Extra output: `message.output_text.logprobs` (the only value).
+    #[serde(default)]
+    pub include: Option<Vec<String>>,
+    /// 0 to 20: the most likely tokens given beside each output token's
+    /// log-probability (with `include` `message.output_text.logprobs`).
+    #[serde(default)]
+    pub top_logprobs: Option<i64>,
+    /// Not supported: null or absent.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub conversation: Option<Value>,
+    /// Not supported (stored prompt templates): null or absent.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub prompt: Option<Value>,
 }
 
 /// `input`: a string (one user message) or a list of items.
@@ -132,22 +153,34 @@ pub struct ItemPart {
     pub text: Option<String>,
 }
 
-/// `text`: how the output is formatted.
+/// `text`: how the output is formatted (`format`, default `text`) and
+/// `verbosity` (only `medium`, the default).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TextConfig {
+    #[serde(default = "TextFormat::text")]
     pub format: TextFormat,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verbosity: Option<String>,
 }
 
 impl Default for TextConfig {
     fn default() -> Self {
         Self {
-            format: TextFormat {
-                kind: "text".to_string(),
-                name: None,
-                schema: None,
-                strict: None,
-                description: None,
-            },
+            format: TextFormat::text(),
+            verbosity: None,
+        }
+    }
+}
+
+impl TextFormat {
+    /// `{"type": "text"}`.
+    pub fn text() -> Self {
+        Self {
+            kind: "text".to_string(),
+            name: None,
+            schema: None,
+            strict: None,
+            description: None,
         }
     }
 }
@@ -198,6 +231,12 @@ pub struct ValidResponse {
     pub tools: Option<ValidTools>,
     /// `tools` as given, echoed.
     pub tools_given: Vec<Value>,
+    /// `include` has `message.output_text.logprobs`: `output_text` parts
+    /// and text deltas carry their tokens' log-probabilities
+    /// (`params.logprobs` is then set).
+    pub logprobs: bool,
+    /// `top_logprobs` as given, echoed.
+    pub top_logprobs: Option<i64>,
 }
 
 fn invalid(param: &str, message: impl Into<String>) -> ApiError {
@@ -224,6 +263,17 @@ impl ResponseRequest {
             .max_output_tokens
             .map(|v| token_budget("max_output_tokens", v))
             .transpose()?;
+        let logprobs = self.check_include()?;
+        let top = match self.top_logprobs {
+            Some(k) if !(0..=MAX_TOP_LOGPROBS as i64).contains(&k) => {
+                return Err(invalid(
+                    "top_logprobs",
+                    format!("`top_logprobs` must be between 0 and {MAX_TOP_LOGPROBS}, got {k}."),
+                ))
+            }
+            k => k.unwrap_or(0) as usize,
+        };
+        params.logprobs = logprobs.then_some(top);
         let metadata = self.metadata.clone().unwrap_or_default();
         check_metadata(&metadata)?;
         let truncate = match self.truncation.as_deref() {
@@ -246,10 +296,7 @@ impl ResponseRequest {
         }
         let format = match &self.text {
             None => OutputFormat::Text,
-            Some(text) => {
-                let value = serde_json::to_value(&text.format).unwrap_or(Value::Null);
-                OutputFormat::parse(Some(&value), "text.format")?
-            }
+            Some(text) => check_text(text)?,
         };
         let tools_given = self.tools.clone().unwrap_or_default();
         let tools = ValidTools::parse_shaped(
@@ -287,7 +334,26 @@ impl ResponseRequest {
             text: self.text.clone().unwrap_or_default(),
             tools,
             tools_given,
+            logprobs,
+            top_logprobs: self.top_logprobs,
         })
+    }
+
+    /// `include`: true when it asks for log-probabilities; any other value
+    /// is refused.
+    fn check_include(&self) -> Result<bool, ApiError> {
+        let include = self.include.as_deref().unwrap_or_default();
+        if let Some(other) = include.iter().find(|v| *v != INCLUDE_LOGPROBS) {
+            return Err(invalid(
+                "include",
+                format!(
+                    "`include` value `{other}` is not supported: the only one is \
+                     `{INCLUDE_LOGPROBS}` (Hearth runs no hosted tools, reasoning or \
+                     image inputs whose results could be included)."
+                ),
+            ));
+        }
+        Ok(!include.is_empty())
     }
 
     fn check_unsupported(&self) -> Result<(), ApiError> {
@@ -307,8 +373,43 @@ impl ResponseRequest {
                 "Background responses are not supported: use `stream`, or the Batch API.",
             ));
         }
+        if self.conversation.as_ref().is_some_and(|c| !c.is_null()) {
+            return Err(invalid(
+                "conversation",
+                "`conversation` is not supported: continue a conversation with `previous_response_id`.",
+            ));
+        }
+        if self.prompt.as_ref().is_some_and(|p| !p.is_null()) {
+            return Err(invalid(
+                "prompt",
+                "`prompt` (stored prompt templates) is not supported: give `instructions` and `input`.",
+            ));
+        }
         Ok(())
     }
+}
+
+/// `text`: its `format` (a `json_schema` needs its `schema`), and
+/// `verbosity`, which only `medium` (what every served model does) passes.
+fn check_text(text: &TextConfig) -> Result<OutputFormat, ApiError> {
+    match text.verbosity.as_deref() {
+        None | Some("medium") => {}
+        Some(other) => {
+            return Err(invalid(
+                "text.verbosity",
+                format!("`text.verbosity` `{other}` is not supported: the served models have no verbosity setting (only `medium` is accepted)."),
+            ))
+        }
+    }
+    let value = serde_json::to_value(&text.format).unwrap_or(Value::Null);
+    let format = OutputFormat::parse(Some(&value), "text.format")?;
+    if text.format.kind == "json_schema" && text.format.schema.is_none() {
+        return Err(invalid(
+            "text.format.schema",
+            "`text.format.schema` is required with `type` `json_schema`.",
+        ));
+    }
+    Ok(format)
 }
 
 fn check_metadata(metadata: &BTreeMap<String, String>) -> Result<(), ApiError> {
@@ -437,6 +538,33 @@ mod tests {
                 serde_json::json!({"input": [{"role": "tool", "content": "x"}]}),
                 "input[0].role",
             ),
+            (serde_json::json!({"include": ["bogus.thing"]}), "include"),
+            (
+                serde_json::json!({"include": [INCLUDE_LOGPROBS, "file_search_call.results"]}),
+                "include",
+            ),
+            (
+                serde_json::json!({"include": ["web_search_call.action.sources"]}),
+                "include",
+            ),
+            (serde_json::json!({"top_logprobs": 21}), "top_logprobs"),
+            (serde_json::json!({"top_logprobs": -1}), "top_logprobs"),
+            (
+                serde_json::json!({"conversation": "conv_123"}),
+                "conversation",
+            ),
+            (
+                serde_json::json!({"prompt": {"id": "pmpt_1", "version": "2"}}),
+                "prompt",
+            ),
+            (
+                serde_json::json!({"text": {"verbosity": "low"}}),
+                "text.verbosity",
+            ),
+            (
+                serde_json::json!({"text": {"format": {"type": "json_schema", "name": "x"}}}),
+                "text.format.schema",
+            ),
         ];
         for (extra, param) in cases {
             let mut body = serde_json::json!({"model": "m", "input": "hi"});
@@ -452,6 +580,46 @@ mod tests {
         assert_eq!(e.param(), Some("metadata"));
         // Empty tools and `auto` / `none` are fine.
         request(serde_json::json!({"model": "m", "input": "x", "tools": [], "tool_choice": "none", "reasoning": null})).unwrap();
+    }
+
+    #[test]
+    fn include_asks_for_logprobs_and_text_may_leave_format_out() {
+        let v = request(serde_json::json!({"model": "m", "input": "hi",
+            "include": [INCLUDE_LOGPROBS], "top_logprobs": 2}))
+        .unwrap();
+        assert!(v.logprobs);
+        assert_eq!((v.params.logprobs, v.top_logprobs), (Some(2), Some(2)));
+        let v = request(
+            serde_json::json!({"model": "m", "input": "hi", "include": [INCLUDE_LOGPROBS]}),
+        )
+        .unwrap();
+        assert_eq!((v.params.logprobs, v.top_logprobs), (Some(0), None));
+        // `top_logprobs` alone is echoed; no log-probabilities are computed.
+        let v = request(
+            serde_json::json!({"model": "m", "input": "hi", "top_logprobs": 3,
+            "include": [], "conversation": null, "prompt": null}),
+        )
+        .unwrap();
+        assert_eq!(
+            (v.logprobs, v.params.logprobs, v.top_logprobs),
+            (false, None, Some(3))
+        );
+        for text in [
+            serde_json::json!({}),
+            serde_json::json!({"verbosity": "medium"}),
+            serde_json::json!({"verbosity": null}),
+        ] {
+            let v =
+                request(serde_json::json!({"model": "m", "input": "hi", "text": text})).unwrap();
+            assert_eq!(v.format, OutputFormat::Text, "{text}");
+            assert_eq!(v.text.format, TextFormat::text());
+        }
+        let v = request(
+            serde_json::json!({"model": "m", "input": "hi", "text": {"format":
+            {"type": "json_schema", "name": "x", "schema": {"type": "object"}}}}),
+        )
+        .unwrap();
+        assert!(matches!(v.format, OutputFormat::JsonSchema { .. }));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use utoipa::ToSchema;
 
 use super::{ConversationItem, TextConfig, ValidResponse};
+use crate::chat::ChatTokenLogprob;
 use crate::error::ApiError;
 
 /// A response. `status` is `in_progress` (only in stream events),
@@ -40,6 +41,8 @@ pub struct ResponseObject {
     pub tool_choice: Value,
     #[schema(value_type = Vec<Object>)]
     pub tools: Vec<Value>,
+    /// `top_logprobs` as asked (null when not).
+    pub top_logprobs: Option<i64>,
     pub top_p: f64,
     pub truncation: String,
     pub usage: Option<ResponseUsage>,
@@ -109,27 +112,34 @@ pub struct OutputText {
     pub text: String,
     #[schema(value_type = Vec<Object>)]
     pub annotations: Vec<Value>,
+    /// Each output token's log-probability with its `top_logprobs` most
+    /// likely alternatives; only with `include`
+    /// `message.output_text.logprobs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Vec<ChatTokenLogprob>>,
 }
 
 impl OutputMessage {
     /// The assistant message `id` with `status`, and its text when there is
     /// one yet.
-    pub fn assistant(id: &str, status: &str, text: Option<String>) -> Self {
+    pub fn assistant(id: &str, status: &str, text: Option<OutputText>) -> Self {
         Self {
             id: id.to_string(),
             status: status.to_string(),
             role: "assistant".to_string(),
-            content: text.map(OutputText::new).into_iter().collect(),
+            content: text.into_iter().collect(),
         }
     }
 }
 
 impl OutputText {
-    pub fn new(text: String) -> Self {
+    /// A text part; `logprobs` when they were asked for.
+    pub fn new(text: String, logprobs: Option<Vec<ChatTokenLogprob>>) -> Self {
         Self {
             kind: "output_text".to_string(),
             text,
             annotations: Vec::new(),
+            logprobs,
         }
     }
 }
@@ -195,6 +205,7 @@ impl ResponseObject {
             text: request.text.clone(),
             tool_choice: request.tool_choice.clone(),
             tools: request.tools_given.clone(),
+            top_logprobs: request.top_logprobs,
             top_p: request.top_p,
             truncation: if request.truncate { "auto" } else { "disabled" }.to_string(),
             usage: None,
@@ -202,9 +213,15 @@ impl ResponseObject {
         }
     }
 
-    /// Ends the response with its text: `completed`, or `incomplete` when
-    /// `max_output_tokens` cut it.
-    pub fn finish(&mut self, message_id: String, text: String, cut: bool, usage: ResponseUsage) {
+    /// Ends the response with its text part: `completed`, or `incomplete`
+    /// when `max_output_tokens` cut it.
+    pub fn finish(
+        &mut self,
+        message_id: String,
+        text: OutputText,
+        cut: bool,
+        usage: ResponseUsage,
+    ) {
         let status = if cut { "incomplete" } else { "completed" };
         self.status = status.to_string();
         self.incomplete_details = cut.then(|| IncompleteDetails {
@@ -276,6 +293,15 @@ fn error_code(error: &ApiError) -> String {
     }
 }
 
+/// Log-probabilities as JSON through their text, so that the f32 numbers
+/// read as the response object gives them (not widened to f64 digits).
+fn exact(logprobs: &[ChatTokenLogprob]) -> Value {
+    serde_json::to_string(logprobs)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_else(|| json!([]))
+}
+
 /// The stream's events, each with its `sequence_number` (from 0, one more
 /// per event).
 #[derive(Debug, Default)]
@@ -311,24 +337,27 @@ impl EventSequence {
         )
     }
 
-    /// `response.output_text.delta`.
-    pub fn delta(&mut self, item_id: &str, delta: &str) -> Value {
+    /// `response.output_text.delta`, with the log-probabilities of the
+    /// tokens that gave it (empty unless asked for).
+    pub fn delta(&mut self, item_id: &str, delta: &str, logprobs: &[ChatTokenLogprob]) -> Value {
         self.event(
             "response.output_text.delta",
             json!({
                 "item_id": item_id, "output_index": 0, "content_index": 0,
-                "delta": delta, "logprobs": [],
+                "delta": delta, "logprobs": exact(logprobs),
             }),
         )
     }
 
-    /// `response.output_text.done`.
-    pub fn text_done(&mut self, item_id: &str, text: &str) -> Value {
+    /// `response.output_text.done`, with the whole part's
+    /// log-probabilities (empty unless asked for).
+    pub fn text_done(&mut self, item_id: &str, part: &OutputText) -> Value {
         self.event(
             "response.output_text.done",
             json!({
                 "item_id": item_id, "output_index": 0, "content_index": 0,
-                "text": text, "logprobs": [],
+                "text": part.text,
+                "logprobs": exact(part.logprobs.as_deref().unwrap_or_default()),
             }),
         )
     }
