@@ -65,8 +65,8 @@ impl GrammarCompiler {
     }
 
     /// A constraint that only lets through JSON matching `schema`
-    /// (`{"type": "object", "additionalProperties": true}` for any object;
-    /// an object schema that does not say what other properties it allows
+    /// (`{"type": "object"}` for any object; an object schema that lists
+    /// `properties` but does not say what other properties it allows
     /// allows none). The error says why the
     /// schema cannot be used.
     pub fn json_schema(&self, schema: &Value) -> Result<Arc<dyn Constraint>, String> {
@@ -190,11 +190,13 @@ const SCHEMA_MAP_KEYWORDS: [&str; 5] = [
 /// Keywords whose value is a list of schemas.
 const SCHEMA_LIST_KEYWORDS: [&str; 4] = ["anyOf", "oneOf", "allOf", "prefixItems"];
 
-/// Closes every object schema that does not say what other properties it
-/// allows (`additionalProperties` or `unevaluatedProperties`) to the
-/// properties it lists, as vLLM's default grammar backend does: a sampling
-/// model otherwise invents keys. `in_all_of`: the schema is one part of an
-/// `allOf`, whose parts together list the properties, so it stays open.
+/// Closes every object schema that lists `properties` but does not say what
+/// other properties it allows (`additionalProperties` or
+/// `unevaluatedProperties`) to the properties it lists, as vLLM's default
+/// grammar backend does: a sampling model otherwise invents keys. A bare
+/// `{"type": "object"}` (no `properties`) stays any object, as JSON Schema
+/// reads it. `in_all_of`: the schema is one part of an `allOf`, whose parts
+/// together list the properties, so it stays open.
 fn close_objects(schema: &mut Value, in_all_of: bool) {
     let o = match schema {
         Value::Object(o) => o,
@@ -205,12 +207,7 @@ fn close_objects(schema: &mut Value, in_all_of: bool) {
     if o.contains_key("x-guidance") {
         return;
     }
-    let object = match o.get("type") {
-        Some(Value::String(t)) => t == "object",
-        Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
-        _ => o.contains_key("properties"),
-    };
-    if object
+    if o.contains_key("properties")
         && !in_all_of
         && !o.contains_key("additionalProperties")
         && !o.contains_key("unevaluatedProperties")
@@ -361,18 +358,19 @@ mod tests {
     #[test]
     fn objects_allow_other_keys_only_when_their_schema_says_so() {
         let compiler = GrammarCompiler::new(&tiny_tokenizer(), 7).unwrap();
-        // No parameters (or no properties): only `{}`.
+        // No properties listed (a tool without parameters): only `{}`.
         for schema in [
             json!({"type": "object", "properties": {}}),
-            json!({"type": "object"}),
+            json!({"properties": {}}),
         ] {
             let mut state = compiler.json_schema(&schema).unwrap().start();
             assert_eq!(allowed(state.as_mut()), vec![0]);
             state.accept(0).unwrap();
             assert_eq!(allowed(state.as_mut()), vec![1], "{schema}");
         }
-        // Stated open: a key may start.
+        // Stated open, or a bare object schema: a key may start.
         for schema in [
+            json!({"type": "object"}),
             json!({"type": "object", "additionalProperties": true}),
             json!({"type": "object", "additionalProperties": {"type": "integer"}}),
         ] {
@@ -388,13 +386,14 @@ mod tests {
             "type": "object",
             "properties": {
                 "a": {"properties": {"x": {"type": "string"}}},
-                "properties": {"type": "object", "additionalProperties": {"type": "object"}},
-                "b": {"type": "array", "items": {"type": ["object", "null"]}},
-                "c": {"const": {"type": "object"}},
-                "d": {"allOf": [{"type": "object"}]}
+                "properties": {"type": "object", "additionalProperties": {"type": "object", "properties": {}}},
+                "b": {"type": "array", "items": {"type": ["object", "null"], "properties": {"y": {}}}},
+                "c": {"const": {"type": "object", "properties": {}}},
+                "d": {"allOf": [{"type": "object", "properties": {}}]},
+                "f": {"type": "object"}
             },
-            "$defs": {"e": {"type": "object"}},
-            "anyOf": [{"type": "object"}]
+            "$defs": {"e": {"type": "object", "properties": {}}},
+            "anyOf": [{"type": "object", "properties": {}}]
         });
         close_objects(&mut schema, false);
         let p = &schema["properties"];
@@ -410,6 +409,8 @@ mod tests {
         assert!(p["d"]["allOf"][0].get("additionalProperties").is_none());
         assert_eq!(schema["$defs"]["e"]["additionalProperties"], false);
         assert_eq!(schema["anyOf"][0]["additionalProperties"], false);
+        // A bare object schema stays any object.
+        assert!(p["f"].get("additionalProperties").is_none());
     }
 
     #[test]
