@@ -361,7 +361,7 @@ mod tests {
         // No properties listed (a tool without parameters): only `{}`.
         for schema in [
             json!({"type": "object", "properties": {}}),
-            json!({"properties": {}}),
+            json!({"type": ["object"], "properties": {}, "required": []}),
         ] {
             let mut state = compiler.json_schema(&schema).unwrap().start();
             assert_eq!(allowed(state.as_mut()), vec![0]);
