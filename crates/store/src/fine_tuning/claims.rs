@@ -159,16 +159,8 @@ impl Store {
     /// reclaimed by another worker after a stale heartbeat): the worker
     /// must stop.
     pub async fn heartbeat_ft_job(&self, id: &str, worker: &str) -> Result<bool> {
-        let done = sqlx::query(
-            "UPDATE fine_tuning_jobs SET heartbeat_at = $1 \
-             WHERE id = $2 AND status = 'running' AND claimed_by = $3",
-        )
-        .bind(now())
-        .bind(id)
-        .bind(worker)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        let mut conn = self.pool.acquire().await?;
+        hold_ft_job(&mut conn, id, worker).await
     }
 
     /// Gives a job `running` under `worker` back to the queue, as if this
@@ -234,15 +226,7 @@ impl Store {
             tx.rollback().await?;
             return Ok(false);
         }
-        let event = FtEvent {
-            id: new_id(ids::FT_EVENT),
-            job_id: job_id.to_string(),
-            created_at: now(),
-            level: level.to_string(),
-            kind: kind.to_string(),
-            message: message.to_string(),
-            data,
-        };
+        let event = FtEvent::new(job_id, level, kind, message, data);
         insert_event(&mut tx, &event).await?;
         tx.commit().await?;
         Ok(true)

@@ -162,6 +162,27 @@ pub struct FtEvent {
     pub data: Option<Value>,
 }
 
+impl FtEvent {
+    /// A new event of the job's log, stamped now.
+    pub(crate) fn new(
+        job_id: &str,
+        level: &str,
+        kind: &str,
+        message: &str,
+        data: Option<Value>,
+    ) -> Self {
+        Self {
+            id: new_id(ids::FT_EVENT),
+            job_id: job_id.to_string(),
+            created_at: now(),
+            level: level.to_string(),
+            kind: kind.to_string(),
+            message: message.to_string(),
+            data,
+        }
+    }
+}
+
 /// One checkpoint of a job (a LoRA adapter saved at a step).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FtCheckpoint {

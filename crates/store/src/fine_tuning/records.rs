@@ -14,15 +14,7 @@ impl Store {
         message: &str,
         data: Option<Value>,
     ) -> Result<FtEvent> {
-        let event = FtEvent {
-            id: new_id(ids::FT_EVENT),
-            job_id: job_id.to_string(),
-            created_at: now(),
-            level: level.to_string(),
-            kind: kind.to_string(),
-            message: message.to_string(),
-            data,
-        };
+        let event = FtEvent::new(job_id, level, kind, message, data);
         let mut conn = self.pool.acquire().await?;
         insert_event(&mut conn, &event).await?;
         Ok(event)
