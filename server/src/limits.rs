@@ -106,23 +106,31 @@ impl Default for Limits {
     }
 }
 
-/// `max_tokens` (named by `param` when the request set it) must fit in the
-/// context after the longest prompt; without `param` (a default budget) the
-/// engine shortens it to what fits.
+/// The longest prompt must leave room in the context (refused naming
+/// `prompt_param`: `messages`, `prompt` or `input`), and `max_tokens` (named
+/// by `param` when the request set it) must fit after it; without `param`
+/// (a default budget) the engine shortens it to what fits.
 pub fn check_room(
     context_length: usize,
     prompts: &[Vec<u32>],
+    prompt_param: &str,
     max_tokens: Option<usize>,
     param: Option<&str>,
 ) -> Result<(), HttpError> {
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    if longest >= context_length {
+        return Err(refuse(
+            prompt_param,
+            format!(
+                "This model's maximum context length is {context_length} tokens. However, your \
+                 `{prompt_param}` resulted in {longest} tokens, which leaves no room for the \
+                 completion. Please reduce the length of `{prompt_param}`."
+            ),
+        ));
+    }
     let (Some(max_tokens), Some(param)) = (max_tokens, param) else {
         return Ok(());
     };
-    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
-    if longest >= context_length {
-        // The engine answers this one (prompt too long).
-        return Ok(());
-    }
     let room = context_length - longest;
     if max_tokens > room {
         return Err(refuse(
@@ -149,15 +157,28 @@ mod tests {
     #[test]
     fn room_is_checked_only_for_a_budget_the_client_set() {
         let prompt = vec![vec![1u32; 10]];
-        assert!(check_room(100, &prompt, Some(90), Some("max_tokens")).is_ok());
-        let err = check_room(100, &prompt, Some(91), Some("max_tokens")).unwrap_err();
+        assert!(check_room(100, &prompt, "prompt", Some(90), Some("max_tokens")).is_ok());
+        let err = check_room(100, &prompt, "prompt", Some(91), Some("max_tokens")).unwrap_err();
         assert_eq!(err.0.status(), 400);
-        assert!(err
-            .0
-            .body_json()
-            .to_string()
-            .contains("\"param\":\"max_tokens\""));
-        assert!(check_room(100, &prompt, Some(1 << 40), None).is_ok());
+        assert_eq!(err.0.body_json()["error"]["param"], "max_tokens");
+        assert!(check_room(100, &prompt, "prompt", Some(1 << 40), None).is_ok());
+    }
+
+    #[test]
+    fn a_prompt_filling_the_context_is_refused_naming_the_prompt_field() {
+        let prompts = vec![vec![1u32; 3], vec![1u32; 100]];
+        for max_tokens in [None, Some(5)] {
+            let err =
+                check_room(100, &prompts, "messages", max_tokens, Some("max_tokens")).unwrap_err();
+            assert_eq!(err.0.status(), 400);
+            let body = err.0.body_json();
+            assert_eq!(body["error"]["param"], "messages");
+            assert!(body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("100 tokens"));
+        }
+        assert!(check_room(101, &prompts, "messages", None, None).is_ok());
     }
 
     #[test]

@@ -166,6 +166,44 @@ async fn same_seed_same_text_and_n_choices() {
 }
 
 #[tokio::test]
+async fn usage_counts_the_prompt_tokens_found_in_the_prefix_cache() {
+    // Long enough for several 16-token blocks; unique to this test so no
+    // other test's request has cached it.
+    let text = "usage-cache probe: ".to_string()
+        + &"the quick brown fox jumps over the lazy dog, ".repeat(8);
+    let req = json!({"model": MODEL, "messages": user(&text), "max_tokens": 2, "temperature": 0});
+    let first = chat(req.clone()).await;
+    let prompt = first["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt > 64, "{first}");
+    // At most the chat template's opening (its default system prompt),
+    // which other tests' chats share.
+    let before = first["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(before <= 32, "{first}");
+    let second = chat(req.clone()).await;
+    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(cached >= before + 48 && cached < prompt, "{second}");
+    assert_eq!(cached % 16, 0, "whole blocks: {second}");
+    // n choices of one prompt count its cached tokens once; the stream's
+    // usage chunk says the same.
+    let mut many = req;
+    many["n"] = json!(3);
+    many["stream"] = json!(true);
+    many["stream_options"] = json!({"include_usage": true});
+    let reply = post(&with_model(), "/v1/chat/completions", &many.to_string()).await;
+    let events = sse_events(&reply.text);
+    let usage: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(usage["usage"]["prompt_tokens"], prompt, "{usage}");
+    assert_eq!(
+        usage["usage"]["prompt_tokens_details"]["cached_tokens"], cached,
+        "{usage}"
+    );
+}
+
+#[tokio::test]
 async fn completion_logprobs_have_top_candidates() {
     let body = complete(json!({"model": MODEL, "prompt": "The capital of France is", "max_tokens": 3, "temperature": 0, "logprobs": 3})).await;
     let lp = &body["choices"][0]["logprobs"];

@@ -190,6 +190,11 @@ async fn out_of_range_parameters_are_400() {
         ("n", "0"),
         ("max_tokens", "0"),
         ("presence_penalty", "5"),
+        // Known OpenAI fields no served model honours: refused, not ignored.
+        ("reasoning_effort", r#""low""#),
+        ("audio", r#"{"voice": "alloy", "format": "mp3"}"#),
+        ("modalities", r#"["text", "audio"]"#),
+        ("web_search_options", "{}"),
     ] {
         let body = format!(
             r#"{{"model": "m", "messages": [{{"role": "user", "content": "hi"}}], "{field}": {value}}}"#
@@ -207,19 +212,31 @@ async fn prompt_longer_than_the_context_is_400() {
     let state = with_model();
     let prompt = "hello ".repeat(9000);
     let body = serde_json::json!({"model": MODEL, "prompt": prompt, "max_tokens": 4}).to_string();
-    let body = assert_shape_b(&post(&state, "/v1/completions", &body).await, 400, None);
+    let body = assert_shape_b(
+        &post(&state, "/v1/completions", &body).await,
+        400,
+        Some("prompt"),
+    );
     assert!(
         body["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("context"),
+            .contains("maximum context length is 8192 tokens"),
         "{body}"
     );
+    // Named by the field the prompt came from, with or without `max_tokens`.
     let body =
         serde_json::json!({"model": MODEL, "messages": [{"role": "user", "content": prompt}]})
             .to_string();
     let reply = post(&state, "/v1/chat/completions", &body).await;
-    assert_eq!(reply.status.as_u16(), 400, "{}", reply.text);
+    assert_shape_b(&reply, 400, Some("messages"));
+    let body =
+        serde_json::json!({"model": MODEL, "input": prompt, "truncation": "disabled"}).to_string();
+    assert_shape_b(
+        &post(&state, "/v1/responses", &body).await,
+        400,
+        Some("input"),
+    );
 }
 
 #[tokio::test]

@@ -100,6 +100,21 @@ pub struct ChatCompletionRequest {
     /// Extension: keep generating past end-of-sequence tokens.
     #[serde(default)]
     pub ignore_eos: Option<bool>,
+    /// OpenAI's audio output: refused (the served models write text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audio: Option<Value>,
+    /// `["text"]` only; `audio` is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modalities: Option<Value>,
+    /// OpenAI's hosted web search: refused (Hearth runs no hosted tools).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_search_options: Option<Value>,
+    /// Refused: the served models have no reasoning settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<Value>,
+    /// `medium` only (what every served model does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verbosity: Option<Value>,
 }
 
 /// One message of a chat request.

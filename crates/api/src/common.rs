@@ -170,21 +170,38 @@ pub struct UsageInfo {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub total_tokens: usize,
+    /// How many of the prompt tokens came from the prefix cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens whose keys and values were reused from an earlier
+    /// request with the same prefix (in the same project) instead of being
+    /// computed again.
+    pub cached_tokens: usize,
 }
 
 impl UsageInfo {
-    pub fn new(prompt_tokens: usize, completion_tokens: usize) -> Self {
+    pub fn new(prompt_tokens: usize, completion_tokens: usize, cached_tokens: usize) -> Self {
         Self {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
+            prompt_tokens_details: Some(PromptTokensDetails { cached_tokens }),
         }
     }
 }
 
 impl From<hearth_core::Usage> for UsageInfo {
     fn from(usage: hearth_core::Usage) -> Self {
-        Self::new(usage.prompt_tokens, usage.completion_tokens)
+        Self::new(
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.cached_tokens,
+        )
     }
 }
 

@@ -35,6 +35,7 @@
 pub mod admin;
 pub mod batches;
 pub mod chat;
+mod chat_unsupported;
 pub mod cloud;
 pub mod common;
 pub mod completions;
@@ -64,7 +65,10 @@ pub use chat::{
     ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatRequestMessage, ChatResponseMessage,
     ChatTokenLogprob, ChatTopLogprob, ContentPart, MessageContent,
 };
-pub use common::{Completion, ProjectQuery, Stop, StreamOptions, UsageInfo, MAX_N, SERVICE_TIER};
+pub use common::{
+    Completion, ProjectQuery, PromptTokensDetails, Stop, StreamOptions, UsageInfo, MAX_N,
+    SERVICE_TIER,
+};
 pub use completions::{
     CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse,
     Prompt, TopLogprobs,

@@ -404,6 +404,7 @@ impl ChatCompletionRequest {
     pub fn validate(&self) -> Result<ValidChat, ApiError> {
         let (messages, native_messages) = self.flatten_messages()?;
         crate::tool_turns::check(&self.messages)?;
+        crate::chat_unsupported::check(self)?;
         let (mut params, n) = common_params(&common!(self))?;
         let max_tokens_value = self
             .max_tokens

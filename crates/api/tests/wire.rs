@@ -111,7 +111,7 @@ fn completion_response_shape() {
         1700000000,
         "m".into(),
         vec![choice],
-        UsageInfo::new(3, 2),
+        UsageInfo::new(3, 2, 0),
     );
     let v = serde_json::to_value(&resp).unwrap();
     assert_eq!(v["object"], "text_completion");
@@ -119,7 +119,8 @@ fn completion_response_shape() {
     assert!(v["system_fingerprint"].is_null());
     assert_eq!(
         v["usage"],
-        json!({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5})
+        json!({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5,
+               "prompt_tokens_details": {"cached_tokens": 0}})
     );
     assert_eq!(v["choices"][0]["finish_reason"], "length");
     let lps = &v["choices"][0]["logprobs"];
@@ -160,13 +161,14 @@ fn completion_chunks() {
         "cmpl-1".into(),
         1,
         "m".into(),
-        UsageInfo::new(4, 6),
+        UsageInfo::new(4, 6, 4),
     ))
     .unwrap();
     assert_eq!(usage["choices"], json!([]));
     assert_eq!(
         usage["usage"],
-        json!({"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10})
+        json!({"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10,
+               "prompt_tokens_details": {"cached_tokens": 4}})
     );
     assert_eq!(usage["object"], "text_completion");
 }
@@ -187,7 +189,7 @@ fn chat_response_shape() {
             logprobs: Some(ChatLogprobs::from_tokens(&[lp])),
             finish_reason: Some(FinishReason::Stop),
         }],
-        UsageInfo::new(1, 1),
+        UsageInfo::new(1, 1, 0),
     );
     let v = serde_json::to_value(&resp).unwrap();
     assert_eq!(v["object"], "chat.completion");
@@ -232,7 +234,7 @@ fn chat_chunks() {
         "chatcmpl-1".into(),
         1,
         "m".into(),
-        UsageInfo::new(2, 3),
+        UsageInfo::new(2, 3, 0),
     ))
     .unwrap();
     assert_eq!(usage["choices"], json!([]));

@@ -6,7 +6,7 @@ use axum::{Extension, Json};
 use hearth_api::tools::{CallFormat, ValidTools};
 use hearth_api::{
     ApiError, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
-    ChatCompletionResponse, ChatLogprobs, ProjectQuery, UsageInfo, ValidChat,
+    ChatCompletionResponse, ChatLogprobs, ProjectQuery, ValidChat,
 };
 use hearth_core::ChatMessage;
 use hearth_engine::{ChatModel, LoadedAdapter};
@@ -14,7 +14,7 @@ use hearth_engine::{ChatModel, LoadedAdapter};
 use super::chat_tools::{answer, stream_with_tools, with_tool_prompt};
 use super::generate::{
     collect, constraint_for, response_id, stream_choices, submit, tokenize, tool_constraint,
-    total_usage, ChoiceSlot, Piece, Submission,
+    ChoiceSlot, Piece, Submission, UsageTally,
 };
 use super::sse::{sse_response, SseSender};
 use crate::auth::RequestContext;
@@ -51,6 +51,7 @@ pub async fn create(
         model: &model,
         request_id: &id,
         prompts: &prompts,
+        prompt_param: "messages",
         params: &valid.params,
         max_tokens_param: valid.max_tokens_param,
         n: valid.n,
@@ -82,7 +83,7 @@ pub async fn create(
         }));
     }
     let outputs = collect(streams).await?;
-    let completion_tokens = outputs.iter().map(|o| o.usage.completion_tokens).sum();
+    let usage = UsageTally::of(&outputs).total(&prompts);
     let choices = outputs
         .into_iter()
         .map(|o| {
@@ -97,14 +98,7 @@ pub async fn create(
             }
         })
         .collect();
-    let usage = total_usage(&prompts, completion_tokens);
-    let body = ChatCompletionResponse::new(
-        id,
-        created,
-        valid.model,
-        choices,
-        UsageInfo::new(usage.prompt_tokens, usage.completion_tokens),
-    );
+    let body = ChatCompletionResponse::new(id, created, valid.model, choices, usage);
     Ok(Json(body).into_response())
 }
 

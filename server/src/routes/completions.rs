@@ -5,12 +5,12 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use hearth_api::{
     ApiError, CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest,
-    CompletionResponse, ProjectQuery, PromptInput, UsageInfo, ValidCompletion,
+    CompletionResponse, ProjectQuery, PromptInput, ValidCompletion,
 };
 
 use super::generate::{
-    collect, response_id, stream_choices, submit, tokenize, total_usage, ChoiceSlot, Piece,
-    Submission,
+    collect, response_id, stream_choices, submit, tokenize, ChoiceSlot, Piece, Submission,
+    UsageTally,
 };
 use super::sse::{sse_response, SseSender};
 use crate::auth::RequestContext;
@@ -37,6 +37,7 @@ pub async fn create(
         model: &model,
         request_id: &id,
         prompts: &prompts,
+        prompt_param: "prompt",
         params: &valid.params,
         max_tokens_param: valid.max_tokens_param,
         n: valid.n,
@@ -66,7 +67,7 @@ pub async fn create(
         }));
     }
     let outputs = collect(streams).await?;
-    let completion_tokens = outputs.iter().map(|o| o.usage.completion_tokens).sum();
+    let usage = UsageTally::of(&outputs).total(&prompts);
     let choices = outputs
         .into_iter()
         .map(|o| {
@@ -81,14 +82,7 @@ pub async fn create(
             }
         })
         .collect();
-    let usage = total_usage(&prompts, completion_tokens);
-    let body = CompletionResponse::new(
-        id,
-        created,
-        valid.model,
-        choices,
-        UsageInfo::new(usage.prompt_tokens, usage.completion_tokens),
-    );
+    let body = CompletionResponse::new(id, created, valid.model, choices, usage);
     Ok(Json(body).into_response())
 }
 

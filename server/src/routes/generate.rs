@@ -150,6 +150,8 @@ pub struct Submission<'a> {
     pub model: &'a ChatModel,
     pub request_id: &'a str,
     pub prompts: &'a [Vec<u32>],
+    /// The request field the prompts came from (`messages`, `prompt`, `input`).
+    pub prompt_param: &'a str,
     pub params: &'a SamplingParams,
     /// The field that set `params.max_tokens`, when the request set it.
     pub max_tokens_param: Option<&'a str>,
@@ -173,6 +175,7 @@ pub fn submit(sub: Submission<'_>) -> Result<Vec<(ChoiceSlot, MeteredStream)>, H
         model,
         request_id,
         prompts,
+        prompt_param,
         params,
         max_tokens_param,
         n,
@@ -185,6 +188,7 @@ pub fn submit(sub: Submission<'_>) -> Result<Vec<(ChoiceSlot, MeteredStream)>, H
     crate::limits::check_room(
         model.engine.context_length(),
         prompts,
+        prompt_param,
         params.max_tokens,
         max_tokens_param,
     )?;
@@ -347,12 +351,46 @@ pub async fn collect(
     Ok(outputs)
 }
 
-/// Usage of a whole request: each prompt counted once, every choice's completion.
-pub fn total_usage(prompts: &[Vec<u32>], completion_tokens: usize) -> Usage {
-    Usage {
-        prompt_tokens: prompts.iter().map(Vec::len).sum(),
-        completion_tokens,
-        cached_tokens: 0,
+/// Usage of a whole request, as its choices finish: each prompt counted
+/// once, every choice's completion, and a prompt's cached tokens once (the
+/// fewest any of its choices found: later choices of one prompt may find
+/// the blocks the first one wrote).
+#[derive(Debug, Default)]
+pub struct UsageTally {
+    completion_tokens: usize,
+    cached: Vec<Option<usize>>,
+}
+
+impl UsageTally {
+    pub fn add(&mut self, slot: ChoiceSlot, usage: &Usage) {
+        self.completion_tokens += usage.completion_tokens;
+        if self.cached.len() <= slot.prompt {
+            self.cached.resize(slot.prompt + 1, None);
+        }
+        let cached = &mut self.cached[slot.prompt];
+        *cached = Some(cached.map_or(usage.cached_tokens, |c| c.min(usage.cached_tokens)));
+    }
+
+    pub fn total(&self, prompts: &[Vec<u32>]) -> UsageInfo {
+        let cached = prompts
+            .iter()
+            .zip(&self.cached)
+            .map(|(prompt, cached)| cached.unwrap_or(0).min(prompt.len()))
+            .sum();
+        UsageInfo::new(
+            prompts.iter().map(Vec::len).sum(),
+            self.completion_tokens,
+            cached,
+        )
+    }
+
+    /// The tally of outputs already collected.
+    pub fn of(outputs: &[ChoiceOutput]) -> Self {
+        let mut tally = Self::default();
+        for o in outputs {
+            tally.add(o.slot, &o.usage);
+        }
+        tally
     }
 }
 
@@ -391,7 +429,7 @@ pub async fn stream_choices<T: Serialize>(
     usage_chunk: Option<impl FnOnce(UsageInfo) -> T>,
 ) {
     let mut remaining = streams.len();
-    let mut completion_tokens = 0;
+    let mut tally = UsageTally::default();
     let mut events = merge(streams);
     while let Some((slot, event)) = events.next().await {
         let piece = match event {
@@ -402,7 +440,7 @@ pub async fn stream_choices<T: Serialize>(
                 text,
             } => {
                 remaining -= 1;
-                completion_tokens += usage.completion_tokens;
+                tally.add(slot, &usage);
                 Piece::Finished { reason, text }
             }
             TokenEvent::Error(e) => {
@@ -420,8 +458,7 @@ pub async fn stream_choices<T: Serialize>(
     if remaining > 0 {
         tx.error(&ApiError::from(EngineError::Stopped)).await;
     } else if let Some(usage_chunk) = usage_chunk {
-        let usage = total_usage(prompts, completion_tokens);
-        let chunk = usage_chunk(UsageInfo::new(usage.prompt_tokens, usage.completion_tokens));
+        let chunk = usage_chunk(tally.total(prompts));
         if !tx.json(&chunk).await {
             return;
         }

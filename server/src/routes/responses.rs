@@ -105,6 +105,7 @@ pub async fn create(
         model: &model,
         request_id: &id,
         prompts: &prompts,
+        prompt_param: "input",
         params: &valid.params,
         max_tokens_param: valid.max_output_tokens.map(|_| "max_output_tokens"),
         n: 1,
