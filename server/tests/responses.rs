@@ -595,3 +595,40 @@ async fn include_gives_the_text_part_and_its_deltas_logprobs() {
     assert_eq!(done["top_logprobs"], 2);
     assert!(done["output"][0]["content"][0].get("logprobs").is_none());
 }
+
+#[tokio::test]
+async fn a_stream_the_engine_ends_with_an_error_is_stored_failed() {
+    // A fresh engine that runs one sequence: a long completion holds it,
+    // the streamed response waits in the queue, then the engine stops.
+    let state = with_tiny_queue();
+    let long = json!({"model": MODEL, "prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": true});
+    let s1 = state.clone();
+    let first = tokio::spawn(async move { post(&s1, "/v1/completions", &long.to_string()).await });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let s2 = state.clone();
+    let body = json!({"model": MODEL, "input": "Say hi.", "stream": true, "max_output_tokens": 8});
+    let streamed = tokio::spawn(async move { post(&s2, "/v1/responses", &body.to_string()).await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    state.chat[MODEL].engine.stop();
+    let reply = streamed.await.unwrap();
+    first.await.unwrap();
+    let events: Vec<Value> = sse_events(&reply.text)
+        .iter()
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert_eq!(events[0]["type"], "response.created", "{}", reply.text);
+    assert_eq!(events.last().unwrap()["type"], "error", "{}", reply.text);
+    let id = events[0]["response"]["id"].as_str().unwrap();
+    let got = common::raw::get(&state, &format!("/v1/responses/{id}"), Some(KEY)).await;
+    assert_eq!(got.status, 200);
+    let got = got.json();
+    assert_eq!(got["status"], "failed", "{got}");
+    assert!(
+        got["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not running"),
+        "{got}"
+    );
+}

@@ -4,7 +4,8 @@
 //! `response.output_text.delta`..., `response.output_text.done`,
 //! `response.content_part.done`, `response.output_item.done`, then
 //! `response.completed` (or `response.incomplete`), then `data: [DONE]`. A
-//! failure after the start is the spec's `error` event, then `[DONE]`. A
+//! failure after the start is the spec's `error` event, then `[DONE]`, and
+//! a stored response keeps it as `status: "failed"` with its `error`. A
 //! departed client stops the producer, which drops the engine stream and
 //! so frees the sequence at once.
 //!
@@ -144,45 +145,91 @@ pub struct Answer {
     pub logprobs: bool,
 }
 
+/// How the answer's events ended.
+enum Ended {
+    /// Every event went out; the object holds the finished response.
+    Done,
+    /// The engine failed (or stopped) after the response started.
+    Failed(ApiError),
+    /// The client left.
+    Gone,
+}
+
+/// Streams the response, then stores it: finished, or `failed` with its
+/// error when the engine failed after the start (as OpenAI keeps a failed
+/// response); a response whose client left is not stored.
 pub async fn stream_response(
     tx: SseSender,
-    mut stream: MeteredStream,
+    stream: MeteredStream,
     mut object: ResponseObject,
     answer: Answer,
     record: Record,
 ) {
-    let Answer {
-        message_id,
-        prompt_tokens,
-        tools,
-        logprobs,
-    } = answer;
     let mut events = Events {
         tx: &tx,
         seq: EventSequence::default(),
-        message_id,
-        logprobs,
+        message_id: answer.message_id.clone(),
+        logprobs: answer.logprobs,
     };
+    let failure = match produce(&mut events, stream, &mut object, answer).await {
+        Ended::Gone => return,
+        Ended::Failed(error) => {
+            object.fail(&error);
+            Some(error)
+        }
+        Ended::Done => None,
+    };
+    if let Err(e) = record.keep(&object).await {
+        tracing::warn!(response = %object.id, "cannot store a response: {}", e.0.message());
+        return events.fail(failure.unwrap_or(e.0)).await;
+    }
+    if let Some(error) = failure {
+        return events.fail(error).await;
+    }
+    let last = if object.status == "incomplete" {
+        "response.incomplete"
+    } else {
+        "response.completed"
+    };
+    let event = events.seq.response(last, &object);
+    if events.send(&[event]).await {
+        tx.done().await;
+    }
+}
+
+/// Sends the answer's events and finishes `object` with it.
+async fn produce(
+    events: &mut Events<'_>,
+    mut stream: MeteredStream,
+    object: &mut ResponseObject,
+    answer: Answer,
+) -> Ended {
+    let Answer {
+        prompt_tokens,
+        tools,
+        logprobs,
+        ..
+    } = answer;
     let opening = [
-        events.seq.response("response.created", &object),
-        events.seq.response("response.in_progress", &object),
+        events.seq.response("response.created", object),
+        events.seq.response("response.in_progress", object),
     ];
     if !events.send(&opening).await {
-        return;
+        return Ended::Gone;
     }
     let mut shape = match &tools {
         Some(tools) => AnswerShape::calls_in(tools.format),
         None => AnswerShape::text(),
     };
     if shape.is_text() && !events.open_message().await {
-        return;
+        return Ended::Gone;
     }
     let mut text = String::new();
     // Every token's log-probabilities, and those no delta has carried yet.
     let (mut all, mut pending) = (Vec::new(), Vec::new());
     let (reason, usage) = loop {
         let Some(event) = stream.recv().await else {
-            return events.fail(EngineError::Stopped.into()).await;
+            return Ended::Failed(EngineError::Stopped.into());
         };
         let (piece, end) = match event {
             TokenEvent::Token {
@@ -201,15 +248,15 @@ pub async fn stream_response(
                 usage,
                 text: rest,
             } => (rest, Some((reason, usage))),
-            TokenEvent::Error(e) => return events.fail(e.into()).await,
+            TokenEvent::Error(e) => return Ended::Failed(e.into()),
         };
         text.push_str(&piece);
         if let Fed::Text { first, text } = shape.feed(&piece) {
             if first && !events.open_message().await {
-                return;
+                return Ended::Gone;
             }
             if !text.is_empty() && !events.delta(&text, &mut pending).await {
-                return;
+                return Ended::Gone;
             }
         }
         if let Some(end) = end {
@@ -227,7 +274,7 @@ pub async fn stream_response(
         Some(calls) => {
             for (index, call) in calls.iter().enumerate() {
                 if !events.call(index, call).await {
-                    return;
+                    return Ended::Gone;
                 }
             }
             object.finish_calls(calls, usage);
@@ -236,30 +283,18 @@ pub async fn stream_response(
             // A held answer that is not a call list after all (cut by
             // `max_output_tokens`) goes out as text.
             if !shape.is_text() && !events.open_message().await {
-                return;
+                return Ended::Gone;
             }
             let rest = if shape.is_text() { "" } else { text.as_str() };
             if !events.delta(rest, &mut pending).await {
-                return;
+                return Ended::Gone;
             }
             let part = OutputText::new(text, logprobs.then_some(all));
             if !events.close_message(&part, status).await {
-                return;
+                return Ended::Gone;
             }
             object.finish(events.message_id.clone(), part, cut, usage);
         }
     }
-    if let Err(e) = record.keep(&object).await {
-        tracing::warn!(response = %object.id, "cannot store a response: {}", e.0.message());
-        return events.fail(e.0).await;
-    }
-    let last = if object.status == "incomplete" {
-        "response.incomplete"
-    } else {
-        "response.completed"
-    };
-    let event = events.seq.response(last, &object);
-    if events.send(&[event]).await {
-        tx.done().await;
-    }
+    Ended::Done
 }
