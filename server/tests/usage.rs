@@ -361,3 +361,63 @@ async fn a_quota_is_shared_between_the_alive_nodes() {
     }
     assert_eq!(statuses, [200, 200, 429]);
 }
+
+#[tokio::test]
+async fn concurrent_requests_are_admitted_against_each_others_holds() {
+    let state = priced_state();
+    let admin = state.store.bootstrap_admin().await.unwrap().unwrap().secret;
+    let project = state.default_project.to_string();
+    let uri = format!("/v1/admin/projects/{project}/budget");
+    let mut body = chat(32);
+    body["ignore_eos"] = json!(true);
+    // One request before any budget: what each one costs.
+    let first = post_as(&state, KEY, "/v1/chat/completions", body.clone()).await;
+    first.expect_status(200);
+    let (prompt, output) = usage_of(&first.json());
+    assert_eq!(output, 32);
+    let cost = prompt as f64 * 0.001 + output as f64 * 0.002;
+    // Room for two and a half more: each request holds its prompt and its
+    // `max_tokens` of output from admission, so exactly three of ten sent
+    // at once get in (charging prompts alone would let eight in).
+    let amount = cost * 3.5;
+    put_admin(
+        &state,
+        &admin,
+        &uri,
+        json!({"amount": amount, "period": "total"}),
+    )
+    .await;
+    let sent: Vec<_> = (0..10)
+        .map(|_| {
+            let (state, body) = (state.clone(), body.clone());
+            tokio::spawn(async move { post_as(&state, KEY, "/v1/chat/completions", body).await })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for reply in sent {
+        statuses.push(reply.await.unwrap().status);
+    }
+    statuses.sort();
+    assert_eq!(statuses, [&[200; 3][..], &[402; 7][..]].concat());
+    let shown = request(&state, "GET", &uri, Some(&admin), None, Vec::new())
+        .await
+        .json();
+    let spent = shown["spent"].as_f64().unwrap();
+    assert!((spent - 4.0 * cost).abs() < 1e-6, "{shown} {cost}");
+    // What a hold did not use goes back when its request ends: after a
+    // request with a large `max_tokens` (4 of output held) that ends early,
+    // the next one still finds room.
+    put_admin(
+        &state,
+        &admin,
+        &uri,
+        json!({"amount": 6.0 * cost, "period": "total"}),
+    )
+    .await;
+    let early = post_as(&state, KEY, "/v1/chat/completions", chat(2000)).await;
+    early.expect_status(200);
+    assert!(usage_of(&early.json()).1 < 100, "{}", early.json());
+    post_as(&state, KEY, "/v1/chat/completions", chat(2))
+        .await
+        .expect_status(200);
+}

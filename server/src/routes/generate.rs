@@ -193,7 +193,12 @@ pub fn submit(sub: Submission<'_>) -> Result<Vec<(ChoiceSlot, MeteredStream)>, H
         max_tokens_param,
     )?;
     let prompt_tokens = prompts.iter().map(Vec::len).sum();
-    let ticket = ledger.admit(ctx, model_name, &model.entry, prompt_tokens)?;
+    // What the budget holds: every sequence's `max_tokens`, when set.
+    let max_output = params
+        .max_tokens
+        .filter(|_| max_tokens_param.is_some())
+        .map_or(0, |m| m.saturating_mul(prompts.len() * n));
+    let ticket = ledger.admit(ctx, model_name, &model.entry, prompt_tokens, max_output)?;
     let scope: Arc<str> = ctx.project_id.as_str().into();
     let priority = ctx.priority;
     let mut streams = Vec::with_capacity(prompts.len() * n);

@@ -61,7 +61,7 @@ pub async fn create(
     };
     // Metered as requests (no tokens, no price): request quotas and
     // budgets apply.
-    let ticket = state.usage.admit(&ctx, model.id(), &model.entry, 0)?;
+    let ticket = state.usage.admit(&ctx, model.id(), &model.entry, 0, 0)?;
     let generated = model.generate(params).await;
     match &generated {
         Ok(_) => ticket.started(),

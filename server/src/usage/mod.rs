@@ -7,6 +7,11 @@
 //! spare capacity). The [`Ticket`] it returns records the request and its
 //! prompt once the engine took it, the output tokens as they are produced
 //! (quota) and the engine's final counts when each sequence ends (usage).
+//! Against a budget, a request holds at admission what it may cost: its
+//! prompt and, when it sets `max_tokens`, that much output (so that
+//! requests admitted together see each other's holds); output past the
+//! hold is charged as it is produced, and what the hold did not use goes
+//! back when the request ends (all of it when it never started).
 //! Usage collects in memory and is written in one transaction per flush
 //! ([`Ledger::flush`], every two seconds and before `/v1/usage` answers),
 //! so the hot path never waits on the database.
@@ -20,6 +25,7 @@
 mod quota;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -51,6 +57,9 @@ struct Inner {
     /// Everything recorded since start, per (model, class), for `/metrics`.
     totals: HashMap<(String, String), UsageCounts>,
     budgets: HashMap<String, BudgetState>,
+    /// Recorded cost, per project, of usage already charged to its budget
+    /// and not yet written: what a flush takes off `unflushed`.
+    charged_pending: HashMap<String, i64>,
     /// Project quotas by (project, model); model `*` for every model.
     quotas: HashMap<(String, String), Quota>,
     /// Token and request buckets by (project, model).
@@ -66,7 +75,7 @@ struct BudgetState {
     budget: Budget,
     /// Spent as of the last read of the store.
     stored: i64,
-    /// Spent since, not yet counted in `stored`.
+    /// Charged since, not yet counted in `stored`.
     unflushed: i64,
 }
 
@@ -83,6 +92,9 @@ struct Account {
     prices: (f64, f64),
     /// Whether its output is taken from the quota's bucket.
     metered: bool,
+    /// Whether its project had a budget when it was admitted: its prompt
+    /// and output are charged to it as they come.
+    budgeted: bool,
 }
 
 /// The limits that apply to one project and model.
@@ -109,14 +121,17 @@ impl Ledger {
     }
 
     /// Admits a request of `ctx` for `model` (the name the client sent,
-    /// served by `entry`) with `prompt_tokens`, or refuses it: 402 when the
-    /// project's budget is spent, 429 when its quota cannot hold it now.
+    /// served by `entry`) with `prompt_tokens` and at most `max_output`
+    /// output tokens (0 when it set no bound), or refuses it: 402 when the
+    /// project's budget is spent (with what running requests hold), 429
+    /// when its quota cannot hold it now.
     pub fn admit(
         &self,
         ctx: &RequestContext,
         model: &str,
         entry: &CatalogEntry,
         prompt_tokens: usize,
+        max_output: usize,
     ) -> Result<Ticket, HttpError> {
         let batch = ctx.priority == Priority::Batch;
         let prices = if batch {
@@ -145,6 +160,7 @@ impl Ledger {
             class: if batch { "batch" } else { "interactive" },
             prices,
             metered: false,
+            budgeted: false,
         };
         let now = Instant::now();
         let mut inner = self.lock();
@@ -161,6 +177,7 @@ impl Ledger {
             }
         }
         let mut account = account;
+        account.budgeted = inner.budgets.contains_key(&account.bucket.0);
         if !batch {
             let limits = inner.limits(&account.bucket.0, model, entry);
             let key = account.bucket.clone();
@@ -193,10 +210,28 @@ impl Ledger {
                 }
             }
         }
-        Ok(Ticket {
+        let nanos = if account.budgeted {
+            let nanos = cost_nanos(prompt_tokens as i64, account.prices.0)
+                + cost_nanos(max_output as i64, account.prices.1);
+            inner.charge(&account.bucket.0, nanos);
+            nanos
+        } else {
+            0
+        };
+        drop(inner);
+        let hold = Hold {
             ledger: self.clone(),
             account: Arc::new(account),
+            held_output: max_output as u64,
+            produced: AtomicU64::new(0),
+            released: AtomicBool::new(false),
+            nanos,
+        };
+        let account = hold.account.clone();
+        Ok(Ticket {
+            account,
             prompt_tokens,
+            hold: Arc::new(hold),
         })
     }
 
@@ -210,7 +245,7 @@ impl Ledger {
         prompt_tokens: usize,
         run: impl std::future::Future<Output = Result<T, hearth_core::EngineError>>,
     ) -> Result<T, HttpError> {
-        let ticket = self.admit(ctx, model, entry, prompt_tokens)?;
+        let ticket = self.admit(ctx, model, entry, prompt_tokens, 0)?;
         match run.await {
             Ok(value) => {
                 ticket.started();
@@ -241,18 +276,23 @@ impl Ledger {
     /// and the project quotas.
     pub async fn flush(&self, store: &Store) -> hearth_store::Result<()> {
         let _one = self.flushing.lock().await;
-        let pending: Vec<_> = self.lock().pending.drain().collect();
+        let (pending, flushed): (Vec<_>, HashMap<String, i64>) = {
+            let mut inner = self.lock();
+            (
+                inner.pending.drain().collect(),
+                inner.charged_pending.drain().collect(),
+            )
+        };
         if let Err(e) = store.add_usage(&pending).await {
             // Put it back: nothing is lost, it goes with the next flush.
             let mut inner = self.lock();
             for (k, c) in pending {
                 inner.pending.entry(k).or_default().add(&c);
             }
+            for (project, nanos) in flushed {
+                *inner.charged_pending.entry(project).or_default() += nanos;
+            }
             return Err(e);
-        }
-        let mut flushed: HashMap<String, i64> = HashMap::new();
-        for (k, c) in &pending {
-            *flushed.entry(k.project_id.clone()).or_default() += c.cost_nanos;
         }
         let budgets = store.budgets().await?;
         let now = hearth_store::ids::now();
@@ -359,8 +399,18 @@ impl Inner {
             .entry((account.bucket.1.clone(), account.class.to_string()))
             .or_default()
             .add(&counts);
-        if let Some(state) = self.budgets.get_mut(&account.bucket.0) {
-            state.unflushed += counts.cost_nanos;
+        if account.budgeted {
+            *self
+                .charged_pending
+                .entry(account.bucket.0.clone())
+                .or_default() += counts.cost_nanos;
+        }
+    }
+
+    /// Charges `nanos` (negative: gives them back) to `project`'s budget.
+    fn charge(&mut self, project: &str, nanos: i64) {
+        if let Some(state) = self.budgets.get_mut(project) {
+            state.unflushed = (state.unflushed + nanos).max(0);
         }
     }
 }
@@ -368,15 +418,64 @@ impl Inner {
 /// One admitted request: records what it uses.
 #[derive(Clone)]
 pub struct Ticket {
-    ledger: Ledger,
     account: Arc<Account>,
     prompt_tokens: usize,
+    hold: Arc<Hold>,
+}
+
+/// What one request holds of its project's budget: its prompt and
+/// `held_output` tokens of output (`nanos` in all). Output past the hold is
+/// charged as it is produced; when the last clone of the ticket goes, the
+/// part of the hold its output did not use is given back.
+struct Hold {
+    ledger: Ledger,
+    account: Arc<Account>,
+    held_output: u64,
+    /// Output tokens produced by all the request's sequences.
+    produced: AtomicU64,
+    /// The unused hold went back (at the end, or all of it on cancel).
+    released: AtomicBool,
+    nanos: i64,
+}
+
+impl Hold {
+    fn budgeted(&self) -> bool {
+        self.account.budgeted
+    }
+
+    /// `tokens` more output: the cost of what goes past the hold.
+    fn beyond(&self, tokens: u64) -> i64 {
+        let before = self.produced.fetch_add(tokens, Ordering::Relaxed);
+        let past = (before + tokens).saturating_sub(self.held_output)
+            - before.saturating_sub(self.held_output);
+        cost_nanos(past as i64, self.account.prices.1)
+    }
+
+    fn release(&self, nanos: i64) {
+        if self.budgeted() && !self.released.swap(true, Ordering::Relaxed) {
+            self.ledger.lock().charge(&self.account.bucket.0, -nanos);
+        }
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let used = self.produced.load(Ordering::Relaxed).min(self.held_output);
+        self.release(cost_nanos(
+            (self.held_output - used) as i64,
+            self.account.prices.1,
+        ));
+    }
 }
 
 impl Ticket {
+    fn ledger(&self) -> &Ledger {
+        &self.hold.ledger
+    }
+
     /// The request reached the engine: records it and its prompt tokens.
     pub fn started(&self) {
-        self.ledger.lock().record(
+        self.ledger().lock().record(
             &self.account,
             UsageCounts {
                 requests: 1,
@@ -386,29 +485,44 @@ impl Ticket {
         );
     }
 
-    /// The request failed before it started: its prompt goes back to the quota.
+    /// The request failed before it started: its prompt goes back to the
+    /// quota, and its whole hold to the budget.
     pub fn cancel(&self) {
+        self.hold.release(self.hold.nanos);
         if !self.account.metered {
             return;
         }
-        if let Some(b) = self.ledger.lock().tokens.get_mut(&self.account.bucket) {
+        if let Some(b) = self.ledger().lock().tokens.get_mut(&self.account.bucket) {
             b.take_back(self.prompt_tokens as u64);
         }
     }
 
-    /// `tokens` of output were just produced (taken from the quota).
+    /// `tokens` of output were just produced: taken from the quota, and
+    /// charged to the budget past the hold.
     pub fn produced(&self, tokens: u64) {
-        if !self.account.metered {
+        let account = &self.account;
+        if !account.metered && !account.budgeted {
             return;
         }
-        if let Some(b) = self.ledger.lock().tokens.get_mut(&self.account.bucket) {
-            b.take(tokens, Instant::now());
+        let past = if account.budgeted {
+            self.hold.beyond(tokens)
+        } else {
+            0
+        };
+        let mut inner = self.ledger().lock();
+        if past > 0 {
+            inner.charge(&account.bucket.0, past);
+        }
+        if account.metered {
+            if let Some(b) = inner.tokens.get_mut(&account.bucket) {
+                b.take(tokens, Instant::now());
+            }
         }
     }
 
     /// Records output (and cached prompt) tokens of a finished sequence.
     pub fn finished(&self, output_tokens: usize, cached_tokens: usize) {
-        self.ledger.lock().record(
+        self.ledger().lock().record(
             &self.account,
             UsageCounts {
                 output_tokens: output_tokens as i64,
