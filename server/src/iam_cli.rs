@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
-use hearth_store::iam::{NewAuthorizedKey, NewServiceAccount, Role};
+use hearth_store::iam::{NewAuthorizedKey, NewServiceAccount, Removal, Role};
 
 use crate::config::StoreLocation;
 use crate::keys_cli::{open, utc};
@@ -250,9 +250,13 @@ async fn groups(command: GroupsCommand) -> anyhow::Result<()> {
         }
         GroupsCommand::Remove(m) => {
             let (store, group) = membership_group(&m).await?;
-            store
+            if store
                 .remove_group_member(&group, &m.service_account)
-                .await?;
+                .await?
+                == Removal::LastAdmin
+            {
+                bail!("{} is the account's last admin", m.service_account);
+            }
             println!("{} is not in the {}s group.", m.service_account, m.role);
         }
     }

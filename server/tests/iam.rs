@@ -571,3 +571,93 @@ async fn roles_decide_what_a_token_may_do_and_admins_manage_the_account() {
     .json();
     assert_eq!(keys["items"][0]["id"], admin_kid.as_str());
 }
+
+/// Two admins removing each other from `admins` at the same time: one is
+/// refused (400 code 9), so the account keeps an admin; the last admin
+/// cannot remove itself either.
+#[tokio::test]
+async fn admins_removing_each_other_at_once_keep_one() {
+    let state = bare_state();
+    let [a, b] = pairs();
+    let (first, first_kid) = service_account(&state, "first", Some(Role::Admin), a).await;
+    let account = state
+        .store
+        .service_account(&first)
+        .await
+        .unwrap()
+        .unwrap()
+        .account_id;
+    let second = state
+        .store
+        .create_service_account(NewServiceAccount {
+            name: "second".into(),
+            account_id: Some(account.clone()),
+            role: Some(Role::Admin),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    let checked = hearth_server::iam::pem::check_public_key(&b.public).unwrap();
+    let second_kid = state
+        .store
+        .add_authorized_key(NewAuthorizedKey {
+            service_account_id: second.clone(),
+            public_key: checked.pem,
+            algorithm: "RSA_4096".into(),
+            fingerprint: checked.fingerprint,
+            expires_at: None,
+        })
+        .await
+        .unwrap()
+        .id;
+    let first_token = exchange(&state, &sign(a, &first_kid, claims(&first, 300))).await;
+    let second_token = exchange(&state, &sign(b, &second_kid, claims(&second, 300))).await;
+    let admins = state
+        .store
+        .groups(&account)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|g| g.role == Role::Admin)
+        .unwrap()
+        .id;
+    let remove = |token: String, member: String| {
+        let (state, admins) = (state.clone(), admins.clone());
+        async move {
+            let uri = format!("/iam/v1/groups/{admins}/members/{member}");
+            request(&state, "DELETE", &uri, Some(&token), None, Vec::new()).await
+        }
+    };
+    let (one, two) = tokio::join!(
+        remove(first_token.clone(), second.clone()),
+        remove(second_token.clone(), first.clone()),
+    );
+    // The refused one is 400 code 9, or 403 code 7 when the other removal
+    // had already taken its admin role when it was authorized.
+    let mut statuses = [one.status, two.status];
+    statuses.sort();
+    assert!(
+        statuses == [200, 400] || statuses == [200, 403],
+        "{} {}",
+        one.json(),
+        two.json()
+    );
+    let refused = if one.status == 200 { &two } else { &one };
+    if refused.status == 400 {
+        assert!(cloud_error(refused, 400, 9).contains("last admin"));
+    } else {
+        cloud_error(refused, 403, 7);
+    }
+    let left = state.store.group_members(&admins).await.unwrap();
+    assert_eq!(left.len(), 1);
+    // The one left cannot leave.
+    let token = if left[0] == first {
+        first_token
+    } else {
+        second_token
+    };
+    let alone = remove(token, left[0].clone()).await;
+    cloud_error(&alone, 400, 9);
+    assert_eq!(state.store.group_members(&admins).await.unwrap(), left);
+}

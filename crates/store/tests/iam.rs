@@ -1,14 +1,15 @@
 //! IAM repository tests: service accounts (own account or joining one,
 //! unique names per account), built-in groups and memberships (roles),
 //! authorized keys (expiry, revoke), access tokens (live, expired, dead
-//! with their key) and JWT ids used once. Each runs on SQLite, and on
+//! with their key), JWT ids used once and the last admin kept when
+//! admins are removed at once. Each runs on SQLite, and on
 //! PostgreSQL when `HEARTH_TEST_DATABASE_URL` names a server.
 
 #[macro_use]
 mod common;
 
 use common::{postgres, sqlite, Env};
-use hearth_store::iam::{NewAuthorizedKey, NewServiceAccount, Role, ServiceAccount};
+use hearth_store::iam::{NewAuthorizedKey, NewServiceAccount, Removal, Role, ServiceAccount};
 use hearth_store::ids::now;
 use hearth_store::{Store, StoreError};
 
@@ -16,6 +17,7 @@ on_both!(
     service_accounts_join_accounts_and_groups,
     keys_and_tokens_live_and_die_together,
     jwt_ids_are_used_once,
+    admins_removed_at_once_leave_one,
 );
 
 async fn key(s: &Store, sa: &str, expires_at: Option<i64>) -> hearth_store::iam::AuthorizedKey {
@@ -87,14 +89,18 @@ async fn service_accounts_join_accounts_and_groups(env: Env) {
         ServiceAccount::role(&s.member_groups(&second.id).await.unwrap()),
         Some(Role::Editor)
     );
-    assert!(s
-        .remove_group_member(&editors.id, &second.id)
-        .await
-        .unwrap());
-    assert!(!s
-        .remove_group_member(&editors.id, &second.id)
-        .await
-        .unwrap());
+    assert_eq!(
+        s.remove_group_member(&editors.id, &second.id)
+            .await
+            .unwrap(),
+        Removal::Removed
+    );
+    assert_eq!(
+        s.remove_group_member(&editors.id, &second.id)
+            .await
+            .unwrap(),
+        Removal::NotMember
+    );
     assert_eq!(
         ServiceAccount::role(&s.member_groups(&second.id).await.unwrap()),
         Some(Role::Viewer)
@@ -196,4 +202,64 @@ async fn jwt_ids_are_used_once(env: Env) {
     assert!(!s.use_jwt_id(&a.id, "j1", exp).await.unwrap());
     assert!(s.use_jwt_id(&b.id, "j1", exp).await.unwrap());
     assert!(s.use_jwt_id(&a.id, "j2", exp).await.unwrap());
+}
+
+/// Admins removed from `admins` at the same time: each round, every admin
+/// of the group is removed concurrently; exactly one stays (refused as the
+/// last), and a lone admin cannot be removed at all.
+async fn admins_removed_at_once_leave_one(env: Env) {
+    let s = &env.store;
+    let project = s.create_project("Race").await.unwrap().id;
+    let first = s
+        .create_service_account(NewServiceAccount {
+            name: "admin-0".into(),
+            project_id: Some(project),
+            role: Some(Role::Admin),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let admins = s
+        .groups(&first.account_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|g| g.role == Role::Admin)
+        .unwrap();
+    for round in 0..5 {
+        let mut ids = vec![s.group_members(&admins.id).await.unwrap()[0].clone()];
+        for i in 1..4 {
+            let sa = s
+                .create_service_account(NewServiceAccount {
+                    name: format!("admin-{round}-{i}"),
+                    account_id: Some(first.account_id.clone()),
+                    role: Some(Role::Admin),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            ids.push(sa.id);
+        }
+        assert_eq!(s.group_members(&admins.id).await.unwrap().len(), 4);
+        let removals = ids.iter().map(|id| {
+            let (s, group) = (s.clone(), admins.id.clone());
+            let id = id.clone();
+            tokio::spawn(async move { s.remove_group_member(&group, &id).await.unwrap() })
+        });
+        let mut outcomes = Vec::new();
+        for r in removals.collect::<Vec<_>>() {
+            outcomes.push(r.await.unwrap());
+        }
+        let kept = outcomes
+            .iter()
+            .filter(|o| **o == Removal::LastAdmin)
+            .count();
+        assert_eq!(kept, 1, "round {round}: {outcomes:?}");
+        let left = s.group_members(&admins.id).await.unwrap();
+        assert_eq!(left.len(), 1, "round {round}");
+        assert_eq!(
+            s.remove_group_member(&admins.id, &left[0]).await.unwrap(),
+            Removal::LastAdmin
+        );
+    }
 }

@@ -12,7 +12,7 @@ use hearth_api::cloud::{
     UploadAuthorizedKey, ACCESS_TOKEN_LIFETIME_SECS, TOKEN_TYPE_ACCESS_TOKEN,
 };
 use hearth_store::iam::{
-    AuthorizedKey, Group, NewAuthorizedKey, NewServiceAccount, Role, ServiceAccount,
+    AuthorizedKey, Group, NewAuthorizedKey, NewServiceAccount, Removal, Role, ServiceAccount,
 };
 use hearth_store::ids::now;
 use hearth_store::Store;
@@ -345,20 +345,19 @@ pub async fn remove_member(
     caller.require(Role::Admin, "Managing group memberships")?;
     let group = own_group(&state.store, &caller, &group_id).await?;
     own_service_account(&state.store, &caller, &service_account_id).await?;
-    if group.role == Role::Admin && service_account_id == caller.service_account.id {
-        let admins = state.store.group_members(&group.id).await?;
-        if admins.len() == 1 {
-            return Err(CloudError::new(
-                hearth_api::cloud::CloudCode::FailedPrecondition,
-                "The account's last admin cannot leave the admins group.",
-            )
-            .into());
-        }
-    }
-    state
+    // Checked and removed in one transaction: two admins removing each
+    // other at once cannot leave the account without one.
+    let removal = state
         .store
         .remove_group_member(&group.id, &service_account_id)
         .await?;
+    if removal == Removal::LastAdmin {
+        return Err(CloudError::new(
+            hearth_api::cloud::CloudCode::FailedPrecondition,
+            "The account's last admin cannot leave the admins group.",
+        )
+        .into());
+    }
     let members = state.store.group_members(&group.id).await?;
     Ok(Json(group_object(&group, Some(members))))
 }

@@ -120,6 +120,16 @@ pub struct NewServiceAccount {
     pub role: Option<Role>,
 }
 
+/// What [`Store::remove_group_member`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    Removed,
+    /// The service account was not a member (or the group does not exist).
+    NotMember,
+    /// Refused: it is the last member of an `admin` group.
+    LastAdmin,
+}
+
 const SELECT_SA: &str =
     "SELECT id, account_id, name, description, created_at FROM service_accounts";
 
@@ -304,20 +314,52 @@ impl Store {
         Ok(())
     }
 
-    /// Removes a member; whether it was one.
+    /// Removes a member. The last member of an `admin` group stays: the
+    /// account would have no admin left. The group's row is locked first
+    /// (a write on both SQLite and PostgreSQL), so two removals at once
+    /// count the members one after the other.
     pub async fn remove_group_member(
         &self,
         group_id: &str,
         service_account_id: &str,
-    ) -> Result<bool> {
+    ) -> Result<Removal> {
+        let mut tx = self.pool.begin().await?;
+        let locked = sqlx::query("UPDATE iam_groups SET role = role WHERE id = $1")
+            .bind(group_id)
+            .execute(&mut *tx)
+            .await?;
+        if locked.rows_affected() == 0 {
+            tx.rollback().await?;
+            return Ok(Removal::NotMember);
+        }
+        let role: String = sqlx::query("SELECT role FROM iam_groups WHERE id = $1")
+            .bind(group_id)
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get("role")?;
+        let members: i64 =
+            sqlx::query("SELECT count(*) AS n FROM iam_group_members WHERE group_id = $1")
+                .bind(group_id)
+                .fetch_one(&mut *tx)
+                .await?
+                .try_get("n")?;
         let done = sqlx::query(
             "DELETE FROM iam_group_members WHERE group_id = $1 AND service_account_id = $2",
         )
         .bind(group_id)
         .bind(service_account_id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        Ok(done.rows_affected() > 0)
+        if done.rows_affected() == 0 {
+            tx.rollback().await?;
+            return Ok(Removal::NotMember);
+        }
+        if Role::parse(&role) == Some(Role::Admin) && members <= 1 {
+            tx.rollback().await?;
+            return Ok(Removal::LastAdmin);
+        }
+        tx.commit().await?;
+        Ok(Removal::Removed)
     }
 
     /// The groups a service account is a member of.
