@@ -151,32 +151,7 @@ pub fn app(state: AppState) -> Router {
             "/v1/datasets/uploads/{upload_id}/cancel",
             post(routes::dataset_uploads::cancel),
         )
-        .route(
-            "/v1/admin/keys",
-            get(routes::admin::list_keys).post(routes::admin::create_key),
-        )
-        .route("/v1/admin/keys/{key_id}", delete(routes::admin::revoke_key))
-        .route("/v1/admin/nodes", get(routes::admin::list_nodes))
-        .route(
-            "/v1/admin/projects",
-            get(routes::admin::list_projects).post(routes::admin::create_project),
-        )
-        .route(
-            "/v1/admin/adapters",
-            get(routes::adapters::list).post(routes::adapters::import),
-        )
-        .route(
-            "/v1/admin/adapters/{adapter_id}",
-            delete(routes::adapters::delete),
-        )
-        .route(
-            "/v1/admin/projects/{project_id}/budget",
-            get(routes::usage::get_budget).put(routes::usage::set_budget),
-        )
-        .route(
-            "/v1/admin/projects/{project_id}/quotas",
-            get(routes::usage::list_quotas).put(routes::usage::set_quota),
-        )
+        .merge(admin_routes())
         .route("/v1/usage", get(routes::usage::usage));
     let api = if state.http.metrics_public {
         api
@@ -211,4 +186,38 @@ pub fn app(state: AppState) -> Router {
             crate::layers::request_timeout,
         ));
     crate::layers::wrap(router, &state.http).with_state(state)
+}
+
+/// `/v1/admin/...`: admin keys only. The check is a layer, so a key that
+/// is not an admin key gets its 403 before any handler reads (and
+/// validates) the body.
+fn admin_routes() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/v1/admin/keys",
+            get(routes::admin::list_keys).post(routes::admin::create_key),
+        )
+        .route("/v1/admin/keys/{key_id}", delete(routes::admin::revoke_key))
+        .route("/v1/admin/nodes", get(routes::admin::list_nodes))
+        .route(
+            "/v1/admin/projects",
+            get(routes::admin::list_projects).post(routes::admin::create_project),
+        )
+        .route(
+            "/v1/admin/adapters",
+            get(routes::adapters::list).post(routes::adapters::import),
+        )
+        .route(
+            "/v1/admin/adapters/{adapter_id}",
+            delete(routes::adapters::delete),
+        )
+        .route(
+            "/v1/admin/projects/{project_id}/budget",
+            get(routes::usage::get_budget).put(routes::usage::set_budget),
+        )
+        .route(
+            "/v1/admin/projects/{project_id}/quotas",
+            get(routes::usage::list_quotas).put(routes::usage::set_quota),
+        )
+        .route_layer(middleware::from_fn(crate::auth::require_admin_key))
 }

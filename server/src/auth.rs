@@ -97,6 +97,18 @@ pub async fn require_key(
     }
 }
 
+/// Inside [`require_key`]: 403 unless the caller's key is an admin key,
+/// before the handler's extractors run (so before a body is validated).
+pub async fn require_admin_key(request: Request, next: Next) -> Response {
+    match request.extensions().get::<RequestContext>() {
+        Some(ctx) => match ctx.require_admin() {
+            Ok(()) => next.run(request).await,
+            Err(e) => e.into_response(),
+        },
+        None => HttpError(ApiError::unauthorized("An API key is needed.")).into_response(),
+    }
+}
+
 async fn resolve(
     state: &AppState,
     header: Option<&axum::http::HeaderValue>,

@@ -185,3 +185,57 @@ async fn nodes_register_heartbeat_and_leave() {
         .collect();
     assert_eq!(ids, ["node-two"]);
 }
+
+/// A key that is not an admin key gets 403 on every admin route that takes
+/// a body, whatever the body (none, empty, not JSON, invalid): the admin
+/// check runs before the body is read.
+#[tokio::test]
+async fn non_admin_keys_get_403_before_body_validation() {
+    let state = bare_state();
+    let admin = state.store.bootstrap_admin().await.unwrap().unwrap().secret;
+    let ordinary = state
+        .store
+        .create_key("plain", None, false)
+        .await
+        .unwrap()
+        .secret;
+    let project = state.default_project.to_string();
+    let routes = [
+        ("POST", "/v1/admin/keys".to_string()),
+        ("POST", "/v1/admin/projects".to_string()),
+        ("POST", "/v1/admin/adapters".to_string()),
+        ("PUT", format!("/v1/admin/projects/{project}/budget")),
+        ("PUT", format!("/v1/admin/projects/{project}/quotas")),
+    ];
+    let bodies: [(Option<&str>, &[u8]); 4] = [
+        (None, b""),
+        (Some("application/json"), b"{}"),
+        (Some("application/json"), b"not json"),
+        (Some("application/json"), br#"{"name": 5, "model": []}"#),
+    ];
+    for (method, uri) in &routes {
+        for key in [KEY, ordinary.as_str()] {
+            for (content_type, body) in &bodies {
+                let reply =
+                    request(&state, method, uri, Some(key), *content_type, body.to_vec()).await;
+                let msg = shape_a(&reply, 403);
+                assert!(msg.contains("admin"), "{method} {uri}: {msg}");
+            }
+        }
+        // The admin key still gets the body checked.
+        let reply = request(
+            &state,
+            method,
+            uri,
+            Some(&admin),
+            Some("application/json"),
+            b"not json".to_vec(),
+        )
+        .await;
+        assert!(
+            matches!(reply.status, 400 | 422),
+            "{method} {uri}: {}",
+            reply.status
+        );
+    }
+}
