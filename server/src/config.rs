@@ -149,6 +149,12 @@ pub struct ServeArgs {
     /// generating; more are refused with 529.
     #[arg(long, env = "HEARTH_MAX_IMAGE_QUEUE", default_value_t = 8)]
     pub max_image_queue: usize,
+    /// Most memory (MiB) the largest attention of one image-model pass may
+    /// hold: it grows with the square of the image's area, so this bounds
+    /// the image sizes accepted (the default lets Stable Diffusion 1.x make
+    /// 832x832 on a CPU, 1024x1024 in f16 on a GPU).
+    #[arg(long, env = "HEARTH_IMAGE_MAX_ATTENTION_MB", default_value_t = hearth_engine::image::DEFAULT_MAX_ATTENTION_MB)]
+    pub image_max_attention_mb: u64,
     /// LoRA adapters each chat model keeps loaded (least recently used ones
     /// are unloaded beyond it). Also `--max-loaded-adapters`.
     #[arg(

@@ -87,6 +87,7 @@ pub fn build_state(
     let mut images = BTreeMap::new();
     let image_config = hearth_engine::image::ImageConfig {
         max_waiting: args.max_image_queue,
+        max_attention_mb: args.image_max_attention_mb,
     };
     let mut adapter_entries = Vec::new();
     crate::malloc::hold_thresholds();

@@ -106,6 +106,13 @@ async fn url_downloads_without_a_key_and_the_file_is_listed() {
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
+    // Shown by a browser, as OpenAI's image links are.
+    let headers = response.headers();
+    assert_eq!(headers["content-type"], "image/png");
+    assert!(headers["content-disposition"]
+        .to_str()
+        .unwrap()
+        .starts_with("inline"));
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(decode_png(&bytes).0, 64);
     // A tampered link is refused.
@@ -161,6 +168,13 @@ async fn bad_requests_get_the_api_error_shapes() {
             400,
             Some("size"),
         ),
+        // Sides the model can make, but its attention would hold 9 GB (over
+        // the default --image-max-attention-mb, 8 GiB).
+        (
+            json!({"model": IMAGE, "prompt": "x", "size": "1232x1232"}),
+            400,
+            Some("size"),
+        ),
         (
             json!({"model": IMAGE, "prompt": "x", "response_format": "gif"}),
             422,
@@ -179,6 +193,43 @@ async fn bad_requests_get_the_api_error_shapes() {
             );
         }
     }
+    // The image model on the other routes: the wrong kind, 400 naming
+    // `model` (not 404: it exists).
+    for (uri, body) in [
+        (
+            "/v1/chat/completions",
+            json!({"model": IMAGE, "messages": [{"role": "user", "content": "x"}]}),
+        ),
+        ("/v1/completions", json!({"model": IMAGE, "prompt": "x"})),
+        ("/v1/embeddings", json!({"model": IMAGE, "input": "x"})),
+        (
+            "/v1/rerank",
+            json!({"model": IMAGE, "query": "x", "documents": ["y"]}),
+        ),
+    ] {
+        let reply = post(state(), uri, &body.to_string()).await;
+        assert_eq!(reply.status, 400, "{uri}: {}", reply.text);
+        let error = &reply.json()["error"];
+        assert_eq!(error["param"], "model", "{uri}: {}", reply.text);
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .contains("/v1/images/generations"),
+            "{uri}: {}",
+            reply.text
+        );
+    }
+    let big = generate(
+        state(),
+        json!({"model": IMAGE, "prompt": "x", "size": "1232x1232"}),
+    )
+    .await;
+    assert!(
+        big.text.contains("--image-max-attention-mb"),
+        "{}",
+        big.text
+    );
     // The model is still there and works.
     let ok = generate(
         state(),

@@ -11,8 +11,9 @@
 //! - `response_format`: `url` (default: the PNG is stored as a file of
 //!   purpose `image` and the answer carries a signed link that downloads it
 //!   without a key) or `b64_json` (the PNG inline, base64).
-//! - `quality`, `style`, `user`, `output_format` (only `png`), `background`,
-//!   `moderation`: accepted; they do not change a diffusion model's output.
+//! - `quality`, `style`, `user`, `output_format` (only `png`), `background`
+//!   (`auto` or `opaque`: the images have no alpha channel), `moderation`:
+//!   accepted; they do not change a diffusion model's output.
 //! - Extensions: `seed` (fixed seed: the same request gives the same
 //!   images), `negative_prompt`, `num_inference_steps` (1 to
 //!   [`MAX_STEPS`]), `guidance_scale` (0 to 30; above 1 runs
@@ -64,6 +65,9 @@ pub struct ImageGenerationRequest {
     /// Only `png` is produced.
     #[serde(default)]
     pub output_format: Option<String>,
+    /// `auto` or `opaque`; `transparent` is refused (no alpha channel).
+    #[serde(default)]
+    pub background: Option<String>,
     /// Extension: a fixed seed.
     #[serde(default)]
     pub seed: Option<u64>,
@@ -143,6 +147,16 @@ impl ImageGenerationRequest {
                 return Err(ApiError::bad_request(
                     Some("output_format"),
                     format!("Only `png` images are produced, not `{f}`."),
+                ));
+            }
+        }
+        if let Some(b) = self.background.as_deref() {
+            if b != "auto" && b != "opaque" {
+                return Err(ApiError::bad_request(
+                    Some("background"),
+                    format!(
+                        "`background` `{b}` is not supported: the images are opaque RGB (`auto` or `opaque`)."
+                    ),
                 ));
             }
         }
@@ -249,6 +263,10 @@ mod tests {
             (
                 json!({"prompt": "x", "output_format": "jpeg"}),
                 "output_format",
+            ),
+            (
+                json!({"prompt": "x", "background": "transparent"}),
+                "background",
             ),
             (
                 json!({"prompt": "x", "num_inference_steps": 0}),

@@ -27,11 +27,23 @@ use crate::catalog::{CatalogEntry, ModelKind};
 pub struct ImageConfig {
     /// Requests that may wait behind the one running.
     pub max_waiting: usize,
+    /// Most memory, in MiB, the largest attention of one UNet pass may
+    /// hold ([`DiffusionPipeline::attention_bytes`]): it grows with the
+    /// square of the image's area, so this bounds the sizes accepted.
+    pub max_attention_mb: u64,
 }
+
+/// Default [`ImageConfig::max_attention_mb`]: 8 GiB, which lets the tiny
+/// test pipeline make 1024x1024 and Stable Diffusion 1.x in f32 (8 heads)
+/// 832x832; in f16 on a GPU, 1024x1024.
+pub const DEFAULT_MAX_ATTENTION_MB: u64 = 8192;
 
 impl Default for ImageConfig {
     fn default() -> Self {
-        Self { max_waiting: 16 }
+        Self {
+            max_waiting: 16,
+            max_attention_mb: DEFAULT_MAX_ATTENTION_MB,
+        }
     }
 }
 
@@ -97,6 +109,8 @@ pub struct ImageModel {
     tx: Sender<Job>,
     stats: Arc<ImageStats>,
     admission: Arc<Admission>,
+    /// [`ImageConfig::max_attention_mb`].
+    max_attention_mb: u64,
 }
 
 /// Sets the request's cancel flag when the waiting future is dropped (the
@@ -147,6 +161,7 @@ impl ImageModel {
             outstanding: AtomicUsize::new(0),
             limit: config.max_waiting + 1,
         });
+        let max_attention_mb = config.max_attention_mb;
         let (tx, rx) = channel();
         let (p, s, a) = (pipeline.clone(), stats.clone(), admission.clone());
         std::thread::Builder::new()
@@ -159,6 +174,7 @@ impl ImageModel {
             tx,
             stats,
             admission,
+            max_attention_mb,
         }
     }
 
@@ -173,11 +189,24 @@ impl ImageModel {
 
     pub fn supports_size(&self, width: usize, height: usize) -> bool {
         self.pipeline.supports_size(width, height)
+            && self.pipeline.attention_bytes(width, height) <= self.max_attention_mb << 20
     }
 
     /// The sizes the model accepts, in words.
     pub fn size_rule(&self) -> String {
-        self.pipeline.size_rule()
+        let m = self.pipeline.size_multiple();
+        let side = (1..=4096 / m)
+            .rev()
+            .map(|k| k * m)
+            .find(|&s| self.supports_size(s, s))
+            .unwrap_or(0);
+        format!(
+            "{}; its attention's memory, which grows with the square of the area, \
+             must fit the server's --image-max-attention-mb {} (the largest square \
+             image is {side}x{side})",
+            self.pipeline.size_rule(),
+            self.max_attention_mb
+        )
     }
 
     pub fn default_steps(&self) -> usize {

@@ -35,7 +35,14 @@ fn model(max_waiting: usize) -> ImageModel {
         source: Source::Local { path: dir },
         files: vec![],
     };
-    ImageModel::from_pipeline(entry, pipeline, ImageConfig { max_waiting })
+    ImageModel::from_pipeline(
+        entry,
+        pipeline,
+        ImageConfig {
+            max_waiting,
+            ..Default::default()
+        },
+    )
 }
 
 fn params(steps: usize) -> ImageParams {

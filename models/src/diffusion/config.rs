@@ -273,6 +273,9 @@ impl UNetJson {
             norm_num_groups: self.norm_num_groups,
             norm_eps: self.norm_eps,
             cross_attention_dim,
+            // candle-transformers' sliced attention stacks its slices
+            // into a 4-d tensor and then fails; the pipeline bounds
+            // attention memory by running one image at a time instead.
             sliced_attention_size: None,
             use_linear_projection: self.use_linear_projection,
         })

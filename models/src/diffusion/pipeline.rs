@@ -32,6 +32,9 @@ pub struct DiffusionPipeline {
     size_multiple: usize,
     scaling_factor: f64,
     latent_channels: usize,
+    /// Heads of the attention of each UNet block (0 when it has none),
+    /// from the highest resolution down; each block halves both sides.
+    block_heads: Vec<usize>,
     device: Device,
     dtype: DType,
 }
@@ -113,6 +116,11 @@ impl DiffusionPipeline {
             vae_config,
         )?;
 
+        let block_heads = unet_config
+            .blocks
+            .iter()
+            .map(|b| b.use_cross_attn.map_or(0, |_| b.attention_head_dim))
+            .collect();
         let vae_scale = vae_json.scale_factor();
         let size_multiple = vae_scale << (unet_config.blocks.len() - 1);
         // Turbo-like models (sd-turbo) are distilled for one step with
@@ -134,6 +142,7 @@ impl DiffusionPipeline {
             size_multiple,
             scaling_factor: vae_json.scaling_factor(),
             latent_channels: vae_json.latent_channels,
+            block_heads,
             device: device.clone(),
             dtype,
         })
@@ -153,6 +162,28 @@ impl DiffusionPipeline {
         [width, height]
             .iter()
             .all(|&s| s >= m && s % m == 0 && s <= MAX_SIDE)
+    }
+
+    /// Bytes the largest attention of one UNet or VAE pass holds at once
+    /// for a `width` x `height` image: its scores and their softmax, heads
+    /// x tokens^2 each, where a block's tokens are the latent's pixels
+    /// (a quarter fewer per block down). Memory grows with the square of
+    /// the image's area: this is what bounds the sizes a server accepts.
+    pub fn attention_bytes(&self, width: usize, height: usize) -> u64 {
+        let tokens = ((width / self.vae_scale) * (height / self.vae_scale)) as u64;
+        let unet = self
+            .block_heads
+            .iter()
+            .enumerate()
+            .map(|(i, &heads)| {
+                let t = tokens >> (2 * i);
+                heads as u64 * t * t
+            })
+            .max()
+            .unwrap_or(0);
+        // The VAE's mid-block attention: one head over the latent's pixels.
+        let vae = tokens * tokens;
+        2 * self.dtype.size_in_bytes() as u64 * unet.max(vae)
     }
 
     /// Sides must be multiples of this: the VAE's scale factor times the
@@ -223,9 +254,14 @@ impl DiffusionPipeline {
             .to_dtype(self.dtype)
     }
 
-    /// Generates `params.n` images in one batched UNet pass per step
-    /// (classifier-free guidance when guidance_scale > 1, doubling the
-    /// batch). `on_step(step, total)` is called after each denoising step;
+    /// Generates `params.n` images, each step running the UNet on one image
+    /// at a time (twice when guidance_scale > 1, classifier-free guidance:
+    /// unconditioned, then conditioned): an attention's scores grow with
+    /// the square of the latent's size, so a batch would take as many
+    /// times the memory ([`Self::attention_bytes`] is one pass's), and each
+    /// image comes out exactly as it would alone (image `i` of seed `s` is
+    /// image 0 of seed `s + i`).
+    /// `on_step(step, total)` is called after each denoising step;
     /// returning false stops the generation with an error "cancelled".
     pub fn generate(
         &self,
@@ -250,10 +286,10 @@ impl DiffusionPipeline {
         let mut sampler = Sampler::new(&self.scheduler, params.steps)?;
         let guided = params.guidance_scale > 1.0;
 
-        let cond = self.embed(&params.prompt)?.repeat((n, 1, 1))?;
+        let cond = self.embed(&params.prompt)?;
         let text = if guided {
             let negative = params.negative_prompt.as_deref().unwrap_or("");
-            let uncond = self.embed(negative)?.repeat((n, 1, 1))?;
+            let uncond = self.embed(negative)?;
             Tensor::cat(&[uncond, cond], 0)?
         } else {
             cond
@@ -272,20 +308,23 @@ impl DiffusionPipeline {
         let timesteps = sampler.timesteps().to_vec();
         let total = timesteps.len();
         for (index, &timestep) in timesteps.iter().enumerate() {
-            let input = if guided {
-                Tensor::cat(&[&latents, &latents], 0)?
-            } else {
-                latents.clone()
-            };
-            let input = sampler.scale_model_input(input, timestep)?;
-            let output = self.unet.forward(&input, timestep as f64, &text)?;
-            let output = if guided {
-                let uncond = output.narrow(0, 0, n)?;
-                let cond = output.narrow(0, n, n)?;
-                (&uncond + ((cond - &uncond)? * params.guidance_scale)?)?
-            } else {
-                output
-            };
+            let input = sampler.scale_model_input(latents.clone(), timestep)?;
+            let outputs = (0..n)
+                .map(|i| {
+                    let one = input.narrow(0, i, 1)?;
+                    let t = timestep as f64;
+                    if guided {
+                        // The two passes one after the other, not as a
+                        // batch of two: half the attention memory.
+                        let uncond = self.unet.forward(&one, t, &text.narrow(0, 0, 1)?)?;
+                        let cond = self.unet.forward(&one, t, &text.narrow(0, 1, 1)?)?;
+                        &uncond + ((cond - &uncond)? * params.guidance_scale)?
+                    } else {
+                        self.unet.forward(&one, t, &text)
+                    }
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let output = Tensor::cat(&outputs, 0)?;
             latents = sampler.step(index, &output, &latents, &mut || {
                 self.noise(&mut rngs, shape)
             })?;

@@ -66,7 +66,7 @@ pub(crate) fn prepare(
 }
 
 /// Finds a served embedding model, or the project's embedding endpoint of
-/// that routing key: 400 shape B for a chat model, else 404 shape A.
+/// that routing key: 400 shape B for a chat or image model, else 404 shape A.
 pub fn embed_model(state: &AppState, project: &str, id: &str) -> Result<EmbedModel, HttpError> {
     if let Some(model) = state.embed.get(id) {
         return Ok(model.clone());
@@ -74,13 +74,17 @@ pub fn embed_model(state: &AppState, project: &str, id: &str) -> Result<EmbedMod
     if let Some(routed) = state.endpoints.route_embed(project, id) {
         return routed.map_err(HttpError);
     }
-    if state.chat.contains_key(id) {
-        return Err(HttpError(ApiError::bad_request(
-            Some("model"),
-            format!("`{id}` is not an embedding model: it serves chat and completions."),
-        )));
-    }
-    Err(HttpError(ApiError::model_not_found(id)))
+    let serves = if state.chat.contains_key(id) {
+        "chat and completions"
+    } else if state.images.contains_key(id) {
+        "/v1/images/generations"
+    } else {
+        return Err(HttpError(ApiError::model_not_found(id)));
+    };
+    Err(HttpError(ApiError::bad_request(
+        Some("model"),
+        format!("`{id}` is not an embedding model: it serves {serves}."),
+    )))
 }
 
 /// Token ids of each input: texts tokenized (with the model's special

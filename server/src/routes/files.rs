@@ -3,7 +3,9 @@
 
 use axum::body::Body;
 use axum::extract::{FromRequest, Multipart, Request, State};
-use axum::http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE, HOST};
+use axum::http::header::{
+    CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE, HOST, X_CONTENT_TYPE_OPTIONS,
+};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -279,14 +281,22 @@ async fn stream_content(state: &AppState, file: FileRecord) -> Result<Response, 
         .chars()
         .filter(|c| c.is_ascii_graphic() && *c != '"' && *c != '\\' || *c == ' ')
         .collect();
+    // Generated images (always PNG) are shown by a browser, as OpenAI's
+    // image links are; everything else downloads.
+    let (kind, disposition) = if file.purpose == hearth_api::images::PURPOSE_IMAGE {
+        ("image/png", "inline")
+    } else {
+        ("application/octet-stream", "attachment")
+    };
     Ok((
         [
-            (CONTENT_TYPE, "application/octet-stream".to_string()),
+            (CONTENT_TYPE, kind.to_string()),
             (CONTENT_LENGTH, file.bytes.to_string()),
             (
                 CONTENT_DISPOSITION,
-                format!("attachment; filename=\"{filename}\""),
+                format!("{disposition}; filename=\"{filename}\""),
             ),
+            (X_CONTENT_TYPE_OPTIONS, "nosniff".to_string()),
         ],
         body,
     )

@@ -22,19 +22,23 @@ use crate::error::HttpError;
 use crate::state::AppState;
 use crate::usage::{Ledger, Ticket};
 
-/// Finds a served chat model: 400 shape B for a served embedding model, else
-/// 404 shape A.
+/// Finds a served chat model: 400 shape B for a served embedding or image
+/// model, else 404 shape A.
 pub fn chat_model(state: &AppState, id: &str) -> Result<ChatModel, HttpError> {
     if let Some(model) = state.chat.get(id) {
         return Ok(model.clone());
     }
-    if state.embed.contains_key(id) {
-        return Err(HttpError(ApiError::bad_request(
-            Some("model"),
-            format!("`{id}` is not a chat model: it serves /v1/embeddings and /v1/rerank."),
-        )));
-    }
-    Err(HttpError(ApiError::model_not_found(id)))
+    let serves = if state.embed.contains_key(id) {
+        "/v1/embeddings and /v1/rerank"
+    } else if state.images.contains_key(id) {
+        "/v1/images/generations"
+    } else {
+        return Err(HttpError(ApiError::model_not_found(id)));
+    };
+    Err(HttpError(ApiError::bad_request(
+        Some("model"),
+        format!("`{id}` is not a chat model: it serves {serves}."),
+    )))
 }
 
 /// Tokenizes `texts` on the blocking pool.

@@ -49,6 +49,7 @@ pub fn serve_args(models: Vec<String>, max_waiting: usize, max_active: usize) ->
         gpu_memory_fraction: hearth_engine::engine::DEFAULT_GPU_MEMORY_FRACTION,
         max_adapters: 8,
         max_image_queue: 8,
+        image_max_attention_mb: hearth_engine::image::DEFAULT_MAX_ATTENTION_MB,
         store: StoreArgs {
             data_dir: data_dir(),
             catalog: Some(data_dir().join("no-such-catalog.toml")),
