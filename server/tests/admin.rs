@@ -239,3 +239,50 @@ async fn non_admin_keys_get_403_before_body_validation() {
         );
     }
 }
+
+/// Blank or over-long names of projects and keys, and a blank quota model,
+/// are 400 naming the field; `*` and a model not served (yet) are quotas.
+#[tokio::test]
+async fn names_and_quota_models_are_checked() {
+    let state = bare_state();
+    let admin = state.store.bootstrap_admin().await.unwrap().unwrap().secret;
+    let send = |method: &'static str, uri: String, body: serde_json::Value| {
+        let (state, admin) = (state.clone(), admin.clone());
+        async move {
+            let body = body.to_string().into_bytes();
+            request(
+                &state,
+                method,
+                &uri,
+                Some(&admin),
+                Some("application/json"),
+                body,
+            )
+            .await
+        }
+    };
+    let long = "n".repeat(257);
+    for uri in ["/v1/admin/projects", "/v1/admin/keys"] {
+        for name in ["", "   ", long.as_str()] {
+            let reply = send("POST", uri.into(), json!({ "name": name })).await;
+            assert_eq!(reply.status, 400, "{uri} {name:?}");
+            assert_eq!(reply.json()["error"]["param"], "name", "{}", reply.json());
+        }
+        let fine = send("POST", uri.into(), json!({"name": "n".repeat(256)})).await;
+        assert_eq!(fine.status, 200, "{uri}");
+    }
+    let project = state.default_project.to_string();
+    let quotas = format!("/v1/admin/projects/{project}/quotas");
+    for model in ["", " "] {
+        let body = json!({"model": model, "tokens_per_minute": 100});
+        let reply = send("PUT", quotas.clone(), body).await;
+        assert_eq!(reply.status, 400, "{model:?}");
+        assert_eq!(reply.json()["error"]["param"], "model", "{}", reply.json());
+    }
+    for model in ["*", "ft:not-served-yet"] {
+        let body = json!({"model": model, "tokens_per_minute": 100});
+        assert_eq!(send("PUT", quotas.clone(), body).await.status, 200);
+    }
+    let listed = get(&state, &quotas, Some(&admin)).await.json();
+    assert_eq!(listed["data"].as_array().unwrap().len(), 2, "{listed}");
+}

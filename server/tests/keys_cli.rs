@@ -135,3 +135,27 @@ fn keys_can_be_made_for_a_project() {
         .unwrap();
     assert!(!output.status.success());
 }
+
+/// The CLI refuses blank names of keys and projects, as the API does.
+#[test]
+fn blank_names_are_refused() {
+    let dir = temp_dir();
+    for args in [
+        ["keys", "create", "--name", " "],
+        ["projects", "create", "--name", ""],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_hearth"))
+            .args(args)
+            .arg("--data-dir")
+            .arg(&dir)
+            .env_remove("HEARTH_DATABASE_URL")
+            .env_remove("HEARTH_BLOB_URL")
+            .output()
+            .expect("running hearth");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?}");
+        assert!(stderr.contains("`name` must not be empty"), "{stderr}");
+    }
+    let store = open(&dir);
+    assert!(block_on(async move { store.keys().await.unwrap() }).is_empty());
+}

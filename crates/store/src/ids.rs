@@ -45,6 +45,25 @@ pub fn random_hex() -> String {
     format!("{n:032x}")
 }
 
+/// The longest name a project, key or quota model may have, in characters.
+pub const MAX_NAME_CHARS: usize = 256;
+
+/// Whether `value` may be the `field` of a project, a key or a quota: not
+/// empty or only whitespace, at most [`MAX_NAME_CHARS`] characters; else
+/// the message saying why (naming `field`).
+pub fn check_name(field: &str, value: &str) -> Result<(), String> {
+    if value.trim().is_empty() {
+        return Err(format!("`{field}` must not be empty."));
+    }
+    let chars = value.chars().count();
+    if chars > MAX_NAME_CHARS {
+        return Err(format!(
+            "`{field}` must be at most {MAX_NAME_CHARS} characters, got {chars}."
+        ));
+    }
+    Ok(())
+}
+
 /// Seconds since the Unix epoch.
 pub fn now() -> i64 {
     std::time::SystemTime::now()

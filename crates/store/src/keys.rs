@@ -98,6 +98,7 @@ impl Store {
         project_id: Option<&str>,
         is_admin: bool,
     ) -> Result<NewKey> {
+        ids::check_name("name", name).map_err(StoreError::Invalid)?;
         let project_id = match project_id {
             Some(id) => id.to_string(),
             None => self.default_project().await?.id,
@@ -108,6 +109,7 @@ impl Store {
 
     /// Makes another key for an existing account.
     pub async fn add_key(&self, account_id: &str, name: &str) -> Result<NewKey> {
+        ids::check_name("name", name).map_err(StoreError::Invalid)?;
         let secret = generate_secret();
         let id = new_id(ids::KEY);
         sqlx::query(

@@ -5,7 +5,7 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use crate::error::Result;
+use crate::error::{Result, StoreError};
 use crate::ids::{self, new_id, now};
 use crate::Store;
 
@@ -32,7 +32,9 @@ pub fn is_well_formed(id: &str) -> bool {
 }
 
 impl Store {
+    /// A new project; its name must pass [`ids::check_name`].
     pub async fn create_project(&self, name: &str) -> Result<Project> {
+        ids::check_name("name", name).map_err(StoreError::Invalid)?;
         let project = Project {
             id: new_id(ids::PROJECT),
             name: name.to_string(),

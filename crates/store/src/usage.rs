@@ -343,6 +343,8 @@ impl Store {
                 .await?;
             return Ok(None);
         }
+        // Checked on setting only, so a bad name stored before can be cleared.
+        crate::ids::check_name("model", model).map_err(StoreError::Invalid)?;
         sqlx::query(
             "INSERT INTO project_quotas (project_id, model, tokens_per_minute, \
              requests_per_minute, burst_tokens, updated_at) VALUES ($1, $2, $3, $4, $5, $6) \

@@ -26,6 +26,7 @@ on_both!(
     settings_and_links,
     responses_are_kept_per_project,
     console_sessions_follow_their_key,
+    names_and_quota_models_are_checked,
 );
 
 async fn projects_and_the_default_project(env: Env) {
@@ -390,4 +391,52 @@ async fn console_sessions_follow_their_key(env: Env) {
         s.create_console_session(&new.info.id, 3600).await,
         Err(StoreError::NotFound(_))
     ));
+}
+
+/// Projects, keys and quota models need a name that is not blank and at
+/// most 256 characters (what the CLI and the HTTP routes both go through);
+/// nothing is made for a refused one.
+async fn names_and_quota_models_are_checked(env: Env) {
+    let s = &env.store;
+    let long = "n".repeat(257);
+    let invalid = |r: &Result<(), StoreError>, field: &str| {
+        assert!(
+            matches!(r, Err(StoreError::Invalid(m)) if m.contains(&format!("`{field}`"))),
+            "{r:?}"
+        );
+    };
+    let before = s.projects().await.unwrap().len();
+    for bad in ["", "  \t", long.as_str()] {
+        invalid(&s.create_project(bad).await.map(drop), "name");
+        invalid(&s.create_key(bad, None, false).await.map(drop), "name");
+    }
+    assert_eq!(s.projects().await.unwrap().len(), before);
+    assert!(s.keys().await.unwrap().is_empty());
+    let project = s.create_project(&"p".repeat(256)).await.unwrap().id;
+    let key = s.create_key(&"k".repeat(256), None, false).await.unwrap();
+    invalid(
+        &s.add_key(&key.info.account_id, " ").await.map(drop),
+        "name",
+    );
+    for bad in ["", " ", long.as_str()] {
+        invalid(
+            &s.set_quota(&project, bad, Some(100), None, None)
+                .await
+                .map(drop),
+            "model",
+        );
+    }
+    // `*` and a model not served (yet) are fine; clearing takes any name.
+    for model in ["*", "ft:some-model-not-served"] {
+        assert!(s
+            .set_quota(&project, model, Some(100), None, None)
+            .await
+            .unwrap()
+            .is_some());
+    }
+    assert_eq!(
+        s.set_quota(&project, "", None, None, None).await.unwrap(),
+        None
+    );
+    assert_eq!(s.quotas().await.unwrap().len(), 2);
 }

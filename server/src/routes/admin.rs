@@ -10,6 +10,13 @@ use crate::auth::RequestContext;
 use crate::error::{ApiJson, ApiPath, HttpError};
 use crate::state::AppState;
 
+/// 400 naming `field` unless `value` is a usable name (not blank, not too
+/// long: [`hearth_store::ids::check_name`]).
+pub(crate) fn check_name(field: &str, value: &str) -> Result<(), HttpError> {
+    hearth_store::ids::check_name(field, value)
+        .map_err(|message| HttpError(hearth_api::ApiError::bad_request(Some(field), message)))
+}
+
 fn key_json(key: &KeyInfo) -> Value {
     json!({
         "id": key.id,
@@ -91,6 +98,7 @@ pub async fn create_key(
     ApiJson(body): ApiJson<CreateKey>,
 ) -> Result<Json<Value>, HttpError> {
     ctx.require_admin()?;
+    check_name("name", &body.name)?;
     let new = state
         .store
         .create_key(&body.name, body.project_id.as_deref(), body.admin)
@@ -137,6 +145,7 @@ pub async fn create_project(
     ApiJson(body): ApiJson<CreateProject>,
 ) -> Result<Json<Value>, HttpError> {
     ctx.require_admin()?;
+    check_name("name", &body.name)?;
     let project = state.store.create_project(&body.name).await?;
     if let Some(account) = &ctx.caller.account_id {
         state.store.grant_project(account, &project.id).await?;

@@ -230,6 +230,10 @@ pub async fn set_quota(
     ApiJson(body): ApiJson<SetQuotaRequest>,
 ) -> Result<Json<QuotaObject>, HttpError> {
     ctx.require_admin()?;
+    if body.tokens_per_minute.is_some() || body.requests_per_minute.is_some() {
+        // Any model name, served now or not (a fine-tuned model may come later).
+        crate::routes::admin::check_name("model", &body.model)?;
+    }
     let quota = state
         .store
         .set_quota(
