@@ -74,17 +74,7 @@ pub fn embed_model(state: &AppState, project: &str, id: &str) -> Result<EmbedMod
     if let Some(routed) = state.endpoints.route_embed(project, id) {
         return routed.map_err(HttpError);
     }
-    let serves = if state.chat.contains_key(id) {
-        "chat and completions"
-    } else if state.images.contains_key(id) {
-        "/v1/images/generations"
-    } else {
-        return Err(HttpError(ApiError::model_not_found(id)));
-    };
-    Err(HttpError(ApiError::bad_request(
-        Some("model"),
-        format!("`{id}` is not an embedding model: it serves {serves}."),
-    )))
+    Err(super::not_this_kind(state, id, "an embedding model"))
 }
 
 /// Token ids of each input: texts tokenized (with the model's special

@@ -28,17 +28,7 @@ pub fn chat_model(state: &AppState, id: &str) -> Result<ChatModel, HttpError> {
     if let Some(model) = state.chat.get(id) {
         return Ok(model.clone());
     }
-    let serves = if state.embed.contains_key(id) {
-        "/v1/embeddings and /v1/rerank"
-    } else if state.images.contains_key(id) {
-        "/v1/images/generations"
-    } else {
-        return Err(HttpError(ApiError::model_not_found(id)));
-    };
-    Err(HttpError(ApiError::bad_request(
-        Some("model"),
-        format!("`{id}` is not a chat model: it serves {serves}."),
-    )))
+    Err(super::not_this_kind(state, id, "a chat model"))
 }
 
 /// Tokenizes `texts` on the blocking pool.

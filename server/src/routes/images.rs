@@ -149,17 +149,5 @@ fn image_model(state: &AppState, id: Option<&str>) -> Result<ImageModel, HttpErr
     if let Some(model) = state.images.get(id) {
         return Ok(model.clone());
     }
-    if state.chat.contains_key(id) || state.adapters.contains_key(id) {
-        return Err(HttpError(ApiError::bad_request(
-            Some("model"),
-            format!("`{id}` is not an image model: it serves chat and completions."),
-        )));
-    }
-    if state.embed.contains_key(id) {
-        return Err(HttpError(ApiError::bad_request(
-            Some("model"),
-            format!("`{id}` is not an image model: it serves embeddings."),
-        )));
-    }
-    Err(HttpError(ApiError::model_not_found(id)))
+    Err(super::not_this_kind(state, id, "an image model"))
 }
