@@ -171,6 +171,19 @@ async fn the_document_is_openapi_3_1_with_a_dated_version() {
         "bearer"
     );
     assert_eq!(doc["security"], json!([{"bearer": []}]));
+    // The fine-tuning list's `metadata[key]=value` filter is documented.
+    let params = doc["paths"]["/v1/fine_tuning/jobs"]["get"]["parameters"]
+        .as_array()
+        .expect("parameters");
+    let metadata = params
+        .iter()
+        .find(|p| p["name"] == "metadata")
+        .expect("a metadata parameter");
+    assert_eq!(
+        (metadata["in"].as_str(), metadata["style"].as_str()),
+        (Some("query"), Some("deepObject")),
+        "{metadata}"
+    );
 }
 
 #[test]

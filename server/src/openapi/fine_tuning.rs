@@ -36,7 +36,13 @@ pub fn create_job() {}
     tag = "Fine-tuning",
     operation_id = "listFineTuningJobs",
     summary = "The project's jobs, newest first",
-    params(FineTuningListQuery),
+    params(
+        FineTuningListQuery,
+        ("metadata" = Option<std::collections::BTreeMap<String, String>>, Query,
+            style = DeepObject, explode,
+            description = "Only jobs whose `metadata` holds every pair given, as \
+                `metadata[key]=value` (several pairs: all must match)."),
+    ),
     responses(
         (status = 200, description = "A page of jobs.", body = FineTuningList<FineTuningJob>),
     )
