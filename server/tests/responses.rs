@@ -573,8 +573,18 @@ async fn include_gives_the_text_part_and_its_deltas_logprobs() {
         .flat_map(|e| e["logprobs"].as_array().unwrap().clone())
         .collect();
     let done = &events.last().unwrap()["response"];
-    // The same f32 numbers (the event's object may print them widened).
-    assert_eq!(f32s(&json!(part_logprobs(done, 2))), f32s(&json!(logprobs)));
+    // The same numbers, printed alike in every event: the completed
+    // response's part equals the stored (and whole) response's.
+    assert_eq!(
+        json!(part_logprobs(done, 2)),
+        json!(part_logprobs(&r, 2)),
+        "{done}"
+    );
+    assert!(
+        !reply.text.contains("00000000") && !reply.text.contains("99999999"),
+        "widened f32 digits in the stream: {}",
+        reply.text
+    );
     assert_eq!(f32s(&json!(deltas)), f32s(&json!(logprobs)));
     let text_done = events
         .iter()

@@ -296,10 +296,17 @@ fn error_code(error: &ApiError) -> String {
 /// Log-probabilities as JSON through their text, so that the f32 numbers
 /// read as the response object gives them (not widened to f64 digits).
 fn exact(logprobs: &[ChatTokenLogprob]) -> Value {
-    serde_json::to_string(logprobs)
+    exact_value(logprobs).unwrap_or_else(|| json!([]))
+}
+
+/// `value` as JSON through its text, so that f32 numbers (log-probabilities)
+/// keep their shortest form instead of widening to f64's digits: every
+/// event then prints a number exactly as the others and the stored
+/// response do.
+fn exact_value<T: Serialize + ?Sized>(value: &T) -> Option<Value> {
+    serde_json::to_string(value)
         .ok()
         .and_then(|text| serde_json::from_str(&text).ok())
-        .unwrap_or_else(|| json!([]))
 }
 
 /// The stream's events, each with its `sequence_number` (from 0, one more
@@ -319,13 +326,16 @@ impl EventSequence {
 
     /// `response.created`, `response.in_progress`, ... with the response.
     pub fn response(&mut self, kind: &str, response: &ResponseObject) -> Value {
-        self.event(kind, json!({ "response": response }))
+        self.event(kind, json!({ "response": exact_value(response) }))
     }
 
     /// `response.output_item.added` (`in_progress`, no content) or
     /// `response.output_item.done` (the whole item), at `index` of `output`.
     pub fn item(&mut self, kind: &str, index: usize, item: &OutputItem) -> Value {
-        self.event(kind, json!({ "output_index": index, "item": item }))
+        self.event(
+            kind,
+            json!({ "output_index": index, "item": exact_value(item) }),
+        )
     }
 
     /// `response.content_part.added` / `.done` (of the message, the first
@@ -333,7 +343,10 @@ impl EventSequence {
     pub fn part(&mut self, kind: &str, item_id: &str, part: &OutputText) -> Value {
         self.event(
             kind,
-            json!({ "item_id": item_id, "output_index": 0, "content_index": 0, "part": part }),
+            json!({
+                "item_id": item_id, "output_index": 0, "content_index": 0,
+                "part": exact_value(part),
+            }),
         )
     }
 
