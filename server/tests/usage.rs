@@ -276,7 +276,8 @@ async fn a_spent_budget_answers_402_until_it_is_raised() {
         .await;
         assert!(!shape_b_param(&reply, Some(param)).is_empty(), "{body}");
     }
-    // 0.01: ten input tokens' worth.
+    // 0.01: ten input tokens' worth, less than a request's prompt: refused
+    // before it starts, saying what it may cost.
     let budget = put_admin(
         &state,
         &admin,
@@ -285,8 +286,28 @@ async fn a_spent_budget_answers_402_until_it_is_raised() {
     )
     .await;
     assert_eq!(budget["exhausted"], false);
+    let detail = shape_a(
+        &post_as(&state, KEY, "/v1/chat/completions", chat(4)).await,
+        402,
+    );
+    assert!(detail.contains("may cost up to"), "{detail}");
+    // Room for one request; then less than the spent sum: exhausted.
+    put_admin(
+        &state,
+        &admin,
+        &uri,
+        json!({"amount": 1, "period": "month"}),
+    )
+    .await;
     let first = post_as(&state, KEY, "/v1/chat/completions", chat(4)).await;
     assert_eq!(first.status, 200);
+    put_admin(
+        &state,
+        &admin,
+        &uri,
+        json!({"amount": 0.01, "period": "month"}),
+    )
+    .await;
     let detail = shape_a(
         &post_as(&state, KEY, "/v1/chat/completions", chat(4)).await,
         402,
@@ -377,8 +398,9 @@ async fn concurrent_requests_are_admitted_against_each_others_holds() {
     assert_eq!(output, 32);
     let cost = prompt as f64 * 0.001 + output as f64 * 0.002;
     // Room for two and a half more: each request holds its prompt and its
-    // `max_tokens` of output from admission, so exactly three of ten sent
-    // at once get in (charging prompts alone would let eight in).
+    // `max_tokens` of output from admission and is admitted only when that
+    // fits what is left, so exactly two of ten sent at once get in
+    // (charging prompts alone had let eight in).
     let amount = cost * 3.5;
     put_admin(
         &state,
@@ -398,26 +420,31 @@ async fn concurrent_requests_are_admitted_against_each_others_holds() {
         statuses.push(reply.await.unwrap().status);
     }
     statuses.sort();
-    assert_eq!(statuses, [&[200; 3][..], &[402; 7][..]].concat());
+    assert_eq!(statuses, [&[200; 2][..], &[402; 8][..]].concat());
     let shown = request(&state, "GET", &uri, Some(&admin), None, Vec::new())
         .await
         .json();
     let spent = shown["spent"].as_f64().unwrap();
-    assert!((spent - 4.0 * cost).abs() < 1e-6, "{shown} {cost}");
+    assert!((spent - 3.0 * cost).abs() < 1e-6, "{shown} {cost}");
+    // Half a request's room left: one that may cost more is refused, saying
+    // why.
+    let over = post_as(&state, KEY, "/v1/chat/completions", chat(2000)).await;
+    let detail = shape_a(&over, 402);
+    assert!(detail.contains("`max_tokens`"), "{detail}");
     // What a hold did not use goes back when its request ends: after a
-    // request with a large `max_tokens` (4 of output held) that ends early,
-    // the next one still finds room.
+    // request that holds 100 output tokens and ends early, the next such
+    // request still finds room (it would not beside the first one's hold).
     put_admin(
         &state,
         &admin,
         &uri,
-        json!({"amount": 6.0 * cost, "period": "total"}),
+        json!({"amount": 7.0 * cost, "period": "total"}),
     )
     .await;
-    let early = post_as(&state, KEY, "/v1/chat/completions", chat(2000)).await;
+    let early = post_as(&state, KEY, "/v1/chat/completions", chat(100)).await;
     early.expect_status(200);
-    assert!(usage_of(&early.json()).1 < 100, "{}", early.json());
-    post_as(&state, KEY, "/v1/chat/completions", chat(2))
+    assert!(usage_of(&early.json()).1 < 50, "{}", early.json());
+    post_as(&state, KEY, "/v1/chat/completions", chat(100))
         .await
         .expect_status(200);
 }

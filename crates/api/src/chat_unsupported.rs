@@ -28,7 +28,7 @@ pub(crate) fn check(request: &ChatCompletionRequest) -> Result<(), ApiError> {
     if let Some(modalities) = request.modalities.as_ref().filter(|v| !v.is_null()) {
         let ok = modalities
             .as_array()
-            .is_some_and(|items| items.iter().all(|m| m == "text"));
+            .is_some_and(|items| !items.is_empty() && items.iter().all(|m| m == "text"));
         if !ok {
             return Err(refuse(
                 "modalities",
@@ -92,6 +92,7 @@ mod tests {
             ),
             (json!({"modalities": ["text", "audio"]}), "modalities"),
             (json!({"modalities": "text"}), "modalities"),
+            (json!({"modalities": []}), "modalities"),
             (json!({"web_search_options": {}}), "web_search_options"),
             (json!({"reasoning_effort": "low"}), "reasoning_effort"),
             (json!({"verbosity": "high"}), "verbosity"),

@@ -194,6 +194,19 @@ impl ImageModel {
 
     /// The sizes the model accepts, in words.
     pub fn size_rule(&self) -> String {
+        format!("{}; {}", self.pipeline.size_rule(), self.memory_rule())
+    }
+
+    /// Why the model cannot make `width` x `height`: the rule it breaks.
+    pub fn size_refusal(&self, width: usize, height: usize) -> String {
+        if self.pipeline.supports_size(width, height) {
+            self.memory_rule()
+        } else {
+            self.pipeline.size_rule()
+        }
+    }
+
+    fn memory_rule(&self) -> String {
         let m = self.pipeline.size_multiple();
         let side = (1..=4096 / m)
             .rev()
@@ -201,10 +214,9 @@ impl ImageModel {
             .find(|&s| self.supports_size(s, s))
             .unwrap_or(0);
         format!(
-            "{}; its attention's memory, which grows with the square of the area, \
-             must fit the server's --image-max-attention-mb {} (the largest square \
-             image is {side}x{side})",
-            self.pipeline.size_rule(),
+            "its attention's memory, which grows with the square of the area, must \
+             fit the server's --image-max-attention-mb {} (the largest square image \
+             is {side}x{side})",
             self.max_attention_mb
         )
     }

@@ -52,7 +52,14 @@ pub const MAX_NAME_CHARS: usize = 256;
 /// empty or only whitespace, at most [`MAX_NAME_CHARS`] characters; else
 /// the message saying why (naming `field`).
 pub fn check_name(field: &str, value: &str) -> Result<(), String> {
-    if value.trim().is_empty() {
+    // Blank: nothing but white space, controls and the zero-width or
+    // invisible format characters (U+200B..U+200F, U+2060..U+2064, BOM).
+    let invisible = |c: char| {
+        c.is_whitespace()
+            || c.is_control()
+            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}')
+    };
+    if value.chars().all(invisible) {
         return Err(format!("`{field}` must not be empty."));
     }
     let chars = value.chars().count();
@@ -75,6 +82,15 @@ pub fn now() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blank_and_invisible_names_are_refused() {
+        for name in ["", " \t\n", "\u{a0}", "\u{200b}", "\u{feff}\u{2060}"] {
+            assert!(check_name("name", name).is_err(), "{name:?}");
+        }
+        assert!(check_name("name", " a\u{200b}").is_ok());
+        assert!(check_name("name", &"x".repeat(MAX_NAME_CHARS + 1)).is_err());
+    }
 
     #[test]
     fn ids_are_prefixed_increasing_and_checked() {

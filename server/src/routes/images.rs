@@ -40,7 +40,7 @@ pub async fn create(
             format!(
                 "`{}` cannot make {width}x{height} images: {}.",
                 model.id(),
-                model.size_rule()
+                model.size_refusal(width, height)
             ),
         )));
     }

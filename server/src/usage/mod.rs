@@ -9,9 +9,10 @@
 //! (quota) and the engine's final counts when each sequence ends (usage).
 //! Against a budget, a request holds at admission what it may cost: its
 //! prompt and, when it sets `max_tokens`, that much output (so that
-//! requests admitted together see each other's holds); output past the
-//! hold is charged as it is produced, and what the hold did not use goes
-//! back when the request ends (all of it when it never started).
+//! requests admitted together see each other's holds; a request whose hold
+//! does not fit what is left is refused); output past the hold is charged
+//! as it is produced, and what the hold did not use goes back when the
+//! request ends (all of it when it never started).
 //! Usage collects in memory and is written in one transaction per flush
 //! ([`Ledger::flush`], every two seconds and before `/v1/usage` answers),
 //! so the hot path never waits on the database.
@@ -163,9 +164,27 @@ impl Ledger {
             budgeted: false,
         };
         let now = Instant::now();
+        // What the request holds of a budget: its prompt and its bound of
+        // output.
+        let hold_nanos = cost_nanos(prompt_tokens as i64, account.prices.0)
+            + cost_nanos(max_output as i64, account.prices.1);
         let mut inner = self.lock();
         if let Some(state) = inner.budgets.get(&account.bucket.0) {
-            if state.stored + state.unflushed >= state.budget.amount_nanos {
+            let spent = state.stored + state.unflushed;
+            if spent < state.budget.amount_nanos
+                && spent.saturating_add(hold_nanos) > state.budget.amount_nanos
+            {
+                return Err(HttpError(ApiError::payment_required(format!(
+                    "The request may cost up to {} {} (its prompt and `max_tokens` of \
+                     output), more than the {} left of the budget of project `{}`: lower \
+                     `max_tokens`, or add funds (raise the budget).",
+                    format_amount(hold_nanos),
+                    state.budget.currency,
+                    format_amount(state.budget.amount_nanos - spent),
+                    account.bucket.0
+                ))));
+            }
+            if spent >= state.budget.amount_nanos {
                 return Err(HttpError(ApiError::payment_required(format!(
                     "The budget of project `{}` is exhausted ({} {} per {}): add funds \
                      (raise the budget) to continue.",
@@ -211,10 +230,8 @@ impl Ledger {
             }
         }
         let nanos = if account.budgeted {
-            let nanos = cost_nanos(prompt_tokens as i64, account.prices.0)
-                + cost_nanos(max_output as i64, account.prices.1);
-            inner.charge(&account.bucket.0, nanos);
-            nanos
+            inner.charge(&account.bucket.0, hold_nanos);
+            hold_nanos
         } else {
             0
         };
