@@ -174,10 +174,17 @@ impl Ledger {
             if spent < state.budget.amount_nanos
                 && spent.saturating_add(hold_nanos) > state.budget.amount_nanos
             {
+                let (what, lower) = if max_output > 0 {
+                    (
+                        "its prompt and `max_tokens` of output",
+                        "lower `max_tokens`, or ",
+                    )
+                } else {
+                    ("its input", "")
+                };
                 return Err(HttpError(ApiError::payment_required(format!(
-                    "The request may cost up to {} {} (its prompt and `max_tokens` of \
-                     output), more than the {} left of the budget of project `{}`: lower \
-                     `max_tokens`, or add funds (raise the budget).",
+                    "The request may cost up to {} {} ({what}), more than the {} left of \
+                     the budget of project `{}`: {lower}add funds (raise the budget).",
                     format_amount(hold_nanos),
                     state.budget.currency,
                     format_amount(state.budget.amount_nanos - spent),
