@@ -89,8 +89,9 @@ pub async fn budget(command: BudgetCommand) -> anyhow::Result<()> {
             currency,
             location,
         } => {
-            let nanos = parse_amount(&amount)
-                .with_context(|| format!("`{amount}` is not an amount of at least 0"))?;
+            let nanos = parse_amount(&amount).with_context(|| {
+                format!("`{amount}` is not an amount from 0 to less than 9000000000")
+            })?;
             let store = open(&location).await?;
             store
                 .set_budget(&project, Some((nanos, &period, &currency)))

@@ -173,7 +173,7 @@ pub async fn set_budget(
             parse_amount(&a.to_string()).ok_or_else(|| {
                 HttpError(ApiError::bad_request(
                     Some("amount"),
-                    "`amount` must be a number of at least 0.",
+                    "`amount` must be a number from 0 to less than 9000000000.",
                 ))
             })
         })
