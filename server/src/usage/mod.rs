@@ -245,16 +245,14 @@ impl Ledger {
         drop(inner);
         let hold = Hold {
             ledger: self.clone(),
-            account: Arc::new(account),
+            account,
+            prompt_tokens,
             held_output: max_output as u64,
             produced: AtomicU64::new(0),
             released: AtomicBool::new(false),
             nanos,
         };
-        let account = hold.account.clone();
         Ok(Ticket {
-            account,
-            prompt_tokens,
             hold: Arc::new(hold),
         })
     }
@@ -442,8 +440,6 @@ impl Inner {
 /// One admitted request: records what it uses.
 #[derive(Clone)]
 pub struct Ticket {
-    account: Arc<Account>,
-    prompt_tokens: usize,
     hold: Arc<Hold>,
 }
 
@@ -453,7 +449,8 @@ pub struct Ticket {
 /// part of the hold its output did not use is given back.
 struct Hold {
     ledger: Ledger,
-    account: Arc<Account>,
+    account: Account,
+    prompt_tokens: usize,
     held_output: u64,
     /// Output tokens produced by all the request's sequences.
     produced: AtomicU64,
@@ -497,13 +494,17 @@ impl Ticket {
         &self.hold.ledger
     }
 
+    fn account(&self) -> &Account {
+        &self.hold.account
+    }
+
     /// The request reached the engine: records it and its prompt tokens.
     pub fn started(&self) {
         self.ledger().lock().record(
-            &self.account,
+            self.account(),
             UsageCounts {
                 requests: 1,
-                input_tokens: self.prompt_tokens as i64,
+                input_tokens: self.hold.prompt_tokens as i64,
                 ..Default::default()
             },
         );
@@ -513,18 +514,18 @@ impl Ticket {
     /// quota, and its whole hold to the budget.
     pub fn cancel(&self) {
         self.hold.release(self.hold.nanos);
-        if !self.account.metered {
+        if !self.account().metered {
             return;
         }
-        if let Some(b) = self.ledger().lock().tokens.get_mut(&self.account.bucket) {
-            b.take_back(self.prompt_tokens as u64);
+        if let Some(b) = self.ledger().lock().tokens.get_mut(&self.account().bucket) {
+            b.take_back(self.hold.prompt_tokens as u64);
         }
     }
 
     /// `tokens` of output were just produced: taken from the quota, and
     /// charged to the budget past the hold.
     pub fn produced(&self, tokens: u64) {
-        let account = &self.account;
+        let account = self.account();
         if !account.metered && !account.budgeted {
             return;
         }
@@ -533,6 +534,9 @@ impl Ticket {
         } else {
             0
         };
+        if past == 0 && !account.metered {
+            return;
+        }
         let mut inner = self.ledger().lock();
         if past > 0 {
             inner.charge(&account.bucket.0, past);
@@ -547,7 +551,7 @@ impl Ticket {
     /// Records output (and cached prompt) tokens of a finished sequence.
     pub fn finished(&self, output_tokens: usize, cached_tokens: usize) {
         self.ledger().lock().record(
-            &self.account,
+            self.account(),
             UsageCounts {
                 output_tokens: output_tokens as i64,
                 cached_tokens: cached_tokens as i64,
