@@ -53,7 +53,8 @@ pub use endpoints::{DedicatedEndpoint, EndpointPatch, NewEndpoint};
 pub use error::{Result, StoreError};
 pub use files::{FileRecord, FileStatus, ListOrder};
 pub use fine_tuning::{
-    ft_blob_prefix, ClaimRules, FtCheckpoint, FtEvent, FtJob, FtStatus, NewFtJob, ResultFile,
+    ft_blob_prefix, ClaimRules, FtCheckpoint, FtEvent, FtJob, FtStatus, NewCheckpoint, NewFtJob,
+    ResultFile,
 };
 pub use keys::{Caller, KeyInfo, NewKey};
 pub use projects::Project;

@@ -11,7 +11,9 @@ mod common;
 use common::{postgres, sqlite, Env};
 use hearth_store::adapters::{adapter_blob_prefix, is_well_formed_adapter_id};
 use hearth_store::fine_tuning::RESULTS_PURPOSE;
-use hearth_store::{ClaimRules, FtStatus, ListOrder, NewAdapter, NewFtJob, ResultFile, StoreError};
+use hearth_store::{
+    ClaimRules, FtStatus, ListOrder, NewAdapter, NewCheckpoint, NewFtJob, ResultFile, StoreError,
+};
 use serde_json::json;
 
 on_both!(
@@ -59,15 +61,15 @@ async fn checkpoint_files_commit_with_the_checkpoint(env: Env) {
     let p = s.default_project().await.unwrap().id;
     let job = s.create_ft_job(new_job(&p)).await.unwrap();
     let ckpt = s
-        .add_ft_checkpoint_with_files(
-            &job.id,
-            &p,
-            2,
-            "m:ckpt-step-2",
-            json!({"step": 2}),
-            "x",
-            &PEFT,
-        )
+        .add_ft_checkpoint_with_files(NewCheckpoint {
+            job_id: &job.id,
+            project_id: &p,
+            step_number: 2,
+            fine_tuned_model_checkpoint: "m:ckpt-step-2",
+            metrics: json!({"step": 2}),
+            blob_prefix: "x",
+            files: &PEFT,
+        })
         .await
         .unwrap();
     assert_eq!(ckpt.result_files.len(), 2);
@@ -105,7 +107,15 @@ async fn checkpoint_files_commit_with_the_checkpoint(env: Env) {
     // file rows nor blobs behind.
     let before = s.blobs().file_ids().await.unwrap();
     assert!(s
-        .add_ft_checkpoint_with_files("ftjob-missing", &p, 1, "m", json!({}), "z", &PEFT)
+        .add_ft_checkpoint_with_files(NewCheckpoint {
+            job_id: "ftjob-missing",
+            project_id: &p,
+            step_number: 1,
+            fine_tuned_model_checkpoint: "m",
+            metrics: json!({}),
+            blob_prefix: "z",
+            files: &PEFT,
+        })
         .await
         .is_err());
     assert_eq!(result_files(&env, &p).await, ckpt.result_files);

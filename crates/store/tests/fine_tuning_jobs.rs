@@ -7,7 +7,7 @@
 mod common;
 
 use common::{postgres, sqlite, Env};
-use hearth_store::{ClaimRules, FtStatus, NewFtJob, ResultFile};
+use hearth_store::{ClaimRules, FtStatus, NewCheckpoint, NewFtJob, ResultFile};
 use serde_json::{json, Value};
 
 on_both!(
@@ -27,6 +27,26 @@ fn new_job(project: &str, metadata: Option<Value>) -> NewFtJob {
         hyperparameters: json!({"n_epochs": 3, "learning_rate": 1e-4}),
         method: "supervised".to_string(),
         metadata,
+    }
+}
+
+/// Checkpoint `step` of `job`, served as `name` (no metrics), its blobs
+/// under `blob_prefix`.
+fn checkpoint<'a>(
+    job: &'a str,
+    project: &'a str,
+    (step, name): (i64, &'a str),
+    blob_prefix: &'a str,
+    files: &'a [ResultFile<'a>],
+) -> NewCheckpoint<'a> {
+    NewCheckpoint {
+        job_id: job,
+        project_id: project,
+        step_number: step,
+        fine_tuned_model_checkpoint: name,
+        metrics: json!({}),
+        blob_prefix,
+        files,
     }
 }
 
@@ -115,14 +135,8 @@ async fn a_cancelled_job_takes_no_more_writes(env: Env) {
     }];
     let ckpt = s
         .add_held_ft_checkpoint_with_files(
-            &job.id,
             "w1",
-            &p,
-            4,
-            "m:ckpt-step-4",
-            json!({}),
-            "x",
-            &files,
+            checkpoint(&job.id, &p, (4, "m:ckpt-step-4"), "x", &files),
         )
         .await
         .unwrap()
@@ -146,14 +160,8 @@ async fn a_cancelled_job_takes_no_more_writes(env: Env) {
         .unwrap());
     assert_eq!(
         s.add_held_ft_checkpoint_with_files(
-            &job.id,
             "w1",
-            &p,
-            5,
-            "m:ckpt-step-5",
-            json!({}),
-            "y",
-            &files
+            checkpoint(&job.id, &p, (5, "m:ckpt-step-5"), "y", &files)
         )
         .await
         .unwrap(),

@@ -9,7 +9,7 @@
 //! attempt have no rows (the start-up sweep removes them).
 
 use hearth_store::fine_tuning::FtJob;
-use hearth_store::ResultFile;
+use hearth_store::{NewCheckpoint, ResultFile};
 use serde_json::json;
 
 use super::{JobContext, Stop, ADAPTER_CONFIG, ADAPTER_WEIGHTS, TRAINING_STATE};
@@ -56,14 +56,16 @@ impl JobContext {
             },
         ];
         let written = self.block_on(self.store.add_held_ft_checkpoint_with_files(
-            &job.id,
             &self.config.worker_id,
-            &job.project_id,
-            report.step as i64,
-            &format!("{name}:ckpt-step-{}", report.step),
-            metrics,
-            &prefix,
-            &published,
+            NewCheckpoint {
+                job_id: &job.id,
+                project_id: &job.project_id,
+                step_number: report.step as i64,
+                fine_tuned_model_checkpoint: &format!("{name}:ckpt-step-{}", report.step),
+                metrics,
+                blob_prefix: &prefix,
+                files: &published,
+            },
         ))?;
         if written.is_none() {
             // Cancelled (or taken over) since the progress write.

@@ -33,7 +33,7 @@ mod records;
 mod results;
 
 pub use claims::{ClaimRules, DEFAULT_MAX_ATTEMPTS};
-pub use results::{ResultFile, RESULTS_PURPOSE};
+pub use results::{NewCheckpoint, ResultFile, RESULTS_PURPOSE};
 
 /// `status` of a fine-tuning job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

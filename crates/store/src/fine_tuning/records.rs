@@ -50,15 +50,15 @@ impl Store {
         blob_prefix: &str,
     ) -> Result<FtCheckpoint> {
         // With no files the project is never read.
-        self.add_ft_checkpoint_with_files(
+        self.add_ft_checkpoint_with_files(NewCheckpoint {
             job_id,
-            "",
+            project_id: "",
             step_number,
             fine_tuned_model_checkpoint,
             metrics,
             blob_prefix,
-            &[],
-        )
+            files: &[],
+        })
         .await
     }
 

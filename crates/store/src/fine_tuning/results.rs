@@ -25,6 +25,20 @@ pub struct ResultFile<'a> {
     pub bytes: &'a [u8],
 }
 
+/// A checkpoint to record: its job, the job's project (that of the
+/// published `files`), the step, the model name it serves as, its
+/// metrics, and where its own blobs were written.
+#[derive(Debug, Clone)]
+pub struct NewCheckpoint<'a> {
+    pub job_id: &'a str,
+    pub project_id: &'a str,
+    pub step_number: i64,
+    pub fine_tuned_model_checkpoint: &'a str,
+    pub metrics: Value,
+    pub blob_prefix: &'a str,
+    pub files: &'a [ResultFile<'a>],
+}
+
 impl Store {
     /// Writes the blobs of `files` (new file ids, project `project_id`,
     /// purpose [`RESULTS_PURPOSE`]) and returns their rows, not yet
@@ -65,76 +79,44 @@ impl Store {
     /// `blob_prefix`) and publishes `files` as files of `project_id` (the
     /// job's), listed in the checkpoint's `result_files` in the order
     /// given: the file rows and the checkpoint row commit together.
-    #[allow(clippy::too_many_arguments)]
     pub async fn add_ft_checkpoint_with_files(
         &self,
-        job_id: &str,
-        project_id: &str,
-        step_number: i64,
-        fine_tuned_model_checkpoint: &str,
-        metrics: Value,
-        blob_prefix: &str,
-        files: &[ResultFile<'_>],
+        checkpoint: NewCheckpoint<'_>,
     ) -> Result<FtCheckpoint> {
-        let checkpoint: Option<FtCheckpoint> = self
-            .insert_ft_checkpoint(
-                job_id,
-                None,
-                project_id,
-                step_number,
-                fine_tuned_model_checkpoint,
-                metrics,
-                blob_prefix,
-                files,
-            )
-            .await?;
         // Without a claim to check, a checkpoint is written or an error.
-        checkpoint.ok_or_else(|| StoreError::Invalid("the checkpoint was not written".into()))
+        self.insert_ft_checkpoint(None, checkpoint)
+            .await?
+            .ok_or_else(|| StoreError::Invalid("the checkpoint was not written".into()))
     }
 
     /// As [`Store::add_ft_checkpoint_with_files`], only while the job is
     /// `running` under `worker` (the row held for the commit, so a cancel
     /// is either before it or after it): `None`, with nothing written, when
     /// the job was cancelled, finished or taken over.
-    #[allow(clippy::too_many_arguments)]
     pub async fn add_held_ft_checkpoint_with_files(
         &self,
-        job_id: &str,
         worker: &str,
-        project_id: &str,
-        step_number: i64,
-        fine_tuned_model_checkpoint: &str,
-        metrics: Value,
-        blob_prefix: &str,
-        files: &[ResultFile<'_>],
+        checkpoint: NewCheckpoint<'_>,
     ) -> Result<Option<FtCheckpoint>> {
-        self.insert_ft_checkpoint(
+        self.insert_ft_checkpoint(Some(worker), checkpoint).await
+    }
+
+    /// The checkpoint row and its file rows in one transaction, first
+    /// checking that `held_by` (when given) still holds the job.
+    async fn insert_ft_checkpoint(
+        &self,
+        held_by: Option<&str>,
+        new: NewCheckpoint<'_>,
+    ) -> Result<Option<FtCheckpoint>> {
+        let NewCheckpoint {
             job_id,
-            Some(worker),
             project_id,
             step_number,
             fine_tuned_model_checkpoint,
             metrics,
             blob_prefix,
             files,
-        )
-        .await
-    }
-
-    /// The checkpoint row and its file rows in one transaction, first
-    /// checking that `held_by` (when given) still holds the job.
-    #[allow(clippy::too_many_arguments)]
-    async fn insert_ft_checkpoint(
-        &self,
-        job_id: &str,
-        held_by: Option<&str>,
-        project_id: &str,
-        step_number: i64,
-        fine_tuned_model_checkpoint: &str,
-        metrics: Value,
-        blob_prefix: &str,
-        files: &[ResultFile<'_>],
-    ) -> Result<Option<FtCheckpoint>> {
+        } = new;
         let records = self.put_result_blobs(project_id, files).await?;
         let checkpoint = FtCheckpoint {
             id: new_id(ids::FT_CHECKPOINT),
