@@ -113,10 +113,10 @@ pub struct OutputText {
     #[schema(value_type = Vec<Object>)]
     pub annotations: Vec<Value>,
     /// Each output token's log-probability with its `top_logprobs` most
-    /// likely alternatives; only with `include`
-    /// `message.output_text.logprobs`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub logprobs: Option<Vec<ChatTokenLogprob>>,
+    /// likely alternatives with `include` `message.output_text.logprobs`;
+    /// empty otherwise (as OpenAI prints it, and as the deltas carry it).
+    #[serde(default)]
+    pub logprobs: Vec<ChatTokenLogprob>,
 }
 
 impl OutputMessage {
@@ -133,13 +133,13 @@ impl OutputMessage {
 }
 
 impl OutputText {
-    /// A text part; `logprobs` when they were asked for.
+    /// A text part; `logprobs` when they were asked for (else empty).
     pub fn new(text: String, logprobs: Option<Vec<ChatTokenLogprob>>) -> Self {
         Self {
             kind: "output_text".to_string(),
             text,
             annotations: Vec::new(),
-            logprobs,
+            logprobs: logprobs.unwrap_or_default(),
         }
     }
 }
@@ -370,7 +370,7 @@ impl EventSequence {
             json!({
                 "item_id": item_id, "output_index": 0, "content_index": 0,
                 "text": part.text,
-                "logprobs": exact(part.logprobs.as_deref().unwrap_or_default()),
+                "logprobs": exact(&part.logprobs),
             }),
         )
     }
