@@ -323,3 +323,42 @@ async fn auto_streams_a_text_answer_as_it_comes() {
     assert!(!pieces.concat().starts_with('['));
     assert_eq!(finish, Some(json!("stop")));
 }
+
+/// The loop a small model falls into when a call is forced: it repeats
+/// the call instead of closing the list. A named function is called once
+/// (the grammar allows one call), and under `required` the list is bounded
+/// and a call repeated word for word comes back once: either way calls
+/// with `tool_calls`, not the list cut off by `max_tokens` as text.
+#[tokio::test]
+async fn a_forced_call_is_not_repeated_to_the_token_limit() {
+    let add = json!([{"type": "function", "function": {
+        "name": "add", "description": "Add two integers.",
+        "parameters": {"type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"]}}}]);
+    for choice in [
+        json!({"type": "function", "function": {"name": "add"}}),
+        json!("required"),
+    ] {
+        let reply = chat(json!({
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "What is 2 plus 3?"}],
+            "tools": add, "tool_choice": choice,
+            "max_tokens": 400, "temperature": 0,
+        }))
+        .await;
+        reply.expect_status(200);
+        let body = reply.json();
+        let choice0 = &body["choices"][0];
+        assert_eq!(choice0["finish_reason"], "tool_calls", "{choice}: {body}");
+        let calls = choice0["message"]["tool_calls"].as_array().unwrap();
+        let args: Vec<&str> = calls
+            .iter()
+            .map(|c| c["function"]["arguments"].as_str().unwrap())
+            .collect();
+        let mut distinct = args.clone();
+        distinct.dedup();
+        assert_eq!(args, distinct, "a call repeated: {body}");
+        assert!(choice0["message"]["content"].is_null(), "{body}");
+    }
+}

@@ -8,7 +8,10 @@
 //! `[{"name": ..., "arguments": {...}}]`. With `tool_choice` `required` or
 //! a named function the whole answer must be such an array (of that
 //! function); with `auto` the grammar lets the first character decide: `[`
-//! starts calls, anything else is a plain answer.
+//! starts calls, anything else is a plain answer. An answer holds one
+//! call when `parallel_tool_calls` is false or a function is named (as
+//! vLLM's named choice), else at most [`MAX_PARALLEL_CALLS`]; identical
+//! calls (the same function with the same arguments) are returned once.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -66,6 +69,11 @@ impl CallFormat {
         }
     }
 }
+
+/// The most calls one answer may hold when parallel calls are allowed: a
+/// bound on a small model that repeats its call instead of closing the
+/// list (it would otherwise run to `max_tokens` and come back as text).
+pub const MAX_PARALLEL_CALLS: usize = 16;
 
 /// Tools a request offers, and how the model must use them.
 #[derive(Debug, Clone, PartialEq)]
@@ -347,15 +355,21 @@ impl ValidTools {
         }
     }
 
+    /// How many calls one answer may hold: one when `parallel_tool_calls`
+    /// is false or a function is named, else [`MAX_PARALLEL_CALLS`].
+    pub fn max_calls(&self) -> usize {
+        if self.parallel && !matches!(self.choice, ToolChoice::Named(_)) {
+            MAX_PARALLEL_CALLS
+        } else {
+            1
+        }
+    }
+
     /// The JSON schema of what the model may answer with calls (as a JSON
-    /// array).
+    /// array of one to [`ValidTools::max_calls`] calls).
     pub fn calls_schema(&self) -> Value {
         let item = self.call_schema();
-        let mut schema = json!({"type": "array", "items": item, "minItems": 1});
-        if !self.parallel {
-            schema["maxItems"] = json!(1);
-        }
-        schema
+        json!({"type": "array", "items": item, "minItems": 1, "maxItems": self.max_calls()})
     }
 
     /// Whether the model may also answer without calling a tool.
@@ -381,8 +395,15 @@ impl ValidTools {
         if calls.is_empty() {
             return None;
         }
+        // A call repeated word for word (a small model's loop) once.
+        let mut seen: Vec<&Value> = Vec::with_capacity(calls.len());
         calls
             .iter()
+            .filter(|c| {
+                let again = seen.contains(c);
+                seen.push(c);
+                !again
+            })
             .map(|c| {
                 let name = c.get("name")?.as_str()?;
                 self.tools.iter().find(|t| t.name == name)?;
@@ -508,6 +529,17 @@ mod tests {
         assert_eq!(t.choice, ToolChoice::Named("get_time".into()));
         let schema = t.calls_schema();
         assert_eq!(schema["maxItems"], 1);
+        // A named function is called once even with parallel calls allowed
+        // (as vLLM's named choice); `required` allows up to the bound.
+        let t = ValidTools::parse(Some(&weather()), Some(&named), None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.calls_schema()["maxItems"], 1);
+        let t = ValidTools::parse(Some(&weather()), Some(&json!("required")), None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.calls_schema()["maxItems"], MAX_PARALLEL_CALLS);
+        assert_eq!(t.calls_schema()["minItems"], 1);
         assert_eq!(schema["items"]["properties"]["name"]["const"], "get_time");
         for (tools, choice, param) in [
             (
@@ -582,6 +614,22 @@ mod tests {
         assert_eq!(calls[0].function.arguments, r#"{"city":"Paris"}"#);
         assert_eq!(calls[0].id, "call_1");
         assert!(t.calls_in("It is sunny.", String::new).is_none());
+        // A call repeated word for word comes back once; the same function
+        // with other arguments is another call.
+        let calls = t
+            .calls_in(
+                r#"[{"name": "get_weather", "arguments": {"city": "Paris"}},
+                    {"name": "get_weather", "arguments": {"city": "Paris"}},
+                    {"name": "get_weather", "arguments": {"city": "Oslo"}},
+                    {"name": "get_weather", "arguments": {"city": "Paris"}}]"#,
+                String::new,
+            )
+            .unwrap();
+        let args: Vec<_> = calls
+            .iter()
+            .map(|c| c.function.arguments.as_str())
+            .collect();
+        assert_eq!(args, [r#"{"city":"Paris"}"#, r#"{"city":"Oslo"}"#]);
         assert!(t
             .calls_in(r#"[{"name": "unknown", "arguments": {}}]"#, String::new)
             .is_none());

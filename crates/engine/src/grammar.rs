@@ -89,20 +89,19 @@ impl GrammarCompiler {
     }
 
     /// Tool calls in `<tool_call>` tags, each a JSON object matching
-    /// `call_schema`, one per line (only one unless `parallel`); or (when
+    /// `call_schema`, one per line (at most `max_calls`); or (when
     /// `may_answer`) plain text instead, which must not start with `<`.
     pub fn tagged_tool_calls(
         &self,
         call_schema: &Value,
-        parallel: bool,
+        max_calls: usize,
         may_answer: bool,
     ) -> Result<Arc<dyn Constraint>, String> {
         let schema = serde_json::to_string(&prepared(call_schema)).map_err(|e| e.to_string())?;
         let start = if may_answer { "calls | TEXT" } else { "calls" };
-        let calls = if parallel {
-            "call (\"\\n\" call)*"
-        } else {
-            "call"
+        let calls = match max_calls {
+            0 | 1 => "call".to_string(),
+            n => format!("call (\"\\n\" call){{0,{}}}", n - 1),
         };
         let mut lark = format!(
             "start: {start}\ncalls: {calls}\ncall: \"<tool_call>\\n\" body \"\\n</tool_call>\"\n\

@@ -272,3 +272,42 @@ fn wide_schemas_compile_and_run_within_the_limits() {
         assert!(text.starts_with("{\"p"), "{name}: {text}");
     }
 }
+
+/// Whether `constraint` takes `text` (as the tokenizer splits it) and may
+/// end after it.
+fn takes_whole(
+    constraint: &Arc<dyn hearth_core::Constraint>,
+    tokenizer: &tokenizers::Tokenizer,
+    eos: u32,
+    text: &str,
+) -> bool {
+    let ids = tokenizer.encode(text, false).unwrap().get_ids().to_vec();
+    let mut state = constraint.start();
+    for id in ids {
+        if state.accept(id).is_err() {
+            return false;
+        }
+    }
+    let mask = state.allowed().unwrap();
+    state.is_finished() || hearth_core::is_allowed(&mask, eos)
+}
+
+#[test]
+fn tagged_tool_calls_hold_at_most_their_bound() {
+    let lm = load_gguf(&common::smollm_gguf(), &Device::Cpu).unwrap();
+    let eos = lm.eos_ids[0];
+    let compiler = GrammarCompiler::new(&lm.tokenizer, eos).unwrap();
+    let schema = json!({"type": "object",
+        "properties": {"name": {"const": "f"}, "arguments": {"type": "object", "properties": {}}},
+        "required": ["name", "arguments"], "additionalProperties": false});
+    let call = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+    for (max, calls, taken) in [(1, 1, true), (1, 2, false), (3, 3, true), (3, 4, false)] {
+        let grammar = compiler.tagged_tool_calls(&schema, max, false).unwrap();
+        let text = vec![call; calls].join("\n");
+        assert_eq!(
+            takes_whole(&grammar, &lm.tokenizer, eos, &text),
+            taken,
+            "{calls} calls against a bound of {max}"
+        );
+    }
+}

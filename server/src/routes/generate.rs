@@ -110,9 +110,11 @@ pub async fn tool_constraint(
         let grammar = model.grammar()?;
         match tools.format {
             CallFormat::JsonArray => grammar.tool_calls(&tools.calls_schema(), tools.may_answer()),
-            CallFormat::Tagged => {
-                grammar.tagged_tool_calls(&tools.call_schema(), tools.parallel, tools.may_answer())
-            }
+            CallFormat::Tagged => grammar.tagged_tool_calls(
+                &tools.call_schema(),
+                tools.max_calls(),
+                tools.may_answer(),
+            ),
         }
         .map_err(|e| format!("The tools' parameter schemas cannot be used: {e}"))
     })
