@@ -92,6 +92,9 @@ pub async fn budget(command: BudgetCommand) -> anyhow::Result<()> {
             let nanos = parse_amount(&amount).with_context(|| {
                 format!("`{amount}` is not an amount from 0 to less than 9000000000")
             })?;
+            if let Some(problem) = hearth_api::usage::currency_problem(&currency) {
+                anyhow::bail!(problem);
+            }
             let store = open(&location).await?;
             store
                 .set_budget(&project, Some((nanos, &period, &currency)))

@@ -196,6 +196,24 @@ async fn a_quota_answers_429_until_the_wait_it_names_is_over() {
     let state = priced_state();
     let admin = state.store.bootstrap_admin().await.unwrap().unwrap().secret;
     let project = state.default_project.to_string();
+    // A limit below 1 is 400 naming it; an unknown project's quotas 403.
+    let uri = format!("/v1/admin/projects/{project}/quotas");
+    for field in ["tokens_per_minute", "requests_per_minute", "burst_tokens"] {
+        let body = json!({"model": "*", field: -5});
+        let reply = request(
+            &state,
+            "PUT",
+            &uri,
+            Some(&admin),
+            Some("application/json"),
+            body.to_string().into_bytes(),
+        )
+        .await;
+        assert!(!shape_b_param(&reply, Some(field)).is_empty(), "{body}");
+    }
+    let unknown = "/v1/admin/projects/project-01JAAAAAAAAAAAAAAAAAAAAAAA/quotas";
+    let reply = request(&state, "GET", unknown, Some(&admin), None, Vec::new()).await;
+    shape_a(&reply, 403);
     // 10 tokens a second, 60 at once: a chat prompt here is about 35.
     put_admin(
         &state,
@@ -264,6 +282,8 @@ async fn a_spent_budget_answers_402_until_it_is_raised() {
     for (body, param) in [
         (json!({"amount": -1}), "amount"),
         (json!({"amount": 5, "period": "week"}), "period"),
+        (json!({"amount": 5, "currency": ""}), "currency"),
+        (json!({"amount": 5, "currency": "usd"}), "currency"),
     ] {
         let reply = request(
             &state,
@@ -276,6 +296,24 @@ async fn a_spent_budget_answers_402_until_it_is_raised() {
         .await;
         assert!(!shape_b_param(&reply, Some(param)).is_empty(), "{body}");
     }
+    // A body without `amount` is 422 (it does not lift a budget).
+    let put = |body: Value| {
+        let (state, uri, admin) = (&state, &uri, &admin);
+        async move {
+            request(
+                state,
+                "PUT",
+                uri,
+                Some(admin),
+                Some("application/json"),
+                body.to_string().into_bytes(),
+            )
+            .await
+        }
+    };
+    let missing = shape_c(&put(json!({"period": "total"})).await);
+    assert_eq!(missing["type"], "missing", "{missing}");
+    assert_eq!(missing["loc"], json!(["body", "amount"]));
     // 0.01: ten input tokens' worth, less than a request's prompt: refused
     // before it starts, saying what it may cost.
     let budget = put_admin(

@@ -91,12 +91,15 @@ pub struct UsageReport {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetBudgetRequest {
-    /// In currency units (e.g. 25.5); null removes the budget.
-    pub amount: Option<f64>,
+    /// In currency units (e.g. 25.5); null removes the budget. Required
+    /// (a body without it is 422, so that `{}` never lifts a budget).
+    #[serde(deserialize_with = "crate::de::double_option")]
+    #[schema(value_type = Option<f64>, required = true)]
+    pub amount: Option<Option<f64>>,
     /// `month` (default) or `total`.
     #[serde(default)]
     pub period: Option<String>,
-    /// Default `USD`.
+    /// Three capital letters (an ISO 4217 code); default `USD`.
     #[serde(default)]
     pub currency: Option<String>,
 }
@@ -136,4 +139,16 @@ pub struct SetQuotaRequest {
     pub requests_per_minute: Option<i64>,
     #[serde(default)]
     pub burst_tokens: Option<i64>,
+}
+
+/// `None` when `currency` is three capital letters (the shape of an ISO
+/// 4217 code), else what is wrong with it.
+pub fn currency_problem(currency: &str) -> Option<String> {
+    if currency.len() == 3 && currency.bytes().all(|b| b.is_ascii_uppercase()) {
+        None
+    } else {
+        Some(format!(
+            "`currency` must be three capital letters (an ISO 4217 code such as `USD`), got `{currency}`."
+        ))
+    }
 }

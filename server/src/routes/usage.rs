@@ -141,14 +141,20 @@ pub async fn get_budget(
     match state.store.budget(&project).await? {
         Some(b) => Ok(Json(budget_object(&state, &b).await?)),
         None => {
-            state
-                .store
-                .project(&project)
-                .await?
-                .ok_or(hearth_store::StoreError::NotFound("project"))?;
+            known_project(&state, &project).await?;
             Ok(Json(no_budget(&project)))
         }
     }
+}
+
+/// 403 (as for any project out of reach) unless `project` exists.
+async fn known_project(state: &AppState, project: &str) -> Result<(), HttpError> {
+    state
+        .store
+        .project(project)
+        .await?
+        .ok_or(hearth_store::StoreError::NotFound("project"))?;
+    Ok(())
 }
 
 /// `PUT /v1/admin/projects/{project_id}/budget`.
@@ -167,8 +173,12 @@ pub async fn set_budget(
         )));
     }
     let currency = body.currency.as_deref().unwrap_or("USD");
+    if let Some(problem) = hearth_api::usage::currency_problem(currency) {
+        return Err(HttpError(ApiError::bad_request(Some("currency"), problem)));
+    }
     let nanos = body
         .amount
+        .flatten()
         .map(|a| {
             parse_amount(&a.to_string()).ok_or_else(|| {
                 HttpError(ApiError::bad_request(
@@ -208,6 +218,7 @@ pub async fn list_quotas(
     ApiPath(project): ApiPath<String>,
 ) -> Result<Json<QuotaList>, HttpError> {
     ctx.require_admin()?;
+    known_project(&state, &project).await?;
     let data = state
         .store
         .quotas()
@@ -230,6 +241,18 @@ pub async fn set_quota(
     ApiJson(body): ApiJson<SetQuotaRequest>,
 ) -> Result<Json<QuotaObject>, HttpError> {
     ctx.require_admin()?;
+    for (field, limit) in [
+        ("tokens_per_minute", body.tokens_per_minute),
+        ("requests_per_minute", body.requests_per_minute),
+        ("burst_tokens", body.burst_tokens),
+    ] {
+        if let Some(n) = limit.filter(|&n| n < 1) {
+            return Err(HttpError(ApiError::bad_request(
+                Some(field),
+                format!("`{field}` must be at least 1 (leave it out for no limit), got {n}."),
+            )));
+        }
+    }
     if body.tokens_per_minute.is_some() || body.requests_per_minute.is_some() {
         // Any model name, served now or not (a fine-tuned model may come later).
         crate::routes::admin::check_name("model", &body.model)?;
