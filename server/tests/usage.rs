@@ -351,6 +351,7 @@ async fn a_spent_budget_answers_402_until_it_is_raised() {
         402,
     );
     assert!(detail.contains("exhausted"), "{detail}");
+    assert!(detail.contains("0.01 USD per month"), "{detail}");
     shape_a(
         &post_as(
             &state,

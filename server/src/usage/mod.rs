@@ -193,12 +193,16 @@ impl Ledger {
             }
             if spent >= state.budget.amount_nanos {
                 return Err(HttpError(ApiError::payment_required(format!(
-                    "The budget of project `{}` is exhausted ({} {} per {}): add funds \
+                    "The budget of project `{}` is exhausted ({} {} {}): add funds \
                      (raise the budget) to continue.",
                     account.bucket.0,
                     format_amount(state.budget.amount_nanos),
                     state.budget.currency,
-                    state.budget.period
+                    if state.budget.period == "total" {
+                        "in total"
+                    } else {
+                        "per month"
+                    }
                 ))));
             }
         }
