@@ -40,10 +40,10 @@ fn priced_state() -> AppState {
     state
 }
 
-async fn post_as(state: &AppState, key: &str, uri: &str, body: Value) -> Raw {
+async fn send_as(state: &AppState, method: &str, key: &str, uri: &str, body: Value) -> Raw {
     request(
         state,
-        "POST",
+        method,
         uri,
         Some(key),
         Some("application/json"),
@@ -52,16 +52,12 @@ async fn post_as(state: &AppState, key: &str, uri: &str, body: Value) -> Raw {
     .await
 }
 
+async fn post_as(state: &AppState, key: &str, uri: &str, body: Value) -> Raw {
+    send_as(state, "POST", key, uri, body).await
+}
+
 async fn put_admin(state: &AppState, admin: &str, uri: &str, body: Value) -> Value {
-    let reply = request(
-        state,
-        "PUT",
-        uri,
-        Some(admin),
-        Some("application/json"),
-        body.to_string().into_bytes(),
-    )
-    .await;
+    let reply = send_as(state, "PUT", admin, uri, body).await;
     reply.expect_status(200);
     reply.json()
 }
@@ -200,15 +196,7 @@ async fn a_quota_answers_429_until_the_wait_it_names_is_over() {
     let uri = format!("/v1/admin/projects/{project}/quotas");
     for field in ["tokens_per_minute", "requests_per_minute", "burst_tokens"] {
         let body = json!({"model": "*", field: -5});
-        let reply = request(
-            &state,
-            "PUT",
-            &uri,
-            Some(&admin),
-            Some("application/json"),
-            body.to_string().into_bytes(),
-        )
-        .await;
+        let reply = send_as(&state, "PUT", &admin, &uri, body.clone()).await;
         assert!(!shape_b_param(&reply, Some(field)).is_empty(), "{body}");
     }
     let unknown = "/v1/admin/projects/project-01JAAAAAAAAAAAAAAAAAAAAAAA/quotas";
@@ -285,33 +273,11 @@ async fn a_spent_budget_answers_402_until_it_is_raised() {
         (json!({"amount": 5, "currency": ""}), "currency"),
         (json!({"amount": 5, "currency": "usd"}), "currency"),
     ] {
-        let reply = request(
-            &state,
-            "PUT",
-            &uri,
-            Some(&admin),
-            Some("application/json"),
-            body.to_string().into_bytes(),
-        )
-        .await;
+        let reply = send_as(&state, "PUT", &admin, &uri, body.clone()).await;
         assert!(!shape_b_param(&reply, Some(param)).is_empty(), "{body}");
     }
     // A body without `amount` is 422 (it does not lift a budget).
-    let put = |body: Value| {
-        let (state, uri, admin) = (&state, &uri, &admin);
-        async move {
-            request(
-                state,
-                "PUT",
-                uri,
-                Some(admin),
-                Some("application/json"),
-                body.to_string().into_bytes(),
-            )
-            .await
-        }
-    };
-    let missing = shape_c(&put(json!({"period": "total"})).await);
+    let missing = shape_c(&send_as(&state, "PUT", &admin, &uri, json!({"period": "total"})).await);
     assert_eq!(missing["type"], "missing", "{missing}");
     assert_eq!(missing["loc"], json!(["body", "amount"]));
     // 0.01: ten input tokens' worth, less than a request's prompt: refused
