@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use hearth_api::schemas::{ErrorDetail, UpstreamError};
+use hearth_api::schemas::UpstreamError;
 use hearth_api::usage::{
     BudgetObject, QuotaList, QuotaObject, SetBudgetRequest, SetQuotaRequest, UsageQuery,
     UsageReport,
@@ -50,7 +50,8 @@ pub fn get_budget() {}
     summary = "Set or remove a project's spending budget",
     description = "Once the project has spent `amount` (this calendar month, or in total) at \
         the catalogue's prices, inference requests and new fine-tuning jobs answer 402; \
-        requests already running finish. `amount: null` removes the budget.",
+        requests already running finish. `amount` is required; `amount: null` removes the \
+        budget. `currency` is three capital letters (an ISO 4217 code).",
     params(
         ("project_id" = String, Path, description = "The project's id."),
         ProjectQuery,
@@ -58,7 +59,8 @@ pub fn get_budget() {}
     request_body = SetBudgetRequest,
     responses(
         (status = 200, description = "The budget.", body = BudgetObject),
-        (status = 400, description = "A negative amount or an unknown period.", body = ErrorDetail),
+        (status = 400, description = "An amount out of range, an unknown period or a currency \
+            that is not three capital letters (`param` names it).", body = UpstreamError),
     )
 )]
 pub fn set_budget() {}
@@ -93,7 +95,7 @@ pub fn list_quotas() {}
     request_body = SetQuotaRequest,
     responses(
         (status = 200, description = "The quota.", body = QuotaObject),
-        (status = 400, description = "A limit below 1.", body = ErrorDetail),
+        (status = 400, description = "A limit below 1 (`param` names it).", body = UpstreamError),
     )
 )]
 pub fn set_quota() {}
