@@ -377,15 +377,18 @@ async fn a_quota_is_shared_between_the_alive_nodes() {
     )
     .await;
     state.usage.set_alive_nodes(2);
-    let mut statuses = Vec::new();
+    let mut replies = Vec::new();
     for _ in 0..3 {
-        statuses.push(
-            post_as(&state, KEY, "/v1/chat/completions", chat(1))
-                .await
-                .status,
-        );
+        replies.push(post_as(&state, KEY, "/v1/chat/completions", chat(1)).await);
     }
+    let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
     assert_eq!(statuses, [200, 200, 429]);
+    // The refusal names the quota that refused: requests, not tokens.
+    let detail = replies[2].json()["detail"].as_str().unwrap().to_string();
+    assert!(
+        detail.starts_with(&format!("Request quota exceeded for model `{MODEL}`.")),
+        "{detail}"
+    );
 }
 
 #[tokio::test]

@@ -161,10 +161,20 @@ impl ApiError {
     /// 429, shape A: the token quota of a model is used up; `Retry-After`
     /// carries the same number of seconds as the detail.
     pub fn rate_limited(model: &str, retry_after_secs: u64) -> Self {
+        Self::quota_exceeded("Token", model, retry_after_secs)
+    }
+
+    /// 429, shape A: the requests-per-minute quota of a model is used up
+    /// (the token quota's answer, naming the quota that refused).
+    pub fn request_rate_limited(model: &str, retry_after_secs: u64) -> Self {
+        Self::quota_exceeded("Request", model, retry_after_secs)
+    }
+
+    fn quota_exceeded(what: &str, model: &str, retry_after_secs: u64) -> Self {
         let mut e = Self::with_detail(
             429,
             format!(
-                "Token quota exceeded for model `{model}`. Retry after {retry_after_secs} seconds."
+                "{what} quota exceeded for model `{model}`. Retry after {retry_after_secs} seconds."
             ),
         );
         e.retry_after = u32::try_from(retry_after_secs.max(1)).unwrap_or(u32::MAX);

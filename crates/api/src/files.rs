@@ -162,16 +162,15 @@ pub struct FilesQuery {
 }
 
 impl FilesQuery {
-    /// The checked `limit`: 400 shape B outside 1..=10000.
+    /// The checked `limit`: 422 shape C outside 1..=10000, as every other
+    /// list's.
     pub fn limit(&self) -> Result<u32, ApiError> {
-        match self.limit {
-            None => Ok(FILES_DEFAULT_LIMIT),
-            Some(n) if (1..=FILES_MAX_LIMIT as i64).contains(&n) => Ok(n as u32),
-            Some(n) => Err(ApiError::bad_request(
-                Some("limit"),
-                format!("`limit` must be between 1 and {FILES_MAX_LIMIT}, got {n}."),
-            )),
-        }
+        let n = crate::common::list_limit(
+            self.limit,
+            FILES_DEFAULT_LIMIT.into(),
+            FILES_MAX_LIMIT.into(),
+        )?;
+        Ok(n as u32)
     }
 
     /// The checked purpose filter: 422 for an unknown purpose.

@@ -37,7 +37,6 @@ pub fn upload_file() {}
     params(FilesQuery),
     responses(
         (status = 200, description = "A page of files.", body = FileList),
-        (status = 400, description = "`limit` out of range.", body = UpstreamError),
     )
 )]
 pub fn list_files() {}

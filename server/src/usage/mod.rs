@@ -218,7 +218,7 @@ impl Ledger {
                     .or_insert_with(|| Bucket::new(rpm, rpm, now));
                 bucket.set_limit(rpm, rpm);
                 if let Err(wait) = bucket.check(1, now) {
-                    return Err(HttpError(ApiError::rate_limited(model, wait)));
+                    return Err(HttpError(ApiError::request_rate_limited(model, wait)));
                 }
             }
             if let Some(tpm) = limits.tokens_per_minute {
