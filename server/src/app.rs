@@ -6,7 +6,7 @@ use axum::routing::{delete, get, patch, post};
 use axum::Router;
 
 use crate::auth::require_key;
-use crate::error::{method_not_allowed, not_found};
+use crate::error::method_not_allowed;
 use crate::routes;
 use crate::state::AppState;
 
@@ -178,8 +178,8 @@ pub fn app(state: AppState) -> Router {
         .merge(crate::console::router())
         .merge(crate::iam::router(&state))
         .merge(api)
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(crate::console::not_found)
+        .method_not_allowed_fallback(crate::console::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(
             state.clone(),

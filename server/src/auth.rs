@@ -79,7 +79,10 @@ pub async fn require_key(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let header = request.headers().get(AUTHORIZATION).cloned();
+    let header = match single_authorization(request.headers()) {
+        Ok(header) => header.cloned(),
+        Err(detail) => return HttpError(ApiError::unauthorized(detail)).into_response(),
+    };
     let query = request.uri().query().map(str::to_string);
     match resolve(&state, header.as_ref(), query.as_deref()).await {
         Ok(context) if context.caller.read_only && !request.method().is_safe() => {
@@ -232,6 +235,18 @@ fn project_in_query(query: Option<&str>) -> Result<Option<String>, HttpError> {
         ])));
     }
     Ok(first.filter(|id| !id.is_empty()))
+}
+
+/// The request's one `Authorization` header, if any: two or more are
+/// refused (which one counts would be up to whoever added the second).
+pub(crate) fn single_authorization(
+    headers: &axum::http::HeaderMap,
+) -> Result<Option<&axum::http::HeaderValue>, &'static str> {
+    let mut all = headers.get_all(AUTHORIZATION).iter();
+    match (all.next(), all.next()) {
+        (first, None) => Ok(first),
+        _ => Err("Not authenticated: the request has more than one Authorization header. Send exactly one."),
+    }
 }
 
 fn bearer(header: Option<&axum::http::HeaderValue>) -> Result<&str, &'static str> {

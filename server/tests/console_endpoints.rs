@@ -156,7 +156,7 @@ async fn an_endpoint_is_created_from_the_form_with_the_apis_checks() {
     assert!(page.text.contains("scaling was changed"), "{}", page.text);
     let stored = state.store.endpoint_by_id(&made.id).await.unwrap();
     assert_eq!((stored.min_replicas, stored.max_replicas), (1, 2));
-    for (min, max) in [("3", "1"), ("two", "3")] {
+    for (min, max) in [("3", "1"), ("two", "3"), ("-1", "2"), ("0", "2")] {
         let bad = browser
             .post(
                 &scale,
@@ -169,6 +169,12 @@ async fn an_endpoint_is_created_from_the_form_with_the_apis_checks() {
             .await;
         assert!(bad.status.is_client_error(), "{min}-{max}: {}", bad.status);
         assert!(bad.text.contains("replicas"), "{min}-{max}: {}", bad.text);
+        // In plain words, never the parser's.
+        assert!(
+            !bad.text.contains("expected u32"),
+            "{min}-{max}: {}",
+            bad.text
+        );
     }
     let stored = state.store.endpoint_by_id(&made.id).await.unwrap();
     assert_eq!((stored.min_replicas, stored.max_replicas), (1, 2));

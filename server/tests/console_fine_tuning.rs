@@ -203,7 +203,15 @@ async fn the_forms_hyperparameters_reach_the_job_or_are_refused_in_plain_words()
             "Learning rate must be a number",
             400,
         ),
-        ("lora_r", "-2", "LoRA rank must be a whole number.", 400),
+        // Whole numbers out of range get the API's words, naming the range.
+        ("lora_r", "-2", "lora_r", 400),
+        ("n_epochs", "99999999999", "n_epochs", 400),
+        (
+            "n_epochs",
+            "99999999999999999999",
+            "Epochs is far too large.",
+            400,
+        ),
         (
             "packing",
             "maybe",

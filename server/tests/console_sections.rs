@@ -238,6 +238,81 @@ async fn a_batch_starts_from_an_uploaded_file_shows_progress_and_cancels() {
         .0[0]
         .status;
     assert!(status.as_str().starts_with("cancel"), "{status:?}");
+
+    // A failed batch shows why on its row, six problems as five and a count.
+    let failed = browser.post("/console/batches", &good).await;
+    assert_eq!(failed.status, StatusCode::SEE_OTHER, "{}", failed.text);
+    // Claimed as a worker would (the cancelled one left out).
+    let running = [id.clone()];
+    let rules = hearth_store::batches::BatchClaimRules {
+        running_here: &running,
+        ..hearth_store::batches::BatchClaimRules::new("w", 60)
+    };
+    let claimed = state.store.claim_batch(&rules).await.unwrap().unwrap();
+    assert_ne!(claimed.id, id);
+    let errors: Vec<_> = (1..=6)
+        .map(|i| json!({"code": "invalid_request", "message": format!("Line {i}: `method` must be `POST`, not \"GET\""), "param": null, "line": i}))
+        .collect();
+    assert!(state
+        .store
+        .fail_batch(&claimed.id, "w", json!(errors))
+        .await
+        .unwrap());
+    let page = browser.get("/console/batches").await;
+    let row = page.text.split(&claimed.id).nth(1).unwrap();
+    assert!(
+        row.contains("Line 5: <code>method</code>") || row.contains("Line 5: `method` must be"),
+        "{row}"
+    );
+    assert!(
+        !row.contains("Line 6:") && row.contains("and 1 more"),
+        "{row}"
+    );
+
+    // A refused cancel is said at the top of the page, not in the form.
+    let again = browser
+        .post(
+            &format!("/console/batches/{}/cancel", claimed.id),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert!(again.status.is_client_error(), "{}", again.text);
+    let top = again
+        .text
+        .split(r#"id="page-error""#)
+        .nth(1)
+        .expect("a page error");
+    assert!(top.contains("failed"), "{top}");
+    assert!(
+        !again.text.contains(r#"id="batch-error""#),
+        "{}",
+        again.text
+    );
+}
+
+#[tokio::test]
+async fn console_addresses_that_are_no_page_answer_pages() {
+    let state = bare_state();
+    let (mut browser, _) = signed_in(&state, "alice").await;
+    for uri in [
+        "/console/nonexistent",
+        "/console/keys/",
+        "/console/files/x/y",
+    ] {
+        let page = browser.get(uri).await;
+        assert_eq!(page.status, StatusCode::NOT_FOUND, "{uri}");
+        assert!(page.content_type.starts_with("text/html"), "{uri}");
+        assert!(page.text.contains("Page not found"), "{uri}: {}", page.text);
+    }
+    let page = browser.get("/console/sign-out").await;
+    assert_eq!(page.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(page.content_type.starts_with("text/html"), "{}", page.text);
+    // The API keeps its JSON.
+    let page = browser.get("/v1/nonexistent").await;
+    assert_eq!(page.status, StatusCode::NOT_FOUND);
+    assert_eq!(page.text, r#"{"detail":"Not Found"}"#);
+    let page = browser.get("/consoles").await;
+    assert_eq!(page.text, r#"{"detail":"Not Found"}"#);
 }
 
 #[tokio::test]
@@ -364,6 +439,11 @@ async fn a_dataset_made_through_the_api_is_listed_and_its_rows_page() {
         csv.content_type
     );
     assert_eq!(csv.text.lines().count(), 61, "{}", csv.text);
+    let xml = browser
+        .get(&format!("/console/datasets/{id}/export?format=xml"))
+        .await;
+    assert_eq!(xml.status, StatusCode::BAD_REQUEST);
+    assert!(xml.text.contains("CSV"), "{}", xml.text);
 }
 
 #[tokio::test]
@@ -442,6 +522,17 @@ async fn a_dataset_is_created_from_a_file_by_the_form_and_deleted() {
         .await;
     assert_eq!(bad.status.as_u16() / 100, 4, "{}", bad.text);
     assert!(bad.text.contains("role=\"alert\""), "{}", bad.text);
+    assert_eq!(count(state.clone()).await, 2);
+    // No file chosen: the browser sends an empty part without a name.
+    let none = browser
+        .post_multipart(
+            "/console/datasets",
+            &[("csrf", &csrf), ("name", "nothing")],
+            ("", b""),
+        )
+        .await;
+    assert_eq!(none.status, StatusCode::BAD_REQUEST, "{}", none.text);
+    assert!(none.text.contains("Choose a file."), "{}", none.text);
     assert_eq!(count(state.clone()).await, 2);
 
     // Columns, folder and description given in the form: the API takes

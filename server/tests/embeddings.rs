@@ -241,6 +241,20 @@ async fn paraphrases_score_higher_and_rerank_finds_the_relevant_document() {
     assert_eq!(r["results"].as_array().unwrap().len(), 1);
     assert_eq!(r["results"][0]["index"], 1);
     assert!(r["results"][0].get("document").is_none());
+
+    // A document of another type is 422 saying what a document is; an
+    // empty one is scored like any other.
+    let bad = json!({"model": EMBED, "query": "q", "documents": ["fine", 5]});
+    let item = shape_c(&post(&with_model(), "/v1/rerank", &bad.to_string()).await);
+    let msg = item["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("a string or an object with a `text` string"),
+        "{item}"
+    );
+    let empty = json!({"model": EMBED, "query": "q", "documents": ["", "q"]});
+    let reply = post(&with_model(), "/v1/rerank", &empty.to_string()).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.json()["results"].as_array().unwrap().len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

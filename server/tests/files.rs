@@ -326,6 +326,28 @@ async fn lists_page_filter_and_order() {
         "limit"
     );
     shape_a(&get(&state, "/v1/files", None).await, 401);
+    // Two Authorization headers are refused whichever comes first: which
+    // one counts would be up to whoever added the second.
+    for keys in [[KEY, "junk"], ["junk", KEY], [KEY, KEY]] {
+        let request = axum::http::Request::get("/v1/files")
+            .header("authorization", format!("Bearer {}", keys[0]))
+            .header("authorization", format!("Bearer {}", keys[1]))
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = tower::ServiceExt::oneshot(hearth_server::app(state.clone()), request)
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 401, "{keys:?}");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert!(
+            body["detail"]
+                .as_str()
+                .unwrap()
+                .contains("more than one Authorization"),
+            "{body}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@
 //! model, and a fine-tuned model deleted.
 
 mod common;
+mod console_common;
 
 use common::lora::adapter;
 use common::raw::{self, shape_b_param, upload, Raw};
@@ -224,6 +225,15 @@ async fn checkpoints_retrieve_and_fine_tuned_models_delete() {
     let name = format!("{MODEL}:mine:ftjob-01JTESTJOB0000000000000000");
     let job_id = succeeded_job(&state, &name).await;
     let ckpt = format!("{name}:ckpt-step-5");
+    // The console's playground offers the fine-tuned model (not its
+    // checkpoints, as the list).
+    let (mut browser, _) = console_common::signed_in(&state, "pg").await;
+    let playground = browser.get("/console/playground").await.text;
+    assert!(
+        playground.contains(&format!(r#"<option value="{name}""#)),
+        "{playground}"
+    );
+    assert!(!playground.contains(&ckpt), "{playground}");
     // The checkpoint is served, and retrieved though not listed.
     assert_eq!(chat_status(&state, &ckpt).await, 200);
     let listed = ids(&ok_json(&state, "GET", "/v1/models", None).await);
@@ -295,6 +305,8 @@ async fn checkpoints_retrieve_and_fine_tuned_models_delete() {
     }
     let listed = ids(&ok_json(&state, "GET", "/v1/models", None).await);
     assert!(!listed.contains(&name), "{listed:?}");
+    let playground = browser.get("/console/playground").await.text;
+    assert!(!playground.contains(&name), "{playground}");
     raw::shape_a(
         &call(&state, "DELETE", &format!("/v1/models/{name}"), None).await,
         404,

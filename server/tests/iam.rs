@@ -195,6 +195,30 @@ async fn a_signed_jwt_gets_a_token_that_reads_the_profile_and_the_inference_api(
         16,
     );
     cloud_error(&cloud_get(&state, "/iam/v1/profiles", None).await, 401, 16);
+    // Two Authorization headers, even with the valid token first.
+    let twice = axum::http::Request::get("/iam/v1/profiles")
+        .header("host", "files.test")
+        .header("authorization", format!("Bearer {token}"))
+        .header("authorization", "Bearer junk")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = tower::ServiceExt::oneshot(hearth_server::app(state.clone()), twice)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["code"], 16, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than one Authorization"),
+        "{body}"
+    );
     cloud_error(
         &cloud_get(&state, "/iam/v1/profiles", Some("garbage")).await,
         401,
@@ -320,6 +344,44 @@ async fn forged_and_malformed_jwts_are_refused() {
         exchange_raw(&state, &exchange_form("not-a-jwt")).await,
         "not a JWT",
     );
+    // Headers read before any key: each fault named, whatever the claims.
+    let signed = sign(a, &kid, claims(&sa, 300));
+    let rest = signed.split_once('.').unwrap().1;
+    let raw_head = |head: &str| {
+        let head = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(head);
+        exchange_form(&format!("{head}.{rest}"))
+    };
+    for (head, want) in [
+        (
+            format!(r#"{{"alg":"RS256","kid":"{kid}","crit":["exp"]}}"#),
+            "`crit`",
+        ),
+        (
+            r#"{"alg":"RS256","kid":7}"#.to_string(),
+            "`kid` must be a string",
+        ),
+        (
+            format!(r#"{{"alg":"RS256","alg":"RS256","kid":"{kid}"}}"#),
+            "duplicate field `alg`",
+        ),
+        (r#"{"alg":5}"#.to_string(), "`alg` must be a string"),
+    ] {
+        refused(exchange_raw(&state, &raw_head(&head)).await, want);
+    }
+    // Padding is not base64url as JWTs write it.
+    refused(
+        exchange_raw(&state, &exchange_form(&format!("{signed}=="))).await,
+        "without padding",
+    );
+    // An exp no NumericDate holds is named as such.
+    refused(
+        exchange_raw(
+            &state,
+            &exchange_form(&sign(a, &kid, json!({"iss": sa, "sub": sa, "exp": 1e22}))),
+        )
+        .await,
+        "NumericDate",
+    );
 
     // Form errors are 400 code 3.
     let mut wrong = exchange_form("x.y.z");
@@ -362,6 +424,11 @@ async fn forged_and_malformed_jwts_are_refused() {
     refused(
         exchange_raw(&state, &exchange_form(&sign(a, &kid, claims(&sa, 300)))).await,
         "revoked",
+    );
+    // Who cannot sign with the key does not learn that it is revoked.
+    refused(
+        exchange_raw(&state, &exchange_form(&sign(b, &kid, claims(&sa, 300)))).await,
+        "signature does not verify",
     );
     cloud_error(
         &cloud_get(&state, "/iam/v1/profiles", Some(&token)).await,
@@ -460,6 +527,31 @@ async fn roles_decide_what_a_token_may_do_and_admins_manage_the_account() {
         403,
         7,
     );
+    // Roles as the CLI's: editor unless said, `none` joins no group.
+    for (body, role) in [
+        (json!({"name": "plain"}), json!("editor")),
+        (json!({"name": "loner", "role": "none"}), Value::Null),
+    ] {
+        let made = post_json("/iam/v1/serviceAccounts", admin.clone(), body).await;
+        made.expect_status(200);
+        assert_eq!(made.json()["role"], role);
+    }
+    let msg = cloud_error(
+        &post_json(
+            "/iam/v1/serviceAccounts",
+            admin.clone(),
+            json!({"name": "odd", "role": "owner"}),
+        )
+        .await,
+        400,
+        3,
+    );
+    assert!(msg.contains("admin or none"), "{msg}");
+    // A filter given twice is refused, whichever id comes first.
+    let twice = format!(
+        "/iam/v1/authorizedKeys?service_account_id={viewer_sa}&service_account_id={admin_sa}"
+    );
+    cloud_error(&cloud_get(&state, &twice, Some(&admin)).await, 400, 3);
 
     // Memberships: the admin promotes the viewer to editor; it may then write.
     let groups = cloud_get(&state, "/iam/v1/groups", Some(&admin))

@@ -18,7 +18,7 @@ pub const MAX_RERANK_DOCUMENTS: usize = 1000;
 
 /// A document: a string or an object with `text`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "a string or an object with a `text` string")]
 pub enum RerankDocument {
     Text(String),
     Object { text: String },

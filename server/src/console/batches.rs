@@ -18,6 +18,9 @@ use crate::error::{ApiJson, ApiPath, ApiQuery, HttpError};
 use crate::routes::{batches as api, files as files_api};
 use crate::state::AppState;
 
+/// A failed batch's problems shown on its row (the API lists them all).
+const ERRORS_SHOWN: usize = 5;
+
 /// `GET /console/batches`.
 pub async fn list(State(state): State<AppState>, session: Session, uri: Uri) -> Response {
     let notice = match form::query(&uri).get("notice") {
@@ -30,10 +33,20 @@ pub async fn list(State(state): State<AppState>, session: Session, uri: Uri) -> 
         &session,
         StatusCode::OK,
         notice,
-        None,
+        Refusal::None,
         &Form::default(),
     )
     .await
+}
+
+/// What was refused, and so where its message goes.
+enum Refusal<'a> {
+    None,
+    /// The start form's input: shown in the form (at the top when the
+    /// form is not drawn, having no file to offer).
+    Start(&'a str),
+    /// A batch's cancel: shown at the top.
+    Cancel(&'a str),
 }
 
 async fn page(
@@ -41,7 +54,7 @@ async fn page(
     session: &Session,
     status: StatusCode,
     notice: Option<&str>,
-    error: Option<&str>,
+    refusal: Refusal<'_>,
     entered: &Form,
 ) -> Response {
     let ctx = || Extension(session.ctx());
@@ -61,9 +74,15 @@ async fn page(
         (Err(e), _) | (_, Err(e)) => return layout::error_page(e),
     };
     let picked = |name: &str, value: &str| entered.get(name) == Some(value);
+    let (form_error_text, top_error) = match refusal {
+        Refusal::None => (None, None),
+        Refusal::Start(e) if !files.is_empty() => (Some(e), None),
+        Refusal::Start(e) | Refusal::Cancel(e) => (None, Some(e)),
+    };
     let body = html! {
         h1 { "Batches" }
         (layout::notice(notice))
+        (form_error("page-error", top_error))
         section aria-labelledby="new-batch" {
             h2 #new-batch { "Start a batch" }
             @if files.is_empty() {
@@ -79,7 +98,7 @@ async fn page(
                         option value=(e) selected[picked("endpoint", e)] { (e) } } }
                     label for="batch-window" { "Completion window" }
                     select #batch-window name="completion_window" { @for w in COMPLETION_WINDOWS { option value=(w) { (w) } } }
-                    (form_error("batch-error", error))
+                    (form_error("batch-error", form_error_text))
                     button type="submit" { "Start batch" }
                 }
             }
@@ -97,7 +116,15 @@ async fn page(
                     tr {
                         td { code { (b.id) } }
                         td { (b.endpoint) }
-                        td { span class={ "status " (b.status) } { (b.status) } }
+                        td {
+                            span class={ "status " (b.status) } { (b.status) }
+                            @if let Some(errors) = b.errors.as_ref().filter(|e| !e.data.is_empty()) {
+                                ul.batch-errors { @for e in errors.data.iter().take(ERRORS_SHOWN) { li { (e.message) } }
+                                    @if errors.data.len() > ERRORS_SHOWN {
+                                        li { "and " (errors.data.len() - ERRORS_SHOWN) " more (the API's " code { "GET /v1/batches/" (b.id) } " lists them)" }
+                                    } }
+                            }
+                        }
                         td {
                             @if c.total > 0 { progress max=(c.total) value=(done.min(c.total)) { (done) " of " (c.total) } br; }
                             (c.completed) " done, " (c.failed) " failed of " (c.total)
@@ -159,7 +186,15 @@ pub async fn create(State(state): State<AppState>, session: Session, form: Form)
         made,
         "/console/batches?notice=created",
         |status, message| async move {
-            page(&state, &session, status, None, Some(&message), &form).await
+            page(
+                &state,
+                &session,
+                status,
+                None,
+                Refusal::Start(&message),
+                &form,
+            )
+            .await
         },
     )
     .await
@@ -190,7 +225,7 @@ pub async fn cancel(
                 &session,
                 status,
                 None,
-                Some(&message),
+                Refusal::Cancel(&message),
                 &Form::default(),
             )
             .await

@@ -60,8 +60,17 @@ pub fn loss_chart(points: &[Point]) -> Option<Markup> {
             .join(" ")
     };
     let train = line(&mut points.iter().map(|p| (p.step, p.train)));
-    let valid = line(&mut points.iter().filter_map(|p| p.valid.map(|v| (p.step, v))));
-    let has_valid = !valid.is_empty();
+    let valid_points: Vec<(i64, f64)> = points
+        .iter()
+        .filter_map(|p| p.valid.map(|v| (p.step, v)))
+        .collect();
+    let valid = line(&mut valid_points.iter().copied());
+    let has_valid = !valid_points.is_empty();
+    // A line of one point draws nothing: that point is a dot.
+    let lone_valid = match valid_points.as_slice() {
+        [only] => Some(*only),
+        _ => None,
+    };
     let summary = format!(
         "Training loss from {:.4} at step {} to {:.4} at step {}",
         first.train, first.step, last.train, last.step
@@ -82,6 +91,7 @@ pub fn loss_chart(points: &[Point]) -> Option<Markup> {
                 polyline.train-loss points=(train) {}
                 @if points.len() == 1 { circle.train-loss cx=(x(first.step)) cy=(y(first.train)) r="3" {} }
                 @if has_valid { polyline.valid-loss points=(valid) {} }
+                @if let Some((step, v)) = lone_valid { circle.valid-loss cx=(x(step)) cy=(y(v)) r="3" {} }
             }
             figcaption {
                 span.key.train { "training loss" }
@@ -146,5 +156,15 @@ mod tests {
             "{svg}"
         );
         assert!(svg.contains("from 2.0000 at step 1 to 1.0000 at step 3"));
+        // One validation point is drawn as a dot (a line of one point is
+        // invisible).
+        assert!(
+            svg.contains(r#"<circle class="valid-loss" cx="624" cy="118""#),
+            "{svg}"
+        );
+        let mut two = p.to_vec();
+        two[0].valid = Some(1.8);
+        let svg = loss_chart(&two).unwrap().into_string();
+        assert!(!svg.contains("circle"), "{svg}");
     }
 }

@@ -207,7 +207,11 @@ async fn receive(
                 *slot = Some(text).filter(|t| !t.is_empty());
             }
             "file" => {
-                format = Some(PartFormat::detect(field.content_type(), field.file_name()));
+                // A browser sends an empty part with no name when no file
+                // was chosen: that is "no file", not an empty one.
+                let chosen = field.file_name().is_some_and(|n| !n.is_empty());
+                format =
+                    chosen.then(|| PartFormat::detect(field.content_type(), field.file_name()));
                 let mut file = tokio::fs::File::create(path).await.map_err(io)?;
                 let limit = state.max_upload_bytes;
                 let mut written = 0u64;
@@ -482,7 +486,14 @@ pub async fn export(
 ) -> Response {
     let format = match form::query(&uri).get("format") {
         Some("csv") => ExportFormat::Csv,
-        _ => ExportFormat::Jsonl,
+        None | Some("jsonl") => ExportFormat::Jsonl,
+        Some(_) => {
+            return layout::message_page(
+                StatusCode::BAD_REQUEST,
+                "Unknown format",
+                "A dataset exports as CSV (`format=csv`) or JSON Lines (`format=jsonl`).",
+            )
+        }
     };
     let query = ExportQuery {
         format,

@@ -132,10 +132,10 @@ async fn page(
                             (csrf_field(session))
                             label for={ "min-" (e.endpoint_id) } { "Min" }
                             input id={ "min-" (e.endpoint_id) } type="number" name="min_replicas" min="1"
-                                value=(e.scaling.min_replicas) style="width:4em";
+                                value=(e.scaling.min_replicas) class="replicas";
                             label for={ "max-" (e.endpoint_id) } { "Max" }
                             input id={ "max-" (e.endpoint_id) } type="number" name="max_replicas" min="1"
-                                value=(e.scaling.max_replicas) style="width:4em";
+                                value=(e.scaling.max_replicas) class="replicas";
                             button type="submit" { "Scale" span.visually-hidden { " " (e.name) } }
                         }
                         form.inline method="post" action={ "/console/endpoints/" (e.endpoint_id) "/delete" }
@@ -171,19 +171,31 @@ pub async fn scale(
     if let Some(refused) = session.refuse(&form) {
         return refused;
     }
-    let field = |name: &str| -> serde_json::Value {
-        let raw = form.get(name).unwrap_or_default().trim();
-        raw.parse::<i64>()
-            .map(serde_json::Value::from)
-            .unwrap_or_else(|_| raw.into())
+    // Plain words for what is not a count; the API checks the rest (the
+    // order of the two, the node's capacity).
+    let field = |name: &str| {
+        form.get(name)
+            .unwrap_or_default()
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n >= 1)
+    };
+    let (Some(min), Some(max)) = (field("min_replicas"), field("max_replicas")) else {
+        let message = "Min and max replicas are whole numbers, at least 1.";
+        return page(
+            &state,
+            &session,
+            StatusCode::BAD_REQUEST,
+            None,
+            Some(message),
+        )
+        .await;
     };
     let mut body = serde_json::Map::new();
     body.insert(
         "scaling".into(),
-        serde_json::json!({
-            "min_replicas": field("min_replicas"),
-            "max_replicas": field("max_replicas"),
-        }),
+        serde_json::json!({"min_replicas": min, "max_replicas": max}),
     );
     let updated = api::update(
         State(state.clone()),

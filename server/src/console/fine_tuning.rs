@@ -64,9 +64,15 @@ async fn page(
         (Ok(j), Ok(f)) => (j.0.data, f.0.data),
         (Err(e), _) | (_, Err(e)) => return layout::error_page(e),
     };
+    // Files whose lines did not check out cannot train.
+    let files: Vec<_> = files.into_iter().filter(|f| f.status != "error").collect();
     let picked = |name: &str, value: &str| entered.get(name) == Some(value);
+    // Without the form (nothing to offer), its refusal goes at the top.
+    let form_drawn = !models.is_empty() && !files.is_empty();
+    let top_error = error.filter(|_| !form_drawn);
     let body = html! {
         h1 { "Fine-tuning" }
+        (form_error("page-error", top_error))
         section aria-labelledby="new-job" {
             h2 #new-job { "Start a job" }
             @if models.is_empty() {
@@ -176,9 +182,15 @@ fn hyperparameters(form: &Form) -> Result<serde_json::Map<String, Value>, String
     for (name, label, _, whole) in NUMBERS {
         let Some(v) = form.get(name) else { continue };
         let value = if *whole {
-            v.parse::<u32>()
-                .map(Value::from)
-                .map_err(|_| format!("{label} must be a whole number."))?
+            // Any whole number goes to the API, which says its range.
+            let digits = v.strip_prefix('-').unwrap_or(v);
+            match v.parse::<i64>() {
+                Ok(n) => Value::from(n),
+                Err(_) if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => {
+                    return Err(format!("{label} is far too large."))
+                }
+                Err(_) => return Err(format!("{label} must be a whole number.")),
+            }
         } else {
             v.parse::<f64>()
                 .ok()

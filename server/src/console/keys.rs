@@ -17,7 +17,7 @@ use crate::error::{ApiJson, ApiPath, HttpError};
 use crate::state::AppState;
 
 /// Longest key name accepted.
-const MAX_NAME: usize = 100;
+const MAX_NAME: usize = hearth_store::ids::MAX_NAME_CHARS;
 
 /// The keys this session may see.
 async fn visible_keys(state: &AppState, session: &Session) -> Result<Vec<KeyInfo>, HttpError> {

@@ -97,7 +97,7 @@ pub async fn render(
             }
             form.signout method="post" action="/console/sign-out" {
                 (csrf_field(session))
-                span.who { "Signed in with " strong { (session.inner.key_name) }
+                span.who title=(session.inner.key_name) { "Signed in with " strong { (session.inner.key_name) }
                     @if session.is_admin() { " (admin)" } }
                 button type="submit" { "Sign out" }
             }

@@ -113,6 +113,36 @@ pub fn router() -> Router<AppState> {
         .route("/console/images", get(images::page).post(images::create))
 }
 
+/// Whether `path` is the console's (its misses answer pages, not JSON).
+fn is_console(path: &str) -> bool {
+    path == "/console" || path.starts_with("/console/")
+}
+
+/// The server's 404: a page under `/console`, else the API's JSON.
+pub async fn not_found(uri: axum::http::Uri) -> Response {
+    if is_console(uri.path()) {
+        return layout::message_page(
+            axum::http::StatusCode::NOT_FOUND,
+            "Page not found",
+            "There is no console page at this address.",
+        );
+    }
+    crate::error::not_found().await
+}
+
+/// The server's 405: a page under `/console` (a form's address opened as
+/// a link), else the API's JSON.
+pub async fn method_not_allowed(uri: axum::http::Uri) -> Response {
+    if is_console(uri.path()) {
+        return layout::message_page(
+            axum::http::StatusCode::METHOD_NOT_ALLOWED,
+            "Not a page",
+            "This address takes a form's submission and has nothing to show.",
+        );
+    }
+    crate::error::method_not_allowed().await
+}
+
 /// `/console`: the keys section (or the sign-in page, through it).
 async fn home() -> Response {
     Redirect::to("/console/keys").into_response()

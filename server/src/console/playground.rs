@@ -44,7 +44,23 @@ async fn show(
     answer: Option<&str>,
     error: Option<&str>,
 ) -> Response {
-    let models: Vec<&String> = state.chat.keys().chain(state.adapters.keys()).collect();
+    // The served chat models, then every adapter model the project may
+    // use (the catalogue's, its fine-tuned models, its imports).
+    let adapters =
+        match crate::models_resolve::list_adapters(state, &session.inner.project_id).await {
+            Ok(adapters) => adapters,
+            Err(e) => return layout::error_page(e),
+        };
+    let models: Vec<&String> = state
+        .chat
+        .keys()
+        .chain(
+            adapters
+                .iter()
+                .filter(|a| state.chat.contains_key(&a.base))
+                .map(|a| &a.id),
+        )
+        .collect();
     let body = html! {
         h1 { "Playground" }
         @if models.is_empty() {

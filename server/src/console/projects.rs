@@ -15,7 +15,7 @@ use super::session::Session;
 use crate::error::{ApiJson, HttpError};
 use crate::state::AppState;
 
-const MAX_NAME: usize = 100;
+const MAX_NAME: usize = hearth_store::ids::MAX_NAME_CHARS;
 
 /// `GET /console/projects`.
 pub async fn list(State(state): State<AppState>, session: Session, uri: Uri) -> Response {
@@ -83,7 +83,9 @@ pub async fn create(State(state): State<AppState>, session: Session, form: Form)
     }
     let name = form.get("name").unwrap_or("");
     if name.is_empty() || name.chars().count() > MAX_NAME || name.chars().any(char::is_control) {
-        let message = format!("Enter a name of 1 to {MAX_NAME} characters.");
+        let message = format!(
+            "Enter a name of 1 to {MAX_NAME} characters, without control characters (tabs, line breaks)."
+        );
         return page(
             &state,
             &session,

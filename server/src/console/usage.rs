@@ -65,7 +65,9 @@ pub async fn page(State(state): State<AppState>, session: Session, uri: Uri) -> 
                         th scope="col" { "Total tokens" } th scope="col" { "Cost" } } }
                     tbody { @for row in &r.data { tr {
                         td { (row.date) } td { (row.model) }
-                        td { @if let Some(k) = &row.key_id { code { (k) } } @else { "command line" } } td { (row.class) }
+                        td { @if let Some(k) = &row.key_id { code { (k) } }
+                            @else if row.class == "batch" { "batch" }
+                            @else { span title="a --api-key key of the server, or a service account's access token" { "no stored key" } } } td { (row.class) }
                         td { (row.counts.requests) } td { (row.counts.input_tokens) }
                         td { (row.counts.output_tokens) } td { (row.counts.total_tokens) }
                         td { (format!("{:.4}", row.counts.cost)) }

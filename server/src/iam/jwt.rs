@@ -46,9 +46,23 @@ fn refused(reason: impl Into<String>) -> CloudHttpError {
     CloudHttpError(CloudError::unauthenticated(reason))
 }
 
+/// A JWT header's fields that matter here, as JSON values so that a wrong
+/// type gets its own message. Deriving `Deserialize` refuses a field given
+/// twice.
+#[derive(Deserialize)]
+struct Header {
+    #[serde(default)]
+    alg: Option<serde_json::Value>,
+    #[serde(default)]
+    kid: Option<serde_json::Value>,
+    #[serde(default)]
+    crit: Option<serde_json::Value>,
+}
+
 /// The header's `alg` and `kid`, read before anything is trusted.
 fn header(jwt: &str) -> Result<(String, Option<String>), CloudHttpError> {
-    let not_jwt = || refused("`subject_token` is not a JWT (three base64url parts).");
+    let not_jwt =
+        || refused("`subject_token` is not a JWT (three base64url parts, without padding).");
     let mut parts = jwt.split('.');
     let (Some(head), Some(_), Some(_), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -56,18 +70,32 @@ fn header(jwt: &str) -> Result<(String, Option<String>), CloudHttpError> {
         return Err(not_jwt());
     };
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(head.trim_end_matches('='))
+        .decode(head)
         .map_err(|_| not_jwt())?;
-    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|_| not_jwt())?;
-    let alg = value
-        .get("alg")
-        .and_then(|a| a.as_str())
-        .ok_or_else(|| refused("The JWT header has no `alg`."))?;
-    let kid = value
-        .get("kid")
-        .and_then(|k| k.as_str())
-        .map(str::to_string);
-    Ok((alg.to_string(), kid))
+    let header: Header = serde_json::from_slice(&bytes)
+        .map_err(|e| refused(format!("The JWT header is not a valid JSON object: {e}.")))?;
+    // RFC 7515 4.1.11: a `crit` extension the recipient does not
+    // understand invalidates the JWT, and none is understood here.
+    if header.crit.is_some() {
+        return Err(refused(
+            "The JWT header has `crit`: no critical extension is supported.",
+        ));
+    }
+    let alg = match header.alg {
+        Some(serde_json::Value::String(alg)) => alg,
+        Some(_) => return Err(refused("The JWT header's `alg` must be a string.")),
+        None => return Err(refused("The JWT header has no `alg`.")),
+    };
+    let kid = match header.kid {
+        Some(serde_json::Value::String(kid)) => Some(kid),
+        Some(_) => {
+            return Err(refused(
+                "The JWT header's `kid` must be a string: the authorized key's id.",
+            ))
+        }
+        None => None,
+    };
+    Ok((alg, kid))
 }
 
 /// Checks `jwt` at time `now`; records its `jti` when it passes.
@@ -89,12 +117,6 @@ pub async fn verify_subject_jwt(
         .authorized_key(&kid)
         .await?
         .ok_or_else(|| refused(format!("Unknown authorized key `{kid}`.")))?;
-    if key.revoked_at.is_some() {
-        return Err(refused(format!("The authorized key `{kid}` is revoked.")));
-    }
-    if !key.is_active(now) {
-        return Err(refused(format!("The authorized key `{kid}` has expired.")));
-    }
     let decoding = DecodingKey::from_rsa_pem(key.public_key.as_bytes())
         .map_err(|_| CloudHttpError(CloudError::internal()))?;
     let mut validation = Validation::new(Algorithm::RS256);
@@ -110,7 +132,17 @@ pub async fn verify_subject_jwt(
                 }
                 ErrorKind::ExpiredSignature => "The JWT has expired.".to_string(),
                 ErrorKind::ImmatureSignature => "The JWT is not valid yet (`nbf`).".to_string(),
-                ErrorKind::MissingRequiredClaim(c) => format!("The JWT has no `{c}` claim."),
+                ErrorKind::MissingRequiredClaim(c) => format!(
+                    "The JWT has no `{c}` claim, or not one of the right type{}.",
+                    if c == "exp" {
+                        " (a NumericDate: seconds since 1970, in range)"
+                    } else {
+                        ""
+                    }
+                ),
+                ErrorKind::Base64(_) => {
+                    "The JWT's parts must be base64url without padding.".to_string()
+                }
                 ErrorKind::Json(_) => {
                     "The JWT's claims are not valid JSON of the expected types.".to_string()
                 }
@@ -119,6 +151,14 @@ pub async fn verify_subject_jwt(
             })
         })?
         .claims;
+    // Only after the signature: who cannot sign with the key learns
+    // nothing of its state.
+    if key.revoked_at.is_some() {
+        return Err(refused(format!("The authorized key `{kid}` is revoked.")));
+    }
+    if !key.is_active(now) {
+        return Err(refused(format!("The authorized key `{kid}` has expired.")));
+    }
     let numeric = |v: Option<f64>| {
         v.filter(|t| t.is_finite())
             .map(|t| t.floor().clamp(-1e15, 1e15) as i64)

@@ -11,7 +11,6 @@ pub mod pem;
 mod routes;
 
 use axum::extract::{FromRequest, Request, State};
-use axum::http::header::AUTHORIZATION;
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -149,9 +148,8 @@ pub(crate) fn bearer_token(request: &Request) -> Result<&str, CloudError> {
             "Missing credentials: send `Authorization: Bearer <access token>`.",
         )
     };
-    let value = request
-        .headers()
-        .get(AUTHORIZATION)
+    let value = crate::auth::single_authorization(request.headers())
+        .map_err(CloudError::unauthenticated)?
         .ok_or_else(missing)?
         .to_str()
         .map_err(|_| missing())?;

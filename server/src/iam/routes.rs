@@ -187,17 +187,15 @@ pub async fn create_service_account(
     CloudJson(body): CloudJson<CreateServiceAccount>,
 ) -> CloudResult<ServiceAccountObject> {
     caller.require(Role::Admin, "Creating service accounts")?;
-    let role = body
-        .role
-        .as_deref()
-        .map(|r| {
-            Role::parse(r).ok_or_else(|| {
-                CloudError::invalid(format!(
-                    "`role` must be viewer, editor or admin, not `{r}`."
-                ))
-            })
-        })
-        .transpose()?;
+    // As the CLI: `editor` unless said; `none` joins no group.
+    let role = match body.role.as_deref().unwrap_or("editor") {
+        "none" => None,
+        r => Some(Role::parse(r).ok_or_else(|| {
+            CloudError::invalid(format!(
+                "`role` must be viewer, editor, admin or none, not `{r}`."
+            ))
+        })?),
+    };
     let account = state
         .store
         .create_service_account(NewServiceAccount {
@@ -217,9 +215,14 @@ pub async fn list_keys(
     RawQuery(query): RawQuery,
 ) -> CloudResult<CloudList<AuthorizedKeyObject>> {
     caller.require(Role::Viewer, "Listing authorized keys")?;
-    let service_account_id = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
-        .find(|(name, _)| name == "service_account_id")
+    let query = query.unwrap_or_default();
+    let mut given = form_urlencoded::parse(query.as_bytes())
+        .filter(|(name, _)| name == "service_account_id")
         .map(|(_, value)| value.into_owned());
+    let service_account_id = given.next();
+    if given.next().is_some() {
+        return Err(CloudError::invalid("`service_account_id` is given more than once.").into());
+    }
     let keys = match &service_account_id {
         Some(id) => {
             own_service_account(&state.store, &caller, id).await?;

@@ -383,23 +383,15 @@ pub async fn export(
         format,
         query.limit,
     );
-    let filename: String = dataset
-        .name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
     Ok((
         [
             (CONTENT_TYPE, content_type.to_string()),
             (
                 CONTENT_DISPOSITION,
-                format!("attachment; filename=\"{filename}.{extension}\""),
+                super::files::content_disposition(
+                    "attachment",
+                    &format!("{}.{extension}", dataset.name),
+                ),
             ),
         ],
         Body::from_stream(stream),

@@ -273,14 +273,49 @@ pub async fn content(
     stream_content(&state, file).await
 }
 
+/// A `Content-Disposition` value naming `filename` (RFC 6266): an ASCII
+/// `filename` for old clients (other characters as `_`, quotes and
+/// backslashes left out) and, when the name is not plain ASCII, the exact
+/// name as `filename*=UTF-8''...` (RFC 5987), which browsers prefer.
+pub(crate) fn content_disposition(disposition: &str, filename: &str) -> String {
+    use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+    let ascii: String = filename
+        .chars()
+        .filter(|c| *c != '"' && *c != '\\')
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if ascii == filename {
+        return format!("{disposition}; filename=\"{ascii}\"");
+    }
+    // RFC 5987's attr-char: letters, digits and these.
+    const ATTR: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'!')
+        .remove(b'#')
+        .remove(b'$')
+        .remove(b'&')
+        .remove(b'+')
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'^')
+        .remove(b'_')
+        .remove(b'`')
+        .remove(b'|')
+        .remove(b'~');
+    format!(
+        "{disposition}; filename=\"{ascii}\"; filename*=UTF-8''{}",
+        utf8_percent_encode(filename, ATTR)
+    )
+}
+
 async fn stream_content(state: &AppState, file: FileRecord) -> Result<Response, HttpError> {
     let stream = state.store.file_content(&file).await?;
     let body = Body::from_stream(stream.map_err(|e| std::io::Error::other(e.to_string())));
-    let filename: String = file
-        .filename
-        .chars()
-        .filter(|c| c.is_ascii_graphic() && *c != '"' && *c != '\\' || *c == ' ')
-        .collect();
     // Generated images (always PNG) are shown by a browser, as OpenAI's
     // image links are; everything else downloads.
     let (kind, disposition) = if file.purpose == hearth_api::images::PURPOSE_IMAGE {
@@ -294,7 +329,7 @@ async fn stream_content(state: &AppState, file: FileRecord) -> Result<Response, 
             (CONTENT_LENGTH, file.bytes.to_string()),
             (
                 CONTENT_DISPOSITION,
-                format!("{disposition}; filename=\"{filename}\""),
+                content_disposition(disposition, &file.filename),
             ),
             (X_CONTENT_TYPE_OPTIONS, "nosniff".to_string()),
         ],
@@ -399,4 +434,28 @@ pub async fn download(
     }
     let file = state.store.file_by_id(&file_id).await?;
     stream_content(&state, file).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::content_disposition;
+
+    #[test]
+    fn a_download_keeps_its_name_in_any_script() {
+        assert_eq!(
+            content_disposition("attachment", "data v2.jsonl"),
+            r#"attachment; filename="data v2.jsonl""#
+        );
+        assert_eq!(
+            content_disposition("attachment", "ünï 🚀.jsonl"),
+            "attachment; filename=\"_n_ _.jsonl\"; filename*=UTF-8''%C3%BCn%C3%AF%20%F0%9F%9A%80.jsonl"
+        );
+        // Quotes, backslashes and line breaks never reach the header raw.
+        let v = content_disposition("inline", "a\"b\\c\nd.png");
+        assert_eq!(
+            v,
+            "inline; filename=\"abc_d.png\"; filename*=UTF-8''a%22b%5Cc%0Ad.png"
+        );
+        assert!(axum::http::HeaderValue::from_str(&v).is_ok());
+    }
 }

@@ -79,6 +79,13 @@ document.addEventListener("DOMContentLoaded", function () {
         credentials: "same-origin",
         body: new URLSearchParams(new FormData(pg))
       }).then(function (res) {
+        var type = res.headers.get("content-type") || "";
+        // A page instead of the stream or a plain refusal: the session
+        // ended (redirected to sign-in) or this page's form is stale.
+        if (res.redirected || type.indexOf("text/html") === 0) {
+          out.textContent = "Your session has ended or this page is out of date: reload the page (and sign in again if asked).";
+          return;
+        }
         if (!res.ok || !res.body) return res.text().then(function (t) { out.textContent = t; });
         var reader = res.body.getReader();
         var decoder = new TextDecoder();
