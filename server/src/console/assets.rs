@@ -5,6 +5,7 @@ use axum::response::{IntoResponse, Response};
 
 const CSS: &str = include_str!("assets/console.css");
 const JS: &str = include_str!("assets/console.js");
+const ICON: &str = include_str!("assets/favicon.svg");
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
     (
@@ -22,4 +23,10 @@ pub async fn css() -> Response {
 /// `GET /console/assets/console.js`.
 pub async fn js() -> Response {
     asset("text/javascript; charset=utf-8", JS)
+}
+
+/// `GET /console/assets/favicon.svg` (without it a browser asks for
+/// `/favicon.ico` and logs the 404 on every page).
+pub async fn icon() -> Response {
+    asset("image/svg+xml", ICON)
 }

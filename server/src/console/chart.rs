@@ -71,10 +71,13 @@ pub fn loss_chart(points: &[Point]) -> Option<Markup> {
         [only] => Some(*only),
         _ => None,
     };
-    let summary = format!(
+    let mut summary = format!(
         "Training loss from {:.4} at step {} to {:.4} at step {}",
         first.train, first.step, last.train, last.step
     );
+    if let Some((step, v)) = valid_points.last() {
+        summary += &format!("; validation loss {v:.4} at step {step}");
+    }
     Some(html! {
         figure.chart {
             svg viewBox={ "0 0 " (W) " " (H) } role="img" aria-labelledby="chart-title chart-desc"
@@ -86,7 +89,7 @@ pub fn loss_chart(points: &[Point]) -> Option<Markup> {
                 text.tick x=(LEFT - 6.0) y=(TOP + 4.0) text-anchor="end" { (format!("{hi:.3}")) }
                 text.tick x=(LEFT - 6.0) y=(H - BOTTOM) text-anchor="end" { (format!("{lo:.3}")) }
                 text.tick x=(LEFT) y=(H - BOTTOM + 16.0) text-anchor="start" { (first.step) }
-                text.tick x=(W - RIGHT) y=(H - BOTTOM + 16.0) text-anchor="end" { (last.step) }
+                text.tick x=(W - RIGHT) y=(H - BOTTOM + 16.0) text-anchor="end" { (s1) }
                 text.tick x=((LEFT + W - RIGHT) / 2.0) y=(H - 6.0) text-anchor="middle" { "step" }
                 polyline.train-loss points=(train) {}
                 @if points.len() == 1 { circle.train-loss cx=(x(first.step)) cy=(y(first.train)) r="3" {} }
@@ -156,6 +159,7 @@ mod tests {
             "{svg}"
         );
         assert!(svg.contains("from 2.0000 at step 1 to 1.0000 at step 3"));
+        assert!(svg.contains("; validation loss 1.5000 at step 3"), "{svg}");
         // One validation point is drawn as a dot (a line of one point is
         // invisible).
         assert!(

@@ -110,7 +110,7 @@ async fn page(
                     th scope="col" { "Size" } th scope="col" { "Created" }
                     th scope="col" { span.visually-hidden { "Actions" } } } }
                 tbody { @for d in &datasets.data { tr {
-                    td { a href={ "/console/datasets/" (d.id) } { (d.name) } }
+                    td.name { a href={ "/console/datasets/" (d.id) } { (d.name) } }
                     td { code { (d.id) } }
                     td { (d.row_count) }
                     td { (layout::bytes(d.bytes)) }

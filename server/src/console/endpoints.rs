@@ -119,7 +119,7 @@ async fn page(
                     th scope="col" { "Flavor" } th scope="col" { "Status" } th scope="col" { "Replicas" }
                     th scope="col" { span.visually-hidden { "Actions" } } } }
                 tbody { @for e in &endpoints { tr {
-                    td { (e.name) }
+                    td.name { (e.name) }
                     td { code { (e.routing_key) } }
                     td { (e.model_name) }
                     td { (e.flavor_name) }

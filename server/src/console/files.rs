@@ -88,7 +88,7 @@ async fn page(
                     th scope="col" { "Size" } th scope="col" { "Status" } th scope="col" { "Created" }
                     th scope="col" { span.visually-hidden { "Actions" } } } }
                 tbody { @for f in &files.data { tr {
-                    td { (f.filename) }
+                    td.name { (f.filename) }
                     td { code { (f.id) } }
                     td { (f.purpose) }
                     td { (layout::bytes(f.bytes as i64)) }

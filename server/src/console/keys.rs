@@ -127,7 +127,7 @@ async fn page(
             tbody {
                 @for k in &keys {
                     tr {
-                        td { (k.name) @if k.is_admin { " " span.badge { "admin" } } }
+                        td.name { (k.name) @if k.is_admin { " " span.badge { "admin" } } }
                         td { code { (k.prefix) "…" } }
                         td { (project_name(&k.default_project_id)) }
                         td { (layout::time(k.created_at)) }
@@ -289,7 +289,7 @@ pub async fn create(State(state): State<AppState>, session: Session, form: Form)
     let body = html! {
         h1 { "Key created" }
         p.warning role="alert" { strong { "Copy this key now." } " It is shown this once and cannot be viewed later; \
-            the list shows only its prefix " code { (prefix) "…" } "." }
+            the list shows only its prefix, " code { (prefix) "…" } " in the table." }
         div.reveal {
             label for="new-key" { "The new key " (new.name) }
             input #new-key type="text" readonly value=(secret) autocomplete="off" spellcheck="false";

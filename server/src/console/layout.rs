@@ -132,6 +132,7 @@ fn document(title: &str, body: Markup) -> Markup {
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · Hearth" }
                 link rel="stylesheet" href="/console/assets/console.css";
+                link rel="icon" type="image/svg+xml" href="/console/assets/favicon.svg";
                 script src="/console/assets/console.js" defer {}
             }
             body {

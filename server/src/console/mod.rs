@@ -42,6 +42,7 @@ pub fn router() -> Router<AppState> {
         .route("/console/", get(home))
         .route("/console/assets/console.css", get(assets::css))
         .route("/console/assets/console.js", get(assets::js))
+        .route("/console/assets/favicon.svg", get(assets::icon))
         .route(
             "/console/sign-in",
             get(session::sign_in_page).post(session::sign_in),

@@ -46,7 +46,7 @@ async fn page(
             thead { tr { th scope="col" { "Name" } th scope="col" { "Id" } th scope="col" { "Created" }
                 th scope="col" { span.visually-hidden { "Actions" } } } }
             tbody { @for p in &projects { tr {
-                td { (p.name) }
+                td.name { (p.name) }
                 td { code { (p.id) } }
                 td { (layout::time(p.created_at)) }
                 td { @if p.id == session.inner.project_id { "shown now" } @else {
