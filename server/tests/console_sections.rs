@@ -44,6 +44,28 @@ async fn an_uploaded_file_is_listed_downloaded_and_deleted() {
     assert_eq!(content.status, StatusCode::OK);
     assert_eq!(content.text.as_bytes(), line);
 
+    assert_eq!(
+        page.location.as_deref(),
+        Some("/console/files?notice=uploaded")
+    );
+    // A file whose lines fail its purpose's check is stored, and said so.
+    let failing = browser
+        .post_multipart(
+            "/console/files",
+            &[("csrf", &csrf), ("purpose", "fine-tune")],
+            ("bad.jsonl", b"not json\n"),
+        )
+        .await;
+    assert_eq!(failing.status, StatusCode::SEE_OTHER, "{}", failing.text);
+    let to = failing.location.expect("a redirect");
+    assert_eq!(to, "/console/files?notice=uploaded-error");
+    let list = browser.get(&to).await;
+    assert!(
+        list.text.contains("did not pass the check"),
+        "{}",
+        list.text
+    );
+
     // A bad purpose: the page again with the API's words, nothing stored.
     let bad = browser
         .post_multipart(

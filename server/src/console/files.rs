@@ -25,6 +25,9 @@ pub async fn list(State(state): State<AppState>, session: Session, uri: Uri) -> 
     let query = form::query(&uri);
     let notice = match query.get("notice") {
         Some("uploaded") => Some("File uploaded."),
+        Some("uploaded-error") => Some(
+            "File uploaded, but its lines did not pass the check for its purpose: its row says why.",
+        ),
         Some("deleted") => Some("File deleted."),
         _ => None,
     };
@@ -130,6 +133,11 @@ pub async fn upload(State(state): State<AppState>, session: Session, request: Re
     })
     .await;
     match received {
+        // Stored either way; a file whose lines failed the purpose's check
+        // says so (its row shows why).
+        Ok(file) if file.status == "error" => {
+            Redirect::to("/console/files?notice=uploaded-error").into_response()
+        }
         Ok(_) => Redirect::to("/console/files?notice=uploaded").into_response(),
         Err(_) if !csrf_ok => session::csrf_refused(),
         Err(e) => {
