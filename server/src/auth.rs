@@ -219,22 +219,29 @@ fn project_in_query(query: Option<&str>) -> Result<Option<String>, HttpError> {
     let Some(query) = query else {
         return Ok(None);
     };
-    let mut values = form_urlencoded::parse(query.as_bytes())
-        .filter(|(name, _)| name == "ai_project_id")
-        .map(|(_, value)| value.into_owned());
-    let first = values.next();
-    if let Some(second) = values.next() {
-        return Err(HttpError(ApiError::validation(vec![
-            hearth_api::ValidationItem {
-                kind: "duplicate_parameter".into(),
-                loc: vec!["query".into(), "ai_project_id".into()],
-                msg: "`ai_project_id` may be given once".into(),
-                input: serde_json::json!([first.unwrap_or_default(), second]),
-                ctx: None,
-            },
-        ])));
-    }
+    let first = single_query_value(query, "ai_project_id").map_err(|[first, second]| {
+        HttpError(ApiError::validation(vec![hearth_api::ValidationItem {
+            kind: "duplicate_parameter".into(),
+            loc: vec!["query".into(), "ai_project_id".into()],
+            msg: "`ai_project_id` may be given once".into(),
+            input: serde_json::json!([first, second]),
+            ctx: None,
+        }]))
+    })?;
     Ok(first.filter(|id| !id.is_empty()))
+}
+
+/// The value of query parameter `name` in `query`, if given; given more
+/// than once, its first two values (each route refuses that in its own
+/// error shape rather than silently choose one).
+pub(crate) fn single_query_value(query: &str, name: &str) -> Result<Option<String>, [String; 2]> {
+    let mut values = form_urlencoded::parse(query.as_bytes())
+        .filter(|(key, _)| key == name)
+        .map(|(_, value)| value.into_owned());
+    match (values.next(), values.next()) {
+        (Some(first), Some(second)) => Err([first, second]),
+        (first, _) => Ok(first),
+    }
 }
 
 /// The request's one `Authorization` header, if any: two or more are

@@ -114,34 +114,41 @@ pub fn router() -> Router<AppState> {
         .route("/console/images", get(images::page).post(images::create))
 }
 
-/// Whether `path` is the console's (its misses answer pages, not JSON).
-fn is_console(path: &str) -> bool {
-    path == "/console" || path.starts_with("/console/")
-}
-
 /// The server's 404: a page under `/console`, else the API's JSON.
 pub async fn not_found(uri: axum::http::Uri) -> Response {
-    if is_console(uri.path()) {
-        return layout::message_page(
-            axum::http::StatusCode::NOT_FOUND,
-            "Page not found",
-            "There is no console page at this address.",
-        );
+    match console_miss(&uri, axum::http::StatusCode::NOT_FOUND) {
+        Some(page) => page,
+        None => crate::error::not_found().await,
     }
-    crate::error::not_found().await
 }
 
 /// The server's 405: a page under `/console` (a form's address opened as
 /// a link), else the API's JSON.
 pub async fn method_not_allowed(uri: axum::http::Uri) -> Response {
-    if is_console(uri.path()) {
-        return layout::message_page(
-            axum::http::StatusCode::METHOD_NOT_ALLOWED,
+    match console_miss(&uri, axum::http::StatusCode::METHOD_NOT_ALLOWED) {
+        Some(page) => page,
+        None => crate::error::method_not_allowed().await,
+    }
+}
+
+/// A 404 or 405 under `/console` as a page; `None` elsewhere.
+fn console_miss(uri: &axum::http::Uri, status: axum::http::StatusCode) -> Option<Response> {
+    let path = uri.path();
+    if path != "/console" && !path.starts_with("/console/") {
+        return None;
+    }
+    let (title, message) = if status == axum::http::StatusCode::NOT_FOUND {
+        (
+            "Page not found",
+            "There is no console page at this address.",
+        )
+    } else {
+        (
             "Not a page",
             "This address takes a form's submission and has nothing to show.",
-        );
-    }
-    crate::error::method_not_allowed().await
+        )
+    };
+    Some(layout::message_page(status, title, message))
 }
 
 /// `/console`: the keys section (or the sign-in page, through it).

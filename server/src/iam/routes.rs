@@ -215,14 +215,9 @@ pub async fn list_keys(
     RawQuery(query): RawQuery,
 ) -> CloudResult<CloudList<AuthorizedKeyObject>> {
     caller.require(Role::Viewer, "Listing authorized keys")?;
-    let query = query.unwrap_or_default();
-    let mut given = form_urlencoded::parse(query.as_bytes())
-        .filter(|(name, _)| name == "service_account_id")
-        .map(|(_, value)| value.into_owned());
-    let service_account_id = given.next();
-    if given.next().is_some() {
-        return Err(CloudError::invalid("`service_account_id` is given more than once.").into());
-    }
+    let service_account_id =
+        crate::auth::single_query_value(&query.unwrap_or_default(), "service_account_id")
+            .map_err(|_| CloudError::invalid("`service_account_id` is given more than once."))?;
     let keys = match &service_account_id {
         Some(id) => {
             own_service_account(&state.store, &caller, id).await?;
