@@ -74,6 +74,28 @@ impl RequestContext {
 /// How long a key's `last_used_at` may lag behind (saves a write per request).
 const TOUCH_EVERY_SECS: i64 = 60;
 
+/// Records that the caller's stored key was used (in the background, at
+/// most once per [`TOUCH_EVERY_SECS`]): by the API or through the console.
+pub(crate) fn note_key_use(state: &AppState, caller: &Caller) {
+    let Some(key_id) = &caller.key_id else {
+        return;
+    };
+    let now = hearth_store::ids::now();
+    if caller
+        .last_used_at
+        .is_some_and(|t| now - t < TOUCH_EVERY_SECS)
+    {
+        return;
+    }
+    let store = state.store.clone();
+    let key_id = key_id.clone();
+    tokio::spawn(async move {
+        if let Err(e) = store.touch_key(&key_id).await {
+            tracing::warn!("recording a key's last use: {e}");
+        }
+    });
+}
+
 pub async fn require_key(
     State(state): State<AppState>,
     mut request: Request,
@@ -141,21 +163,7 @@ async fn resolve(
             ))
         })?
     };
-    if let Some(key_id) = &caller.key_id {
-        let now = hearth_store::ids::now();
-        if caller
-            .last_used_at
-            .is_none_or(|t| now - t >= TOUCH_EVERY_SECS)
-        {
-            let store = state.store.clone();
-            let key_id = key_id.clone();
-            tokio::spawn(async move {
-                if let Err(e) = store.touch_key(&key_id).await {
-                    tracing::warn!("recording a key's last use: {e}");
-                }
-            });
-        }
-    }
+    note_key_use(state, &caller);
     let asked = project_in_query(query)?;
     let project_named = asked.is_some();
     let project_id = match asked {

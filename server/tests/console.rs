@@ -96,6 +96,37 @@ async fn sign_in_takes_a_good_key_and_refuses_a_bad_one() {
 }
 
 #[tokio::test]
+async fn a_key_used_through_the_console_has_a_last_use() {
+    let state = bare_state();
+    let (secret, key_id) = stored_key(&state, "alice", false).await;
+    let last_used = || async {
+        state
+            .store
+            .key(&key_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .last_used_at
+    };
+    assert_eq!(last_used().await, None);
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    assert_eq!(browser.get("/console/keys").await.status, StatusCode::OK);
+    // Recorded in the background: wait for it a little.
+    let mut seen = None;
+    for _ in 0..200 {
+        seen = last_used().await;
+        if seen.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(seen.is_some(), "a console page view is a use of its key");
+    let keys = browser.get("/console/keys").await;
+    assert!(!keys.text.contains("never"), "{}", keys.text);
+}
+
+#[tokio::test]
 async fn the_session_cookie_is_secure_behind_tls() {
     let mut state = bare_state();
     state.http.public_url = Some("https://hearth.example".into());
@@ -238,6 +269,40 @@ async fn a_created_key_is_shown_once_works_and_is_refused_once_revoked() {
     assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
     let list = browser.get("/console/keys?notice=revoked").await;
     assert!(list.text.contains("refused from now on") && list.text.contains("revoked 20"));
+}
+
+#[tokio::test]
+async fn revoking_ones_own_key_signs_out_with_a_notice() {
+    let state = bare_state();
+    let (secret, key_id) = stored_key(&state, "alice", false).await;
+    let mut browser = Client::new(&state);
+    browser.sign_in(&secret).await;
+    let csrf = browser.csrf().await;
+    let confirm = browser.get(&format!("/console/keys/{key_id}/revoke")).await;
+    assert!(
+        confirm.text.contains("the key you are signed in with"),
+        "{}",
+        confirm.text
+    );
+    let revoked = browser
+        .post(
+            &format!("/console/keys/{key_id}/revoke"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(revoked.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        revoked.location.as_deref(),
+        Some("/console/sign-in?revoked")
+    );
+    let page = browser.get("/console/sign-in?revoked").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.text.contains("is revoked"), "{}", page.text);
+    // The session went with the key.
+    assert_eq!(
+        browser.get("/console/keys").await.location.as_deref(),
+        Some("/console/sign-in")
+    );
 }
 
 #[tokio::test]

@@ -148,8 +148,13 @@ async fn a_fine_tuning_job_starts_from_the_form_with_the_apis_checks() {
     fields[3].1 = "0";
     let refused = browser.post("/console/fine-tuning", &fields).await;
     assert_eq!(refused.status.as_u16() / 100, 4, "{}", refused.text);
+    // Beside the field it is about, which points to it.
     assert!(
-        refused.text.contains("id=\"job-error\""),
+        refused.text.contains("id=\"ft-n-epochs-error\"")
+            && refused
+                .text
+                .contains(r#"aria-invalid="true" aria-describedby="ft-n-epochs-error""#)
+            && !refused.text.contains("id=\"job-error\""),
         "{}",
         refused.text
     );
@@ -230,12 +235,20 @@ async fn the_forms_hyperparameters_reach_the_job_or_are_refused_in_plain_words()
             "{field}={value}: {}",
             page.text
         );
+        // Right after the field's own input (or select).
+        let id = format!("ft-{}", field.replace('_', "-"));
         let error = page
             .text
-            .split(r#"id="job-error""#)
+            .split(&format!(r#"id="{id}-error""#))
             .nth(1)
             .unwrap_or_else(|| panic!("{field}={value}: no error line: {}", page.text));
         assert!(error.contains(words), "{field}={value}: {error}");
+        let after_field = page.text.split(&format!(r#"id="{id}""#)).nth(1).unwrap();
+        let next_label = after_field.find("<label").unwrap_or(after_field.len());
+        assert!(
+            after_field.find(&format!(r#"id="{id}-error""#)) < Some(next_label),
+            "{field}={value}: the error is not beside its field: {after_field}"
+        );
     }
     let mut fields = base.to_vec();
     fields.extend([

@@ -119,6 +119,15 @@ async fn bad_purpose_and_missing_fields_are_422() {
     let item = shape_c(&request(&state, "POST", "/v1/files", Some(KEY), Some(&ct), body).await);
     assert_eq!(item["loc"], json!(["body", "purpose"]));
 
+    // A form's file input with nothing chosen: an empty part without a
+    // file name (as browsers send it, and without the attribute) is no file.
+    for name in [Some(""), None] {
+        let body = form(&[("purpose", None, b"user_data"), ("file", name, b"")]);
+        let item = shape_c(&request(&state, "POST", "/v1/files", Some(KEY), Some(&ct), body).await);
+        assert_eq!(item["loc"], json!(["body", "file"]), "{name:?}");
+        assert_eq!(item["type"], "missing");
+    }
+
     let reply = request(
         &state,
         "POST",

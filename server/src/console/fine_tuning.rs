@@ -43,11 +43,18 @@ pub async fn list(State(state): State<AppState>, session: Session) -> Response {
     page(&state, &session, StatusCode::OK, None, &Form::default()).await
 }
 
+/// A refusal of the form: its words, and the hyperparameter it is about
+/// (shown beside that field) if it is about one.
+struct Refusal<'a> {
+    message: &'a str,
+    field: Option<&'a str>,
+}
+
 async fn page(
     state: &AppState,
     session: &Session,
     status: StatusCode,
-    error: Option<&str>,
+    refusal: Option<Refusal<'_>>,
     entered: &Form,
 ) -> Response {
     let ctx = || Extension(session.ctx());
@@ -69,6 +76,14 @@ async fn page(
     let picked = |name: &str, value: &str| entered.get(name) == Some(value);
     // Without the form (nothing to offer), its refusal goes at the top.
     let form_drawn = !models.is_empty() && !files.is_empty();
+    let field_error = refusal
+        .as_ref()
+        .and_then(|r| Some((r.field?, r.message)))
+        .filter(|(f, _)| form_drawn && (*f == "packing" || NUMBERS.iter().any(|n| n.0 == *f)));
+    let error = refusal
+        .as_ref()
+        .filter(|_| field_error.is_none())
+        .map(|r| r.message);
     let top_error = error.filter(|_| !form_drawn);
     let body = html! {
         h1 { "Fine-tuning" }
@@ -93,7 +108,7 @@ async fn page(
                         @for f in &files { option value=(f.id) selected[picked("validation_file", &f.id)] { (f.filename) " (" (f.id) ")" } } }
                     label for="ft-suffix" { "Model name suffix (optional)" }
                     input #ft-suffix name="suffix" maxlength="64" value=(entered.get("suffix").unwrap_or(""));
-                    (hyperparameter_fields(entered))
+                    (hyperparameter_fields(entered, field_error))
                     (form_error("job-error", error))
                     button type="submit" { "Start job" }
                 }
@@ -152,32 +167,43 @@ const NUMBERS: &[(&str, &str, f64, bool)] = &[
     ("lora_r", "LoRA rank", ft::DEFAULT_LORA_R as f64, true),
 ];
 
-fn hyperparameter_fields(entered: &Form) -> Markup {
+/// The hyperparameters' fields; `field_error` (a field's name and what is
+/// wrong with it) is shown right after that field, which points to it.
+fn hyperparameter_fields(entered: &Form, field_error: Option<(&str, &str)>) -> Markup {
     let packing = entered.get("packing").unwrap_or("");
+    let error_of = |name: &str| field_error.filter(|(f, _)| *f == name).map(|(_, m)| m);
     html! {
         fieldset {
             legend { "Hyperparameters (optional)" }
             p.hint { "A field left empty takes the default shown in it." }
             @for (name, label, default, whole) in NUMBERS {
                 @let id = format!("ft-{}", name.replace('_', "-"));
+                @let error = error_of(name);
+                @let error_id = format!("{id}-error");
                 label for=(id) { (label) }
                 input id=(id) name=(name) type="number" min=[whole.then_some("1")]
                     step=(if *whole { "1" } else { "any" }) placeholder=(default)
-                    value=(entered.get(name).unwrap_or(""));
+                    value=(entered.get(name).unwrap_or(""))
+                    aria-invalid=[error.map(|_| "true")]
+                    aria-describedby=[error.map(|_| error_id.as_str())];
+                (form_error(&error_id, error))
             }
+            @let error = error_of("packing");
             label for="ft-packing" { "Packing (short examples share one sequence)" }
-            select #ft-packing name="packing" {
+            select #ft-packing name="packing" aria-invalid=[error.map(|_| "true")]
+                aria-describedby=[error.map(|_| "ft-packing-error")] {
                 option value="" { "default (" (if ft::DEFAULT_PACKING { "on" } else { "off" }) ")" }
                 option value="true" selected[packing == "true"] { "on" }
                 option value="false" selected[packing == "false"] { "off" }
             }
+            (form_error("ft-packing-error", error))
         }
     }
 }
 
 /// The form's hyperparameters as the API's JSON (only those given), or
-/// what is wrong with one in plain words.
-fn hyperparameters(form: &Form) -> Result<serde_json::Map<String, Value>, String> {
+/// which one is wrong and why in plain words.
+fn hyperparameters(form: &Form) -> Result<serde_json::Map<String, Value>, (&'static str, String)> {
     let mut out = serde_json::Map::new();
     for (name, label, _, whole) in NUMBERS {
         let Some(v) = form.get(name) else { continue };
@@ -187,16 +213,16 @@ fn hyperparameters(form: &Form) -> Result<serde_json::Map<String, Value>, String
             match v.parse::<i64>() {
                 Ok(n) => Value::from(n),
                 Err(_) if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => {
-                    return Err(format!("{label} is far too large."))
+                    return Err((*name, format!("{label} is far too large.")))
                 }
-                Err(_) => return Err(format!("{label} must be a whole number.")),
+                Err(_) => return Err((*name, format!("{label} must be a whole number."))),
             }
         } else {
             v.parse::<f64>()
                 .ok()
                 .filter(|f| f.is_finite())
                 .map(Value::from)
-                .ok_or_else(|| format!("{label} must be a number, like 0.0001."))?
+                .ok_or_else(|| (*name, format!("{label} must be a number, like 0.0001.")))?
         };
         out.insert(name.to_string(), value);
     }
@@ -205,7 +231,7 @@ fn hyperparameters(form: &Form) -> Result<serde_json::Map<String, Value>, String
         Some(v @ ("true" | "false")) => {
             out.insert("packing".into(), Value::Bool(v == "true"));
         }
-        Some(_) => return Err("Packing is on, off or the default.".into()),
+        Some(_) => return Err(("packing", "Packing is on, off or the default.".into())),
     }
     Ok(out)
 }
@@ -230,12 +256,16 @@ pub async fn create(State(state): State<AppState>, session: Session, form: Form)
     match hyperparameters(&form) {
         Ok(h) if h.is_empty() => {}
         Ok(h) => request["hyperparameters"] = Value::Object(h),
-        Err(message) => {
+        Err((field, message)) => {
+            let refusal = Refusal {
+                message: &message,
+                field: Some(field),
+            };
             return page(
                 &state,
                 &session,
                 StatusCode::BAD_REQUEST,
-                Some(&message),
+                Some(refusal),
                 &form,
             )
             .await;
@@ -257,7 +287,13 @@ pub async fn create(State(state): State<AppState>, session: Session, form: Form)
         Ok(job) => Redirect::to(&format!("/console/fine-tuning/{}", job.0.id)).into_response(),
         Err(e) => {
             let (status, message) = layout::error_text(&e);
-            page(&state, &session, status, Some(&message), &form).await
+            // The API names a hyperparameter as `hyperparameters.<name>`.
+            let field = e.0.param().and_then(|p| p.strip_prefix("hyperparameters."));
+            let refusal = Refusal {
+                message: &message,
+                field,
+            };
+            page(&state, &session, status, Some(refusal), &form).await
         }
     }
 }

@@ -33,6 +33,11 @@ impl Form {
         self.0.get(name).map(String::as_str).unwrap_or("")
     }
 
+    /// Whether the field was sent at all (a bare `?name` counts).
+    pub fn has(&self, name: &str) -> bool {
+        self.0.contains_key(name)
+    }
+
     /// Whether a checkbox was ticked.
     pub fn checked(&self, name: &str) -> bool {
         self.get(name).is_some()

@@ -323,6 +323,9 @@ pub async fn confirm_revoke(
         h1 { "Revoke this key?" }
         p { "The key " strong { (key.name) } " (" code { (key.prefix) "…" } ") will be refused at once by the API \
              and by the console. This cannot be undone." }
+        @if own_key(&session, &key.id) {
+            p.notice role="status" { "This is the key you are signed in with: revoking it signs you out of the console." }
+        }
         form method="post" action={ "/console/keys/" (key.id) "/revoke" } {
             (csrf_field(&session))
             button.danger type="submit" { "Confirm: revoke the key" }
@@ -369,8 +372,17 @@ pub async fn revoke(
     match done {
         Ok(()) => {
             tracing::info!(key = %key_id, "key revoked in the console");
+            if own_key(&session, &key_id) {
+                // The session went with its key: say so on the sign-in page.
+                return Redirect::to("/console/sign-in?revoked").into_response();
+            }
             Redirect::to("/console/keys?notice=revoked").into_response()
         }
         Err(e) => layout::error_page(e),
     }
+}
+
+/// Whether `key_id` is the key the session signed in with.
+fn own_key(session: &Session, key_id: &str) -> bool {
+    session.inner.caller.key_id.as_deref() == Some(key_id)
 }

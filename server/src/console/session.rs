@@ -87,7 +87,10 @@ impl FromRequestParts<AppState> for Session {
             return Err(to_sign_in());
         };
         match state.store.console_session(&token).await {
-            Ok(Some(inner)) => Ok(Session { token, inner }),
+            Ok(Some(inner)) => {
+                crate::auth::note_key_use(state, &inner.caller);
+                Ok(Session { token, inner })
+            }
             Ok(None) => Err(to_sign_in()),
             Err(e) => Err(layout::error_page(crate::error::HttpError::from(e))),
         }
@@ -153,9 +156,12 @@ pub async fn sign_in_page(
     headers: HeaderMap,
     uri: axum::http::Uri,
 ) -> Response {
-    let notice = form::query(&uri)
-        .get("signed_out")
-        .map(|_| "You are signed out.");
+    let query = form::query(&uri);
+    let notice = if query.has("revoked") {
+        Some("The key you were signed in with is revoked, and its session with it. Sign in with another key.")
+    } else {
+        query.get("signed_out").map(|_| "You are signed out.")
+    };
     sign_in_form(&state, &headers, StatusCode::OK, None, notice)
 }
 

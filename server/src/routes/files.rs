@@ -152,17 +152,22 @@ async fn read_fields(
                         "Send one `file` field per upload.",
                     )));
                 }
-                let filename = field
-                    .file_name()
-                    .filter(|n| !n.is_empty())
-                    .unwrap_or("file")
-                    .to_string();
+                let named = field.file_name().filter(|n| !n.is_empty());
+                let filename = named.unwrap_or("file").to_string();
+                let unnamed = named.is_none();
                 let up = upload.insert((
                     state.store.begin_upload(state.max_upload_bytes).await?,
                     filename,
                 ));
                 while let Some(chunk) = field.chunk().await.map_err(interrupted)? {
                     up.0.write(&chunk).await?;
+                }
+                // A form's file input with nothing chosen sends an empty
+                // part with no file name: no file, not a 0-byte `file`.
+                if unnamed && up.0.bytes() == 0 {
+                    if let Some((up, _)) = upload.take() {
+                        up.abort().await;
+                    }
                 }
             }
             other => {
