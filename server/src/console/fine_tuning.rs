@@ -76,14 +76,15 @@ async fn page(
     let picked = |name: &str, value: &str| entered.get(name) == Some(value);
     // Without the form (nothing to offer), its refusal goes at the top.
     let form_drawn = !models.is_empty() && !files.is_empty();
-    let field_error = refusal
-        .as_ref()
-        .and_then(|r| Some((r.field?, r.message)))
-        .filter(|(f, _)| form_drawn && (*f == "packing" || NUMBERS.iter().any(|n| n.0 == *f)));
-    let error = refusal
-        .as_ref()
-        .filter(|_| field_error.is_none())
-        .map(|r| r.message);
+    // A refusal about one of the drawn fields goes beside it, any other
+    // under the form.
+    let (field_error, error) = match refusal {
+        Some(Refusal {
+            message,
+            field: Some(f),
+        }) if form_drawn && has_field(f) => (Some((f, message)), None),
+        other => (None, other.map(|r| r.message)),
+    };
     let top_error = error.filter(|_| !form_drawn);
     let body = html! {
         h1 { "Fine-tuning" }
@@ -166,6 +167,11 @@ const NUMBERS: &[(&str, &str, f64, bool)] = &[
     ),
     ("lora_r", "LoRA rank", ft::DEFAULT_LORA_R as f64, true),
 ];
+
+/// Whether the hyperparameters' fieldset has a field named `name`.
+fn has_field(name: &str) -> bool {
+    name == "packing" || NUMBERS.iter().any(|(n, ..)| *n == name)
+}
 
 /// The hyperparameters' fields; `field_error` (a field's name and what is
 /// wrong with it) is shown right after that field, which points to it.

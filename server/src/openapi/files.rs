@@ -16,7 +16,9 @@ use super::Binary;
     operation_id = "uploadFile",
     summary = "Upload a file",
     description = "Streams the `file` field to the blob store. `fine-tune` and `batch` files \
-        are checked line by line: a line that is not a JSON object gives `status: \"error\"`.",
+        are checked line by line: a line that is not a JSON object gives `status: \"error\"`. \
+        An empty `file` part without a file name (a form's file input with nothing chosen) \
+        counts as missing (422).",
     params(ProjectQuery),
     request_body(content = FileUploadForm, content_type = "multipart/form-data"),
     responses(
