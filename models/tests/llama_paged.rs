@@ -232,7 +232,7 @@ fn tensor_kv_pool_matches_the_cpu_pool() -> Result<()> {
     };
     for (tie, f16) in [(true, false), (false, false), (false, true)] {
         let model = if f16 {
-            common::tiny_model_f16_cache(tie)?
+            common::tiny_model_f16_cache_seeded(tie)?
         } else {
             tiny_model(tie)?
         };
@@ -261,14 +261,19 @@ fn tensor_kv_pool_matches_the_cpu_pool() -> Result<()> {
                 // differently (the CPU op's is a polynomial) over the same
                 // f16-rounded keys, values and queries: relative to the
                 // logits' spread (about 8 in this random net) they agree to
-                // a few 1e-5; a wrong row, position or mask is off by units.
+                // about 1e-6 with an f32 cache and a few 1e-5 with an f16
+                // one, whose rounding now and then tips a value the other
+                // way (1.2e-4 seen once in fresh random weights, hence the
+                // fixed seed and the f16 margin); a wrong row, position or
+                // mask is off by units.
                 let spread = (w.max_all()?.to_scalar::<f32>()?
                     - w.min_all()?.to_scalar::<f32>()?)
                 .abs()
                 .max(1.0);
                 let d = max_diff(g, w);
+                let tol = if f16 { 5e-4 } else { 1e-4 };
                 assert!(
-                    d < 1e-4 * spread,
+                    d < tol * spread,
                     "tie {tie}, f16 {f16}, fused {fused}, layer ops {layer_ops}, joined {join}, call {i}: differs by {d} (spread {spread})"
                 );
             }

@@ -43,6 +43,26 @@ pub fn tiny_model_f16_cache(tie: bool) -> Result<Llama> {
     Llama::from_safetensors(&tiny_config(tie), vb)
 }
 
+/// As [`tiny_model_f16_cache`], with the weights from [`reseed`]'s fixed
+/// seed: the same model in every run, for comparisons whose f16 rounding
+/// would otherwise now and then land a value on a boundary in one path
+/// and not the other.
+pub fn tiny_model_f16_cache_seeded(tie: bool) -> Result<Llama> {
+    let varmap = VarMap::new();
+    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
+    if !tie {
+        vb.get_with_hints(
+            (100, 64),
+            "lm_head.weight",
+            candle_nn::init::DEFAULT_KAIMING_NORMAL,
+        )?;
+    }
+    // A first load creates every other weight in the VarMap.
+    Llama::from_safetensors(&tiny_config(tie), vb.clone())?;
+    reseed(&varmap)?;
+    Llama::from_safetensors(&tiny_config(tie), vb)
+}
+
 /// With an f32 KV cache, which keeps every path exact to f32 rounding, so
 /// the 1e-4 tolerance is meaningful.
 pub fn tiny_model(tie: bool) -> Result<Llama> {
