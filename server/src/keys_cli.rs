@@ -34,7 +34,7 @@ pub async fn keys(command: KeysCommand) -> anyhow::Result<()> {
         KeysCommand::List(location) => {
             let store = open(&location).await?;
             println!(
-                "{:<30} {:<16} {:<16} {:<34} {:<20} {:<20} STATUS",
+                "{:<30} {:<16} {:<18} {:<34} {:<20} {:<20} STATUS",
                 "ID", "NAME", "PREFIX", "PROJECT", "CREATED", "LAST USED"
             );
             for key in store.keys().await? {
@@ -44,7 +44,7 @@ pub async fn keys(command: KeysCommand) -> anyhow::Result<()> {
                     (None, false) => "active".to_string(),
                 };
                 println!(
-                    "{:<30} {:<16} {:<16} {:<34} {:<20} {:<20} {}",
+                    "{:<30} {:<16} {:<18} {:<34} {:<20} {:<20} {}",
                     key.id,
                     key.name,
                     format!("{}...", key.prefix),

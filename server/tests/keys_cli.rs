@@ -63,6 +63,16 @@ fn keys_are_created_listed_and_revoked() {
     assert!(row.contains("ci-bot") && row.contains(&key[..15]), "{row}");
     assert!(row.contains("never") && row.contains("active"), "{row}");
     assert!(!list.contains(&key), "a list never shows keys");
+    // Each value starts under its heading (the prefix with its dots is
+    // wider than a bare 16-column field).
+    let header = list.lines().next().unwrap();
+    for (heading, value) in [("PREFIX", &key[..15]), ("PROJECT", "project-")] {
+        assert_eq!(
+            header.find(heading),
+            row.find(value),
+            "{heading} misaligned:\n{list}"
+        );
+    }
 
     let store = open(&dir);
     let caller = block_on({
