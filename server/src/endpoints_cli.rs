@@ -40,11 +40,17 @@ pub async fn endpoints(command: EndpointsCommand) -> anyhow::Result<()> {
             location,
         } => {
             let store = open(&location).await?;
+            anyhow::ensure!(!name.trim().is_empty(), "--name must not be empty");
             let project = match project {
-                Some(p) => p,
+                Some(p) => {
+                    anyhow::ensure!(
+                        store.project(&p).await?.is_some(),
+                        "no project with id `{p}` (see `hearth projects list`)"
+                    );
+                    p
+                }
                 None => store.default_project().await?.id,
             };
-            anyhow::ensure!(!name.trim().is_empty(), "--name must not be empty");
             let id = uuid::Uuid::new_v4().to_string();
             let row = store
                 .create_endpoint(NewEndpoint {

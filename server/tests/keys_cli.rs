@@ -1,5 +1,5 @@
-//! `hearth keys` and `hearth projects` against a temporary data folder,
-//! through the built binary.
+//! `hearth keys`, `hearth projects` and `hearth endpoints` against a
+//! temporary data folder, through the built binary.
 
 mod common;
 
@@ -168,4 +168,51 @@ fn blank_names_are_refused() {
     }
     let store = open(&dir);
     assert!(block_on(async move { store.keys().await.unwrap() }).is_empty());
+}
+
+/// `hearth endpoints`: an endpoint made in the default project is listed
+/// (a server loads it); an unknown project is refused by name and stores
+/// nothing (it was a bare foreign-key failure); delete marks it.
+#[test]
+fn endpoints_are_created_listed_and_deleted() {
+    let dir = temp_dir();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_hearth"))
+            .args(args)
+            .arg("--data-dir")
+            .arg(&dir)
+            .env_remove("HEARTH_DATABASE_URL")
+            .env_remove("HEARTH_BLOB_URL")
+            .output()
+            .expect("running hearth")
+    };
+    let create = ["endpoints", "create", "--name", "e", "--model", "m"];
+    let refused = run(&[
+        &create[..],
+        &["--flavor", "cpu-small", "--project", "project-nope"],
+    ]
+    .concat());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        stderr.contains("no project with id `project-nope`"),
+        "{stderr}"
+    );
+
+    let out = hearth(&dir, &[&create[..], &["--flavor", "cpu-small"]].concat());
+    let (id, routing_key) = out.trim().split_once(' ').expect(&out);
+    assert!(routing_key.starts_with("m:"), "{out}");
+    let list = hearth(&dir, &["endpoints", "list"]);
+    assert_eq!(list.lines().count(), 2, "one endpoint only:\n{list}");
+    let row = list.lines().find(|l| l.starts_with(id)).expect(&list);
+    assert!(
+        row.contains("provisioning") && row.ends_with(routing_key),
+        "{row}"
+    );
+
+    let out = hearth(&dir, &["endpoints", "delete", id]);
+    assert!(out.contains("Deleting endpoint"), "{out}");
+    assert!(!run(&["endpoints", "delete", "endpoint-nope"])
+        .status
+        .success());
 }
