@@ -231,7 +231,7 @@ pub fn base_lora_spec(
     use crate::catalog::{ModelKind, WeightFormat};
     anyhow::ensure!(
         entry.kind == ModelKind::Chat,
-        "`{}` is a {} model, not a chat model that takes adapters",
+        "`{}` is not a chat model (its kind is `{}`): only chat models take adapters",
         entry.id,
         entry.kind.as_str()
     );
