@@ -4,19 +4,25 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 
 use common::*;
 
-fn hearth(data_dir: &Path, args: &[&str]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_hearth"))
+/// `hearth ARGS --data-dir DATA_DIR`, whatever its exit status.
+fn run(data_dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hearth"))
         .args(args)
         .arg("--data-dir")
         .arg(data_dir)
         .env_remove("HEARTH_DATABASE_URL")
         .env_remove("HEARTH_BLOB_URL")
         .output()
-        .expect("running hearth");
+        .expect("running hearth")
+}
+
+/// The standard output of a run that must succeed.
+fn hearth(data_dir: &Path, args: &[&str]) -> String {
+    let output = run(data_dir, args);
     assert!(
         output.status.success(),
         "hearth {args:?}: {}",
@@ -130,19 +136,17 @@ fn keys_can_be_made_for_a_project() {
     assert!(caller.is_admin);
     assert_eq!(caller.default_project_id, project);
 
-    let output = Command::new(env!("CARGO_BIN_EXE_hearth"))
-        .args([
+    let output = run(
+        &dir,
+        &[
             "keys",
             "create",
             "--name",
             "x",
             "--project",
             "project-01J00000000000000000000000",
-        ])
-        .arg("--data-dir")
-        .arg(&dir)
-        .output()
-        .unwrap();
+        ],
+    );
     assert!(!output.status.success());
 }
 
@@ -154,14 +158,7 @@ fn blank_names_are_refused() {
         ["keys", "create", "--name", " "],
         ["projects", "create", "--name", ""],
     ] {
-        let output = Command::new(env!("CARGO_BIN_EXE_hearth"))
-            .args(args)
-            .arg("--data-dir")
-            .arg(&dir)
-            .env_remove("HEARTH_DATABASE_URL")
-            .env_remove("HEARTH_BLOB_URL")
-            .output()
-            .expect("running hearth");
+        let output = run(&dir, &args);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "{args:?}");
         assert!(stderr.contains("`name` must not be empty"), "{stderr}");
@@ -176,22 +173,15 @@ fn blank_names_are_refused() {
 #[test]
 fn endpoints_are_created_listed_and_deleted() {
     let dir = temp_dir();
-    let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_hearth"))
-            .args(args)
-            .arg("--data-dir")
-            .arg(&dir)
-            .env_remove("HEARTH_DATABASE_URL")
-            .env_remove("HEARTH_BLOB_URL")
-            .output()
-            .expect("running hearth")
-    };
     let create = ["endpoints", "create", "--name", "e", "--model", "m"];
-    let refused = run(&[
-        &create[..],
-        &["--flavor", "cpu-small", "--project", "project-nope"],
-    ]
-    .concat());
+    let refused = run(
+        &dir,
+        &[
+            &create[..],
+            &["--flavor", "cpu-small", "--project", "project-nope"],
+        ]
+        .concat(),
+    );
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success());
     assert!(
@@ -212,7 +202,7 @@ fn endpoints_are_created_listed_and_deleted() {
 
     let out = hearth(&dir, &["endpoints", "delete", id]);
     assert!(out.contains("Deleting endpoint"), "{out}");
-    assert!(!run(&["endpoints", "delete", "endpoint-nope"])
+    assert!(!run(&dir, &["endpoints", "delete", "endpoint-nope"])
         .status
         .success());
 }

@@ -30,6 +30,20 @@ pub fn tiny_config(tie: bool) -> LlamaConfig {
 
 /// With the default (f16) KV cache.
 pub fn tiny_model_f16_cache(tie: bool) -> Result<Llama> {
+    tiny_model_weights(tie, false)
+}
+
+/// As [`tiny_model_f16_cache`], with the weights from [`reseed`]'s fixed
+/// seed: the same model in every run, for comparisons whose f16 rounding
+/// would otherwise now and then land a value on a boundary in one path
+/// and not the other.
+pub fn tiny_model_f16_cache_seeded(tie: bool) -> Result<Llama> {
+    tiny_model_weights(tie, true)
+}
+
+/// The tiny Llama with fresh random weights, or with `seeded` those of
+/// [`reseed`].
+fn tiny_model_weights(tie: bool, seeded: bool) -> Result<Llama> {
     let varmap = VarMap::new();
     let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
     if !tie {
@@ -40,25 +54,11 @@ pub fn tiny_model_f16_cache(tie: bool) -> Result<Llama> {
             candle_nn::init::DEFAULT_KAIMING_NORMAL,
         )?;
     }
-    Llama::from_safetensors(&tiny_config(tie), vb)
-}
-
-/// As [`tiny_model_f16_cache`], with the weights from [`reseed`]'s fixed
-/// seed: the same model in every run, for comparisons whose f16 rounding
-/// would otherwise now and then land a value on a boundary in one path
-/// and not the other.
-pub fn tiny_model_f16_cache_seeded(tie: bool) -> Result<Llama> {
-    let varmap = VarMap::new();
-    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
-    if !tie {
-        vb.get_with_hints(
-            (100, 64),
-            "lm_head.weight",
-            candle_nn::init::DEFAULT_KAIMING_NORMAL,
-        )?;
+    let model = Llama::from_safetensors(&tiny_config(tie), vb.clone())?;
+    if !seeded {
+        return Ok(model);
     }
-    // A first load creates every other weight in the VarMap.
-    Llama::from_safetensors(&tiny_config(tie), vb.clone())?;
+    // The first load created every other weight in the VarMap.
     reseed(&varmap)?;
     Llama::from_safetensors(&tiny_config(tie), vb)
 }
