@@ -378,13 +378,17 @@ impl ValidTools {
     }
 
     /// The calls of an answer, when it is a call array of known tools
-    /// (`new_id` makes each call's id).
+    /// (`new_id` makes each call's id). The answer must start with the
+    /// opener itself: with `auto` the grammar constrains only answers whose
+    /// first character is the opener, so one that starts otherwise (a
+    /// blank, then something that looks like calls) is free text, as the
+    /// stream shows it.
     pub fn calls_in(
         &self,
         text: &str,
         mut new_id: impl FnMut() -> String,
     ) -> Option<Vec<ToolCall>> {
-        let text = text.trim();
+        let text = text.trim_end();
         if !text.starts_with(self.format.opener()) {
             return None;
         }
@@ -587,6 +591,7 @@ mod tests {
             "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n",
             "<tool_call>{}</tool_call> and some text",
             "[{\"name\": \"get_time\", \"arguments\": {}}]",
+            "\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>",
         ] {
             assert!(t.calls_in(bad, String::new).is_none(), "{bad}");
         }
@@ -601,9 +606,18 @@ mod tests {
             .unwrap()
             .unwrap();
         let mut n = 0;
+        // Only an answer that starts with `[` is calls (with `auto`, text
+        // after a leading blank is not held to the grammar: it is text, as
+        // streamed).
+        for free in [
+            r#" [{"name": "get_weather", "arguments": {"city": "Paris"}}]"#,
+            "\n[{\"name\": \"get_weather\", \"arguments\": {}}]",
+        ] {
+            assert!(t.calls_in(free, String::new).is_none(), "{free}");
+        }
         let calls = t
             .calls_in(
-                r#" [{"name": "get_weather", "arguments": {"city": "Paris"}}]"#,
+                r#"[{"name": "get_weather", "arguments": {"city": "Paris"}}]"#,
                 || {
                     n += 1;
                     format!("call_{n}")
