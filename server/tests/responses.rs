@@ -476,6 +476,12 @@ async fn bad_input_gets_the_api_shapes() {
         (json!({"conversation": "conv_1"}), "conversation"),
         (json!({"prompt": {"id": "pmpt_1"}}), "prompt"),
         (json!({"text": {"verbosity": "low"}}), "text.verbosity"),
+        // Truncation drops turns, but cannot make room for an output
+        // budget past the context: that is the budget's fault.
+        (
+            json!({"truncation": "auto", "max_output_tokens": 1_000_000}),
+            "max_output_tokens",
+        ),
         (
             json!({"text": {"format": {"type": "json_schema", "name": "x"}}}),
             "text.format.schema",

@@ -234,7 +234,9 @@ async fn render_conversation(
 
 /// The prompt's token ids. With `truncation: auto` the oldest messages are
 /// dropped (the last always stays) until the prompt and the output budget
-/// fit the context; without, the engine and the limits answer as for chat.
+/// fit the context; without (or when even the last message does not fit),
+/// the engine and the limits answer as for chat, naming `input` or
+/// `max_output_tokens`, whichever leaves no room.
 async fn fit_prompt(
     model: &ChatModel,
     valid: &ValidResponse,
@@ -250,18 +252,8 @@ async fn fit_prompt(
             .pop()
             .unwrap_or_default();
         let fits = ids.len().saturating_add(budget) <= context;
-        if fits || !valid.truncate {
+        if fits || !valid.truncate || skip + 1 >= conversation.len() {
             return Ok(ids);
-        }
-        if skip + 1 >= conversation.len() {
-            return Err(HttpError(ApiError::bad_request(
-                Some("input"),
-                format!(
-                    "The last input message alone ({} tokens with the instructions) leaves no \
-                     room for the output in this model's context of {context} tokens.",
-                    ids.len()
-                ),
-            )));
         }
         skip += 1;
     }
