@@ -240,6 +240,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .map(|k| k.trim().to_string())
         .filter(|k| !k.is_empty())
         .collect();
+    // A taken address fails now, not after the models' minutes of pulling
+    // and loading (the address is bound for good once they are loaded: no
+    // connection waits on a server that cannot answer yet).
+    drop(
+        std::net::TcpListener::bind((args.host, args.port))
+            .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?,
+    );
     let (store, default_project) = open_store(&args).await?;
     let state = {
         let args = args.clone();

@@ -1,5 +1,6 @@
 //! `hearth keys`, `hearth projects` and `hearth endpoints` against a
-//! temporary data folder, through the built binary.
+//! temporary data folder, through the built binary; `hearth serve` on a
+//! taken address.
 
 mod common;
 
@@ -205,4 +206,41 @@ fn endpoints_are_created_listed_and_deleted() {
     assert!(!run(&dir, &["endpoints", "delete", "endpoint-nope"])
         .status
         .success());
+}
+
+/// `hearth serve` on an address another process holds fails at once,
+/// naming it, before it pulls or loads any model (it used to pull and load
+/// first: minutes, and here, with no models and no network, a pull error).
+#[test]
+fn serve_on_a_taken_address_fails_before_loading() {
+    let dir = temp_dir();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["serve", "--api-key", "k", "--port", &port, "--data-dir"])
+        .arg(&dir)
+        .env_remove("HEARTH_DATABASE_URL")
+        .env_remove("HEARTH_BLOB_URL")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running hearth");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains(&format!("cannot listen on 127.0.0.1:{port}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("pulling"), "{stderr}");
+    assert!(!dir.join("models").exists(), "nothing pulled");
+    drop(taken);
 }
