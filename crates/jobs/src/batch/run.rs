@@ -143,7 +143,12 @@ impl BatchRun {
         match status {
             Control::Run => {
                 // in_progress -> finalizing (already so when resumed there).
-                self.store.finalize_batch(&batch.id, worker).await?;
+                // It does not apply when a cancel came after the last
+                // result, before the heartbeat saw it: the batch ends
+                // `cancelled` with every result (or it is no longer ours).
+                if !self.store.finalize_batch(&batch.id, worker).await? {
+                    return self.after_lost_write(&batch).await;
+                }
                 self.end(&batch, BatchStatus::Completed, Vec::new()).await
             }
             Control::Cancel => self.end(&batch, BatchStatus::Cancelled, Vec::new()).await,
