@@ -3,13 +3,15 @@
 //! sees it, still ends the batch `cancelled` with every result, in the
 //! attempt that ran it.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::TryStreamExt;
 use hearth_jobs::batch::BoxFuture;
 use hearth_jobs::{BatchEndpoints, BatchWorker, BatchWorkerConfig, EndpointReply};
-use hearth_store::{BatchStatus, NewBatch, Store, StoreConfig};
+use hearth_store::{BatchStatus, NewBatch, Store};
 use serde_json::{json, Map, Value};
 
 /// Answers every request 200; the request marked `last` first cancels the
@@ -54,14 +56,7 @@ impl BatchEndpoints for CancelAtLast {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_after_the_last_result_ends_the_batch_cancelled_with_every_result() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&StoreConfig {
-        data_dir: dir.path().to_path_buf(),
-        database_url: None,
-        blob_url: None,
-    })
-    .await
-    .unwrap();
-    let project = store.default_project().await.unwrap().id;
+    let (store, project) = common::open_store(dir.path()).await;
     let line = |id: &str, last: bool| {
         json!({"custom_id": id, "method": "POST", "url": "/v1/embeddings",
                "body": {"model": "m", "input": "x", "last": last}})

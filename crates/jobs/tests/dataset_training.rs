@@ -15,7 +15,7 @@ use hearth_store::datasets::schema::{Column, ColumnType};
 use hearth_store::datasets::table::{convert_part, PartFormat};
 use hearth_store::datasets::{NewDataset, StoredPart};
 use hearth_store::fine_tuning::{FtJob, FtStatus};
-use hearth_store::{NewFtJob, Store, StoreConfig};
+use hearth_store::{NewFtJob, Store};
 use serde_json::json;
 
 const MODEL: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
@@ -96,14 +96,7 @@ async fn wait_until_over(store: &Store, job: &FtJob) -> FtJob {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_job_trains_from_a_datasets_messages_and_fails_on_other_columns() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&StoreConfig {
-        data_dir: dir.path().to_path_buf(),
-        database_url: None,
-        blob_url: None,
-    })
-    .await
-    .unwrap();
-    let project = store.default_project().await.unwrap().id;
+    let (store, project) = common::open_store(dir.path()).await;
     let chat = |q: &str, a: &str| {
         json!({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}],
                "source": "test"})

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use hearth_api::fine_tuning::Hyperparameters;
 use hearth_jobs::{BaseModel, Worker, WorkerConfig};
 use hearth_store::fine_tuning::{FtJob, FtStatus};
-use hearth_store::{FileRecord, NewFtJob, Store, StoreConfig};
+use hearth_store::{FileRecord, NewFtJob, Store};
 
 const MODEL: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
 
@@ -69,14 +69,7 @@ fn worker(store: &Store, name: &str) -> Worker {
 
 /// A fresh store in `dir`, its default project, and a training file there.
 async fn store_with_dataset(dir: &std::path::Path) -> (Store, String, FileRecord) {
-    let store = Store::open(&StoreConfig {
-        data_dir: dir.to_path_buf(),
-        database_url: None,
-        blob_url: None,
-    })
-    .await
-    .unwrap();
-    let project = store.default_project().await.unwrap().id;
+    let (store, project) = common::open_store(dir).await;
     let file = store
         .create_file_from_bytes(&project, "train.jsonl", "fine-tune", dataset().as_bytes())
         .await

@@ -167,3 +167,16 @@ pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
 }
+
+/// A fresh SQLite store with its blobs in `dir`, and its default project.
+pub async fn open_store(dir: &Path) -> (hearth_store::Store, String) {
+    let store = hearth_store::Store::open(&hearth_store::StoreConfig {
+        data_dir: dir.to_path_buf(),
+        database_url: None,
+        blob_url: None,
+    })
+    .await
+    .unwrap();
+    let project = store.default_project().await.unwrap().id;
+    (store, project)
+}
