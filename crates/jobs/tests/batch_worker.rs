@@ -1,7 +1,7 @@
-//! The batch worker over endpoints that answer at once (no model): a
-//! cancel that lands after the last result, before the worker's heartbeat
-//! sees it, still ends the batch `cancelled` with every result, in the
-//! attempt that ran it.
+//! The batch worker over endpoint doubles (no model): a cancel that lands
+//! after the last result, before the worker's heartbeat sees it, or after
+//! the heartbeat saw the window pass, still ends the batch `cancelled`
+//! with its results, in the attempt that ran it.
 
 mod common;
 
@@ -53,51 +53,92 @@ impl BatchEndpoints for CancelAtLast {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancel_after_the_last_result_ends_the_batch_cancelled_with_every_result() {
-    let dir = tempfile::tempdir().unwrap();
-    let (store, project) = common::open_store(dir.path()).await;
-    let line = |id: &str, last: bool| {
-        json!({"custom_id": id, "method": "POST", "url": "/v1/embeddings",
-               "body": {"model": "m", "input": "x", "last": last}})
-        .to_string()
-    };
-    let input = [line("a", false), line("b", true)].join("\n");
+/// Never answers; when the worker drops the request (the window passed),
+/// it cancels the batch before the worker goes on, as an owner could
+/// between the heartbeat's read and the batch's end.
+struct CancelWhenDropped {
+    store: Store,
+    project: String,
+    batch: String,
+}
+
+struct CancelOnDrop(Store, String, String);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Self(store, project, batch) = self;
+        let handle = tokio::runtime::Handle::current();
+        let cancelled =
+            tokio::task::block_in_place(|| handle.block_on(store.cancel_batch(project, batch)));
+        assert_eq!(cancelled.unwrap().status, BatchStatus::Cancelling);
+    }
+}
+
+impl BatchEndpoints for CancelWhenDropped {
+    fn check(
+        &self,
+        _project: String,
+        _endpoint: String,
+        _body: Map<String, Value>,
+    ) -> BoxFuture<Result<String, String>> {
+        Box::pin(async { Ok("m".to_string()) })
+    }
+
+    fn run(
+        &self,
+        _project: String,
+        _endpoint: String,
+        _body: Map<String, Value>,
+    ) -> BoxFuture<EndpointReply> {
+        let guard = CancelOnDrop(self.store.clone(), self.project.clone(), self.batch.clone());
+        Box::pin(async move {
+            let _guard = guard;
+            std::future::pending::<EndpointReply>().await
+        })
+    }
+}
+
+/// A batch of `lines` on `/v1/embeddings` whose window ends at `expires_at`.
+async fn batch_of(store: &Store, project: &str, lines: &[String], expires_at: i64) -> String {
     let file = store
-        .create_file_from_bytes(&project, "in.jsonl", "batch", input.as_bytes())
+        .create_file_from_bytes(project, "in.jsonl", "batch", lines.join("\n").as_bytes())
         .await
         .unwrap();
     let batch = store
         .create_batch(NewBatch {
-            project_id: project.clone(),
+            project_id: project.to_string(),
             endpoint: "/v1/embeddings".to_string(),
             completion_window: "24h".to_string(),
             input_file_id: file.id.clone(),
             metadata: None,
             override_settings: None,
-            expires_at: hearth_store::ids::now() + 86_400,
+            expires_at,
         })
         .await
         .unwrap();
-    let endpoints = Arc::new(CancelAtLast {
-        store: store.clone(),
-        project: project.clone(),
-        batch: batch.id.clone(),
-    });
+    batch.id
+}
+
+/// Runs a worker (one attempt allowed: a second claim would fail the
+/// batch) until batch `id` ends.
+async fn run_to_end(
+    store: &Store,
+    id: &str,
+    endpoints: Arc<dyn BatchEndpoints>,
+    heartbeat: Duration,
+) -> hearth_store::Batch {
     let config = BatchWorkerConfig {
         worker_id: "node-a".to_string(),
         max_inflight: 1,
         poll: Duration::from_millis(20),
-        // The heartbeat does not see the cancel before the batch's end.
-        heartbeat: Duration::from_secs(600),
-        // A second claim would fail the batch.
+        heartbeat,
         max_attempts: 1,
         ..BatchWorkerConfig::default()
     };
     let worker = BatchWorker::new(store.clone(), endpoints, config, Default::default()).spawn();
     let start = Instant::now();
     let ended = loop {
-        let b = store.batch_by_id(&batch.id).await.unwrap();
+        let b = store.batch_by_id(id).await.unwrap();
         if matches!(
             b.status,
             BatchStatus::Completed
@@ -111,6 +152,27 @@ async fn a_cancel_after_the_last_result_ends_the_batch_cancelled_with_every_resu
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     worker.shut_down().await;
+    ended
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_after_the_last_result_ends_the_batch_cancelled_with_every_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, project) = common::open_store(dir.path()).await;
+    let line = |id: &str, last: bool| {
+        json!({"custom_id": id, "method": "POST", "url": "/v1/embeddings",
+               "body": {"model": "m", "input": "x", "last": last}})
+        .to_string()
+    };
+    let lines = [line("a", false), line("b", true)];
+    let id = batch_of(&store, &project, &lines, hearth_store::ids::now() + 86_400).await;
+    let endpoints = Arc::new(CancelAtLast {
+        store: store.clone(),
+        project: project.clone(),
+        batch: id.clone(),
+    });
+    // The heartbeat does not see the cancel before the batch's end.
+    let ended = run_to_end(&store, &id, endpoints, Duration::from_secs(600)).await;
     assert_eq!(ended.status, BatchStatus::Cancelled, "{ended:?}");
     assert_eq!((ended.attempts, ended.completed, ended.failed), (1, 2, 0));
     let output = store
@@ -131,4 +193,28 @@ async fn a_cancel_after_the_last_result_ends_the_batch_cancelled_with_every_resu
         .map(|l| serde_json::from_str::<Value>(l).unwrap()["custom_id"].to_string())
         .collect();
     assert_eq!(ids, ["\"a\"", "\"b\""]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_after_the_window_passed_ends_the_batch_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, project) = common::open_store(dir.path()).await;
+    let line = json!({"custom_id": "a", "method": "POST", "url": "/v1/embeddings",
+                      "body": {"model": "m", "input": "x"}})
+    .to_string();
+    // The window has passed already; the first heartbeat (after the line
+    // started) says so, and the dropped line cancels the batch.
+    let id = batch_of(&store, &project, &[line], hearth_store::ids::now() - 1).await;
+    let endpoints = Arc::new(CancelWhenDropped {
+        store: store.clone(),
+        project: project.clone(),
+        batch: id.clone(),
+    });
+    let ended = run_to_end(&store, &id, endpoints, Duration::from_secs(2)).await;
+    assert_eq!(ended.status, BatchStatus::Cancelled, "{ended:?}");
+    assert_eq!((ended.attempts, ended.completed, ended.failed), (1, 0, 0));
+    assert!(
+        ended.cancelled_at.is_some() && ended.expired_at.is_none(),
+        "{ended:?}"
+    );
 }

@@ -168,14 +168,20 @@ impl BatchRun {
                         )
                     })
                     .collect();
-                self.end(&batch, BatchStatus::Expired, expired).await
+                // A cancel that landed after the heartbeat saw the window
+                // pass wins: the batch ends `cancelled` with its results.
+                match self.end(&batch, BatchStatus::Expired, expired).await {
+                    Err(Stop::Control(Control::Lost)) => self.after_lost_write(&batch).await,
+                    ended => ended,
+                }
             }
             Control::Lost => Err(Stop::Control(Control::Lost)),
         }
     }
 
     /// A transition that did not apply: the batch changed under us (a
-    /// cancel during validation), or it is no longer ours.
+    /// cancel during validation, after the last result or after the
+    /// window passed), or it is no longer ours.
     async fn after_lost_write(&self, batch: &Batch) -> Result<BatchStatus, Stop> {
         let now = self.store.batch_by_id(&batch.id).await?;
         if now.status == BatchStatus::Cancelling

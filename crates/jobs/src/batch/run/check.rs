@@ -175,6 +175,9 @@ fn parse_file(
     let mut requests = Vec::new();
     let mut problems = Vec::new();
     let mut ids = CustomIds::default();
+    let content = content
+        .strip_prefix(hearth_store::jsonl::UTF8_BOM)
+        .unwrap_or(content);
     for (i, raw) in content.split(|&b| b == b'\n').enumerate() {
         let line = i as i64 + 1;
         let parsed = std::str::from_utf8(raw)
@@ -244,6 +247,14 @@ mod tests {
             .join("\n");
         let errors = parse_file(many.as_bytes(), ep, None, 3).unwrap_err();
         assert_eq!(errors[0].code, "too_many_requests");
+        // A byte order mark opening the file is not part of line 1.
+        let text = format!("\u{feff}{}\n{}\n", good("a"), good("b"));
+        let parsed = parse_file(text.as_bytes(), ep, None, 10).unwrap();
+        assert_eq!(parsed.requests.len(), 2);
+        assert!(parsed.problems.is_empty());
+        let text = format!("{}\n\u{feff}{}\n", good("a"), good("b"));
+        let parsed = parse_file(text.as_bytes(), ep, None, 10).unwrap();
+        assert_eq!(report(parsed.problems)[0].line, Some(2));
     }
 
     #[test]
