@@ -93,6 +93,8 @@ pub fn parse_training_line(line: &str) -> Result<TrainingExample, String> {
 /// 1-based line.
 pub fn parse_training_file(text: &str) -> Result<Vec<TrainingExample>, String> {
     let mut out = Vec::new();
+    // A byte order mark opening the file is not content.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
@@ -172,5 +174,17 @@ mod tests {
                 .len(),
             1
         );
+        // A byte order mark opening the file is skipped; elsewhere it is
+        // an error.
+        let line = "{\"prompt\":\"a\",\"completion\":\"b\"}";
+        assert_eq!(
+            parse_training_file(&format!("\u{feff}{line}\n{line}\n"))
+                .unwrap()
+                .len(),
+            2
+        );
+        assert!(parse_training_file(&format!("{line}\n\u{feff}{line}\n"))
+            .unwrap_err()
+            .starts_with("line 2:"));
     }
 }

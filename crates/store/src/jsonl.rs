@@ -1,6 +1,10 @@
 //! A line-by-line JSONL check that runs as an upload streams by: every
 //! non-blank line must be one JSON object. Only the current line is held.
 
+/// The byte order mark some editors put first in a UTF-8 file; readers of
+/// the file's first line skip it.
+pub const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
 /// Longest line checked; a longer one is an error (and is not buffered).
 pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
@@ -51,7 +55,12 @@ impl JsonlChecker {
 
     fn end_line(&mut self) {
         if self.error.is_none() {
-            self.error = check_line(&self.line).map(|e| format!("line {}: {e}", self.number));
+            // A UTF-8 byte order mark opening the file is not content.
+            let line = match self.number {
+                1 => self.line.strip_prefix(UTF8_BOM).unwrap_or(&self.line),
+                _ => &self.line,
+            };
+            self.error = check_line(line).map(|e| format!("line {}: {e}", self.number));
         }
         self.line.clear();
         self.number += 1;
@@ -107,5 +116,18 @@ mod tests {
         let e = check(&["{}\n", "[1, 2]"]).unwrap();
         assert_eq!(e, "line 2: expected a JSON object");
         assert_eq!(check(&[""]).unwrap(), "the file is empty");
+    }
+
+    #[test]
+    fn a_byte_order_mark_opens_the_file_only() {
+        assert_eq!(check(&["\u{feff}{\"a\": 1}\n{}\n"]), None);
+        // Split inside the mark.
+        let mut checker = JsonlChecker::new();
+        let bytes = "\u{feff}{}\n".as_bytes();
+        checker.feed(&bytes[..2]);
+        checker.feed(&bytes[2..]);
+        assert_eq!(checker.finish(), None);
+        let e = check(&["{}\n\u{feff}{}\n"]).unwrap();
+        assert!(e.starts_with("line 2: not valid JSON"), "{e}");
     }
 }

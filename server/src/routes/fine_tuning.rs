@@ -250,7 +250,13 @@ impl LineChecker {
     fn end_line(&mut self) {
         self.number += 1;
         let line = std::mem::take(&mut self.line);
-        let text = match std::str::from_utf8(&line) {
+        let bytes = match self.number {
+            1 => line
+                .strip_prefix(hearth_store::jsonl::UTF8_BOM)
+                .unwrap_or(&line),
+            _ => &line,
+        };
+        let text = match std::str::from_utf8(bytes) {
             Ok(text) => text,
             Err(_) => {
                 self.problem = Some(format!("line {}: not UTF-8", self.number));
