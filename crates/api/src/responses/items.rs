@@ -206,13 +206,18 @@ pub fn check_outputs(
     let mut calls: Vec<&str> = Vec::new();
     // Calls still waiting for their output.
     let mut open: Vec<&str> = Vec::new();
+    // Calls that have their output.
+    let mut answered: Vec<&str> = Vec::new();
     for item in earlier {
         match item {
             ConversationItem::FunctionCall(c) => {
                 calls.push(&c.call_id);
                 open.push(&c.call_id);
             }
-            ConversationItem::FunctionOutput { call_id, .. } => open.retain(|c| c != call_id),
+            ConversationItem::FunctionOutput { call_id, .. } => {
+                open.retain(|c| c != call_id);
+                answered.push(call_id);
+            }
             ConversationItem::Message { .. } => open.clear(),
         }
     }
@@ -234,7 +239,16 @@ pub fn check_outputs(
                     format!("No function call with call_id `{call_id}` comes before this output: give the `function_call` item in `input`, or continue the response that made it with `previous_response_id`."),
                 ))
             }
-            ConversationItem::FunctionOutput { call_id, .. } => open.retain(|c| c != call_id),
+            ConversationItem::FunctionOutput { call_id, .. } if answered.contains(&call_id.as_str()) => {
+                return Err(invalid(
+                    &format!("input[{i}].call_id"),
+                    format!("The function call `{call_id}` already has its output; give one `function_call_output` per call."),
+                ))
+            }
+            ConversationItem::FunctionOutput { call_id, .. } => {
+                open.retain(|c| c != call_id);
+                answered.push(call_id);
+            }
             ConversationItem::Message { .. } => {
                 if let Some(call_id) = open.first() {
                     return Err(unanswered(call_id));
@@ -433,5 +447,38 @@ mod tests {
         check_outputs(&[user.clone(), call("a")], &[out("a"), user.clone()]).unwrap();
         check_outputs(&[call("a"), out("a")], std::slice::from_ref(&user)).unwrap();
         check_outputs(&[], &[call("a"), call("b"), out("b"), out("a"), user]).unwrap();
+    }
+
+    #[test]
+    fn a_call_has_one_output() {
+        let out = |id: &str| ConversationItem::FunctionOutput {
+            call_id: id.into(),
+            output: "x".into(),
+        };
+        for (earlier, input, at) in [
+            (
+                vec![],
+                vec![call("a"), out("a"), out("a")],
+                "input[2].call_id",
+            ),
+            (
+                vec![call("a")],
+                vec![out("a"), out("a")],
+                "input[1].call_id",
+            ),
+            (
+                vec![call("a"), out("a")],
+                vec![out("a")],
+                "input[0].call_id",
+            ),
+        ] {
+            let e = check_outputs(&earlier, &input).unwrap_err();
+            assert_eq!((e.status(), e.param()), (400, Some(at)), "{input:?}");
+            assert!(
+                e.message().contains("already has its output"),
+                "{}",
+                e.message()
+            );
+        }
     }
 }
