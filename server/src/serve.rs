@@ -243,10 +243,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // A taken address fails now, not after the models' minutes of pulling
     // and loading (the address is bound for good once they are loaded: no
     // connection waits on a server that cannot answer yet).
-    drop(
-        std::net::TcpListener::bind((args.host, args.port))
-            .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?,
-    );
+    let cannot_listen = || format!("cannot listen on {}:{}", args.host, args.port);
+    drop(std::net::TcpListener::bind((args.host, args.port)).with_context(cannot_listen)?);
     let (store, default_project) = open_store(&args).await?;
     let state = {
         let args = args.clone();
@@ -289,7 +287,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let signal = shutdown_signal()?;
     let listener = tokio::net::TcpListener::bind((args.host, args.port))
         .await
-        .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
+        .with_context(cannot_listen)?;
     let addr = listener.local_addr()?;
     tracing::info!("listening on http://{addr}");
     println!("Hearth is listening on http://{addr}");
