@@ -20,6 +20,10 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/completions", post(routes::completions::create))
         .route("/v1/chat/completions", post(routes::chat::create))
         .route("/v1/responses", post(routes::responses::create))
+        .route(
+            "/v1/responses/input_tokens",
+            post(routes::responses::input_tokens),
+        )
         .route("/v1/embeddings", post(routes::embeddings::create))
         .route("/v1/rerank", post(routes::rerank::create))
         .route("/v1/images/generations", post(routes::images::create))

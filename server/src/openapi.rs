@@ -206,6 +206,7 @@ impl Modify for Bearer {
         inference::create_rerank,
         inference::create_image,
         responses::create_response,
+        responses::count_input_tokens,
         responses::retrieve_response,
         responses::delete_response,
         responses::list_input_items,

@@ -345,6 +345,18 @@ async fn stored_responses_are_got_listed_deleted_and_private() {
     ]}))
     .await;
     let id = r["id"].as_str().unwrap();
+    // Nothing runs in the background, so nothing streams again.
+    let again = raw("GET", &format!("/v1/responses/{id}?stream=true"), KEY, None).await;
+    assert_eq!(again.status, 400, "{}", common::raw::text(&again));
+    assert_eq!(again.json()["error"]["param"], "stream");
+    let got = raw(
+        "GET",
+        &format!("/v1/responses/{id}?stream=false"),
+        KEY,
+        None,
+    )
+    .await;
+    assert_eq!(got.json(), r);
     let items = raw("GET", &format!("/v1/responses/{id}/input_items"), KEY, None)
         .await
         .json();
@@ -647,4 +659,62 @@ async fn a_stream_the_engine_ends_with_an_error_is_stored_failed() {
             .contains("not running"),
         "{got}"
     );
+}
+
+#[tokio::test]
+async fn input_tokens_counts_what_create_would_send() {
+    async fn count(body: Value) -> common::raw::Raw {
+        raw("POST", "/v1/responses/input_tokens", KEY, Some(body)).await
+    }
+    let body = json!({"model": MODEL, "instructions": "Be brief.",
+        "input": "Name a large animal.", "max_output_tokens": 1});
+    let counted = count(body.clone()).await;
+    assert_eq!(counted.status, 200, "{}", common::raw::text(&counted));
+    let counted = counted.json();
+    assert_eq!(counted["object"], "response.input_tokens");
+    let made = create(body).await;
+    assert_eq!(counted["input_tokens"], made["usage"]["input_tokens"]);
+    // The conversation of `previous_response_id` and the tools count too.
+    let follow = json!({"model": MODEL, "previous_response_id": made["id"],
+        "input": "Where does it live?", "max_output_tokens": 1});
+    let alone = count(json!({"model": MODEL, "input": "Where does it live?"}))
+        .await
+        .json()["input_tokens"]
+        .as_u64()
+        .unwrap();
+    let chained = count(follow.clone()).await.json();
+    assert!(
+        chained["input_tokens"].as_u64().unwrap() > alone,
+        "{chained}"
+    );
+    assert_eq!(
+        chained["input_tokens"],
+        create(follow).await["usage"]["input_tokens"]
+    );
+    let tools = json!([{"type": "function", "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
+    let with_tools = count(json!({"model": MODEL, "input": "Where does it live?", "tools": tools}))
+        .await
+        .json();
+    assert!(
+        with_tools["input_tokens"].as_u64().unwrap() > alone,
+        "{with_tools}"
+    );
+    // Checked as create checks: the same errors, in the API's shapes.
+    shape_c(&count(json!({"input": "x"})).await);
+    shape_a(
+        &count(json!({"model": "no/such-model", "input": "x"})).await,
+        404,
+    );
+    let unknown =
+        count(json!({"model": MODEL, "input": "x", "previous_response_id": "resp_nope"})).await;
+    assert_eq!(unknown.status, 400);
+    assert_eq!(unknown.json()["error"]["param"], "previous_response_id");
+    let hosted =
+        count(json!({"model": MODEL, "input": "x", "tools": [{"type": "web_search"}]})).await;
+    assert_eq!(hosted.status, 400);
+    assert_eq!(hosted.json()["error"]["param"], "tools[0].type");
+    // Only POST; a GET is not taken for a response id.
+    let get = raw("GET", "/v1/responses/input_tokens", KEY, None).await;
+    assert_eq!(get.status, 405, "{}", common::raw::text(&get));
 }

@@ -4,7 +4,8 @@
 
 use super::EventStream;
 use hearth_api::responses::{
-    InputItemList, InputItemsQuery, ResponseDeleted, ResponseObject, ResponseRequest,
+    InputItemList, InputItemsQuery, InputTokens, ResponseDeleted, ResponseObject, ResponseRequest,
+    RetrieveQuery,
 };
 use hearth_api::schemas::{ErrorDetail, UpstreamError};
 use hearth_api::ProjectQuery;
@@ -51,6 +52,29 @@ use hearth_api::ProjectQuery;
 pub fn create_response() {}
 
 #[utoipa::path(
+    post,
+    path = "/v1/responses/input_tokens",
+    tag = "Responses",
+    operation_id = "countInputTokens",
+    summary = "Count a response's input tokens",
+    description = "The number of tokens the input of a `POST /v1/responses` with this body \
+        would give the model: `instructions`, the function `tools` as the model is told of \
+        them, the conversation of `previous_response_id` and this turn's `input`, after \
+        `truncation`. Nothing is generated, stored or charged. The body is checked as \
+        create checks it; fields that only shape the output (`stream`, `store`, \
+        `temperature`, ...) are otherwise ignored.",
+    params(ProjectQuery),
+    request_body = ResponseRequest,
+    responses(
+        (status = 200, description = "The count.", body = InputTokens),
+        (status = 400, description = "A field create refuses, or an unknown \
+            `previous_response_id`.", body = UpstreamError),
+        (status = 404, description = "No model of this name.", body = ErrorDetail),
+    )
+)]
+pub fn count_input_tokens() {}
+
+#[utoipa::path(
     get,
     path = "/v1/responses/{response_id}",
     tag = "Responses",
@@ -58,10 +82,12 @@ pub fn create_response() {}
     summary = "A stored response",
     params(
         ("response_id" = String, Path, description = "The response's id (`resp_...`)."),
-        ProjectQuery,
+        RetrieveQuery,
     ),
     responses(
         (status = 200, description = "The response.", body = ResponseObject),
+        (status = 400, description = "`stream=true` (no response runs in the background).",
+            body = UpstreamError),
     )
 )]
 pub fn retrieve_response() {}

@@ -15,8 +15,8 @@ use axum::{Extension, Json};
 use hearth_api::chat::ChatTokenLogprob;
 use hearth_api::responses::{
     chat_messages, check_outputs, native_messages, ConversationItem, FunctionToolCall,
-    InputItemList, InputItemObject, InputItemsQuery, OutputText, ResponseDeleted, ResponseObject,
-    ResponseRequest, ResponseUsage, ValidResponse,
+    InputItemList, InputItemObject, InputItemsQuery, InputTokens, OutputText, ResponseDeleted,
+    ResponseObject, ResponseRequest, ResponseUsage, RetrieveQuery, ValidResponse,
 };
 use hearth_api::{ApiError, ProjectQuery};
 use hearth_core::{ChatMessage, FinishReason};
@@ -166,6 +166,26 @@ pub async fn create(
     }
     record.keep(&object).await?;
     Ok(Json(object).into_response())
+}
+
+/// `POST /v1/responses/input_tokens`: the prompt a create with this body
+/// would send the model, counted and not run (the same checks, template,
+/// tools and `truncation`; fields that only shape the output are checked
+/// and otherwise ignored).
+pub async fn input_tokens(
+    State(state): State<AppState>,
+    ApiQuery(_project): ApiQuery<ProjectQuery>,
+    Extension(ctx): Extension<RequestContext>,
+    ApiJson(request): ApiJson<ResponseRequest>,
+) -> Result<Json<InputTokens>, HttpError> {
+    let Prepared {
+        valid,
+        model,
+        conversation,
+        ..
+    } = prepare(&state, &ctx, request).await?;
+    let prompt = fit_prompt(&model, &valid, &conversation).await?;
+    Ok(Json(InputTokens::new(prompt.len())))
 }
 
 /// The model's answer as function calls, when tools were offered and it
@@ -348,7 +368,14 @@ pub async fn retrieve(
     State(state): State<AppState>,
     Extension(ctx): Extension<RequestContext>,
     ApiPath(id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<RetrieveQuery>,
 ) -> Result<Json<Value>, HttpError> {
+    if query.stream == Some(true) {
+        return Err(HttpError(ApiError::bad_request(
+            Some("stream"),
+            "Only a response created with `background` can be streamed again, and this server runs none in the background; retrieve it without `stream`.",
+        )));
+    }
     Ok(Json(caller_response(&state, &ctx, &id).await?.body))
 }
 

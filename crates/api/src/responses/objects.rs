@@ -516,6 +516,21 @@ impl InputItemList {
     }
 }
 
+/// Query of `GET /v1/responses/{id}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RetrieveQuery {
+    /// Only `false` (or absent): OpenAI streams a background response's
+    /// events again, and no response here runs in the background.
+    #[serde(default)]
+    pub stream: Option<bool>,
+    /// The project to look in first (the response is found in any
+    /// project the key reaches).
+    #[serde(default)]
+    #[param(pattern = r"^(project-[0-9A-HJKMNP-TV-Z]{26})?$")]
+    pub ai_project_id: Option<String>,
+}
+
 /// Query of `GET /v1/responses/{id}/input_items`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -543,4 +558,23 @@ pub struct ResponseDeleted {
     /// `response.deleted`.
     pub object: String,
     pub deleted: bool,
+}
+
+/// `POST /v1/responses/input_tokens`: how many tokens the request's input
+/// takes as the model sees it (instructions, tools, the conversation of
+/// `previous_response_id`, `truncation`), before anything is generated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct InputTokens {
+    /// `response.input_tokens`.
+    pub object: String,
+    pub input_tokens: usize,
+}
+
+impl InputTokens {
+    pub fn new(input_tokens: usize) -> Self {
+        Self {
+            object: "response.input_tokens".to_string(),
+            input_tokens,
+        }
+    }
 }
