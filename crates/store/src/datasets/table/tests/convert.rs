@@ -193,6 +193,41 @@ fn bad_parquet_parts() {
     );
 }
 
+#[tokio::test]
+async fn parquet_parts_in_every_codec_read() {
+    use parquet::basic::{BrotliLevel, Compression, GzipLevel, ZstdLevel};
+    use parquet::file::properties::WriterProperties;
+    let fx = fixture();
+    let schema = five();
+    let values = ["alpha", "beta", "gamma"];
+    for codec in [
+        Compression::UNCOMPRESSED,
+        Compression::SNAPPY,
+        Compression::ZSTD(ZstdLevel::default()),
+        Compression::GZIP(GzipLevel::default()),
+        Compression::BROTLI(BrotliLevel::default()),
+        Compression::LZ4_RAW,
+        Compression::LZ4,
+    ] {
+        let name = format!("{codec:?}").replace(['(', ')', ' ', '{', '}', ':'], "_");
+        let path = fx.dir.path().join(format!("{name}.parquet"));
+        let batch = RecordBatch::try_from_iter(vec![(
+            "s",
+            Arc::new(StringArray::from(values.to_vec())) as ArrayRef,
+        )])
+        .unwrap();
+        let props = WriterProperties::builder().set_compression(codec).build();
+        let file = std::fs::File::create(&path).unwrap();
+        let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let part = fx.store(&name, &path, PartFormat::Parquet, &schema).await;
+        let rows = read_all(&fx, &[part], &schema).await;
+        let got: Vec<Value> = rows.iter().map(|r| r["s"].clone()).collect();
+        assert_eq!(got, values.map(|v| json!(v)), "{codec:?}");
+    }
+}
+
 #[test]
 fn detect_formats() {
     use PartFormat::*;
