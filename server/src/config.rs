@@ -373,11 +373,18 @@ impl Default for DatasetArgs {
 }
 
 impl DatasetArgs {
-    pub fn policy(&self) -> crate::state::DatasetPolicy {
+    /// The policy for a server whose store is `store`.
+    pub fn policy(&self, store: &hearth_store::StoreConfig) -> crate::state::DatasetPolicy {
         crate::state::DatasetPolicy {
             max_parts: self.dataset_max_parts,
             upload_ttl: std::time::Duration::from_secs(self.dataset_upload_ttl_hours * 3600),
             import_allow: self.dataset_import_allow.clone().into(),
+            private_paths: crate::local_import::LocalPaths::private_of(
+                &store.data_dir,
+                store.database_url.as_deref(),
+                store.blob_url.as_deref(),
+            )
+            .into(),
             import_wake: Default::default(),
         }
     }

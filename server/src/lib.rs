@@ -18,6 +18,7 @@ pub mod keys_cli;
 pub mod layers;
 pub mod limits;
 pub mod listen;
+pub mod local_import;
 pub mod malloc;
 pub mod models_cli;
 pub mod models_resolve;

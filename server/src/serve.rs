@@ -170,7 +170,9 @@ pub fn build_state(
         limits: crate::limits::Limits::new(&args.limits, args.max_waiting),
         http: crate::state::HttpPolicy::new(&args.http),
         batch_counters: Default::default(),
-        datasets: args.datasets.policy(),
+        datasets: args
+            .datasets
+            .policy(&args.db.store_config(&args.store.data_dir)),
         endpoints,
         usage: Default::default(),
         node: args.node.identity(&args.store.data_dir),

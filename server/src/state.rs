@@ -76,6 +76,9 @@ pub struct DatasetPolicy {
     pub upload_ttl: std::time::Duration,
     /// URL prefixes imports from object storage may read; empty: none.
     pub import_allow: Arc<[String]>,
+    /// The server's own files, which no `file://` import reads whatever
+    /// the prefixes allow (`crate::local_import`).
+    pub private_paths: Arc<[std::path::PathBuf]>,
     /// Wakes this node's import worker (`crate::dataset_imports`) when an
     /// import is queued.
     pub import_wake: Arc<tokio::sync::Notify>,
@@ -87,6 +90,7 @@ impl Default for DatasetPolicy {
             max_parts: 10_000,
             upload_ttl: std::time::Duration::from_secs(24 * 3600),
             import_allow: Arc::from(Vec::new()),
+            private_paths: Arc::from(Vec::new()),
             import_wake: Default::default(),
         }
     }

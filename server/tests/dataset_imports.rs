@@ -123,6 +123,9 @@ async fn imports_read_allowed_objects_in_the_background() {
         "file:///etc/passwd".to_string(),
         format!("{allowed}../outside.jsonl"),
         format!("{allowed}sub/%2e%2e/%2e%2e/x.jsonl"),
+        format!("{allowed}./rows.jsonl"),
+        format!("{allowed}..%2F..%2Fetc%2Fpasswd"),
+        format!("{allowed}sub\\..\\..\\x.jsonl"),
         "http://example.com/x.jsonl".to_string(),
     ] {
         let body = json!({"name": "x", "source": {"type": "object_storage", "url": url}});
@@ -134,6 +137,61 @@ async fn imports_read_allowed_objects_in_the_background() {
             String::from_utf8_lossy(&reply.bytes)
         );
     }
+}
+
+/// A symbolic link under the allowed prefix is followed only where it
+/// stays under it, and never into the server's own files, even when a
+/// prefix covers them: the import fails without saying where the link led.
+#[cfg(unix)]
+#[tokio::test]
+async fn links_out_of_the_prefix_or_into_the_servers_files_fail_the_import() {
+    use std::os::unix::fs::symlink;
+    let (_dir, root, allowed) = objects("{\"q\": \"a\"}\n");
+    let server_files = tempfile::tempdir().unwrap();
+    let data = server_files.path().canonicalize().unwrap();
+    std::fs::write(data.join("hearth.db"), "q\nsecret\n").unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let outside = outside.path().canonicalize().unwrap();
+    std::fs::write(outside.join("other.csv"), "q\nsecret\n").unwrap();
+    symlink(&data, root.join("datalink")).unwrap();
+    symlink(outside.join("other.csv"), root.join("other.csv")).unwrap();
+    symlink(root.join("rows.jsonl"), root.join("alias.jsonl")).unwrap();
+    let mut state = bare_state();
+    state.datasets.import_allow =
+        vec![allowed.clone(), format!("file://{}/", data.display())].into();
+    state.datasets.private_paths = vec![data.clone()].into();
+    let _worker = hearth_server::dataset_imports::spawn(state.clone());
+    let import = |url: String, format: &str| json!({"name": "x", "source": {"type": "object_storage", "url": url, "format": format}});
+    for (url, format) in [
+        (format!("{allowed}datalink/hearth.db"), "csv"),
+        (format!("{allowed}other.csv"), "csv"),
+        (format!("file://{}/hearth.db", data.display()), "csv"),
+    ] {
+        let started = ok(&call(
+            &state,
+            "POST",
+            "/v1/datasets",
+            KEY,
+            Some(import(url.clone(), format)),
+        )
+        .await);
+        let failed = settled(&state, started["id"].as_str().unwrap()).await;
+        assert_eq!(failed["upload_info"]["status"], "FAILED", "{url}: {failed}");
+        let error = failed["upload_info"]["error"].as_str().unwrap();
+        assert!(error.contains("outside the prefixes"), "{url}: {error}");
+        assert!(!error.contains(&outside.display().to_string()), "{error}");
+    }
+    // A link that stays under the prefix is read.
+    let started = ok(&call(
+        &state,
+        "POST",
+        "/v1/datasets",
+        KEY,
+        Some(import(format!("{allowed}alias.jsonl"), "jsonl")),
+    )
+    .await);
+    let done = settled(&state, started["id"].as_str().unwrap()).await;
+    assert_eq!(done["upload_info"]["status"], "COMPLETED", "{done}");
 }
 
 /// `GET /v1/datasets/uploads/{id}`: the caller's upload in any of its

@@ -7,7 +7,9 @@
 //! /v1/datasets/uploads/{id}` shows how it went.
 //!
 //! Only URLs under a prefix the operator allowed (`--dataset-import-allow`)
-//! are read: the server's own files and credentials are not the callers'.
+//! are read, and a `file://` URL only where its links lead under such a
+//! prefix and outside the server's own files (`crate::local_import`): the
+//! server's own files and credentials are not the callers'.
 
 use hearth_api::datasets::{DatasetCreateRequest, DatasetSource, UploadObject};
 use hearth_api::ApiError;
@@ -19,6 +21,7 @@ use hearth_store::{Blobs, StoreError};
 use super::dataset_uploads::upload_object;
 use super::datasets::{convert_to_parquet, delete_blobs, schema_from_wire, RowsFrom};
 use crate::error::HttpError;
+use crate::local_import::LocalPaths;
 use crate::state::AppState;
 
 /// The checked URL and format of an import (400 shape B naming
@@ -45,14 +48,12 @@ pub(crate) fn check_source(
             "`source.url` must be `s3://bucket/key` or `file:///path`.".into(),
         ));
     }
-    if url
-        .path()
-        .split('/')
-        .any(|s| s == ".." || s == "." || s == "%2e%2e")
-    {
+    // On the text as given: parsing removes `.` and `..` segments.
+    if dot_segments(&source.url) {
         return Err(bad(
             "source.url",
-            "`source.url` must not hold `.` or `..` segments.".into(),
+            "`source.url` must not hold `.` or `..` segments, backslashes or encoded slashes."
+                .into(),
         ));
     }
     let allowed = state
@@ -83,6 +84,24 @@ pub(crate) fn check_source(
         None => PartFormat::detect(None, url.path_segments().and_then(|mut s| s.next_back())),
     };
     Ok((url, format))
+}
+
+/// Whether the path of the URL text `raw` has a `.` or `..` segment (also
+/// percent-encoded), a backslash or an encoded slash or backslash.
+fn dot_segments(raw: &str) -> bool {
+    let rest = raw.split_once("://").map_or(raw, |(_, rest)| rest);
+    let path = rest
+        .split(['?', '#'])
+        .next()
+        .unwrap_or(rest)
+        .to_ascii_lowercase();
+    path.contains('\\')
+        || path.contains("%2f")
+        || path.contains("%5c")
+        || path.split('/').any(|segment| {
+            let segment = segment.replace("%2e", ".");
+            segment == "." || segment == ".."
+        })
 }
 
 /// `POST /v1/datasets` with `source`: the upload record, `PENDING`; the
@@ -132,12 +151,23 @@ pub(crate) async fn run(
 ) -> Result<bool, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let input = dir.path().join("object");
-    Blobs::download_url(url, &input, state.max_upload_bytes)
-        .await
-        .map_err(|e| match e {
-            StoreError::NotFound(_) => format!("`{url}` does not exist"),
-            e => format!("reading `{url}`: {e}"),
-        })?;
+    if url.scheme() == "file" {
+        let paths = LocalPaths {
+            allow: state.datasets.import_allow.to_vec(),
+            private: state.datasets.private_paths.to_vec(),
+        };
+        let (url, input, limit) = (url.clone(), input.clone(), state.max_upload_bytes);
+        tokio::task::spawn_blocking(move || paths.download(&url, &input, limit))
+            .await
+            .map_err(|e| e.to_string())??;
+    } else {
+        Blobs::download_url(url, &input, state.max_upload_bytes)
+            .await
+            .map_err(|e| match e {
+                StoreError::NotFound(_) => format!("`{url}` does not exist"),
+                e => format!("reading `{url}`: {e}"),
+            })?;
+    }
     let schema = match schema {
         Some(schema) => schema,
         None => {
