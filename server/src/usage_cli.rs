@@ -56,8 +56,9 @@ pub enum QuotaCommand {
         tokens_per_minute: Option<i64>,
         #[arg(long = "requests-per-minute")]
         requests_per_minute: Option<i64>,
-        /// Tokens that may be spent at once (default: a minute's worth).
-        #[arg(long = "burst-tokens")]
+        /// Tokens that may be spent at once (default: a minute's worth);
+        /// with `--tokens-per-minute` only.
+        #[arg(long = "burst-tokens", requires = "tokens_per_minute")]
         burst_tokens: Option<i64>,
         #[command(flatten)]
         location: StoreLocation,

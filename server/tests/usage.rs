@@ -172,6 +172,14 @@ async fn usage_sums_equal_what_the_responses_said() {
     // Dates are checked.
     let bad = get(&state, "/v1/usage?start_date=2026-02-30", Some(KEY)).await;
     assert!(shape_b_message(&bad).contains("start_date"));
+    // A start after today names itself, not an `end_date` nobody gave.
+    let future = get(&state, "/v1/usage?start_date=2999-01-01", Some(KEY)).await;
+    assert_eq!(future.json()["error"]["param"], "start_date");
+    let reversed = "/v1/usage?start_date=2026-02-02&end_date=2026-02-01";
+    assert_eq!(
+        get(&state, reversed, Some(KEY)).await.json()["error"]["param"],
+        "end_date"
+    );
     // /metrics carries the same totals.
     let metrics = String::from_utf8(get(&state, "/metrics", Some(KEY)).await.bytes).unwrap();
     let line =
@@ -198,6 +206,16 @@ async fn a_quota_answers_429_until_the_wait_it_names_is_over() {
         let body = json!({"model": "*", field: -5});
         let reply = send_as(&state, "PUT", &admin, &uri, body.clone()).await;
         assert!(!shape_b_param(&reply, Some(field)).is_empty(), "{body}");
+    }
+    // A burst bounds a token rate: alone (or with a request rate only) it
+    // is refused, not taken as "no limits" (which removes the quota).
+    for body in [
+        json!({"model": "*", "burst_tokens": 100}),
+        json!({"model": "*", "requests_per_minute": 5, "burst_tokens": 100}),
+    ] {
+        let reply = send_as(&state, "PUT", &admin, &uri, body.clone()).await;
+        let message = shape_b_param(&reply, Some("burst_tokens"));
+        assert!(message.contains("tokens_per_minute"), "{body}: {message}");
     }
     let unknown = "/v1/admin/projects/project-01JAAAAAAAAAAAAAAAAAAAAAAA/quotas";
     let reply = request(&state, "GET", unknown, Some(&admin), None, Vec::new()).await;

@@ -259,8 +259,15 @@ impl DatasetPatchRequest {
                 ),
             ));
         }
-        let patch: Self = serde_json::from_value(Value::Object(body.clone()))
-            .map_err(|e| ApiError::bad_request(None, format!("Invalid patch: {e}")))?;
+        if body.get("name").is_some_and(Value::is_null) {
+            return Err(ApiError::bad_request(
+                Some("name"),
+                "A dataset's `name` cannot be removed; give a new name or leave it out.",
+            ));
+        }
+        // A wrong type is 422 naming the field, as for every body.
+        let bytes = serde_json::to_vec(body).unwrap_or_default();
+        let patch: Self = crate::parse::parse_json_body(&bytes)?;
         if let Some(name) = &patch.name {
             check_name(name)?;
         }
@@ -449,6 +456,7 @@ pub struct QueryTemplates {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::{ErrorBody, Loc};
     use serde_json::json;
 
     #[test]
@@ -464,6 +472,26 @@ mod tests {
         assert_eq!(err.unwrap_err().param(), Some("schema"));
         let err = DatasetPatchRequest::parse(json!({"name": " "}).as_object().unwrap());
         assert_eq!(err.unwrap_err().param(), Some("name"));
+        let err = DatasetPatchRequest::parse(json!({"name": null}).as_object().unwrap());
+        assert_eq!(err.unwrap_err().param(), Some("name"));
+        for (field, value) in [
+            ("name", json!(1)),
+            ("folder", json!([])),
+            ("description", json!(true)),
+        ] {
+            let mut body = Map::new();
+            body.insert(field.to_string(), value);
+            let err = DatasetPatchRequest::parse(&body).unwrap_err();
+            assert_eq!(err.status(), 422, "{field}");
+            let ErrorBody::Validation(items) = err.body() else {
+                panic!("{field}: not shape C");
+            };
+            assert_eq!(
+                items[0].loc,
+                [Loc::from("body"), Loc::from(field)],
+                "{field}"
+            );
+        }
     }
 
     #[test]

@@ -94,10 +94,15 @@ pub async fn usage(
     let first = day_param("start_date", query.start_date.as_deref(), month)?;
     let last = day_param("end_date", query.end_date.as_deref(), today)?;
     if last < first {
-        return Err(HttpError(ApiError::bad_request(
-            Some("end_date"),
-            "`end_date` is before `start_date`.",
-        )));
+        return Err(HttpError(match query.end_date {
+            Some(_) => {
+                ApiError::bad_request(Some("end_date"), "`end_date` is before `start_date`.")
+            }
+            None => ApiError::bad_request(
+                Some("start_date"),
+                "`start_date` is after today (`end_date` when not given).",
+            ),
+        }));
     }
     flush(&state).await?;
     let rows = state.store.usage(&ctx.project_id, first, last).await?;
@@ -252,6 +257,13 @@ pub async fn set_quota(
                 format!("`{field}` must be at least 1 (leave it out for no limit), got {n}."),
             )));
         }
+    }
+    if body.burst_tokens.is_some() && body.tokens_per_minute.is_none() {
+        return Err(HttpError(ApiError::bad_request(
+            Some("burst_tokens"),
+            "`burst_tokens` bounds a token rate: give `tokens_per_minute` with it (leave out \
+             every limit to remove the quota).",
+        )));
     }
     if body.tokens_per_minute.is_some() || body.requests_per_minute.is_some() {
         // Any model name, served now or not (a fine-tuned model may come later).
