@@ -43,6 +43,40 @@ impl IntoResponse for HttpError {
     }
 }
 
+/// Whether the request's `Content-Length` already says its body is over
+/// `limit` (refused before any of it is read).
+pub fn declared_too_large(headers: &axum::http::HeaderMap, limit: usize) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n > limit as u64)
+}
+
+/// The answer for a request body that could not be read (`err` and its
+/// causes): 413 over `limit`, 408 when it stopped arriving for
+/// `--body-timeout-secs`, else 400 (cut short, a broken chunked encoding).
+pub fn body_error(err: &(dyn std::error::Error + 'static), limit: usize) -> HttpError {
+    let mut cause = Some(err);
+    while let Some(e) = cause {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return HttpError(ApiError::payload_too_large(limit));
+        }
+        if e.is::<tower_http::timeout::TimeoutError>() {
+            return HttpError(ApiError::with_detail(
+                408,
+                "The request body stopped arriving before its end; send it again.",
+            ));
+        }
+        cause = e.source();
+    }
+    HttpError(ApiError::bad_request(
+        None,
+        "The request body could not be read: it ended before its declared length or its \
+         chunked encoding is broken.",
+    ))
+}
+
 /// A JSON body parsed into the API's own error shapes (422 shape C).
 pub struct ApiJson<T>(pub T);
 
@@ -50,15 +84,15 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = HttpError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let limit = crate::app::MAX_BODY_BYTES;
+        if declared_too_large(req.headers(), limit) {
+            return Err(HttpError(ApiError::payload_too_large(limit)));
+        }
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            let status = rejection.status();
-            if status == StatusCode::PAYLOAD_TOO_LARGE {
-                HttpError(ApiError::payload_too_large(crate::app::MAX_BODY_BYTES))
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                HttpError(ApiError::payload_too_large(limit))
             } else {
-                HttpError(ApiError::bad_request(
-                    None,
-                    format!("cannot read the request body: {rejection}"),
-                ))
+                body_error(&rejection, limit)
             }
         })?;
         hearth_api::parse_json_body(&bytes)

@@ -69,13 +69,14 @@ pub async fn forward_remote(
         answered_by(&state, &mut response);
         return response;
     }
+    let limit = crate::app::MAX_BODY_BYTES;
+    if crate::error::declared_too_large(request.headers(), limit) {
+        return HttpError(ApiError::payload_too_large(limit)).into_response();
+    }
     let (parts, body) = request.into_parts();
-    let bytes = match to_bytes(body, crate::app::MAX_BODY_BYTES).await {
+    let bytes = match to_bytes(body, limit).await {
         Ok(b) => b,
-        Err(_) => {
-            return HttpError(ApiError::payload_too_large(crate::app::MAX_BODY_BYTES))
-                .into_response()
-        }
+        Err(e) => return crate::error::body_error(&e, limit).into_response(),
     };
     let model = serde_json::from_slice::<ModelField>(&bytes)
         .ok()

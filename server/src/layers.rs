@@ -60,8 +60,14 @@ async fn request_id(request: Request, next: Next) -> Response {
 }
 
 /// Answers 503 at once when `--max-concurrent-requests` are in flight (a
-/// streamed response counts until its headers are sent).
+/// streamed response counts until its headers are sent). Health probes and
+/// `/metrics` never wait on it: a busy server is not a dead one, and its
+/// counters matter most then.
 async fn limit(State(permits): State<Arc<Semaphore>>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    if path == "/metrics" || path == "/health" || path.starts_with("/health/") {
+        return next.run(request).await;
+    }
     let cloud = is_cloud(request.uri().path());
     match permits.try_acquire() {
         Ok(_permit) => next.run(request).await,

@@ -467,6 +467,68 @@ async fn requests_beyond_the_concurrency_limit_get_503_then_pass_again() {
     let (status, retry) = call(app.clone(), "/v1/models", None).await;
     assert_eq!(status, 503);
     assert!(retry, "Retry-After is set");
+    // Probes and counters are not requests to refuse: a busy server is
+    // alive and ready.
+    for uri in ["/health/live", "/health/ready", "/health", "/metrics"] {
+        assert_eq!(call(app.clone(), uri, None).await.0, 200, "{uri}");
+    }
     assert_eq!(long.await.unwrap().0, 200);
     assert_eq!(call(app.clone(), "/v1/models", None).await.0, 200);
+}
+
+/// A body that cannot be read is told apart from one over the limit: one
+/// cut short (or broken) is 400, one that stops arriving 408, and a
+/// `Content-Length` over the limit is 413 before any of it is read; on the
+/// inference routes (read whole before routing) and on the others alike.
+#[tokio::test]
+async fn unreadable_bodies_are_not_called_too_large() {
+    use futures_util::StreamExt;
+    let mut state = bare_state();
+    state.http.body_timeout = Some(std::time::Duration::from_millis(200));
+    let app = hearth_server::app(state);
+    let send = |uri: &'static str, body: axum::body::Body, length: Option<u64>| {
+        let app = app.clone();
+        async move {
+            let mut req = axum::http::Request::builder()
+                .method("POST")
+                .uri(uri)
+                .header("authorization", format!("Bearer {KEY}"))
+                .header("content-type", "application/json")
+                .header("host", "t");
+            if let Some(n) = length {
+                req = req.header("content-length", n);
+            }
+            let response = tower::ServiceExt::oneshot(app, req.body(body).unwrap())
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            (status, String::from_utf8_lossy(&bytes).into_owned())
+        }
+    };
+    let broken = || {
+        let chunks: Vec<Result<axum::body::Bytes, std::io::Error>> = vec![
+            Ok(axum::body::Bytes::from_static(b"{\"model\"")),
+            Err(std::io::Error::other("connection reset")),
+        ];
+        axum::body::Body::from_stream(futures_util::stream::iter(chunks))
+    };
+    let stalled = || {
+        let first = futures_util::stream::once(async {
+            Ok::<_, std::io::Error>(axum::body::Bytes::from_static(b"{\"model\""))
+        });
+        axum::body::Body::from_stream(first.chain(futures_util::stream::pending()))
+    };
+    for uri in ["/v1/chat/completions", "/v1/fine_tuning/jobs"] {
+        let (status, text) = send(uri, broken(), None).await;
+        assert_eq!(status, 400, "{uri}: {text}");
+        assert!(text.contains("could not be read"), "{uri}: {text}");
+        let (status, text) = send(uri, stalled(), None).await;
+        assert_eq!(status, 408, "{uri}: {text}");
+        let (status, text) = send(uri, stalled(), Some(9 * 1024 * 1024)).await;
+        assert_eq!(status, 413, "{uri}: {text}");
+        assert!(text.contains("larger than the limit"), "{uri}: {text}");
+    }
 }
