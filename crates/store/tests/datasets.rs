@@ -20,6 +20,7 @@ on_both!(
     delete_returns_the_part_keys,
     uploads_complete_into_a_dataset,
     complete_is_idempotent_and_checks_its_parts,
+    concurrent_completes_answer_as_if_in_turn,
     cancelled_uploads_take_no_parts,
     parts_are_limited,
     stale_uploads_expire,
@@ -329,6 +330,39 @@ async fn complete_is_idempotent_and_checks_its_parts(env: Env) {
         s.cancel_upload(&upload.id).await,
         Err(StoreError::InUse(_))
     ));
+}
+
+/// Completions racing with different lists: one wins; the others answer
+/// as if they came after it (the same list: the same dataset; another:
+/// a conflict), never "not a part of the upload" for a part the winner
+/// left out and deleted meanwhile.
+async fn concurrent_completes_answer_as_if_in_turn(env: Env) {
+    let s = &env.store;
+    let p = s.default_project().await.unwrap().id;
+    for _ in 0..20 {
+        let upload = s.create_upload(new_upload(&p)).await.unwrap();
+        let a = part(s, &upload.id, 3).await;
+        let b = part(s, &upload.id, 4).await;
+        let lists = [vec![a.clone()], vec![b.clone()], vec![a.clone()], vec![b]];
+        let tasks: Vec<_> = lists
+            .into_iter()
+            .map(|list| {
+                let (s, id) = (s.clone(), upload.id.clone());
+                tokio::spawn(async move { (s.complete_upload(&id, &list).await, list) })
+            })
+            .collect();
+        let mut datasets = std::collections::HashSet::new();
+        for task in tasks {
+            match task.await.unwrap() {
+                (Ok((_, dataset, _)), _) => {
+                    datasets.insert(dataset.id);
+                }
+                (Err(StoreError::InUse(_)), _) => {}
+                (Err(e), list) => panic!("{list:?}: {e}"),
+            }
+        }
+        assert_eq!(datasets.len(), 1, "one dataset per upload");
+    }
 }
 
 async fn cancelled_uploads_take_no_parts(env: Env) {

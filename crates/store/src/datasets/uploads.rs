@@ -272,30 +272,39 @@ impl Store {
     /// part of this upload is [`StoreError::Invalid`] naming it. Also
     /// returns the blob keys of the parts left out, for the caller to
     /// delete.
+    /// What completing an upload that is no longer `PENDING` answers: the
+    /// same upload and dataset when it was completed with these parts, else
+    /// [`StoreError::InUse`].
+    async fn settled_answer(
+        &self,
+        upload: Upload,
+        part_ids: &[String],
+    ) -> Result<(Upload, Dataset, Vec<String>)> {
+        let id = &upload.id;
+        match upload.status {
+            UploadStatus::Completed if upload.part_ids.as_deref() == Some(part_ids) => {
+                let dataset_id = upload.dataset_id.clone().unwrap_or_default();
+                let dataset = self.dataset_by_id(&dataset_id).await?;
+                Ok((upload, dataset, Vec::new()))
+            }
+            UploadStatus::Completed => Err(StoreError::InUse(format!(
+                "The upload `{id}` was already completed with other parts."
+            ))),
+            status => Err(StoreError::InUse(format!(
+                "The upload `{id}` is {}; it cannot be completed.",
+                status.as_str()
+            ))),
+        }
+    }
+
     pub async fn complete_upload(
         &self,
         id: &str,
         part_ids: &[String],
     ) -> Result<(Upload, Dataset, Vec<String>)> {
         let upload = self.upload_by_id(id).await?;
-        match upload.status {
-            UploadStatus::Pending => {}
-            UploadStatus::Completed if upload.part_ids.as_deref() == Some(part_ids) => {
-                let dataset_id = upload.dataset_id.clone().unwrap_or_default();
-                let dataset = self.dataset_by_id(&dataset_id).await?;
-                return Ok((upload, dataset, Vec::new()));
-            }
-            UploadStatus::Completed => {
-                return Err(StoreError::InUse(format!(
-                    "The upload `{id}` was already completed with other parts."
-                )))
-            }
-            status => {
-                return Err(StoreError::InUse(format!(
-                    "The upload `{id}` is {}; it cannot be completed.",
-                    status.as_str()
-                )))
-            }
+        if upload.status != UploadStatus::Pending {
+            return self.settled_answer(upload, part_ids).await;
         }
         if part_ids.is_empty() {
             return Err(StoreError::Invalid(
@@ -310,11 +319,17 @@ impl Store {
                     "`part_ids`: the part `{part_id}` is named twice."
                 )));
             }
-            let part = parts.iter().find(|p| &p.id == part_id).ok_or_else(|| {
-                StoreError::Invalid(format!(
+            let Some(part) = parts.iter().find(|p| &p.id == part_id) else {
+                // A completion that ran meanwhile deleted the parts it left
+                // out: answer as it had ended before this one began.
+                let now = self.upload_by_id(id).await?;
+                if now.status != UploadStatus::Pending {
+                    return self.settled_answer(now, part_ids).await;
+                }
+                return Err(StoreError::Invalid(format!(
                     "`part_ids`: `{part_id}` is not a part of the upload `{id}`."
-                ))
-            })?;
+                )));
+            };
             chosen.push(StoredPart {
                 blob_key: part.blob_key.clone(),
                 rows: part.rows,
