@@ -26,14 +26,20 @@ impl From<hearth_core::EngineError> for HttpError {
     }
 }
 
+/// The body of a 5xx answer, for the one log line of the failed request.
+#[derive(Clone)]
+pub struct FailureBody(pub String);
+
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         let status =
             StatusCode::from_u16(self.0.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        if status.is_server_error() {
-            tracing::warn!(status = status.as_u16(), body = %self.0.body_json(), "request failed");
-        }
         let mut response = (status, axum::Json(self.0.body_json())).into_response();
+        if status.is_server_error() {
+            // Logged once, with the request's id, by `layers::request_id`.
+            let body = self.0.body_json().to_string();
+            response.extensions_mut().insert(FailureBody(body));
+        }
         if let Some(secs) = self.0.retry_after() {
             response
                 .headers_mut()

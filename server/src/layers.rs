@@ -51,7 +51,12 @@ async fn request_id(request: Request, next: Next) -> Response {
     let id = format!("req_{}", hearth_store::ids::random_hex());
     let mut response = next.run(request).await;
     if response.status().is_server_error() {
-        tracing::warn!(request_id = %id, status = %response.status(), "request failed");
+        let body = response
+            .extensions()
+            .get::<crate::error::FailureBody>()
+            .map_or("", |b| b.0.as_str());
+        let status = response.status().as_u16();
+        tracing::warn!(request_id = %id, status, body, "request failed");
     }
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(X_REQUEST_ID, value);
