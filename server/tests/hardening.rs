@@ -224,6 +224,31 @@ async fn oversized_form_fields_are_refused() {
     assert!(detail.contains("at most"), "{detail}");
     let listed = get(&state, "/v1/files", Some(KEY)).await.json();
     assert_eq!(listed["data"], json!([]), "nothing was stored");
+    // A dataset part's other fields likewise.
+    let upload = json_as(
+        &state,
+        "POST",
+        "/v1/datasets/uploads",
+        KEY,
+        json!({"name": "d", "schema": [{"name": "q", "type": {"name": "string"}}]}),
+    )
+    .await;
+    assert_eq!(upload.status, 200, "{}", text(&upload));
+    let id = upload.json()["id"].as_str().unwrap().to_string();
+    let body = form(&[
+        ("note", None, &purpose),
+        ("data", Some("p.jsonl"), b"{\"q\": \"a\"}\n"),
+    ]);
+    let uri = format!("/v1/datasets/uploads/{id}/parts");
+    let reply = request(&state, "POST", &uri, Some(KEY), Some(&ct), body).await;
+    let detail = shape_a(&reply, 400);
+    assert!(detail.contains("at most"), "{detail}");
+    let body = form(&[
+        ("note", None, b"small"),
+        ("data", Some("p.jsonl"), b"{\"q\": \"a\"}\n"),
+    ]);
+    let reply = request(&state, "POST", &uri, Some(KEY), Some(&ct), body).await;
+    assert_eq!(reply.status, 200, "{}", text(&reply));
 }
 
 #[tokio::test]

@@ -155,7 +155,7 @@ pub async fn add_part(
 
 /// Streams form field `data` into `path` (at most `limit` bytes, else
 /// 413); its format from its content type and file name. Other fields are
-/// skipped.
+/// skipped, at most 64 KiB of them in all (as for files; 400 beyond).
 async fn read_part(
     multipart: &mut Multipart,
     path: &std::path::Path,
@@ -165,9 +165,10 @@ async fn read_part(
         HttpError::from(StoreError::Interrupted(e.body_text()))
     };
     let mut format = None;
+    let mut other_bytes = 0;
     while let Some(mut field) = multipart.next_field().await.map_err(interrupted)? {
         if field.name() != Some("data") {
-            while field.chunk().await.map_err(interrupted)?.is_some() {}
+            super::files::small_field(&mut field, &mut other_bytes).await?;
             continue;
         }
         if format.is_some() {

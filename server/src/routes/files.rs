@@ -182,7 +182,7 @@ async fn read_fields(
 /// Reads a form field other than `file`, counting its bytes into `total`:
 /// all such fields together may hold at most [`MULTIPART_OVERHEAD`] bytes
 /// (400 beyond), so they are never buffered without bound.
-async fn small_field(
+pub(crate) async fn small_field(
     field: &mut axum::extract::multipart::Field<'_>,
     total: &mut usize,
 ) -> Result<Vec<u8>, HttpError> {
