@@ -14,15 +14,38 @@ use hearth_jobs::{BatchEndpoints, BatchWorker, BatchWorkerConfig, EndpointReply}
 use hearth_store::{BatchStatus, NewBatch, Store};
 use serde_json::{json, Map, Value};
 
-/// Answers every request 200; the request marked `last` first cancels the
-/// batch, as its owner would between two heartbeats.
-struct CancelAtLast {
+/// When an endpoint double cancels the batch it runs, as its owner could.
+#[derive(Clone, Copy)]
+enum CancelWhen {
+    /// Before answering the request marked `last` (every request answers
+    /// 200): after the last result, before a heartbeat sees the cancel.
+    AtLast,
+    /// When the worker drops the request (which never answers) because the
+    /// window passed: between the heartbeat's read and the batch's end.
+    Dropped,
+}
+
+/// Endpoints that answer without a model and cancel their batch `when`.
+struct Canceller {
     store: Store,
     project: String,
     batch: String,
+    when: CancelWhen,
 }
 
-impl BatchEndpoints for CancelAtLast {
+struct CancelOnDrop(Store, String, String);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Self(store, project, batch) = self;
+        let handle = tokio::runtime::Handle::current();
+        let cancelled =
+            tokio::task::block_in_place(|| handle.block_on(store.cancel_batch(project, batch)));
+        assert_eq!(cancelled.unwrap().status, BatchStatus::Cancelling);
+    }
+}
+
+impl BatchEndpoints for Canceller {
     fn check(
         &self,
         _project: String,
@@ -40,61 +63,25 @@ impl BatchEndpoints for CancelAtLast {
     ) -> BoxFuture<EndpointReply> {
         let (store, project, batch) =
             (self.store.clone(), self.project.clone(), self.batch.clone());
-        Box::pin(async move {
-            if body.get("last") == Some(&json!(true)) {
-                let cancelled = store.cancel_batch(&project, &batch).await.unwrap();
-                assert_eq!(cancelled.status, BatchStatus::Cancelling);
+        match self.when {
+            CancelWhen::AtLast => Box::pin(async move {
+                if body.get("last") == Some(&json!(true)) {
+                    let cancelled = store.cancel_batch(&project, &batch).await.unwrap();
+                    assert_eq!(cancelled.status, BatchStatus::Cancelling);
+                }
+                EndpointReply {
+                    status: 200,
+                    body: json!({"id": "x", "object": "embedding"}),
+                }
+            }),
+            CancelWhen::Dropped => {
+                let guard = CancelOnDrop(store, project, batch);
+                Box::pin(async move {
+                    let _guard = guard;
+                    std::future::pending::<EndpointReply>().await
+                })
             }
-            EndpointReply {
-                status: 200,
-                body: json!({"id": "x", "object": "embedding"}),
-            }
-        })
-    }
-}
-
-/// Never answers; when the worker drops the request (the window passed),
-/// it cancels the batch before the worker goes on, as an owner could
-/// between the heartbeat's read and the batch's end.
-struct CancelWhenDropped {
-    store: Store,
-    project: String,
-    batch: String,
-}
-
-struct CancelOnDrop(Store, String, String);
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        let Self(store, project, batch) = self;
-        let handle = tokio::runtime::Handle::current();
-        let cancelled =
-            tokio::task::block_in_place(|| handle.block_on(store.cancel_batch(project, batch)));
-        assert_eq!(cancelled.unwrap().status, BatchStatus::Cancelling);
-    }
-}
-
-impl BatchEndpoints for CancelWhenDropped {
-    fn check(
-        &self,
-        _project: String,
-        _endpoint: String,
-        _body: Map<String, Value>,
-    ) -> BoxFuture<Result<String, String>> {
-        Box::pin(async { Ok("m".to_string()) })
-    }
-
-    fn run(
-        &self,
-        _project: String,
-        _endpoint: String,
-        _body: Map<String, Value>,
-    ) -> BoxFuture<EndpointReply> {
-        let guard = CancelOnDrop(self.store.clone(), self.project.clone(), self.batch.clone());
-        Box::pin(async move {
-            let _guard = guard;
-            std::future::pending::<EndpointReply>().await
-        })
+        }
     }
 }
 
@@ -166,10 +153,11 @@ async fn a_cancel_after_the_last_result_ends_the_batch_cancelled_with_every_resu
     };
     let lines = [line("a", false), line("b", true)];
     let id = batch_of(&store, &project, &lines, hearth_store::ids::now() + 86_400).await;
-    let endpoints = Arc::new(CancelAtLast {
+    let endpoints = Arc::new(Canceller {
         store: store.clone(),
         project: project.clone(),
         batch: id.clone(),
+        when: CancelWhen::AtLast,
     });
     // The heartbeat does not see the cancel before the batch's end.
     let ended = run_to_end(&store, &id, endpoints, Duration::from_secs(600)).await;
@@ -205,10 +193,11 @@ async fn a_cancel_after_the_window_passed_ends_the_batch_cancelled() {
     // The window has passed already; the first heartbeat (after the line
     // started) says so, and the dropped line cancels the batch.
     let id = batch_of(&store, &project, &[line], hearth_store::ids::now() - 1).await;
-    let endpoints = Arc::new(CancelWhenDropped {
+    let endpoints = Arc::new(Canceller {
         store: store.clone(),
         project: project.clone(),
         batch: id.clone(),
+        when: CancelWhen::Dropped,
     });
     let ended = run_to_end(&store, &id, endpoints, Duration::from_secs(2)).await;
     assert_eq!(ended.status, BatchStatus::Cancelled, "{ended:?}");
