@@ -8,6 +8,8 @@
 //! SQLite database and its blob folder. The path is checked before the file
 //! is opened, opened without following a last link, and on Linux checked
 //! again through the open handle, so a link swapped in between is caught.
+//! A file with other hard links on the filesystem of the server's own files
+//! is refused too: it may be one of them under another name.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -66,6 +68,24 @@ impl LocalPaths {
         allowed && !private
     }
 
+    /// Whether the file with `meta` has other hard links on a filesystem
+    /// that holds the server's own files: it may be one of them under
+    /// another name (paths cannot tell).
+    #[cfg(unix)]
+    fn may_be_a_hard_link_to_ours(&self, meta: &std::fs::Metadata) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        meta.nlink() > 1
+            && self
+                .private
+                .iter()
+                .any(|p| std::fs::metadata(resolve(p)).is_ok_and(|own| own.dev() == meta.dev()))
+    }
+
+    #[cfg(not(unix))]
+    fn may_be_a_hard_link_to_ours(&self, _meta: &std::fs::Metadata) -> bool {
+        false
+    }
+
     /// Copies the file `url` names into `dest` (at most `limit` bytes);
     /// the error is for the upload's `error` (it names the URL as given,
     /// never the path a link led to).
@@ -79,8 +99,8 @@ impl LocalPaths {
         })?;
         let outside = || {
             format!(
-                "`{url}` leads (through a symbolic link) outside the prefixes this server \
-                 imports from"
+                "`{url}` cannot be imported: with its links resolved it is not a file under \
+                 the prefixes this server imports from, or it is one of the server's own files"
             )
         };
         if !self.readable(&real) {
@@ -100,6 +120,9 @@ impl LocalPaths {
         let meta = file.metadata().map_err(|e| e.to_string())?;
         if !meta.is_file() {
             return Err(not_a_file());
+        }
+        if self.may_be_a_hard_link_to_ours(&meta) {
+            return Err(outside());
         }
         let too_large = || format!("`{url}` is larger than the limit of {limit} bytes");
         if meta.len() > limit {
@@ -228,7 +251,7 @@ mod tests {
             imports.join("secret.csv"),
         ] {
             let e = paths.download(&url(&escape), &dest, 100).unwrap_err();
-            assert!(e.contains("outside the prefixes"), "{e}");
+            assert!(e.contains("cannot be imported"), "{e}");
             assert!(!e.contains("outside/") && !e.contains("data/"), "{e}");
         }
         // The data folder under an allowed prefix is still refused.
@@ -243,13 +266,22 @@ mod tests {
             wide.download(&url(&outside.join("secret.csv")), &dest, 100),
             Ok(9)
         );
+        // A hard link to the server's file is another name for it.
+        std::fs::hard_link(data.join("hearth.db"), imports.join("hard.csv")).unwrap();
+        let e = paths
+            .download(&url(&imports.join("hard.csv")), &dest, 100)
+            .unwrap_err();
+        assert!(e.contains("cannot be imported"), "{e}");
         // Missing files, folders and files over the limit.
         let e = paths
             .download(&url(&imports.join("nope.csv")), &dest, 100)
             .unwrap_err();
         assert!(e.contains("does not exist"), "{e}");
         let e = paths.download(&url(&imports), &dest, 100).unwrap_err();
-        assert!(e.contains("outside") || e.contains("not a file"), "{e}");
+        assert!(
+            e.contains("cannot be imported") || e.contains("not a file"),
+            "{e}"
+        );
         let e = paths
             .download(&url(&imports.join("ok.csv")), &dest, 3)
             .unwrap_err();

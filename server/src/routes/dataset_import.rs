@@ -48,6 +48,14 @@ pub(crate) fn check_source(
             "`source.url` must be `s3://bucket/key` or `file:///path`.".into(),
         ));
     }
+    if url.scheme() == "file"
+        && (url.query().is_some() || url.fragment().is_some() || url.path().contains("%00"))
+    {
+        return Err(bad(
+            "source.url",
+            "A `file://` URL names a file: no `?` query, `#` fragment or NUL byte.".into(),
+        ));
+    }
     // On the text as given: parsing removes `.` and `..` segments.
     if dot_segments(&source.url) {
         return Err(bad(
