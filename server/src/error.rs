@@ -34,11 +34,14 @@ impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         let status =
             StatusCode::from_u16(self.0.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut response = (status, axum::Json(self.0.body_json())).into_response();
-        if status.is_server_error() {
-            // Logged once, with the request's id, by `layers::request_id`.
-            let body = self.0.body_json().to_string();
-            response.extensions_mut().insert(FailureBody(body));
+        let body = self.0.body_json();
+        // Logged once, with the request's id, by `layers::request_id`.
+        let failure = status
+            .is_server_error()
+            .then(|| FailureBody(body.to_string()));
+        let mut response = (status, axum::Json(body)).into_response();
+        if let Some(failure) = failure {
+            response.extensions_mut().insert(failure);
         }
         if let Some(secs) = self.0.retry_after() {
             response

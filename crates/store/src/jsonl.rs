@@ -1,9 +1,14 @@
 //! A line-by-line JSONL check that runs as an upload streams by: every
 //! non-blank line must be one JSON object. Only the current line is held.
 
-/// The byte order mark some editors put first in a UTF-8 file; readers of
-/// the file's first line skip it.
-pub const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+/// The byte order mark some editors put first in a UTF-8 file.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// A file's first line (or whole content) without the UTF-8 byte order
+/// mark it may open with: that mark is not content.
+pub fn without_bom(bytes: &[u8]) -> &[u8] {
+    bytes.strip_prefix(UTF8_BOM).unwrap_or(bytes)
+}
 
 /// Longest line checked; a longer one is an error (and is not buffered).
 pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
@@ -55,9 +60,8 @@ impl JsonlChecker {
 
     fn end_line(&mut self) {
         if self.error.is_none() {
-            // A UTF-8 byte order mark opening the file is not content.
             let line = match self.number {
-                1 => self.line.strip_prefix(UTF8_BOM).unwrap_or(&self.line),
+                1 => without_bom(&self.line),
                 _ => &self.line,
             };
             self.error = check_line(line).map(|e| format!("line {}: {e}", self.number));

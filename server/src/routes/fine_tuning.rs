@@ -251,9 +251,7 @@ impl LineChecker {
         self.number += 1;
         let line = std::mem::take(&mut self.line);
         let bytes = match self.number {
-            1 => line
-                .strip_prefix(hearth_store::jsonl::UTF8_BOM)
-                .unwrap_or(&line),
+            1 => hearth_store::jsonl::without_bom(&line),
             _ => &line,
         };
         let text = match std::str::from_utf8(bytes) {

@@ -175,9 +175,7 @@ fn parse_file(
     let mut requests = Vec::new();
     let mut problems = Vec::new();
     let mut ids = CustomIds::default();
-    let content = content
-        .strip_prefix(hearth_store::jsonl::UTF8_BOM)
-        .unwrap_or(content);
+    let content = hearth_store::jsonl::without_bom(content);
     for (i, raw) in content.split(|&b| b == b'\n').enumerate() {
         let line = i as i64 + 1;
         let parsed = std::str::from_utf8(raw)

@@ -195,7 +195,7 @@ impl JsonLines {
             let line = self.line;
             let mut bytes = &self.buf[..];
             if line == 1 {
-                bytes = bytes.strip_prefix(crate::jsonl::UTF8_BOM).unwrap_or(bytes);
+                bytes = crate::jsonl::without_bom(bytes);
             }
             let text = std::str::from_utf8(bytes)
                 .map_err(|_| PartError::Format(format!("line {line}: not UTF-8")))?
