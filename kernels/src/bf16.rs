@@ -79,6 +79,22 @@ impl Bf16Matrix {
         }
     }
 
+    /// Whether this kernel is meant for this CPU's encoders: where its
+    /// products run on AMX-BF16 tiles, or on CPUs other than Intel's (AMD
+    /// Zen 4 and later). Intel cores without AMX run `vdpbf16ps` at half
+    /// the rate of their FMAs, so the bf16 arithmetic there was no faster
+    /// than f32, and [`crate::I16Matrix`] 1.7x faster (benches/README.md).
+    pub fn is_preferred() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            Self::is_supported() && (amx::available() || !crate::is_intel())
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
     /// Rounds and packs `w` (`[n, k]`, row major).
     pub fn new(w: &[f32], n: usize, k: usize) -> Result<Self, Error> {
         if w.len() != n * k || n == 0 || k == 0 {

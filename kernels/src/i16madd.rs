@@ -64,12 +64,6 @@ impl I16Matrix {
         crate::F32Matrix::is_supported()
     }
 
-    /// Whether this kernel is meant for this CPU: AVX2 and FMA without
-    /// AVX-512F (where [`crate::F32Matrix`] is preferred too).
-    pub fn is_preferred() -> bool {
-        crate::F32Matrix::is_preferred()
-    }
-
     /// Rounds and packs `w` (`[n, k]`, row major).
     pub fn new(w: &[f32], n: usize, k: usize) -> Result<Self, Error> {
         if w.len() != n * k || n == 0 || k == 0 {

@@ -127,6 +127,17 @@ pub fn set_batch_invariant(on: bool) -> bool {
 
 /// Whether the kernels may use AVX-VNNI: the CPU has it (with AVX2, FMA
 /// and F16C) and `HEARTH_KERNELS_AVXVNNI` is not `0`; read once.
+/// Whether the CPU says it is Intel's (CPUID leaf 0: "GenuineIntel").
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn is_intel() -> bool {
+    let id = std::arch::x86_64::__cpuid(0);
+    let mut vendor = [0u8; 12];
+    vendor[..4].copy_from_slice(&id.ebx.to_le_bytes());
+    vendor[4..8].copy_from_slice(&id.edx.to_le_bytes());
+    vendor[8..].copy_from_slice(&id.ecx.to_le_bytes());
+    &vendor == b"GenuineIntel"
+}
+
 pub(crate) fn avx_vnni_allowed() -> bool {
     static ALLOWED: OnceLock<bool> = OnceLock::new();
     *ALLOWED.get_or_init(|| Isa::AvxVnni.is_available() && !set_to_zero("HEARTH_KERNELS_AVXVNNI"))

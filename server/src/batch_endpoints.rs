@@ -34,7 +34,7 @@ pub struct ServerEndpoints {
 
 /// The context a batch's request runs in: its project (and only it), no
 /// admin rights, batch priority.
-fn batch_context(project: String) -> RequestContext {
+pub(crate) fn batch_context(project: String) -> RequestContext {
     RequestContext {
         caller: Caller {
             key_id: None,

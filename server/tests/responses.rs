@@ -346,17 +346,30 @@ async fn stored_responses_are_got_listed_deleted_and_private() {
     .await;
     let id = r["id"].as_str().unwrap();
     // Nothing runs in the background, so nothing streams again.
-    let again = raw("GET", &format!("/v1/responses/{id}?stream=true"), KEY, None).await;
-    assert_eq!(again.status, 400, "{}", common::raw::text(&again));
-    assert_eq!(again.json()["error"]["param"], "stream");
-    let got = raw(
+    // pydantic's booleans, as OpenAI's server takes them.
+    for yes in ["true", "1", "yes"] {
+        let again = raw(
+            "GET",
+            &format!("/v1/responses/{id}?stream={yes}"),
+            KEY,
+            None,
+        )
+        .await;
+        assert_eq!(again.status, 400, "{yes}: {}", common::raw::text(&again));
+        assert_eq!(again.json()["error"]["param"], "stream");
+    }
+    for no in ["false", "0", "off"] {
+        let got = raw("GET", &format!("/v1/responses/{id}?stream={no}"), KEY, None).await;
+        assert_eq!(got.json(), r, "{no}");
+    }
+    let bad = raw(
         "GET",
-        &format!("/v1/responses/{id}?stream=false"),
+        &format!("/v1/responses/{id}?stream=maybe"),
         KEY,
         None,
     )
     .await;
-    assert_eq!(got.json(), r);
+    assert_eq!(bad.status, 422, "{}", common::raw::text(&bad));
     let items = raw("GET", &format!("/v1/responses/{id}/input_items"), KEY, None)
         .await
         .json();

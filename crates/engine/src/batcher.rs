@@ -2,17 +2,21 @@
 //! packed into forward passes under a token budget, on the model's own thread.
 //!
 //! Handlers call [`EncoderHandle::encode`] with the token ids of one request's
-//! inputs. The job waits on a bounded queue (a full queue is refused at once
-//! with [`EngineError::Overloaded`]). The loop keeps a few jobs in hand and
-//! builds each batch from them in arrival order, input after input, until the
-//! next input would pass `max_batch_tokens` (a batch always takes at least one
-//! input). A request's inputs may thus be split across batches; the vectors
-//! are put back at their input's index and sent once all are done. A job
-//! whose client has gone (its reply receiver dropped) is dropped before its
-//! next batch.
+//! inputs. At most `max_waiting` requests are held (queued or being
+//! encoded); one more is refused at once with [`EngineError::Overloaded`].
+//! Each batch holds at most `max_batch_tokens` tokens (a batch always takes
+//! at least one input) and is shared fairly between the requests in hand:
+//! each takes, in arrival order, inputs up to an equal share of the budget
+//! (at least one input), then what is left of the budget goes to the oldest
+//! requests first. A small request that arrives behind a large one is thus
+//! encoded in the next batch instead of after all of the large one's. A
+//! request's inputs may be split across batches; the vectors are put back at
+//! their input's index and sent once all are done. A job whose client has
+//! gone (its reply receiver dropped) is dropped before its next batch.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hearth_core::EngineError;
@@ -58,7 +62,8 @@ impl From<Vec<u32>> for EncodeItem {
 pub struct BatcherConfig {
     /// Most tokens in one forward pass (one input longer than this runs alone).
     pub max_batch_tokens: usize,
-    /// Requests that may wait before new ones are refused.
+    /// Requests that may be held (queued or being encoded) before new ones
+    /// are refused.
     pub max_waiting: usize,
     /// Threads of the encoder's own pool; `None`: rayon's global pool.
     pub threads: Option<usize>,
@@ -79,6 +84,29 @@ type Reply = oneshot::Sender<Result<Vec<Vec<f32>>, EngineError>>;
 struct Job {
     inputs: Vec<EncodeItem>,
     reply: Reply,
+    _held: Held,
+}
+
+/// One request counted against `max_waiting` until its job is dropped
+/// (answered, failed, or abandoned).
+struct Held(Arc<AtomicUsize>);
+
+impl Held {
+    /// Counts one more request, or `None` when `limit` are already held.
+    fn take(count: &Arc<AtomicUsize>, limit: usize) -> Option<Self> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Self(count.clone()))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A cheap, cloneable handle to a running batcher.
@@ -86,6 +114,7 @@ struct Job {
 pub struct EncoderHandle {
     tx: mpsc::Sender<Job>,
     max_waiting: usize,
+    held: Arc<AtomicUsize>,
     _thread: Arc<std::thread::JoinHandle<()>>,
 }
 
@@ -105,6 +134,7 @@ impl EncoderHandle {
         Self {
             tx,
             max_waiting,
+            held: Arc::new(AtomicUsize::new(0)),
             _thread: Arc::new(thread),
         }
     }
@@ -125,9 +155,15 @@ impl EncoderHandle {
         if inputs.is_empty() {
             return Ok(Vec::new());
         }
+        let held = Held::take(&self.held, self.max_waiting)
+            .ok_or(EngineError::Overloaded(self.max_waiting))?;
         let (reply, rx) = oneshot::channel();
         self.tx
-            .try_send(Job { inputs, reply })
+            .try_send(Job {
+                inputs,
+                reply,
+                _held: held,
+            })
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => EngineError::Overloaded(self.max_waiting),
                 mpsc::error::TrySendError::Closed(_) => EngineError::Stopped,
@@ -155,13 +191,6 @@ impl Active {
             remaining: n,
         }
     }
-
-    fn unscheduled_tokens(&self) -> usize {
-        self.job.inputs[self.next..]
-            .iter()
-            .map(|i| i.ids.len())
-            .sum()
-    }
 }
 
 /// One input of a batch: which active job and which of its inputs.
@@ -172,23 +201,45 @@ pub struct Slot {
 }
 
 /// Picks the next batch from jobs' input lengths (`jobs[j][i]`: tokens of
-/// input `i` of job `j`, starting at `next[j]`), in order, under `budget`
-/// tokens; always at least one input when any is left. Advances `next`.
+/// input `i` of job `j`, starting at `next[j]`) under `budget` tokens, and
+/// advances `next`. First each job with inputs left takes, in order, inputs
+/// up to an equal share of the budget (at least one input while the batch
+/// has room); then the budget's rest goes to the jobs in order. A job's
+/// inputs are taken in order; an input that does not fit passes the turn to
+/// the next job. Always at least one input when any is left.
 pub fn plan_batch(jobs: &[&[usize]], next: &mut [usize], budget: usize) -> Vec<Slot> {
+    let waiting = jobs
+        .iter()
+        .zip(next.iter())
+        .filter(|(lens, n)| **n < lens.len())
+        .count();
     let mut slots = Vec::new();
+    if waiting == 0 {
+        return slots;
+    }
+    let share = (budget / waiting).max(1);
     let mut tokens = 0;
-    for (j, lens) in jobs.iter().enumerate() {
-        while next[j] < lens.len() {
-            let len = lens[next[j]];
-            if !slots.is_empty() && tokens + len > budget {
-                return slots;
+    for pass_share in [Some(share), None] {
+        for (j, lens) in jobs.iter().enumerate() {
+            let mut mine = 0;
+            while next[j] < lens.len() {
+                let len = lens[next[j]];
+                let fits = slots.is_empty() || tokens + len <= budget;
+                let within_share = match pass_share {
+                    Some(share) => mine == 0 || mine + len <= share,
+                    None => true,
+                };
+                if !fits || !within_share {
+                    break;
+                }
+                tokens += len;
+                mine += len;
+                slots.push(Slot {
+                    job: j,
+                    input: next[j],
+                });
+                next[j] += 1;
             }
-            tokens += len;
-            slots.push(Slot {
-                job: j,
-                input: next[j],
-            });
-            next[j] += 1;
         }
     }
     slots
@@ -200,9 +251,9 @@ fn run<E: Encoder>(mut encoder: E, config: BatcherConfig, mut rx: mpsc::Receiver
     loop {
         // Drop the work of clients that left.
         active.retain(|a| !a.job.reply.is_closed());
-        // Take queued jobs while the ones in hand cannot fill a batch.
-        let mut in_hand: usize = active.iter().map(Active::unscheduled_tokens).sum();
-        while in_hand < budget {
+        // Take every queued job (at most `max_waiting` are held), so that
+        // the next batch is shared with the ones that just came.
+        loop {
             let job = if active.is_empty() {
                 match rx.blocking_recv() {
                     Some(job) => job,
@@ -217,9 +268,7 @@ fn run<E: Encoder>(mut encoder: E, config: BatcherConfig, mut rx: mpsc::Receiver
             if job.reply.is_closed() {
                 continue;
             }
-            let a = Active::new(job);
-            in_hand += a.unscheduled_tokens();
-            active.push_back(a);
+            active.push_back(Active::new(job));
         }
         let lens: Vec<Vec<usize>> = active
             .iter()
@@ -258,6 +307,7 @@ fn run<E: Encoder>(mut encoder: E, config: BatcherConfig, mut rx: mpsc::Receiver
             Err(message) => {
                 tracing::error!(%message, "encoder batch failed");
                 let mut failed: Vec<usize> = slots.iter().map(|s| s.job).collect();
+                failed.sort_unstable();
                 failed.dedup();
                 for j in failed.into_iter().rev() {
                     if let Some(a) = active.remove(j) {
@@ -267,9 +317,14 @@ fn run<E: Encoder>(mut encoder: E, config: BatcherConfig, mut rx: mpsc::Receiver
                 continue;
             }
         }
-        // Answer finished jobs (they are at the front: jobs are scheduled in order).
-        while active.front().is_some_and(|a| a.remaining == 0) {
-            let a = active.pop_front().expect("checked");
+        // Answer finished jobs (anywhere: a batch is shared between jobs).
+        let mut i = 0;
+        while i < active.len() {
+            if active[i].remaining > 0 {
+                i += 1;
+                continue;
+            }
+            let a = active.remove(i).expect("in range");
             let vectors = a.done.into_iter().map(Option::unwrap_or_default).collect();
             let _ = a.job.reply.send(Ok(vectors));
         }
@@ -281,25 +336,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plan_packs_in_order_under_budget_and_splits_jobs() {
+    fn plan_shares_the_budget_then_fills_it_in_order() {
         let a = [3, 4, 5];
         let b = [2, 9];
         let jobs: Vec<&[usize]> = vec![&a, &b];
         let mut next = vec![0, 0];
+        // A share of 5 each: 3 from the first job, 2 from the second; then
+        // the rest of the budget goes to the first job.
         let s1 = plan_batch(&jobs, &mut next, 10);
         assert_eq!(
             s1,
-            vec![Slot { job: 0, input: 0 }, Slot { job: 0, input: 1 }]
+            vec![
+                Slot { job: 0, input: 0 },
+                Slot { job: 1, input: 0 },
+                Slot { job: 0, input: 1 }
+            ]
         );
+        // 5 fits, 9 does not fit beside it.
         let s2 = plan_batch(&jobs, &mut next, 10);
-        assert_eq!(
-            s2,
-            vec![Slot { job: 0, input: 2 }, Slot { job: 1, input: 0 }]
-        );
+        assert_eq!(s2, vec![Slot { job: 0, input: 2 }]);
         // An input over the budget runs alone.
         let s3 = plan_batch(&jobs, &mut next, 5);
         assert_eq!(s3, vec![Slot { job: 1, input: 1 }]);
         assert!(plan_batch(&jobs, &mut next, 5).is_empty());
+    }
+
+    #[test]
+    fn a_small_job_behind_a_large_one_is_in_the_next_batch() {
+        let large = [10; 100];
+        let small = [5];
+        let jobs: Vec<&[usize]> = vec![&large, &small];
+        let mut next = vec![3, 0];
+        let s = plan_batch(&jobs, &mut next, 100);
+        assert!(s.contains(&Slot { job: 1, input: 0 }), "{s:?}");
+        // The budget is still filled: 9 inputs of the large job beside it.
+        assert_eq!(s.iter().filter(|x| x.job == 0).count(), 9);
+        assert_eq!(next, vec![12, 1]);
+        // Alone, a job takes the whole budget.
+        let mut next = vec![0];
+        assert_eq!(plan_batch(&[&large], &mut next, 100).len(), 10);
     }
 
     /// Encodes a sequence as [first id, length, batch size] and records batches.
@@ -424,6 +499,54 @@ mod tests {
             handle.encode(vec![vec![3]]).await.unwrap();
         });
         assert_eq!(*seen.lock().unwrap(), vec![1, 3]);
+    }
+
+    #[test]
+    fn a_small_request_is_answered_before_a_large_one_ahead_of_it() {
+        struct Slow;
+        impl Encoder for Slow {
+            fn encode(&mut self, batch: &[EncoderInput<'_>]) -> Result<Vec<Vec<f32>>, String> {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                Ok(batch.iter().map(|s| vec![s.ids[0] as f32]).collect())
+            }
+        }
+        let handle = EncoderHandle::start(
+            Slow,
+            BatcherConfig {
+                max_batch_tokens: 4,
+                max_waiting: 8,
+                threads: None,
+            },
+        );
+        let order = rt().block_on(async {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let h = handle.clone();
+            let t = tx.clone();
+            // 40 batches of work when alone.
+            tokio::spawn(async move {
+                let out = h.encode((0..160).map(|i| vec![i]).collect()).await;
+                t.send(("large", out)).unwrap();
+            });
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            let h = handle.clone();
+            tokio::spawn(async move {
+                let out = h.encode(vec![vec![7]]).await;
+                tx.send(("small", out)).unwrap();
+            });
+            let mut order = Vec::new();
+            while let Some((name, out)) = rx.recv().await {
+                let out = out.unwrap();
+                if name == "large" {
+                    assert_eq!(out.len(), 160);
+                    assert_eq!(out[159], vec![159.0]);
+                } else {
+                    assert_eq!(out, vec![vec![7.0]]);
+                }
+                order.push(name);
+            }
+            order
+        });
+        assert_eq!(order, vec!["small", "large"]);
     }
 
     #[test]

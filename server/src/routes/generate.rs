@@ -271,10 +271,30 @@ impl MeteredStream {
 }
 
 impl Drop for MeteredStream {
+    /// A stream dropped early (its client left) is metered for every token
+    /// the engine sent it, those still waiting in the channel included; a
+    /// token computed after the channel closed reached no one and is not.
     fn drop(&mut self) {
-        if !self.finished {
-            self.ticket.finished(self.produced, 0);
+        if self.finished {
+            return;
         }
+        while let Ok(event) = self.rx.try_recv() {
+            match event {
+                TokenEvent::Token { .. } => {
+                    self.produced += 1;
+                    self.ticket.produced(1);
+                }
+                TokenEvent::Finished { usage, .. } => {
+                    let unseen = usage.completion_tokens.saturating_sub(self.produced);
+                    self.ticket.produced(unseen as u64);
+                    self.ticket
+                        .finished(usage.completion_tokens, usage.cached_tokens);
+                    return;
+                }
+                _ => {}
+            }
+        }
+        self.ticket.finished(self.produced, 0);
     }
 }
 
@@ -465,4 +485,66 @@ pub async fn stream_choices<T: Serialize>(
         }
     }
     tx.done().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hearth_core::{FinishReason, Usage};
+
+    fn ticket(ledger: &Ledger) -> Ticket {
+        let catalog = hearth_engine::catalog::Catalog::built_in();
+        let entry = catalog.defaults().next().expect("a default model");
+        let ctx = crate::batch_endpoints::batch_context("proj".into());
+        ledger.admit(&ctx, "m", entry, 3, 0).unwrap()
+    }
+
+    fn output_tokens(ledger: &Ledger) -> i64 {
+        ledger.totals().iter().map(|(_, c)| c.output_tokens).sum()
+    }
+
+    fn token(id: u32) -> TokenEvent {
+        TokenEvent::Token {
+            id,
+            text: "x".into(),
+            logprobs: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_dropped_stream_is_metered_for_the_tokens_still_in_its_channel() {
+        let ledger = Ledger::default();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut stream = metered(rx, ticket(&ledger));
+        for id in 0..3 {
+            tx.send(token(id)).unwrap();
+        }
+        // The client read one token, then left.
+        assert!(matches!(
+            stream.recv().await,
+            Some(TokenEvent::Token { .. })
+        ));
+        drop(stream);
+        assert_eq!(output_tokens(&ledger), 3);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_stream_whose_end_was_sent_is_metered_by_its_usage() {
+        let ledger = Ledger::default();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let stream = metered(rx, ticket(&ledger));
+        tx.send(token(1)).unwrap();
+        tx.send(TokenEvent::Finished {
+            reason: FinishReason::Length,
+            usage: Usage {
+                prompt_tokens: 3,
+                completion_tokens: 2,
+                cached_tokens: 0,
+            },
+            text: String::new(),
+        })
+        .unwrap();
+        drop(stream);
+        assert_eq!(output_tokens(&ledger), 2);
+    }
 }

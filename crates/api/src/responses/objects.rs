@@ -522,7 +522,9 @@ impl InputItemList {
 pub struct RetrieveQuery {
     /// Only `false` (or absent): OpenAI streams a background response's
     /// events again, and no response here runs in the background.
-    #[serde(default)]
+    /// pydantic's booleans (`true`, `1`, `yes`, `on`, ...).
+    #[serde(default, deserialize_with = "crate::de::deserialize_lenient_opt_bool")]
+    #[param(value_type = Option<bool>)]
     pub stream: Option<bool>,
     /// The project to look in first (the response is found in any
     /// project the key reaches).

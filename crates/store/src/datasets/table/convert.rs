@@ -320,6 +320,35 @@ pub(super) fn csv_error(e: csv::Error) -> PartError {
     }
 }
 
+/// Reads the next record like `csv::Reader::read_record`, with a record
+/// whose cells do not match the header and that runs from its line to the
+/// end of the file reported as what it almost always is: a quoted cell
+/// never closed (the csv crate reads such a cell to the end of the file).
+pub(super) fn read_csv_record<R: std::io::Read>(
+    reader: &mut csv::Reader<R>,
+    record: &mut csv::StringRecord,
+) -> Result<bool, PartError> {
+    match reader.read_record(record) {
+        Ok(more) => Ok(more),
+        Err(e) => {
+            let start = match e.kind() {
+                csv::ErrorKind::UnequalLengths { pos: Some(pos), .. } => Some(pos.line()),
+                _ => None,
+            };
+            match start {
+                Some(line) if reader.is_done() && reader.position().line() > line + 1 => {
+                    Err(PartError::row(
+                        line,
+                        None,
+                        "a quoted cell is not closed: it runs to the end of the file".to_string(),
+                    ))
+                }
+                _ => Err(csv_error(e)),
+            }
+        }
+    }
+}
+
 fn csv_rows(input: &Path, schema: &[Column], out: &mut PartWriter) -> Result<(), PartError> {
     let mut reader = csv_reader(input)?;
     let header = reader.headers().map_err(csv_error)?.clone();
@@ -340,7 +369,7 @@ fn csv_rows(input: &Path, schema: &[Column], out: &mut PartWriter) -> Result<(),
     }
     let absent: Vec<usize> = (0..schema.len()).filter(|i| !targets.contains(i)).collect();
     let mut record = csv::StringRecord::new();
-    while reader.read_record(&mut record).map_err(csv_error)? {
+    while read_csv_record(&mut reader, &mut record)? {
         let line = record.position().map_or(0, |p| p.line());
         for (cell, &i) in record.iter().zip(&targets) {
             let column = &schema[i];

@@ -6,7 +6,7 @@ use std::path::Path;
 use arrow_schema::DataType;
 use serde_json::Value;
 
-use super::convert::{csv_error, csv_reader, JsonLines};
+use super::convert::{csv_error, csv_reader, read_csv_record, JsonLines};
 use super::from_parquet::{fits, open_parquet};
 use super::values::{parse_csv_bool, parse_csv_float, parse_csv_integer};
 use super::{PartError, PartFormat, INFER_ROWS, TYPE_KEY};
@@ -103,7 +103,7 @@ fn infer_csv(input: &Path) -> Result<Vec<Column>, PartError> {
     let mut seen = vec![(false, true, true, true); header.len()];
     let mut record = csv::StringRecord::new();
     let mut rows = 0;
-    while rows < INFER_ROWS && reader.read_record(&mut record).map_err(csv_error)? {
+    while rows < INFER_ROWS && read_csv_record(&mut reader, &mut record)? {
         rows += 1;
         for (cell, (any, integer, float, boolean)) in record.iter().zip(&mut seen) {
             if cell.is_empty() {

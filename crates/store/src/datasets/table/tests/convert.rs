@@ -114,6 +114,15 @@ fn bad_rows_name_their_line_and_column() {
             ..
         }
     ));
+    // A quote never closed swallows the rest of the file into one cell.
+    match csv_err("s,b\na,true\n\"b,true\nc,false\nd,true\n") {
+        PartError::Row {
+            line: 3,
+            column: None,
+            message,
+        } => assert!(message.contains("not closed"), "{message}"),
+        other => panic!("{other:?}"),
+    }
     assert!(matches!(csv_err("s,nope\na,b\n"), PartError::Format(m) if m.contains("`nope`")));
     assert!(matches!(csv_err("s,s\na,b\n"), PartError::Format(m) if m.contains("twice")));
     let e = fx.convert_err("bad.csv", b"s\n\xff\n", PartFormat::Csv, &schema);
