@@ -335,14 +335,18 @@ pub(super) fn read_csv_record<R: std::io::Read>(
                 csv::ErrorKind::UnequalLengths { pos: Some(pos), .. } => Some(pos.line()),
                 _ => None,
             };
+            // Spanning lines, and nothing after it (the import fails
+            // anyway, so reading on costs nothing).
+            let spans = |line: u64, reader: &mut csv::Reader<R>| {
+                reader.position().line() > line + 1
+                    && matches!(reader.read_record(&mut csv::StringRecord::new()), Ok(false))
+            };
             match start {
-                Some(line) if reader.is_done() && reader.position().line() > line + 1 => {
-                    Err(PartError::row(
-                        line,
-                        None,
-                        "a quoted cell is not closed: it runs to the end of the file".to_string(),
-                    ))
-                }
+                Some(line) if spans(line, reader) => Err(PartError::row(
+                    line,
+                    None,
+                    "a quoted cell is not closed: it runs to the end of the file".to_string(),
+                )),
                 _ => Err(csv_error(e)),
             }
         }
