@@ -252,7 +252,13 @@ fn metered(rx: TokenStream, ticket: Ticket) -> MeteredStream {
 impl MeteredStream {
     pub async fn recv(&mut self) -> Option<TokenEvent> {
         let event = self.rx.recv().await?;
-        match &event {
+        self.meter(&event);
+        Some(event)
+    }
+
+    /// Meters one event: a token as it comes, the end by its usage (once).
+    fn meter(&mut self, event: &TokenEvent) {
+        match event {
             TokenEvent::Token { .. } => {
                 self.produced += 1;
                 self.ticket.produced(1);
@@ -266,7 +272,6 @@ impl MeteredStream {
             }
             _ => {}
         }
-        Some(event)
     }
 }
 
@@ -275,26 +280,15 @@ impl Drop for MeteredStream {
     /// the engine sent it, those still waiting in the channel included; a
     /// token computed after the channel closed reached no one and is not.
     fn drop(&mut self) {
-        if self.finished {
-            return;
-        }
-        while let Ok(event) = self.rx.try_recv() {
-            match event {
-                TokenEvent::Token { .. } => {
-                    self.produced += 1;
-                    self.ticket.produced(1);
-                }
-                TokenEvent::Finished { usage, .. } => {
-                    let unseen = usage.completion_tokens.saturating_sub(self.produced);
-                    self.ticket.produced(unseen as u64);
-                    self.ticket
-                        .finished(usage.completion_tokens, usage.cached_tokens);
+        while !self.finished {
+            match self.rx.try_recv() {
+                Ok(event) => self.meter(&event),
+                Err(_) => {
+                    self.ticket.finished(self.produced, 0);
                     return;
                 }
-                _ => {}
             }
         }
-        self.ticket.finished(self.produced, 0);
     }
 }
 
