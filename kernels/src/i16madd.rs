@@ -29,6 +29,8 @@ use crate::{Activation, Error, Input, Output, Start};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 /// Largest activation magnitude after rounding (13 bits).
 pub const A_MAX: i32 = 4095;
@@ -134,17 +136,18 @@ impl I16Matrix {
     /// If the CPU lacks AVX2 or FMA ([`I16Matrix::is_supported`]) or the
     /// shapes do not match.
     pub fn matmul(&self, x: Input, m: usize, start: Start, act: Activation, out: Output) {
-        self.matmul_vnni(crate::avx_vnni_allowed(), x, m, start, act, out)
+        self.matmul_with(Madd::best(), x, m, start, act, out)
     }
 
-    /// [`I16Matrix::matmul`] with AVX-VNNI's `vpdpwssd` or without (the
+    /// [`I16Matrix::matmul`] with the products of `madd` (all give the
     /// same sums, so the same bits).
     ///
     /// # Panics
-    /// As [`I16Matrix::matmul`], and with `vnni` if the CPU lacks AVX-VNNI.
-    pub(crate) fn matmul_vnni(
+    /// As [`I16Matrix::matmul`], and if the CPU lacks `madd`'s
+    /// instructions.
+    pub(crate) fn matmul_with(
         &self,
-        vnni: bool,
+        madd: Madd,
         x: Input,
         m: usize,
         start: Start,
@@ -152,10 +155,7 @@ impl I16Matrix {
         out: Output,
     ) {
         assert!(Self::is_supported(), "this CPU has no AVX2 and FMA");
-        assert!(
-            !vnni || crate::Isa::AvxVnni.is_available(),
-            "this CPU has no AVX-VNNI"
-        );
+        assert!(madd.is_available(), "this CPU has no {madd:?}");
         let out = Dest::prepare(&x, (m, self.n, self.k), &start, out);
         if m == 0 {
             return;
@@ -163,7 +163,7 @@ impl I16Matrix {
         crate::with_scratch(&QUANT, KEEP_BYTES, |q| {
             crate::with_scratch(&SCALES, KEEP_BYTES, |s| {
                 quantize(x, m, self.k, q, s);
-                self.run(vnni, q, s, out, start, act, m);
+                self.run(madd, q, s, out, start, act, m);
             })
         });
     }
@@ -171,7 +171,7 @@ impl I16Matrix {
     #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
-        vnni: bool,
+        madd: Madd,
         q: &[i32],
         s: &[f32],
         out: Dest,
@@ -194,26 +194,69 @@ impl I16Matrix {
                     w_scales: scales.as_ptr(),
                 };
                 let gelu = act == Activation::GeluErf;
-                if vnni {
-                    let tiles = tiles.with_vnni();
-                    // SAFETY: as below, and the CPU has AVX-VNNI.
-                    unsafe {
-                        crate::f32fma::avx2::block_avxvnni(tiles, k, out, init, gelu, rows, cols)
-                    };
-                    return;
-                }
-                // SAFETY: the CPU has AVX2 and FMA (asserted by `matmul`);
-                // `q` holds the rounded tiles of `m` rows of `k` and `s`
-                // their scales (checked above), the panel the pairs of `k`
+                // SAFETY (each arm): the CPU has `madd`'s instructions
+                // (asserted by `matmul_with`; AVX2 and FMA for all); `q`
+                // holds the rounded tiles of `m` rows of `k` and `s` their
+                // scales (checked above), the panel the pairs of `k`
                 // rounded up to 8 and the scales 16 columns; `out`, the
                 // bias and the residual cover `[m, n]` in their layouts
-                // (checked by `matmul`); each task writes only its own rows
-                // x columns, so no two tasks touch the same element.
-                unsafe { crate::f32fma::avx2::block(tiles, k, out, init, gelu, rows, cols) }
+                // (checked by `matmul_with`); each task writes only its
+                // own rows x columns, so no two tasks touch the same
+                // element.
+                use crate::f32fma::avx2 as f;
+                match madd {
+                    Madd::Avx2 => unsafe { f::block(tiles, k, out, init, gelu, rows, cols) },
+                    Madd::AvxVnni => unsafe {
+                        f::block_avxvnni(tiles.with_vnni(), k, out, init, gelu, rows, cols)
+                    },
+                    Madd::Avx512Vnni => unsafe {
+                        let tiles = avx512::I16WideTiles(tiles);
+                        f::block_avx512vnni(tiles, k, out, init, gelu, rows, cols)
+                    },
+                }
             }
             #[cfg(not(target_arch = "x86_64"))]
-            let _ = (q, s, panel, scales, out, rows, cols, init, act, k, tile_len);
+            let _ = (
+                madd, q, s, panel, scales, out, rows, cols, init, act, k, tile_len,
+            );
         });
+    }
+}
+
+/// The instructions that multiply and add the integer pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Madd {
+    /// `vpmaddwd` and `vpaddd` on 256-bit registers (AVX2).
+    Avx2,
+    /// AVX-VNNI's `vpdpwssd` on 256-bit registers.
+    AvxVnni,
+    /// AVX-512 VNNI's `vpdpwssd` on 512-bit registers: a row's 16 columns
+    /// in one register.
+    Avx512Vnni,
+}
+
+impl Madd {
+    /// The widest this process may use: AVX-512 VNNI unless
+    /// `HEARTH_KERNELS_AVX512=0` ([`crate::wide_kernels`]), else AVX-VNNI
+    /// unless `HEARTH_KERNELS_AVXVNNI=0`, else AVX2.
+    fn best() -> Madd {
+        if crate::wide_kernels() {
+            Madd::Avx512Vnni
+        } else if crate::avx_vnni_allowed() {
+            Madd::AvxVnni
+        } else {
+            Madd::Avx2
+        }
+    }
+
+    /// Whether this CPU has the instructions (with AVX2 and FMA).
+    pub(crate) fn is_available(self) -> bool {
+        use crate::Isa;
+        match self {
+            Madd::Avx2 => I16Matrix::is_supported(),
+            Madd::AvxVnni => I16Matrix::is_supported() && Isa::AvxVnni.is_available(),
+            Madd::Avx512Vnni => I16Matrix::is_supported() && Isa::Avx512Vnni.is_available(),
+        }
     }
 }
 

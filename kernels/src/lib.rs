@@ -125,8 +125,6 @@ pub fn set_batch_invariant(on: bool) -> bool {
     BATCH_INVARIANT.set(on).is_ok() || batch_invariant() == on
 }
 
-/// Whether the kernels may use AVX-VNNI: the CPU has it (with AVX2, FMA
-/// and F16C) and `HEARTH_KERNELS_AVXVNNI` is not `0`; read once.
 /// Whether the CPU says it is Intel's (CPUID leaf 0: "GenuineIntel").
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn is_intel() -> bool {
@@ -138,6 +136,8 @@ pub(crate) fn is_intel() -> bool {
     &vendor == b"GenuineIntel"
 }
 
+/// Whether the kernels may use AVX-VNNI: the CPU has it (with AVX2, FMA
+/// and F16C) and `HEARTH_KERNELS_AVXVNNI` is not `0`; read once.
 pub(crate) fn avx_vnni_allowed() -> bool {
     static ALLOWED: OnceLock<bool> = OnceLock::new();
     *ALLOWED.get_or_init(|| Isa::AvxVnni.is_available() && !set_to_zero("HEARTH_KERNELS_AVXVNNI"))

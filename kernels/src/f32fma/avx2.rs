@@ -59,6 +59,24 @@ pub(crate) unsafe fn block_avxvnni<K: TileKernel>(
     block_body(kern, k, out, init, gelu, rows, cols)
 }
 
+/// [`block`] for tile kernels that use AVX-512 VNNI (`vpdpwssd` on
+/// 512-bit registers).
+///
+/// # Safety
+/// As [`block`], and the CPU has AVX-512 F, BW, VL and VNNI.
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn block_avx512vnni<K: TileKernel>(
+    kern: K,
+    k: usize,
+    out: Dest,
+    init: Init,
+    gelu: bool,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
+    block_body(kern, k, out, init, gelu, rows, cols)
+}
+
 /// [`block`]'s body, compiled into each of its callers' instruction sets.
 #[inline(always)]
 unsafe fn block_body<K: TileKernel>(

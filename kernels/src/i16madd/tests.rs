@@ -90,29 +90,30 @@ fn matches_the_scalar_reference_bit_for_bit() {
         eprintln!("no AVX2 and FMA on this CPU: int16 kernel not run");
         return;
     }
-    // AVX-VNNI's `vpdpwssd` too where the CPU has it (the same sums).
-    let vnni = [false, true]
+    // Every instruction set the CPU has (the same sums).
+    let madds = [Madd::Avx2, Madd::AvxVnni, Madd::Avx512Vnni]
         .into_iter()
-        .filter(|&v| !v || crate::Isa::AvxVnni.is_available());
-    for ((m, n, k), vnni) in SHAPES
+        .filter(|m| m.is_available());
+    eprintln!("int16 kernels: {:?}", madds.clone().collect::<Vec<_>>());
+    for ((m, n, k), madd) in SHAPES
         .into_iter()
-        .flat_map(|s| vnni.clone().map(move |v| (s, v)))
+        .flat_map(|s| madds.clone().map(move |v| (s, v)))
     {
         let (x, w) = (seeded(m * k, 1), seeded(n * k, 2));
         let (bias, residual) = (seeded(n, 3), seeded(m * n, 4));
         let mat = I16Matrix::new(&w, n, k).unwrap();
-        let shape = format!("[{m}, {n}, {k}] vnni {vnni}");
+        let shape = format!("[{m}, {n}, {k}] {madd:?}");
 
         let mut dst = residual.clone();
         let (acc, none) = (Start::Dst, Activation::None);
-        mat.matmul_vnni(vnni, Input::Rows(&x), m, acc, none, Output::Rows(&mut dst));
+        mat.matmul_with(madd, Input::Rows(&x), m, acc, none, Output::Rows(&mut dst));
         assert_eq!(dst, reference(&mat, &x, m, &residual, false), "{shape}");
 
         let start = plus_bias(&residual, &bias);
         let mut got = vec![f32::NAN; m * n];
         let fused = Start::BiasResidual(&bias, &residual);
-        mat.matmul_vnni(
-            vnni,
+        mat.matmul_with(
+            madd,
             Input::Rows(&x),
             m,
             fused,
@@ -129,8 +130,8 @@ fn matches_the_scalar_reference_bit_for_bit() {
         tiled_x.pack(&x, k);
         let mut tiled = TiledRows::new();
         let (gelu, only_bias) = (Activation::GeluErf, Start::Bias(&bias));
-        mat.matmul_vnni(
-            vnni,
+        mat.matmul_with(
+            madd,
             Input::Tiled(&tiled_x),
             m,
             only_bias,
@@ -144,8 +145,8 @@ fn matches_the_scalar_reference_bit_for_bit() {
         // Accumulating onto a tiled destination.
         let mut onto = TiledRows::new();
         onto.pack(&residual, n);
-        mat.matmul_vnni(
-            vnni,
+        mat.matmul_with(
+            madd,
             Input::Rows(&x),
             m,
             Start::Dst,
