@@ -29,6 +29,8 @@ use crate::{Error, SendPtr};
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
 pub(crate) mod tiled;
 
 pub use tiled::{TileMut, TiledIndex, TiledRows};

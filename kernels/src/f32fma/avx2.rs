@@ -183,6 +183,36 @@ impl Sink {
     #[inline(always)]
     pub(crate) unsafe fn store<const FULL: bool>(self, i: usize, h: usize, v: __m256) {
         let v = if self.gelu { gelu_erf(v) } else { v };
+        self.put::<FULL>(i, h, v);
+    }
+
+    /// [`Sink::first`] of both halves of row `i` in one 512-bit register
+    /// (for kernels run with AVX-512F).
+    #[inline(always)]
+    pub(crate) unsafe fn first_wide<const FULL: bool>(self, i: usize) -> __m512 {
+        let lo = _mm512_castps_pd(_mm512_castps256_ps512(self.first::<FULL>(i, 0)));
+        let hi = _mm256_castps_pd(self.first::<FULL>(i, 1));
+        _mm512_castpd_ps(_mm512_insertf64x4::<1>(lo, hi))
+    }
+
+    /// [`Sink::store`] of both halves of row `i` from one 512-bit register,
+    /// GELU on its 16 lanes (the same bits; for kernels run with
+    /// AVX-512F).
+    #[inline(always)]
+    pub(crate) unsafe fn store_wide<const FULL: bool>(self, i: usize, v: __m512) {
+        let v = if self.gelu {
+            super::avx512::gelu_erf(v)
+        } else {
+            v
+        };
+        let hi = _mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v));
+        self.put::<FULL>(i, 0, _mm512_castps512_ps256(v));
+        self.put::<FULL>(i, 1, _mm256_castpd_ps(hi));
+    }
+
+    /// Stores `v` as the sums of row `i`, half `h`.
+    #[inline(always)]
+    unsafe fn put<const FULL: bool>(self, i: usize, h: usize, v: __m256) {
         let at = self.d.add(i * self.rs + self.hs * h);
         if FULL {
             _mm256_storeu_ps(at, v);

@@ -19,9 +19,8 @@ pub(super) struct I16WideTiles(pub I16Tiles<false>);
 impl TileKernel for I16WideTiles {
     /// The pass's integer sums (exact; even and odd pairs in two
     /// accumulators each, so that 12 chains hide the instruction's
-    /// latency, added at the end), then the AVX2 kernel's epilogue on each
-    /// 256-bit half: the same operations on the same values, so the same
-    /// bits.
+    /// latency, added at the end), then the AVX2 kernel's epilogue on 16
+    /// lanes: the same operations on the same values, so the same bits.
     #[inline(always)]
     unsafe fn tile<const R: usize, const FULL: bool>(self, r: usize, q: Range<usize>, sink: Sink) {
         let I16Tiles {
@@ -54,16 +53,10 @@ impl TileKernel for I16WideTiles {
         }
         let ws = _mm512_loadu_ps(w_scales);
         for (i, acc) in acc.iter().enumerate() {
-            let sa = _mm256_set1_ps(a_scales.add(r + i).read());
+            let sa = _mm512_set1_ps(a_scales.add(r + i).read());
             let sum = _mm512_add_epi32(acc[0], acc[1]);
             let v = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), ws);
-            let halves = [
-                _mm512_castps512_ps256(v),
-                _mm256_castsi256_ps(_mm512_extracti64x4_epi64::<1>(_mm512_castps_si512(v))),
-            ];
-            for (h, v) in halves.into_iter().enumerate() {
-                sink.store::<FULL>(i, h, _mm256_fmadd_ps(v, sa, sink.first::<FULL>(i, h)));
-            }
+            sink.store_wide::<FULL>(i, _mm512_fmadd_ps(v, sa, sink.first_wide::<FULL>(i)));
         }
     }
 }
