@@ -92,7 +92,7 @@ mod tests {
                 .iter()
                 .map(|v| v * 9.0),
         );
-        while xs.len() % 16 != 0 {
+        while !xs.len().is_multiple_of(16) {
             xs.push(0.5);
         }
         #[target_feature(enable = "avx512f")]
