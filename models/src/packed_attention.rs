@@ -290,20 +290,32 @@ fn attend<const FMA: bool>(qkv: &[f32], s: Shape, task: &Task, b: &mut Buffers) 
             }
         }
         let tile = QT.min(nq - q0);
-        for a in 0..tile {
-            // Over whole vectors, the padding keys at -inf: their weights
-            // come out as e^-87 (`exp`'s clamp, ~1.6e-38), below the last
-            // bit of a sum that holds the largest score's 1, and are not
-            // read. Separate passes, so that each vectorises: a loop that
-            // also carries a running max or sum is one serial chain.
-            let sc = &mut b.scores[a * lp..(a + 1) * lp];
+        // Over whole vectors, the padding keys at -inf: their weights come
+        // out as e^-87 (`exp`'s clamp, ~1.6e-38), below the last bit of a
+        // sum that holds the largest score's 1, and are not read. Separate
+        // passes, so that each vectorises (a loop that also carries a
+        // running max or sum is one serial chain), each over the tile's
+        // rows in turn, so that the rows' chains (a reduction's merge, the
+        // exponentials) overlap. The weights stay unnormalised: the
+        // weighted sums of the values are divided by their row's sum at
+        // the end.
+        let rows = &mut b.scores[..tile * lp];
+        for sc in rows.chunks_exact_mut(lp) {
             sc[len..].fill(f32::NEG_INFINITY);
-            sc.iter_mut().for_each(|x| *x *= scale);
-            let max = vecmath::max(sc);
-            sc.iter_mut().for_each(|x| *x = vecmath::exp(*x - max));
-            let inv = 1.0 / vecmath::sum_by(sc, |x| x);
-            sc.iter_mut().for_each(|p| *p *= inv);
         }
+        rows.iter_mut().for_each(|x| *x *= scale);
+        let mut max = [0f32; QT];
+        for (m, sc) in max.iter_mut().zip(rows.chunks_exact(lp)) {
+            *m = vecmath::max(sc);
+        }
+        for (&m, sc) in max.iter().zip(rows.chunks_exact_mut(lp)) {
+            sc.iter_mut().for_each(|x| *x = vecmath::exp(*x - m));
+        }
+        let mut inv = [0f32; QT];
+        for (inv, sc) in inv.iter_mut().zip(rows.chunks_exact(lp)) {
+            *inv = vecmath::sum_by(sc, |x| x);
+        }
+        inv.iter_mut().for_each(|v| *v = 1.0 / *v);
         for a0 in (0..tile).step_by(PQ) {
             // A lone last query is taken twice (the copy is not stored).
             let rows: [usize; PQ] = std::array::from_fn(|i| (a0 + i).min(tile - 1));
@@ -337,7 +349,11 @@ fn attend<const FMA: bool>(qkv: &[f32], s: Shape, task: &Task, b: &mut Buffers) 
                     }
                 }
                 for (i, acc) in acc.iter().enumerate().take(tile - a0) {
-                    b.o[(q0 + a0 + i) * hd + col..][..width].copy_from_slice(&acc[..width]);
+                    let out = &mut b.o[(q0 + a0 + i) * hd + col..][..width];
+                    let inv = inv[a0 + i];
+                    for (o, &v) in out.iter_mut().zip(acc) {
+                        *o = v * inv;
+                    }
                 }
             }
         }
