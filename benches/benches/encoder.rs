@@ -3,9 +3,10 @@
 //! packed BERT forward with mean pooling and normalisation, at batch 1, 8,
 //! 32 and 128 (throughput in sentences); `mixed32`: one batch of 32
 //! sentences of 4 to 60 words. `encoder/hearth` runs the dense layers as
-//! the server does by default (`--encoder-precision auto`: bf16 where the
-//! CPU has AVX-512 BF16); on such CPUs `encoder/hearth-f32` runs them in
-//! f32 too.
+//! the server does by default (`--encoder-precision auto`: bf16 on AMX-BF16
+//! tiles or on non-Intel CPUs with AVX-512 BF16, else int16 on x86 CPUs
+//! with AVX2 and FMA); where that is not f32, `encoder/hearth-f32` runs
+//! them in f32 too.
 //!
 //! `encoder/batcher/clients16`: 16 concurrent clients, each sending 8
 //! one-sentence requests through the token-budget batcher (the path of
