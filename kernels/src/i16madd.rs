@@ -13,7 +13,11 @@
 //! The tiles, the tasks, the prefetching and the epilogue (the sums start
 //! from the destination, a bias or a bias plus a residual and may leave
 //! through GELU) are the f32 kernel's ([`crate::F32Matrix`]); the inputs
-//! and outputs are the same [`Input`]/[`Output`]s.
+//! and outputs are the same [`Input`]/[`Output`]s. Where the CPU has
+//! AVX-VNNI the products and their adds are one `vpdpwssd`; where it has
+//! AVX-512 VNNI a line is one 512-bit register and one `vpdpwssd` covers a
+//! row's 16 columns (`avx512.rs`, with the GELU on 16 lanes): the same
+//! sums and epilogue, so the same bits on every path ([`Madd`]).
 //!
 //! The integer sums are exact: with `|a| <= A_MAX` and `|w| <= W_MAX` a
 //! pass of [`KC`] inputs cannot overflow an i32, and each pass's sum
