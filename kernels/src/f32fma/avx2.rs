@@ -19,63 +19,59 @@ pub(crate) trait TileKernel: Copy {
     unsafe fn tile<const R: usize, const FULL: bool>(self, r: usize, q: Range<usize>, sink: Sink);
 }
 
-/// `out[rows, cols] (+)= x[rows] . panel` in tiles of [`MR`] rows, [`KC`]
-/// inputs at a time over all the tiles, so that slice of the panel stays
-/// in L1; sums start as `init` says, and with `gelu` the last pass stores
-/// `gelu(sum)`.
-///
-/// # Safety
-/// The CPU has AVX2 and FMA; `kern`'s activations cover the tiles of
-/// `rows` and its panel `k` inputs; `out` (and `init`'s pointers) cover
-/// `rows x cols` at their layouts, and no other thread touches those
-/// elements meanwhile.
-#[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn block<K: TileKernel>(
-    kern: K,
-    k: usize,
-    out: Dest,
-    init: Init,
-    gelu: bool,
-    rows: Range<usize>,
-    cols: Range<usize>,
-) {
-    block_body(kern, k, out, init, gelu, rows, cols)
+/// Defines a `block` function compiled for the instruction set
+/// `features`, which runs [`block_body`] (one per tile kernel's set).
+macro_rules! block_for {
+    ($(#[$doc:meta])* $name:ident, $features:literal) => {
+        $(#[$doc])*
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn $name<K: TileKernel>(
+            kern: K,
+            k: usize,
+            out: Dest,
+            init: Init,
+            gelu: bool,
+            rows: Range<usize>,
+            cols: Range<usize>,
+        ) {
+            block_body(kern, k, out, init, gelu, rows, cols)
+        }
+    };
 }
 
-/// [`block`] for tile kernels that use AVX-VNNI (`vpdpwssd`).
-///
-/// # Safety
-/// As [`block`], and the CPU has AVX-VNNI.
-#[target_feature(enable = "avx2,fma,avxvnni")]
-pub(crate) unsafe fn block_avxvnni<K: TileKernel>(
-    kern: K,
-    k: usize,
-    out: Dest,
-    init: Init,
-    gelu: bool,
-    rows: Range<usize>,
-    cols: Range<usize>,
-) {
-    block_body(kern, k, out, init, gelu, rows, cols)
-}
+block_for!(
+    /// `out[rows, cols] (+)= x[rows] . panel` in tiles of [`MR`] rows,
+    /// [`KC`] inputs at a time over all the tiles, so that slice of the
+    /// panel stays in L1; sums start as `init` says, and with `gelu` the
+    /// last pass stores `gelu(sum)`.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `kern`'s activations cover the tiles of
+    /// `rows` and its panel `k` inputs; `out` (and `init`'s pointers)
+    /// cover `rows x cols` at their layouts, and no other thread touches
+    /// those elements meanwhile.
+    block,
+    "avx2,fma"
+);
 
-/// [`block`] for tile kernels that use AVX-512 VNNI (`vpdpwssd` on
-/// 512-bit registers).
-///
-/// # Safety
-/// As [`block`], and the CPU has AVX-512 F, BW, VL and VNNI.
-#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn block_avx512vnni<K: TileKernel>(
-    kern: K,
-    k: usize,
-    out: Dest,
-    init: Init,
-    gelu: bool,
-    rows: Range<usize>,
-    cols: Range<usize>,
-) {
-    block_body(kern, k, out, init, gelu, rows, cols)
-}
+block_for!(
+    /// [`block`] for tile kernels that use AVX-VNNI (`vpdpwssd`).
+    ///
+    /// # Safety
+    /// As [`block`], and the CPU has AVX-VNNI.
+    block_avxvnni,
+    "avx2,fma,avxvnni"
+);
+
+block_for!(
+    /// [`block`] for tile kernels that use AVX-512 VNNI (`vpdpwssd` on
+    /// 512-bit registers).
+    ///
+    /// # Safety
+    /// As [`block`], and the CPU has AVX-512 F, BW, VL and VNNI.
+    block_avx512vnni,
+    "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni"
+);
 
 /// [`block`]'s body, compiled into each of its callers' instruction sets.
 #[inline(always)]
