@@ -92,11 +92,13 @@ async fn check(
 }
 
 /// Runs the handler of `endpoint` on `body`; its response, success or error.
+/// A stored response is named after `line_key` (see [`line_response_id`]).
 async fn run(
     state: AppState,
     project: String,
     endpoint: &str,
     body: Map<String, Value>,
+    line_key: &str,
 ) -> Response {
     let ctx = batch_context(project);
     let query = ApiQuery(ProjectQuery::default());
@@ -124,14 +126,24 @@ async fn run(
         },
         "/v1/responses" => match parse(&body) {
             Ok(request) => {
-                routes::responses::create(State(state), query, Extension(ctx), ApiJson(request))
-                    .await
+                let id = line_response_id(line_key);
+                routes::responses::respond(state, ctx, request, Some(id)).await
             }
             Err(e) => Err(e),
         },
         other => Err(unknown_endpoint(other)),
     };
     answer.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// The id of the response a batch line keeps: `resp_` and 32 hex digits
+/// as a random one has, from a hash of the line's key, so that the run of
+/// a line after a restart replaces the response its first run kept.
+pub(crate) fn line_response_id(line_key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("batch line {line_key}").as_bytes());
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("resp_{hex}")
 }
 
 /// A handler's response as a status and a JSON body.
@@ -171,9 +183,10 @@ impl BatchEndpoints for ServerEndpoints {
         project: String,
         endpoint: String,
         body: Map<String, Value>,
+        line_key: String,
     ) -> BoxFuture<EndpointReply> {
         let state = self.state.clone();
-        Box::pin(async move { reply(run(state, project, &endpoint, body).await).await })
+        Box::pin(async move { reply(run(state, project, &endpoint, body, &line_key).await).await })
     }
 }
 
@@ -201,4 +214,22 @@ pub fn start_worker(state: &AppState, args: &BatchArgs) -> Option<BatchWorkerHan
         state.batch_counters.clone(),
     );
     Some(worker.spawn())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::line_response_id;
+
+    #[test]
+    fn a_line_s_response_id_is_the_same_on_every_run_and_shaped_as_a_random_one() {
+        let id = line_response_id("batch_abc:3");
+        assert_eq!(id, line_response_id("batch_abc:3"));
+        assert_ne!(id, line_response_id("batch_abc:4"));
+        assert_ne!(id, line_response_id("batch_abd:3"));
+        let hex = id.strip_prefix("resp_").expect("resp_ prefix");
+        assert_eq!(hex.len(), 32);
+        assert!(hex
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+    }
 }

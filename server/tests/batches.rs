@@ -265,6 +265,46 @@ async fn embeddings_completions_and_responses_batches_complete() {
     worker.shut_down().await;
 }
 
+/// A line whose result was not recorded (its node was killed mid-run) runs
+/// again when the batch resumes; a `/v1/responses` line then replaces the
+/// response its first run kept instead of keeping a second one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_responses_line_run_again_keeps_one_response() {
+    use hearth_jobs::batch::BatchEndpoints;
+    let state = state();
+    let endpoints = hearth_server::batch_endpoints::ServerEndpoints {
+        state: state.clone(),
+    };
+    let project = state.default_project.to_string();
+    let body =
+        json!({"model": MODEL, "input": "Say hi", "max_output_tokens": 6, "temperature": 1.0});
+    let body = body.as_object().unwrap().clone();
+    let run = |key: &str| {
+        endpoints.run(
+            project.clone(),
+            "/v1/responses".into(),
+            body.clone(),
+            key.into(),
+        )
+    };
+    let first = run("batch_x:1").await;
+    let again = run("batch_x:1").await;
+    let other = run("batch_x:2").await;
+    for reply in [&first, &again, &other] {
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    }
+    let id = first.body["id"].as_str().unwrap();
+    assert_eq!(again.body["id"], id, "a rerun names its response alike");
+    assert_ne!(other.body["id"], id, "another line, another response");
+    let kept = get(&state, &format!("/v1/responses/{id}"), Some(KEY)).await;
+    assert_eq!(kept.status, 200);
+    assert_eq!(
+        kept.json(),
+        again.body,
+        "the rerun's response is the one kept"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_files_fail_the_batch_with_line_numbers() {
     let state = state();

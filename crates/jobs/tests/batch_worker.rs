@@ -60,6 +60,7 @@ impl BatchEndpoints for Canceller {
         _project: String,
         _endpoint: String,
         body: Map<String, Value>,
+        _line_key: String,
     ) -> BoxFuture<EndpointReply> {
         let (store, project, batch) =
             (self.store.clone(), self.project.clone(), self.batch.clone());

@@ -51,8 +51,28 @@ impl StoredResponse {
 impl Store {
     /// Keeps a response.
     pub async fn create_response(&self, r: &StoredResponse) -> Result<()> {
-        sqlx::query(&format!(
-            "INSERT INTO responses ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+        self.insert_response(r, "").await
+    }
+
+    /// Keeps a response in place of one of the same id and project, if
+    /// there is one (a batch line run again after a restart names its
+    /// response as the first run did). A response of that id in another
+    /// project is left alone and this one is not kept
+    /// ([`StoreError::InUse`]).
+    pub async fn replace_response(&self, r: &StoredResponse) -> Result<()> {
+        self.insert_response(
+            r,
+            " ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at, \
+             previous_response_id = excluded.previous_response_id, body = excluded.body, \
+             input_items = excluded.input_items, conversation = excluded.conversation \
+             WHERE responses.project_id = excluded.project_id",
+        )
+        .await
+    }
+
+    async fn insert_response(&self, r: &StoredResponse, on_conflict: &str) -> Result<()> {
+        let done = sqlx::query(&format!(
+            "INSERT INTO responses ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7){on_conflict}"
         ))
         .bind(&r.id)
         .bind(&r.project_id)
@@ -63,6 +83,12 @@ impl Store {
         .bind(r.conversation.to_string())
         .execute(&self.pool)
         .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::InUse(format!(
+                "the id {} names a response of another project",
+                r.id
+            )));
+        }
         Ok(())
     }
 

@@ -335,6 +335,33 @@ async fn responses_are_kept_per_project(env: Env) {
     };
     s.create_response(&r).await.unwrap();
     assert_eq!(s.response_by_id("resp_0001").await.unwrap(), r);
+    // A second create of the id is refused; a replace in its project
+    // takes its place; one from another project is refused and changes
+    // nothing.
+    assert!(s.create_response(&r).await.is_err());
+    let rerun = hearth_store::StoredResponse {
+        created_at: 9,
+        body: serde_json::json!({"id": "resp_0001", "output": [{"text": "again"}]}),
+        ..r.clone()
+    };
+    s.replace_response(&rerun).await.unwrap();
+    assert_eq!(s.response_by_id("resp_0001").await.unwrap(), rerun);
+    let foreign = hearth_store::StoredResponse {
+        project_id: other.clone(),
+        ..r.clone()
+    };
+    assert!(matches!(
+        s.replace_response(&foreign).await,
+        Err(StoreError::InUse(_))
+    ));
+    assert_eq!(s.response_by_id("resp_0001").await.unwrap(), rerun);
+    s.replace_response(&hearth_store::StoredResponse {
+        id: "resp_0002".into(),
+        ..r.clone()
+    })
+    .await
+    .unwrap();
+    assert_eq!(s.response_by_id("resp_0002").await.unwrap().created_at, 7);
     assert!(matches!(
         s.response_by_id("resp_nope").await,
         Err(StoreError::NotFound(_))

@@ -88,6 +88,19 @@ pub async fn create(
     Extension(ctx): Extension<RequestContext>,
     ApiJson(request): ApiJson<ResponseRequest>,
 ) -> Result<Response, HttpError> {
+    respond(state, ctx, request, None).await
+}
+
+/// Answers a request: the route's work, under a new random id, or under
+/// `id` when the caller names the response (a batch line's, the same on
+/// every run of the line); a kept response of that id is then replaced.
+pub(crate) async fn respond(
+    state: AppState,
+    ctx: RequestContext,
+    request: ResponseRequest,
+    id: Option<String>,
+) -> Result<Response, HttpError> {
+    let replace = id.is_some();
     let Prepared {
         valid,
         model,
@@ -99,7 +112,7 @@ pub async fn create(
         Some(tools) => Some(tool_constraint(&model, tools).await?),
         None => constraint_for(&model, &valid.format, "text.format").await?,
     };
-    let id = openai_id("resp");
+    let id = id.unwrap_or_else(|| openai_id("resp"));
     let prompts = [prompt];
     let streams = submit(Submission {
         model: &model,
@@ -121,6 +134,7 @@ pub async fn create(
         state: state.clone(),
         project_id: ctx.project_id.clone(),
         keep: valid.store,
+        replace,
         input_len: valid.input.len(),
         conversation,
     };
@@ -309,6 +323,9 @@ pub struct Record {
     pub state: AppState,
     pub project_id: String,
     pub keep: bool,
+    /// Whether a kept response of the same id is replaced (a batch line's
+    /// rerun) rather than refused.
+    pub replace: bool,
     /// How many of the conversation's last messages are this turn's input.
     pub input_len: usize,
     /// Through this turn's input.
@@ -346,7 +363,11 @@ impl Record {
                 .map_err(|_| HttpError(ApiError::internal()))?,
             conversation: Value::Array(conversation),
         };
-        self.state.store.create_response(&stored).await?;
+        if self.replace {
+            self.state.store.replace_response(&stored).await?;
+        } else {
+            self.state.store.create_response(&stored).await?;
+        }
         Ok(())
     }
 }

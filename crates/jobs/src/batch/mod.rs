@@ -59,12 +59,18 @@ pub trait BatchEndpoints: Send + Sync + 'static {
         body: Map<String, Value>,
     ) -> BoxFuture<Result<String, String>>;
 
-    /// Runs a request at batch priority.
+    /// Runs a request at batch priority. `line_key` names the line (its
+    /// batch and line number) and is the same on every run of it: a line
+    /// whose result was not recorded (a node stopped or killed mid-run) is
+    /// run again, and an endpoint that keeps what it answers (a stored
+    /// response) names it by this key so the rerun replaces it rather than
+    /// keeping two.
     fn run(
         &self,
         project: String,
         endpoint: String,
         body: Map<String, Value>,
+        line_key: String,
     ) -> BoxFuture<EndpointReply>;
 }
 

@@ -258,8 +258,9 @@ impl BatchRun {
                     let (line, custom_id, body) =
                         (request.line, request.input.custom_id.clone(), request.input.body.clone());
                     let stop = control.clone();
+                    let key = format!("{}:{line}", batch.id);
                     running.push(Box::pin(async move {
-                        let reply = run_with_retry(&*endpoints, project, endpoint, body, stop).await;
+                        let reply = run_with_retry(&*endpoints, project, endpoint, body, key, stop).await;
                         drop(permit);
                         (line, custom_id, reply)
                     }));
@@ -355,12 +356,18 @@ async fn run_with_retry(
     project: String,
     endpoint: String,
     body: serde_json::Map<String, Value>,
+    line_key: String,
     control: watch::Receiver<Control>,
 ) -> EndpointReply {
     let mut wait = Duration::from_millis(100);
     loop {
         let reply = endpoints
-            .run(project.clone(), endpoint.clone(), body.clone())
+            .run(
+                project.clone(),
+                endpoint.clone(),
+                body.clone(),
+                line_key.clone(),
+            )
             .await;
         if !is_busy(reply.status) || *control.borrow() != Control::Run {
             return reply;
