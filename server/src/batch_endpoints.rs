@@ -142,8 +142,7 @@ async fn run(
 pub(crate) fn line_response_id(line_key: &str) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(format!("batch line {line_key}").as_bytes());
-    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    format!("resp_{hex}")
+    format!("resp_{}", hex::encode(&digest[..16]))
 }
 
 /// A handler's response as a status and a JSON body.

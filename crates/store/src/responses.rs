@@ -51,7 +51,7 @@ impl StoredResponse {
 impl Store {
     /// Keeps a response.
     pub async fn create_response(&self, r: &StoredResponse) -> Result<()> {
-        self.insert_response(r, "").await
+        self.insert_response(r, "").await.map(drop)
     }
 
     /// Keeps a response in place of one of the same id and project, if
@@ -60,17 +60,26 @@ impl Store {
     /// project is left alone and this one is not kept
     /// ([`StoreError::InUse`]).
     pub async fn replace_response(&self, r: &StoredResponse) -> Result<()> {
-        self.insert_response(
-            r,
-            " ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at, \
+        let rows = self
+            .insert_response(
+                r,
+                " ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at, \
              previous_response_id = excluded.previous_response_id, body = excluded.body, \
              input_items = excluded.input_items, conversation = excluded.conversation \
              WHERE responses.project_id = excluded.project_id",
-        )
-        .await
+            )
+            .await?;
+        if rows == 0 {
+            return Err(StoreError::InUse(format!(
+                "the id {} names a response of another project",
+                r.id
+            )));
+        }
+        Ok(())
     }
 
-    async fn insert_response(&self, r: &StoredResponse, on_conflict: &str) -> Result<()> {
+    /// Inserts `r` (with `on_conflict` after its values); the rows written.
+    async fn insert_response(&self, r: &StoredResponse, on_conflict: &str) -> Result<u64> {
         let done = sqlx::query(&format!(
             "INSERT INTO responses ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7){on_conflict}"
         ))
@@ -83,13 +92,7 @@ impl Store {
         .bind(r.conversation.to_string())
         .execute(&self.pool)
         .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::InUse(format!(
-                "the id {} names a response of another project",
-                r.id
-            )));
-        }
-        Ok(())
+        Ok(done.rows_affected())
     }
 
     /// The response `id`, in whatever project ([`StoreError::NotFound`] when
