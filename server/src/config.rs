@@ -172,9 +172,9 @@ pub struct ServeArgs {
     /// CPU: `f32`, `bf16` (inputs rounded to bf16, sums in f32: twice the
     /// multiply-adds per instruction; needs AVX-512 BF16), `int16` (inputs
     /// rounded to 12- and 13-bit integers with per-output and per-row
-    /// scales, exact integer sums; needs AVX2 and FMA), or `auto` (bf16
-    /// where the CPU has it, else int16 on x86 CPUs with AVX2 but no
-    /// AVX-512, else f32).
+    /// scales, exact integer sums; needs AVX2 and FMA), or `auto` (bf16 on
+    /// AMX-BF16 tiles or on non-Intel CPUs with AVX-512 BF16, else int16 on
+    /// x86 CPUs with AVX2 and FMA, else f32).
     #[arg(long, env = "HEARTH_ENCODER_PRECISION", default_value = "auto")]
     pub encoder_precision: hearth_engine::EncoderPrecision,
     /// Most tokens a chat model runs in one step over all its sequences:
