@@ -256,6 +256,21 @@ pub(crate) unsafe fn finish_span(
     }
 }
 
+/// Whether Q8_0's tiles from scratch (prompt steps) sum their rows as the
+/// layouts with offsets do, register by register across the rows, instead
+/// of one row's chain of eight `vpdpbusd` after another: on Intel's cores
+/// (a Xeon without AMX, alternated with the build before: a layer's
+/// products at 512 rows 1.04-1.23x on 1B Q8_0, 1.06-1.30x on 8B; prefill
+/// 1.11-1.54x on 1B, 0.95-1.14x on 8B; `benches/README.md`). On an AMD Zen 5
+/// the same interleaving lost 5-9% of 1B Q8_0 prefill (its kernel alone
+/// gained 1-3%; `benches/HISTORY.md`), so AMD's cores keep the rows apart
+/// until measured again. Decode of 5 to 16 sequences (`STREAM`) keeps them
+/// apart everywhere: bound by memory, and not measured faster.
+fn q8_rows_interleaved() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(crate::is_intel)
+}
+
 /// Block `$b` of groups `$g` and `$g + 1` (rows of `$nb` blocks) as
 /// `&Unpacked`: with the caller's `STREAM`, unpacked into `$here` from the
 /// weights (asked for a pair ahead, [`prefetch_next_pair`]); else
@@ -333,6 +348,7 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
     assert!((STREAM || blocks.len() == nb) && (a + A) * nb <= acts.qs.len());
     let kspan = W::SUMS == Sums::SpanOffsets;
     assert!(!kspan || (acts.span == 256 && nb.is_multiple_of(SPAN_BLOCKS)));
+    let q8_rows = W::SUMS == Sums::All128 && !STREAM && q8_rows_interleaved();
     let mut acc = [_mm512_setzero_ps(); A];
     // With `SpanOffsets`, each row's span sum.
     let mut sp = [_mm512_setzero_ps(); A];
@@ -367,11 +383,12 @@ unsafe fn tile_unpacked<W: Group8, const A: usize, const STREAM: bool, const TIL
                 }
             };
         }
-        if W::SUMS == Sums::Offsets || kspan {
+        if W::SUMS == Sums::Offsets || kspan || q8_rows {
             // Every row's sum first, register by register across the rows,
             // then their float operations: one row's chain of eight
             // `vpdpbusd` after another left the core waiting on each chain
-            // (Q4_K prefill 8-13% slower so). Q8_0 stays row by row.
+            // (Q4_K prefill 8-13% slower so). Q8_0 so too in prompt steps
+            // on Intel's cores ([`q8_rows_interleaved`]), else row by row.
             let mut s = [[_mm512_setzero_si512(); 2]; A];
             rows!(j; { s[j] = starts::<W>(acts, ix!(j, b)) });
             for v in 0..G / 2 {
