@@ -21,25 +21,8 @@ use std::time::Instant;
 
 use anyhow::Context;
 use candle_core::quantized::gguf_file::Content;
-use candle_core::quantized::GgmlDType;
-use hearth_kernels::{Format, QuantMatrix};
-
-/// The kernels' format for a GGUF tensor type (`None`: not one of theirs).
-fn format(dtype: GgmlDType) -> Option<Format> {
-    Some(match dtype {
-        GgmlDType::Q4_0 => Format::Q4_0,
-        GgmlDType::Q4_1 => Format::Q4_1,
-        GgmlDType::Q5_0 => Format::Q5_0,
-        GgmlDType::Q5_1 => Format::Q5_1,
-        GgmlDType::Q8_0 => Format::Q8_0,
-        GgmlDType::Q2K => Format::Q2K,
-        GgmlDType::Q3K => Format::Q3K,
-        GgmlDType::Q4K => Format::Q4K,
-        GgmlDType::Q5K => Format::Q5K,
-        GgmlDType::Q6K => Format::Q6K,
-        _ => return None,
-    })
-}
+use hearth_kernels::QuantMatrix;
+use hearth_models::kernel_format;
 
 fn main() -> anyhow::Result<()> {
     hearth_benches::pin_rayon_threads();
@@ -63,7 +46,7 @@ fn main() -> anyhow::Result<()> {
     let mut total = (0.0, 0.0);
     for name in names {
         let info = &content.tensor_infos[name];
-        let (Some(format), [n, k]) = (format(info.ggml_dtype), info.shape.dims()) else {
+        let (Some(format), [n, k]) = (kernel_format(info.ggml_dtype), info.shape.dims()) else {
             continue;
         };
         let (n, k) = (*n, *k);

@@ -77,7 +77,7 @@ pub use encoder::EncoderConfig;
 pub use gguf::lora_spec_from_gguf;
 pub use kv_cache::KvCache;
 pub use layer_ops::round_q8;
-pub use linear::{cuda_rounds_activations, Linear};
+pub use linear::{cuda_rounds_activations, kernel_format, Linear};
 pub use llama::Llama;
 pub use llama_config::{LlamaConfig, RopeScaling};
 pub use lora::{LoraAdapter, LoraConfig, LoraTarget, LoraWeights};

@@ -38,7 +38,7 @@ pub(crate) enum Weight {
 }
 
 /// The `hearth-kernels` format of a GGML dtype, if it has one.
-pub(crate) fn kernel_format(dtype: GgmlDType) -> Option<Format> {
+pub fn kernel_format(dtype: GgmlDType) -> Option<Format> {
     Some(match dtype {
         GgmlDType::Q4_0 => Format::Q4_0,
         GgmlDType::Q4_1 => Format::Q4_1,
